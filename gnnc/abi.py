@@ -1,0 +1,44 @@
+"""The C ABI of a compiled gnnc kernel, shared by the compiler and the runtime.
+
+Every kernel `K` in a `.so` is a C function
+
+    void K(int64_t num_vertices, int64_t num_edges,
+           const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination */
+           const int64_t *in_src,      /* E: source of the edge at a position   */
+           const int64_t *in_eid,      /* E: the user's edge id at a position   */
+           const T *deg_in, const T *deg_out,   /* V each, as floats          */
+           const int64_t *dims,        /* the kernel's symbolic dims, in order  */
+           T *scratch,                 /* per-thread workspace                  */
+           const T *param_0, ...,      /* parameters, in declaration order      */
+           T *result_0, ...,           /* results, in declaration order         */
+           T *temp_0, ...);            /* V-sized buffers between phases        */
+
+with T = float or double. All arrays are C-contiguous, row-major, and never
+alias each other (the kernels are compiled with `noalias`). Scalars are passed
+as one-element arrays. The per-kernel record in the `.so` metadata names the
+dims, the scratch shapes (summed, per thread) and the temp shapes.
+"""
+
+from __future__ import annotations
+
+#: Bump when the argument order or the metadata layout changes.
+ABI_VERSION = 1
+
+#: func.func attribute holding a kernel's ABI record (JSON) during compilation.
+ABI_ATTR = "gnnc.abi"
+
+#: The fixed leading arguments, in order.
+GRAPH_ARGUMENTS = (
+    "num_vertices",
+    "num_edges",
+    "in_indptr",
+    "in_src",
+    "in_eid",
+    "deg_in",
+    "deg_out",
+    "dims",
+    "scratch",
+)
+
+#: Symbol of the JSON metadata record in every gnnc shared object.
+METADATA_SYMBOL = "gnnc_metadata"

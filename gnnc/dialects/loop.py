@@ -1,0 +1,154 @@
+"""The `loop` dialect: uGrapher's unified sparse-dense loop nest.
+
+Every graph operator becomes the same three loops, nested:
+
+    loop.for_dst       for v in destinations          (parallel; schedules)
+      loop.for_in_edges  for (u, e) in in_edges(v)     (sparse; edge order)
+        loop.for_feature   for f in range(extent)      (dense; tiling, vectors)
+
+Bodies hold scalar `arith` / `math` code and `memref` loads and stores on the
+kernel's flat buffers. Schedule passes rewrite the loops' `schedule`
+dictionaries and structure; `convert-loop-to-scf` lowers them to `scf.for`.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import DictionaryAttr, IndexType, MemRefType, StringAttr
+from xdsl.ir import Block, Dialect, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    region_def,
+    traits_def,
+)
+from xdsl.traits import IsTerminator, RecursiveMemoryEffect
+from xdsl.utils.exceptions import VerifyException
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends the body of a loop-dialect loop."""
+
+    name = "loop.yield"
+
+    assembly_format = "attr-dict"
+    traits = traits_def(IsTerminator())
+
+
+def _check_body(op: IRDLOperation, region: Region, nargs: int) -> None:
+    if len(region.blocks) != 1:
+        raise VerifyException(f"'{op.name}' body must be a single block")
+    block = region.block
+    if len(block.args) != nargs or any(not isinstance(a.type, IndexType) for a in block.args):
+        raise VerifyException(f"'{op.name}' body takes {nargs} index argument(s)")
+    if not isinstance(block.last_op, YieldOp):
+        raise VerifyException(f"'{op.name}' body must end with loop.yield")
+
+
+@irdl_op_definition
+class ForDstOp(IRDLOperation):
+    """For every destination vertex `v` in [0, num_vertices): body(v)."""
+
+    name = "loop.for_dst"
+
+    num_vertices = operand_def(IndexType)
+    schedule = opt_prop_def(DictionaryAttr)
+    body = region_def("single_block")
+
+    assembly_format = "$num_vertices (`schedule` $schedule^)? attr-dict-with-keyword $body"
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, num_vertices: SSAValue, body: Block, schedule: DictionaryAttr | None = None):
+        super().__init__(
+            operands=[num_vertices],
+            regions=[Region(body)],
+            properties={"schedule": schedule} if schedule is not None else {},
+        )
+
+    def verify_(self) -> None:
+        _check_body(self, self.body, 1)
+
+
+@irdl_op_definition
+class ForInEdgesOp(IRDLOperation):
+    """For every in-edge of `v` in the in-CSR: body(position, u, e).
+
+    `u` is the edge's source and `e` the user's edge id; the position indexes
+    the CSR arrays (prefetching reads ahead from it).
+    """
+
+    name = "loop.for_in_edges"
+
+    dst = operand_def(IndexType)
+    indptr = operand_def(MemRefType)
+    src = operand_def(MemRefType)
+    eid = operand_def(MemRefType)
+    schedule = opt_prop_def(DictionaryAttr)
+    body = region_def("single_block")
+
+    assembly_format = (
+        "$dst `in` $indptr `,` $src `,` $eid (`schedule` $schedule^)? attr-dict-with-keyword "
+        "`:` type($indptr) `,` type($src) `,` type($eid) $body"
+    )
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(
+        self,
+        dst: SSAValue,
+        indptr: SSAValue,
+        src: SSAValue,
+        eid: SSAValue,
+        body: Block,
+        schedule: DictionaryAttr | None = None,
+    ):
+        super().__init__(
+            operands=[dst, indptr, src, eid],
+            regions=[Region(body)],
+            properties={"schedule": schedule} if schedule is not None else {},
+        )
+
+    def verify_(self) -> None:
+        _check_body(self, self.body, 3)
+
+
+@irdl_op_definition
+class ForFeatureOp(IRDLOperation):
+    """For every index of one feature axis in [0, extent): body(i).
+
+    `dim` names the axis (`F`, `H`, or a number) so dumps and schedules can
+    refer to it.
+    """
+
+    name = "loop.for_feature"
+
+    extent = operand_def(IndexType)
+    dim = opt_prop_def(StringAttr)
+    schedule = opt_prop_def(DictionaryAttr)
+    body = region_def("single_block")
+
+    assembly_format = (
+        "$extent (`dim` $dim^)? (`schedule` $schedule^)? attr-dict-with-keyword $body"
+    )
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(
+        self,
+        extent: SSAValue,
+        body: Block,
+        dim: str | None = None,
+        schedule: DictionaryAttr | None = None,
+    ):
+        props = {}
+        if dim is not None:
+            props["dim"] = StringAttr(dim)
+        if schedule is not None:
+            props["schedule"] = schedule
+        super().__init__(operands=[extent], regions=[Region(body)], properties=props)
+
+    def verify_(self) -> None:
+        _check_body(self, self.body, 1)
+
+
+Loop = Dialect("loop", [ForDstOp, ForInEdgesOp, ForFeatureOp, YieldOp], [])

@@ -1,0 +1,724 @@
+"""convert-graph-to-loop: graph-dialect kernels become loop-dialect loop nests.
+
+Each kernel becomes one `func.func` with the gnnc C ABI (see `abi.py`) whose
+body is a sequence of *phases*, one `loop.for_dst` each. A phase ends where a
+vertex value is read at a neighbour (`graph.materialize`): every destination
+must be finished before any source reads it.
+
+Inside a phase, each destination runs *levels* of in-edge loops: a level
+computes the per-destination reductions (aggregations; softmax's max and sum
+of exponentials) whose inputs are known, so `softmax` and aggregations of
+softmax-weighted values stay inside one destination's iteration instead of
+materialising edge-sized arrays. Edge results are stored in the first in-edge
+loop where their inputs are known; vertex results after the last loop.
+
+Elementwise expressions are never materialised: each is evaluated element by
+element inside the `loop.for_feature` nest of its consumer. `dot` and `@`
+results are computed once per edge (or destination) into per-thread scratch,
+because recomputing a reduction per consumer element would multiply its cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math as pymath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, math, memref, scf
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from gnnc.dialects import graph, loop
+from gnnc.frontend import irgen
+from gnnc import abi
+
+index = IndexType()
+Dim = int | str
+
+
+# ------------------------------------------------------------------ emitting
+
+
+class Emitter:
+    """Appends ops to a current block; keeps a prologue for loop-invariant values."""
+
+    def __init__(self, prologue: Block):
+        self.prologue = prologue
+        self.block = prologue
+        self._consts: dict[tuple[str, object], SSAValue] = {}
+        # Values already computed, one scope per open block: an entry made in
+        # an outer block dominates every inner one.
+        self.memo: list[dict[object, SSAValue]] = [{}]
+
+    def lookup(self, key: object) -> SSAValue | None:
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def op(self, op: Operation) -> SSAValue:
+        self.block.add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def pre(self, op: Operation) -> SSAValue:
+        self.prologue.add_op(op)
+        return op.results[0]
+
+    def index_const(self, value: int) -> SSAValue:
+        key = ("index", value)
+        if key not in self._consts:
+            self._consts[key] = self.pre(arith.ConstantOp(IntegerAttr(value, index)))
+        return self._consts[key]
+
+    def float_const(self, value: float, elem: Attribute) -> SSAValue:
+        key = (str(elem), repr(value))
+        if key not in self._consts:
+            self._consts[key] = self.pre(arith.ConstantOp(FloatAttr(value, elem)))
+        return self._consts[key]
+
+    def nested(self, block: Block) -> "_Nested":
+        return _Nested(self, block)
+
+
+class _Nested:
+    def __init__(self, emitter: Emitter, block: Block):
+        self.emitter, self.inner = emitter, block
+
+    def __enter__(self) -> Block:
+        self.outer = self.emitter.block
+        self.emitter.block = self.inner
+        self.emitter.memo.append({})
+        return self.inner
+
+    def __exit__(self, *exc: object) -> None:
+        self.emitter.block = self.outer
+        self.emitter.memo.pop()
+
+
+# --------------------------------------------------------------- the lowering
+
+
+@dataclass
+class _Accumulator:
+    """Where a per-destination reduction lives while a destination is processed."""
+
+    buffer: SSAValue
+    base: SSAValue  # index of element 0 of this destination's accumulator
+    shape: tuple[Dim, ...]
+    in_place: bool = False  # True when the accumulator is the output row itself
+
+
+@dataclass
+class _Reduction:
+    kind: str  # sum, mean, max, min, softmax_max, softmax_sum
+    value: SSAValue  # the graph value reduced over in-edges
+    owner: Operation  # graph.aggregate or graph.edge_softmax
+    level: int = 0
+
+
+@dataclass
+class _Sink:
+    value: SSAValue
+    buffer: SSAValue
+    domain: str  # "V" or "E"
+    shape: tuple[Dim, ...]
+    name: str
+
+
+@dataclass
+class _Context:
+    v: SSAValue
+    u: SSAValue | None = None
+    e: SSAValue | None = None
+    # per-edge (or per-destination) scratch holding dot / matvec results
+    computed: dict[SSAValue, tuple[SSAValue, SSAValue]] = field(default_factory=dict)
+
+
+class KernelLowering:
+    def __init__(self, fn: func.FuncOp):
+        self.src_fn = fn
+        result_types = fn.attributes[irgen.RESULT_TYPES]
+        assert isinstance(result_types, ArrayAttr)
+        self.result_types: list[graph.TensorType] = list(result_types.data)  # type: ignore[arg-type]
+        self.result_names = [s.data for s in fn.attributes[irgen.RESULT_NAMES].data]  # type: ignore[union-attr]
+        self.param_names = [s.data for s in fn.attributes[irgen.PARAM_NAMES].data]  # type: ignore[union-attr]
+        self.elem = self.result_types[0].element_type
+        self.ret = fn.body.block.last_op
+        assert isinstance(self.ret, func.ReturnOp)
+        self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
+        self.dim_names = self._collect_dims()
+        self.scratch_shapes: list[list[Dim]] = []
+        self.temp_shapes: list[list[Dim]] = []
+
+    # ---------------------------------------------------------- signature
+
+    def _collect_dims(self) -> list[str]:
+        names: list[str] = []
+        for arg in self.src_fn.body.block.args:
+            assert isinstance(arg.type, graph.TensorType)
+            for d in arg.type.shape:
+                if isinstance(d, str) and d not in names:
+                    names.append(d)
+        return names
+
+    def build(self) -> func.FuncOp:
+        buf = MemRefType(self.elem, [DYNAMIC_INDEX])
+        ibuf = MemRefType(i64, [DYNAMIC_INDEX])
+        n_params = len(self.param_names)
+        arg_types: list[Attribute] = [index, index, ibuf, ibuf, ibuf, buf, buf, ibuf, buf]
+        arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
+        entry = Block(arg_types=arg_types)
+        (self.V, self.E, self.indptr, self.src, self.eid, self.deg_in, self.deg_out,
+         self.dims_buf, self.scratch) = entry.args[:9]
+        rest = entry.args[9:]
+        self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
+        self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
+        self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types):]))
+
+        self.em = Emitter(entry)
+        self.dims: dict[str, SSAValue] = {}
+        for i, name in enumerate(self.dim_names):
+            raw = self.em.pre(memref.LoadOp.get(self.dims_buf, [self.em.index_const(i)]))
+            self.dims[name] = self.em.pre(arith.IndexCastOp(raw, index))
+        self.scratch_top: SSAValue = self.em.index_const(0)
+        self._size_cache: dict[tuple[Dim, ...], SSAValue] = {}
+
+        body = Block()
+        with self.em.nested(body):
+            for phase_sinks in self._phases():
+                self._emit_phase(phase_sinks)
+        # Prologue ops (dims, sizes, scratch offsets) precede the loops.
+        for op in list(body.ops):
+            op.detach()
+            entry.add_op(op)
+        entry.add_op(func.ReturnOp())
+
+        name = self.src_fn.sym_name.data
+        fn = func.FuncOp(name, (arg_types, []), Region(entry))
+        noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
+        readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
+        attrs = [DictionaryAttr({}), DictionaryAttr({})] + [readonly] * 5 + [readonly, noalias]
+        attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
+        fn.arg_attrs = ArrayAttr(attrs)
+        fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
+        if irgen.SCHEDULE in self.src_fn.attributes:
+            fn.attributes[irgen.SCHEDULE] = self.src_fn.attributes[irgen.SCHEDULE]
+        return fn
+
+    def abi_record(self) -> dict:
+        return {
+            "dims": self.dim_names,
+            "scratch": self.scratch_shapes,
+            "temps": self.temp_shapes,
+        }
+
+    # ------------------------------------------------------------- helpers
+
+    def size_of(self, shape: Sequence[Dim]) -> SSAValue:
+        """The number of elements of a shape, computed once in the prologue."""
+        key = tuple(shape)
+        if key in self._size_cache:
+            return self._size_cache[key]
+        const = 1
+        dynamic: list[SSAValue] = []
+        for d in shape:
+            if isinstance(d, int):
+                const *= d
+            else:
+                dynamic.append(self.dims[d])
+        result = self.em.index_const(const)
+        for d in dynamic:
+            result = self.em.pre(arith.MuliOp(result, d))
+        self._size_cache[key] = result
+        return result
+
+    def extent(self, d: Dim) -> SSAValue:
+        return self.em.index_const(d) if isinstance(d, int) else self.dims[d]
+
+    def alloc_scratch(self, shape: Sequence[Dim]) -> SSAValue:
+        """Per-thread scratch: returns the base index of a fresh region."""
+        base = self.scratch_top
+        self.scratch_top = self.em.pre(arith.AddiOp(base, self.size_of(shape)))
+        self.scratch_shapes.append([d for d in shape])
+        return base
+
+    def linear(self, base: SSAValue, shape: Sequence[Dim], idx: Sequence[SSAValue]) -> SSAValue:
+        """base + row-major offset of idx (a prefix-length index) in shape."""
+        assert len(idx) == len(shape)
+        offset: SSAValue | None = None
+        for i, d in zip(idx, shape):
+            offset = i if offset is None else self.em.op(arith.AddiOp(self.em.op(arith.MuliOp(offset, self.extent(d))), i))
+        if offset is None:
+            return base
+        return self.em.op(arith.AddiOp(base, offset))
+
+    def row_base(self, row: SSAValue, shape: Sequence[Dim]) -> SSAValue:
+        return self.em.op(arith.MuliOp(row, self.size_of(shape)))
+
+    def load(self, buf: SSAValue, i: SSAValue) -> SSAValue:
+        return self.em.op(memref.LoadOp.get(buf, [i]))
+
+    def store(self, value: SSAValue, buf: SSAValue, i: SSAValue) -> None:
+        self.em.op(memref.StoreOp.get(value, buf, [i]))
+
+    def for_features(
+        self,
+        shape: Sequence[Dim],
+        body: Callable[[list[SSAValue]], None],
+        idx: list[SSAValue] | None = None,
+        hoist: Sequence[SSAValue] = (),
+        ctx: "_Context | None" = None,
+    ) -> None:
+        """Emits a loop.for_feature nest over shape and calls body(indices) innermost.
+
+        Sub-values of `hoist` whose shape is exactly the indices known at a
+        depth are computed at that depth, not per element of the deeper
+        loops (a per-head attention weight once per head, not per feature).
+        """
+        idx = idx or []
+        if hoist and ctx is not None and len(idx) < len(shape):
+            for root in hoist:
+                self._hoist(root, idx, ctx)
+        if len(idx) == len(shape):
+            body(idx)
+            return
+        d = shape[len(idx)]
+        block = Block(arg_types=[index])
+        with self.em.nested(block):
+            self.for_features(shape, body, idx + [block.args[0]], hoist, ctx)
+            self.em.op(loop.YieldOp())
+        self.em.op(loop.ForFeatureOp(self.extent(d), block, dim=str(d)))
+
+    def scalar_loop(self, extent: SSAValue, init: SSAValue, body: Callable[[SSAValue, SSAValue], SSAValue]) -> SSAValue:
+        """scf.for with one loop-carried scalar: a reduction inside one element."""
+        block = Block(arg_types=[index, init.type])
+        with self.em.nested(block):
+            result = body(block.args[0], block.args[1])
+            self.em.op(scf.YieldOp(result))
+        op = scf.ForOp(self.em.index_const(0), extent, self.em.index_const(1), [init], block)
+        self.em.op(op)
+        return op.results[0]
+
+    # -------------------------------------------------------------- phases
+
+    def _phases(self) -> list[list[_Sink]]:
+        sinks: list[_Sink] = []
+        for value, name, rtype, buf in zip(self.ret.operands, self.result_names, self.result_types, self.result_buf):
+            sinks.append(_Sink(value, buf, rtype.domain.data, rtype.shape, name))
+        for m in self.materializes:
+            t = m.result.type
+            assert isinstance(t, graph.TensorType)
+            self.temp_shapes.append(list(t.shape))
+            sinks.append(_Sink(m.operand, self.temp_buf[m], "V", t.shape, "materialized"))
+        phase_of: dict[SSAValue, int] = {}
+
+        def phase(v: SSAValue) -> int:
+            if v in phase_of:
+                return phase_of[v]
+            op = v.owner
+            p = 0
+            if isinstance(op, graph.GatherOp) and isinstance(op.tensor.owner, graph.MaterializeOp):
+                p = phase(op.tensor.owner.operand) + 1
+            elif isinstance(op, Operation):
+                p = max((phase(o) for o in op.operands), default=0)
+            phase_of[v] = p
+            return p
+
+        by_phase: dict[int, list[_Sink]] = {}
+        for s in sinks:
+            by_phase.setdefault(phase(s.value), []).append(s)
+        return [by_phase[p] for p in sorted(by_phase)]
+
+    def _emit_phase(self, sinks: list[_Sink]) -> None:
+        body = Block(arg_types=[index])
+        v = body.args[0]
+        schedule = self.src_fn.attributes.get(irgen.SCHEDULE)
+        with self.em.nested(body):
+            self._emit_destination(v, sinks)
+            self.em.op(loop.YieldOp())
+        self.em.op(loop.ForDstOp(self.V, body, schedule if isinstance(schedule, DictionaryAttr) else None))
+
+    # ------------------------------------------------- one destination's work
+
+    def _emit_destination(self, v: SSAValue, sinks: list[_Sink]) -> None:
+        reductions: dict[tuple[Operation, str], _Reduction] = {}
+        level_of: dict[SSAValue, int] = {}
+
+        def dep_level(x: SSAValue) -> int:
+            """The highest reduction level x needs (0: none)."""
+            if x in level_of:
+                return level_of[x]
+            op = x.owner
+            if isinstance(op, graph.AggregateOp):
+                r = _Reduction(op.kind.data, op.operand, op)
+                r.level = 1 + dep_level(op.operand)
+                reductions[(op, "agg")] = r
+                lvl = r.level
+            elif isinstance(op, graph.EdgeSoftmaxOp):
+                rmax = _Reduction("softmax_max", op.operand, op, 1 + dep_level(op.operand))
+                rsum = _Reduction("softmax_sum", op.operand, op, rmax.level + 1)
+                reductions[(op, "max")] = rmax
+                reductions[(op, "sum")] = rsum
+                lvl = rsum.level
+            elif isinstance(op, graph.GatherOp) or not isinstance(op, Operation):
+                lvl = 0
+            else:
+                lvl = max((dep_level(o) for o in op.operands), default=0)
+            level_of[x] = lvl
+            return lvl
+
+        edge_sinks: dict[int, list[_Sink]] = {}
+        vertex_sinks: list[_Sink] = []
+        for s in sinks:
+            lvl = dep_level(s.value)
+            if s.domain == "E":
+                edge_sinks.setdefault(lvl + 1, []).append(s)
+            else:
+                vertex_sinks.append(s)
+
+        # An aggregation whose only use is a vertex result accumulates in the
+        # output row itself: no scratch, no copy.
+        in_place: dict[Operation, _Sink] = {}
+        for s in vertex_sinks:
+            owner = s.value.owner
+            if isinstance(owner, graph.AggregateOp) and len(list(s.value.uses)) == 1 and s.buffer in self.result_buf:
+                in_place[owner] = s
+
+        self.acc: dict[tuple[Operation, str], _Accumulator] = {}
+        vctx = _Context(v=v)
+        max_level = max([r.level for r in reductions.values()] + list(edge_sinks) + [0])
+        count = None
+        for lvl in range(1, max_level + 1):
+            at_level = [(key, r) for key, r in reductions.items() if r.level == lvl]
+            for key, r in at_level:
+                self._init_accumulator(key, r, v, in_place)
+            stores = edge_sinks.get(lvl, [])
+            if at_level or stores:
+                self._emit_edge_loop(v, at_level, stores)
+            if count is None and at_level:
+                count = self._in_degree(v)
+            for key, r in at_level:
+                self._finalize_accumulator(key, r, count)
+
+        for s in vertex_sinks:
+            owner = s.value.owner
+            if isinstance(owner, graph.AggregateOp) and in_place.get(owner) is s:
+                continue
+            self._precompute(s.value, vctx)
+            base = self.row_base(v, s.shape)
+
+            def store_elem(idx: list[SSAValue], s: _Sink = s, base: SSAValue = base) -> None:
+                val = self.value_at(s.value, idx, vctx)
+                self.store(val, s.buffer, self.linear(base, s.shape, idx))
+
+            self.for_features(s.shape, store_elem, hoist=[s.value], ctx=vctx)
+
+    def _in_degree(self, v: SSAValue) -> SSAValue:
+        one = self.em.index_const(1)
+        lo = self.load(self.indptr, v)
+        hi = self.load(self.indptr, self.em.op(arith.AddiOp(v, one)))
+        return self.em.op(arith.SubiOp(hi, lo))
+
+    def _init_accumulator(self, key, r: _Reduction, v: SSAValue, in_place: dict) -> None:
+        t = r.value.type
+        assert isinstance(t, graph.ValueType)
+        shape = t.shape
+        if key[1] == "agg" and key[0] in in_place:
+            sink = in_place[key[0]]
+            acc = _Accumulator(sink.buffer, self.row_base(v, shape), shape, in_place=True)
+        else:
+            acc = _Accumulator(self.scratch, self.alloc_scratch(shape), shape)
+        self.acc[key] = acc
+        init = {
+            "sum": 0.0, "mean": 0.0, "softmax_sum": 0.0,
+            "max": -pymath.inf, "softmax_max": -pymath.inf, "min": pymath.inf,
+        }[r.kind]
+        c = self.em.float_const(init, self.elem)
+        self.for_features(shape, lambda idx: self.store(c, acc.buffer, self.linear(acc.base, shape, idx)))
+
+    def _finalize_accumulator(self, key, r: _Reduction, count: SSAValue) -> None:
+        acc = self.acc[key]
+        if r.kind not in ("mean", "max", "min"):
+            return
+        zero_i = self.em.index_const(0)
+        zero = self.em.float_const(0.0, self.elem)
+        empty = self.em.op(arith.CmpiOp(count, zero_i, "eq"))
+        if r.kind == "mean":
+            as_int = self.em.op(arith.IndexCastOp(count, i64))
+            n = self.em.op(arith.SIToFPOp(as_int, self.elem))
+
+        def fix(idx: list[SSAValue]) -> None:
+            at = self.linear(acc.base, acc.shape, idx)
+            val = self.load(acc.buffer, at)
+            if r.kind == "mean":
+                val = self.em.op(arith.DivfOp(val, n))
+            self.store(self.em.op(arith.SelectOp(empty, zero, val)), acc.buffer, at)
+
+        self.for_features(acc.shape, fix)
+
+    def _emit_edge_loop(self, v: SSAValue, reductions, stores: list[_Sink]) -> None:
+        block = Block(arg_types=[index, index, index])
+        _, u, e = block.args
+        ctx = _Context(v=v, u=u, e=e)
+        with self.em.nested(block):
+            for key, r in reductions:
+                self._precompute(r.value, ctx)
+                acc = self.acc[key]
+                self.for_features(
+                    acc.shape,
+                    lambda idx, key=key, r=r, acc=acc: self._accumulate(key, r, acc, idx, ctx),
+                    hoist=[r.value],
+                    ctx=ctx,
+                )
+            for s in stores:
+                self._precompute(s.value, ctx)
+                base = self.row_base(e, s.shape)
+                self.for_features(
+                    s.shape,
+                    lambda idx, s=s, base=base: self.store(
+                        self.value_at(s.value, idx, ctx), s.buffer, self.linear(base, s.shape, idx)
+                    ),
+                    hoist=[s.value],
+                    ctx=ctx,
+                )
+            self.em.op(loop.YieldOp())
+        self.em.op(loop.ForInEdgesOp(v, self.indptr, self.src, self.eid, block))
+
+    def _accumulate(self, key, r: _Reduction, acc: _Accumulator, idx: list[SSAValue], ctx: _Context) -> None:
+        at = self.linear(acc.base, acc.shape, idx)
+        old = self.load(acc.buffer, at)
+        x = self.value_at(r.value, idx, ctx)
+        if r.kind in ("sum", "mean"):
+            new = self.em.op(arith.AddfOp(old, x))
+        elif r.kind in ("max", "softmax_max"):
+            new = self.em.op(arith.MaximumfOp(old, x))
+        elif r.kind == "min":
+            new = self.em.op(arith.MinimumfOp(old, x))
+        else:  # softmax_sum: sum of exp(s - max)
+            m = self.load(self.acc[(r.owner, "max")].buffer, self.linear(self.acc[(r.owner, "max")].base, acc.shape, idx))
+            new = self.em.op(arith.AddfOp(old, self.em.op(math.ExpOp(self.em.op(arith.SubfOp(x, m))))))
+        self.store(new, acc.buffer, at)
+
+    # ---------------------------------------------- dot / matvec into scratch
+
+    def _precompute(self, root: SSAValue, ctx: _Context) -> None:
+        """Computes every dot / matvec that root needs, innermost first."""
+        order: list[Operation] = []
+        seen: set[SSAValue] = set()
+
+        def visit(x: SSAValue) -> None:
+            if x in seen or x in ctx.computed:
+                return
+            seen.add(x)
+            op = x.owner
+            if isinstance(op, graph.AggregateOp | graph.GatherOp) or not isinstance(op, Operation):
+                return
+            if isinstance(op, graph.EdgeSoftmaxOp) and ctx.u is None:
+                return
+            for o in op.operands:
+                visit(o)
+            if isinstance(op, graph.DotOp | graph.MatVecOp):
+                order.append(op)
+
+        visit(root)
+        for op in order:
+            if isinstance(op, graph.DotOp):
+                self._compute_dot(op, ctx)
+            else:
+                assert isinstance(op, graph.MatVecOp)
+                self._compute_matvec(op, ctx)
+
+    def _compute_dot(self, op: graph.DotOp, ctx: _Context) -> None:
+        a = op.lhs.type
+        assert isinstance(a, graph.ValueType)
+        shape, k = a.shape[:-1], a.shape[-1]
+        base = self.alloc_scratch(shape)
+        zero = self.em.float_const(0.0, self.elem)
+
+        def elem(idx: list[SSAValue]) -> None:
+            def step(i: SSAValue, acc: SSAValue) -> SSAValue:
+                prod = self.em.op(arith.MulfOp(self.value_at(op.lhs, idx + [i], ctx), self.value_at(op.rhs, idx + [i], ctx)))
+                return self.em.op(arith.AddfOp(acc, prod))
+
+            total = self.scalar_loop(self.extent(k), zero, step)
+            self.store(total, self.scratch, self.linear(base, shape, idx))
+
+        self.for_features(shape, elem)
+        ctx.computed[op.result] = (self.scratch, base)
+
+    def _compute_matvec(self, op: graph.MatVecOp, ctx: _Context) -> None:
+        a, w = op.vector.type, op.matrix.type
+        assert isinstance(a, graph.ValueType) and isinstance(w, graph.ValueType)
+        prefix, (k, n) = a.shape[:-1], w.shape
+        out_shape = prefix + (n,)
+        base = self.alloc_scratch(out_shape)
+        zero = self.em.float_const(0.0, self.elem)
+        wbuf = self._tensor_buffer(op.matrix)
+        self.for_features(out_shape, lambda idx: self.store(zero, self.scratch, self.linear(base, out_shape, idx)))
+
+        # out[.., n] += a[.., k] * W[k, n], n innermost: W's rows are
+        # contiguous, so the inner loop vectorises.
+        def row(idx: list[SSAValue]) -> None:
+            ak = self.value_at(op.vector, idx[:-1] + [idx[-1]], ctx)
+            wrow = self.em.op(arith.MuliOp(idx[-1], self.extent(n)))
+
+            def col(jdx: list[SSAValue]) -> None:
+                j = jdx[0]
+                at = self.linear(base, out_shape, idx[:-1] + [j])
+                wv = self.load(wbuf, self.em.op(arith.AddiOp(wrow, j)))
+                old = self.load(self.scratch, at)
+                self.store(self.em.op(arith.AddfOp(old, self.em.op(arith.MulfOp(ak, wv)))), self.scratch, at)
+
+            self.for_features((n,), col)
+
+        self.for_features(prefix + (k,), row)
+        ctx.computed[op.result] = (self.scratch, base)
+
+    def _tensor_buffer(self, value: SSAValue) -> SSAValue:
+        op = value.owner
+        assert isinstance(op, graph.GatherOp) and op.site.data == "param", "matvec needs a parameter matrix"
+        return self.param_buf[op.tensor]
+
+    # ------------------------------------------------- one element of a value
+
+    def _hoist(self, root: SSAValue, idx: list[SSAValue], ctx: _Context) -> None:
+        """Computes the sub-values of root whose shape has exactly len(idx) axes."""
+        seen: set[SSAValue] = set()
+
+        def visit(x: SSAValue) -> None:
+            if x in seen:
+                return
+            seen.add(x)
+            t = x.type
+            assert isinstance(t, graph.ValueType)
+            op = x.owner
+            if len(t.shape) == len(idx) and not isinstance(op, graph.ConstantOp):
+                if ctx.u is not None or t.kind not in ("S", "E"):
+                    self.value_at(x, idx, ctx)
+                return
+            if isinstance(op, graph.AggregateOp | graph.GatherOp) or x in ctx.computed:
+                return
+            if isinstance(op, graph.DotOp | graph.MatVecOp):
+                return
+            if isinstance(op, Operation):
+                for o in op.operands:
+                    visit(o)
+
+        visit(root)
+
+    def value_at(self, x: SSAValue, idx: list[SSAValue], ctx: _Context) -> SSAValue:
+        t = x.type
+        assert isinstance(t, graph.ValueType)
+        idx = idx[: len(t.shape)]
+        key = (x, tuple(idx), id(ctx))
+        found = self.em.lookup(key)
+        if found is not None:
+            return found
+        result = self._value_at(x, idx, ctx)
+        self.em.memo[-1][key] = result
+        return result
+
+    def _value_at(self, x: SSAValue, idx: list[SSAValue], ctx: _Context) -> SSAValue:
+        t = x.type
+        assert isinstance(t, graph.ValueType)
+        op = x.owner
+        if x in ctx.computed:
+            buf, base = ctx.computed[x]
+            return self.load(buf, self.linear(base, t.shape, idx))
+        if isinstance(op, graph.GatherOp):
+            return self._gather(op, idx, ctx)
+        if isinstance(op, graph.ConstantOp):
+            return self.em.float_const(op.value.value.data, self.elem)
+        if isinstance(op, graph.DegreeOp):
+            buf = self.deg_in if op.direction.data == "in" else self.deg_out
+            at = ctx.u if op.site.data == "src" else ctx.v
+            assert at is not None
+            return self.load(buf, at)
+        if isinstance(op, graph.BinaryOp):
+            lhs = self.value_at(op.lhs, idx, ctx)
+            rhs = self.value_at(op.rhs, idx, ctx)
+            cls = {
+                "add": arith.AddfOp, "sub": arith.SubfOp, "mul": arith.MulfOp,
+                "div": arith.DivfOp, "max": arith.MaximumfOp, "min": arith.MinimumfOp,
+            }[op.kind.data]
+            return self.em.op(cls(lhs, rhs))
+        if isinstance(op, graph.UnaryOp):
+            return self._unary(op, self.value_at(op.operand, idx, ctx))
+        if isinstance(op, graph.AggregateOp):
+            acc = self.acc[(op, "agg")]
+            return self.load(acc.buffer, self.linear(acc.base, acc.shape, idx))
+        if isinstance(op, graph.EdgeSoftmaxOp):
+            s = self.value_at(op.operand, idx, ctx)
+            m_acc, z_acc = self.acc[(op, "max")], self.acc[(op, "sum")]
+            m = self.load(m_acc.buffer, self.linear(m_acc.base, m_acc.shape, idx))
+            z = self.load(z_acc.buffer, self.linear(z_acc.base, z_acc.shape, idx))
+            ex = self.em.op(math.ExpOp(self.em.op(arith.SubfOp(s, m))))
+            return self.em.op(arith.DivfOp(ex, z))
+        raise AssertionError(f"convert-graph-to-loop: cannot lower {op}")
+
+    def _gather(self, op: graph.GatherOp, idx: list[SSAValue], ctx: _Context) -> SSAValue:
+        site = op.site.data
+        t = op.tensor.type
+        assert isinstance(t, graph.TensorType)
+        shape = t.shape
+        owner = op.tensor.owner
+        buf = self.temp_buf[owner] if isinstance(owner, graph.MaterializeOp) else self.param_buf[op.tensor]
+        if site == "param":
+            return self.load(buf, self.linear(self.em.index_const(0), shape, idx))
+        row = {"src": ctx.u, "dst": ctx.v, "edge": ctx.e}[site]
+        assert row is not None, f"gather at {site} outside an edge loop"
+        return self.load(buf, self.linear(self.row_base(row, shape), shape, idx))
+
+    def _unary(self, op: graph.UnaryOp, x: SSAValue) -> SSAValue:
+        kind = op.kind.data
+        if kind == "neg":
+            return self.em.op(arith.NegfOp(x))
+        if kind in ("exp", "log", "sqrt", "rsqrt", "abs", "tanh"):
+            cls = {
+                "exp": math.ExpOp, "log": math.LogOp, "sqrt": math.SqrtOp,
+                "rsqrt": math.RsqrtOp, "abs": math.AbsFOp, "tanh": math.TanhOp,
+            }[kind]
+            return self.em.op(cls(x))
+        zero = self.em.float_const(0.0, self.elem)
+        if kind == "relu":
+            # max(x, 0) that keeps NaN: NaN > 0 is false, so select x when x is not > 0 ... only if NaN
+            positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
+            return self.em.op(arith.SelectOp(positive, x, zero))
+        if kind == "sigmoid":
+            one = self.em.float_const(1.0, self.elem)
+            denom = self.em.op(arith.AddfOp(one, self.em.op(math.ExpOp(self.em.op(arith.NegfOp(x))))))
+            return self.em.op(arith.DivfOp(one, denom))
+        if kind == "leaky_relu":
+            slope = self.em.float_const(op.slope_value, self.elem)
+            positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
+            return self.em.op(arith.SelectOp(positive, x, self.em.op(arith.MulfOp(x, slope))))
+        raise AssertionError(f"unknown unary {kind}")
+
+
+class ConvertGraphToLoopPass(ModulePass):
+    """Lowers every graph-dialect kernel to a loop-dialect function with the gnnc ABI."""
+
+    name = "convert-graph-to-loop"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in list(op.ops):
+            if isinstance(fn, func.FuncOp) and irgen.RESULT_NAMES in fn.attributes:
+                new = KernelLowering(fn).build()
+                op.body.block.insert_op_before(new, fn)
+                fn.detach()
+                fn.erase()

@@ -1,0 +1,128 @@
+"""convert-loop-to-scf: the loop dialect's three loops become `scf.for`.
+
+`loop.for_in_edges` reads its bounds from the in-CSR offsets and, per
+position, the edge's source and user edge id; the other two loops are plain
+counted loops. Schedule dictionaries must have been consumed by the schedule
+passes before this point: a loop that still carries one is an error, so a
+schedule can never be dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.context import Context
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
+
+from gnnc.dialects import loop
+from gnnc.errors import CompileError
+
+index = IndexType()
+
+
+def _const(value: int) -> arith.ConstantOp:
+    return arith.ConstantOp(IntegerAttr(value, index))
+
+
+PerIteration = Callable[[SSAValue], tuple[list[Operation], list[SSAValue]]]
+
+
+def _to_scf_for(
+    rewriter: PatternRewriter,
+    op: Operation,
+    lower: SSAValue,
+    upper: SSAValue,
+    prelude: list[Operation],
+    body: Block,
+    per_iteration: PerIteration | None = None,
+) -> None:
+    """Replaces op by `scf.for` over [lower, upper) running body.
+
+    `per_iteration(iv)` returns ops to run at the top of each iteration and
+    the values that stand for body's arguments (default: just iv).
+    """
+    one = _const(1)
+    new_body = Block(arg_types=[index])
+    iv = new_body.args[0]
+    ops, values = per_iteration(iv) if per_iteration else ([], [iv])
+    new_body.add_ops(ops)
+    rewriter.inline_block(body, InsertPoint.at_end(new_body), values)
+    terminator = new_body.last_op
+    assert isinstance(terminator, loop.YieldOp)
+    rewriter.replace_op(terminator, scf.YieldOp())
+    loop_op = scf.ForOp(lower, upper, one, [], new_body)
+    rewriter.replace_op(op, [*prelude, one, loop_op], [])
+
+
+def _check_schedule_consumed(op: loop.ForDstOp | loop.ForInEdgesOp | loop.ForFeatureOp) -> None:
+    if op.schedule is not None and len(op.schedule.data) > 0:
+        keys = ", ".join(sorted(op.schedule.data))
+        raise CompileError(f"'{op.name}' still carries schedule {keys}: no pass implemented it")
+
+
+class LowerForDst(RewritePattern):
+    """loop.for_dst -> scf.for over [0, num_vertices)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: loop.ForDstOp, rewriter: PatternRewriter) -> None:
+        _check_schedule_consumed(op)
+        zero = _const(0)
+        _to_scf_for(rewriter, op, zero.result, op.num_vertices, [zero], op.body.block)
+
+
+class LowerForFeature(RewritePattern):
+    """loop.for_feature -> scf.for over [0, extent)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: loop.ForFeatureOp, rewriter: PatternRewriter) -> None:
+        _check_schedule_consumed(op)
+        zero = _const(0)
+        _to_scf_for(rewriter, op, zero.result, op.extent, [zero], op.body.block)
+
+
+class LowerForInEdges(RewritePattern):
+    """loop.for_in_edges -> scf.for over [indptr[v], indptr[v+1]) loading src and eid."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: loop.ForInEdgesOp, rewriter: PatternRewriter) -> None:
+        _check_schedule_consumed(op)
+        one = _const(1)
+        next_v = arith.AddiOp(op.dst, one)
+        lo_raw = memref.LoadOp.get(op.indptr, [op.dst])
+        hi_raw = memref.LoadOp.get(op.indptr, [next_v])
+        lo = arith.IndexCastOp(lo_raw, index)
+        hi = arith.IndexCastOp(hi_raw, index)
+
+        def per_edge(pos: SSAValue) -> tuple[list[Operation], list[SSAValue]]:
+            u_raw = memref.LoadOp.get(op.src, [pos])
+            e_raw = memref.LoadOp.get(op.eid, [pos])
+            u = arith.IndexCastOp(u_raw, index)
+            e = arith.IndexCastOp(e_raw, index)
+            return [u_raw, e_raw, u, e], [pos, u.result, e.result]
+
+        _to_scf_for(
+            rewriter, op, lo.result, hi.result, [one, next_v, lo_raw, hi_raw, lo, hi], op.body.block, per_edge
+        )
+
+
+class ConvertLoopToScfPass(ModulePass):
+    """Lowers loop.for_dst / for_in_edges / for_feature to scf.for."""
+
+    name = "convert-loop-to-scf"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([LowerForDst(), LowerForInEdges(), LowerForFeature()]),
+            apply_recursively=True,
+        ).rewrite_module(op)

@@ -1,0 +1,62 @@
+"""The compilation pipelines, each one declarative list of pass names.
+
+`gnnc passes` prints them; `--print-ir-after NAME` and `--dump-ir` use these
+names; a test can run any prefix. Stages after `convert-loop-to-scf` leave
+xDSL: `translate-to-llvm` (LLVM IR), `llvm-opt` (LLVM's O3), `emit-asm`.
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, func, math, memref, scf
+from xdsl.passes import ModulePass
+from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+from gnnc.dialects.graph import Graph
+from gnnc.dialects.loop import Loop
+from gnnc.passes.canonicalize_graph import GraphCanonicalizePass
+from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
+from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
+
+#: Every xDSL pass gnnc runs, by command-line name.
+PASSES: dict[str, type[ModulePass]] = {
+    p.name: p
+    for p in (
+        GraphCanonicalizePass,
+        CommonSubexpressionElimination,
+        DeadCodeElimination,
+        ConvertGraphToLoopPass,
+        ConvertLoopToScfPass,
+    )
+}
+
+#: frontend -> graph passes -> loop passes -> lowering, for the CPU target.
+CPU_PIPELINE: tuple[str, ...] = (
+    "graph-canonicalize",
+    "cse",
+    "dce",
+    "convert-graph-to-loop",
+    "convert-loop-to-scf",
+)
+
+#: Stages that come after the xDSL passes, run by the CPU backend.
+CPU_BACKEND_STAGES: tuple[str, ...] = ("translate-to-llvm", "llvm-opt", "emit-asm")
+
+#: The stage before any pass: the graph dialect as the frontend built it.
+FRONTEND_STAGE = "irgen"
+
+
+def make_context() -> Context:
+    """A context with every dialect gnnc's dumps use, so they parse back."""
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Graph, Loop):
+        ctx.load_dialect(dialect)
+    from gnnc.dialects.llvm_ext import LlvmExt
+
+    ctx.load_dialect(LlvmExt)
+    return ctx
+
+
+def all_stage_names() -> list[str]:
+    return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
