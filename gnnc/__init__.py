@@ -1,3 +1,44 @@
-"""gnnc: a compiler for graph neural network message-passing kernels."""
+"""gnnc: a compiler for graph neural network message-passing kernels.
+
+    import gnnc
+    graph = gnnc.Graph(edge_index)
+    module = gnnc.compile("examples/gat.gnn")
+    result = module.gat(graph, h=h, el=el, er=er)   # {'out': ..., 'alpha': ...}
+
+Importing gnnc loads only the runtime; the compiler (xDSL, llvmlite) is
+imported on the first `gnnc.compile`.
+"""
 
 __version__ = "0.1.0"
+
+from gnnc.errors import (  # noqa: E402
+    ArgumentError,
+    CompileError,
+    GnncError,
+    GraphError,
+    SourceError,
+    ToolchainError,
+)
+from gnnc.runtime.graph import Graph  # noqa: E402
+from gnnc.runtime.module import Module, load  # noqa: E402
+
+
+def compile(source_or_path, **options):  # noqa: A001 - the natural name for users
+    """Compiles a .gnn file or source text and loads it; see `gnnc.api.compile`."""
+    from gnnc.api import compile as _compile
+
+    return _compile(source_or_path, **options)
+
+
+__all__ = [
+    "ArgumentError",
+    "CompileError",
+    "GnncError",
+    "Graph",
+    "GraphError",
+    "Module",
+    "SourceError",
+    "ToolchainError",
+    "compile",
+    "load",
+]

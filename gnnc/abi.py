@@ -42,3 +42,6 @@ GRAPH_ARGUMENTS = (
 
 #: Symbol of the JSON metadata record in every gnnc shared object.
 METADATA_SYMBOL = "gnnc_metadata"
+
+#: Prefix of every kernel's C symbol.
+SYMBOL_PREFIX = "gnnc_"

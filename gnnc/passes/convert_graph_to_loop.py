@@ -208,7 +208,8 @@ class KernelLowering:
             entry.add_op(op)
         entry.add_op(func.ReturnOp())
 
-        name = self.src_fn.sym_name.data
+        # A prefix keeps kernel symbols apart from libc's (a kernel named `exp`).
+        name = abi.SYMBOL_PREFIX + self.src_fn.sym_name.data
         fn = func.FuncOp(name, (arg_types, []), Region(entry))
         noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
@@ -432,7 +433,7 @@ class KernelLowering:
         one = self.em.index_const(1)
         lo = self.load(self.indptr, v)
         hi = self.load(self.indptr, self.em.op(arith.AddiOp(v, one)))
-        return self.em.op(arith.SubiOp(hi, lo))
+        return self.em.op(arith.IndexCastOp(self.em.op(arith.SubiOp(hi, lo)), index))
 
     def _init_accumulator(self, key, r: _Reduction, v: SSAValue, in_place: dict) -> None:
         t = r.value.type

@@ -60,9 +60,9 @@ def _to_scf_for(
     rewriter.inline_block(body, InsertPoint.at_end(new_body), values)
     terminator = new_body.last_op
     assert isinstance(terminator, loop.YieldOp)
-    rewriter.replace_op(terminator, scf.YieldOp())
+    rewriter.replace(terminator, scf.YieldOp())
     loop_op = scf.ForOp(lower, upper, one, [], new_body)
-    rewriter.replace_op(op, [*prelude, one, loop_op], [])
+    rewriter.replace(op, [*prelude, one, loop_op], [])
 
 
 def _check_schedule_consumed(op: loop.ForDstOp | loop.ForInEdgesOp | loop.ForFeatureOp) -> None:

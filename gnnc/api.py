@@ -1,0 +1,59 @@
+"""`gnnc.compile`: source text or a .gnn path in, a callable module out."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gnnc.errors import ArgumentError
+from gnnc.runtime.module import Module
+
+
+class ReferenceKernel:
+    """A kernel evaluated by the numpy reference (float64), for checking."""
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+        self.name = kernel.name
+
+    def __call__(self, graph: Any, *args: Any, **kwargs: Any) -> Any:
+        from gnnc import reference
+
+        for option in ("threads", "schedule", "out"):
+            kwargs.pop(option, None)
+        return reference.evaluate(self.kernel, graph, *args, **kwargs)
+
+
+class ReferenceModule:
+    """The kernels of a source file, run by the reference instead of compiled."""
+
+    def __init__(self, program: Any):
+        self.kernels = {k.name: ReferenceKernel(k) for k in program.kernels}
+
+    def __getattr__(self, name: str) -> ReferenceKernel:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(f"no kernel named {name!r}; there are {sorted(kernels)}")
+
+
+def compile(
+    source_or_path: str | os.PathLike,
+    *,
+    target: str = "cpu",
+    cpu: str = "native",
+    kernels: list[str] | None = None,
+    opt_level: int = 3,
+) -> Module | ReferenceModule:
+    """Compiles kernels (cached) and loads them; `target="reference"` runs numpy instead."""
+    from gnnc import compiler
+
+    source, file = compiler.read_source(source_or_path)
+    if target == "reference":
+        from gnnc.frontend import parse_and_check
+
+        return ReferenceModule(parse_and_check(source, file))
+    if target != "cpu":
+        raise ArgumentError(f"unknown target {target!r}: use 'cpu' or 'reference'")
+    options = compiler.CompileOptions(target=target, cpu=cpu, kernels=kernels, opt_level=opt_level)
+    return Module(compiler.compile_cached(source, file, options))

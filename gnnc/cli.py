@@ -1,0 +1,127 @@
+"""The `gnnc` command line: compile, check, passes.
+
+Errors a user can cause print as `gnnc: error: ...` (source errors with their
+location and caret) and exit with status 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gnnc import __version__
+from gnnc.errors import GnncError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gnnc", description="A compiler for graph neural network kernels.")
+    parser.add_argument("--version", action="version", version=f"gnnc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compile", help="compile a .gnn file to a shared object (or stop at an IR stage)")
+    c.add_argument("file", help="the .gnn source file")
+    c.add_argument("-o", "--output", help="output path ('-' for stdout; default: FILE.so, or stdout for text stages)")
+    c.add_argument("--emit", choices=("graph", "loop", "scf", "llvm", "asm", "obj", "so"), default="so",
+                   help="what to write: an IR stage, assembly, an object file or a shared object (default)")
+    c.add_argument("--target", default="cpu", choices=("cpu",), help="the target (default: cpu)")
+    c.add_argument("--cpu", default="native", help="instruction set: native (default), x86-64-v2, x86-64-v3, x86-64-v4")
+    c.add_argument("-O", dest="opt_level", type=int, default=3, choices=(0, 1, 2, 3), help="LLVM optimisation level")
+    c.add_argument("--kernel", action="append", dest="kernels", help="compile only this kernel (repeatable)")
+    c.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every stage to stderr")
+    c.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
+                   help="print the IR after this pass or stage (repeatable; see `gnnc passes`)")
+    c.add_argument("--dump-ir", metavar="DIR", help="write the IR after every stage to DIR, one numbered file each")
+    c.add_argument("--header", metavar="OUT.h", help="also write a C header for the kernels' ABI")
+
+    k = sub.add_parser("check", help="parse and check a .gnn file; report errors")
+    k.add_argument("file")
+
+    sub.add_parser("passes", help="list the pipeline's passes and stages, in order")
+    return parser
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from gnnc import compiler
+    from gnnc.backends.cpu.header import write_header
+    from gnnc.passes import pipeline
+
+    source, file = compiler.read_source(Path(args.file))
+    unknown = [p for p in args.print_ir_after if p not in pipeline.all_stage_names()]
+    if unknown:
+        raise GnncError(
+            f"unknown pass {', '.join(unknown)} for --print-ir-after; the stages are: "
+            + ", ".join(pipeline.all_stage_names())
+        )
+    observer = compiler.IrObserver(
+        print_after_all=args.print_ir_after_all,
+        print_after=tuple(args.print_ir_after),
+        dump_dir=Path(args.dump_ir) if args.dump_ir else None,
+    )
+    options = compiler.CompileOptions(target=args.target, cpu=args.cpu, opt_level=args.opt_level, kernels=args.kernels)
+    stop = {"graph": "graph", "loop": "loop", "scf": "scf", "llvm": "llvm"}.get(args.emit)
+    result = compiler.compile_source(source, file, options, observer, stop_after=stop)
+
+    text_stage = {
+        "graph": "dce",
+        "loop": "convert-graph-to-loop",
+        "scf": "convert-loop-to-scf",
+        "llvm": "translate-to-llvm",
+        "asm": "emit-asm",
+    }.get(args.emit)
+    if text_stage is not None:
+        text = result.stages[text_stage] + "\n"
+        if args.output in (None, "-"):
+            sys.stdout.write(text)
+        else:
+            Path(args.output).write_text(text)
+    elif args.emit == "obj":
+        out = Path(args.output or Path(args.file).with_suffix(".o").name)
+        assert result.object_code is not None
+        out.write_bytes(result.object_code)
+    else:
+        out = Path(args.output or Path(args.file).with_suffix(".so").name)
+        compiler.write_shared_object(result, out)
+    if args.header:
+        if not result.metadata:
+            raise GnncError("--header needs a compile that reaches the backend (not --emit graph/loop/scf)")
+        write_header(result.metadata, Path(args.header))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from gnnc import compiler
+    from gnnc.frontend import parse_and_check
+
+    source, file = compiler.read_source(Path(args.file))
+    program = parse_and_check(source, file)
+    names = ", ".join(k.name for k in program.kernels)
+    print(f"{file}: ok ({len(program.kernels)} kernel{'s' if len(program.kernels) != 1 else ''}: {names})")
+    return 0
+
+
+def _passes(args: argparse.Namespace) -> int:
+    from gnnc.passes import pipeline
+
+    print("cpu pipeline:")
+    for i, name in enumerate(pipeline.all_stage_names()):
+        print(f"  {i:2d}  {name}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"compile": _compile, "check": _check, "passes": _passes}[args.command](args)
+    except GnncError as exc:
+        from gnnc.errors import SourceError
+
+        print(str(exc) if isinstance(exc, SourceError) else f"gnnc: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

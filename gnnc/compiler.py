@@ -1,0 +1,245 @@
+"""The compiler driver: source text -> IR stages -> shared object.
+
+It runs the frontend, the xDSL pipeline of `passes/pipeline.py` and the CPU
+backend, shows or dumps the IR after each stage on request, and writes a
+`.so` whose embedded metadata record lets the runtime load it without the
+source. `compile_cached` keeps built objects in a cache keyed by source,
+options and versions; an entry whose checksum does not match is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gnnc import __version__, abi
+from gnnc.errors import CompileError, GnncError
+
+#: What `--emit` can stop at.
+EMIT_KINDS = ("graph", "loop", "scf", "llvm", "asm", "obj", "so")
+
+
+@dataclass
+class CompileOptions:
+    """Everything that changes what the compiler produces (and so the cache key)."""
+
+    target: str = "cpu"
+    cpu: str = "native"
+    opt_level: int = 3
+    #: Compile only these kernels (None: all of them).
+    kernels: list[str] | None = None
+
+    def cache_key_fields(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class IrObserver:
+    """Where IR goes after each stage: `--print-ir-after[-all]`, `--dump-ir DIR`."""
+
+    print_after_all: bool = False
+    print_after: tuple[str, ...] = ()
+    dump_dir: Path | None = None
+    stream: object = field(default=sys.stderr)
+    _count: int = 0
+
+    def __call__(self, stage: str, text: str) -> None:
+        if self.print_after_all or stage in self.print_after:
+            print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)  # type: ignore[arg-type]
+            print(text, file=self.stream)  # type: ignore[arg-type]
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            ext = {"translate-to-llvm": "ll", "llvm-opt": "ll", "emit-asm": "s"}.get(stage, "mlir")
+            (self.dump_dir / f"{self._count:02d}-{stage}.{ext}").write_text(text + "\n")
+        self._count += 1
+
+
+@dataclass
+class CompileResult:
+    metadata: dict
+    stages: dict[str, str]
+    object_code: bytes | None = None
+
+
+def _no_observer(stage: str, text: str) -> None:
+    pass
+
+
+def compile_source(
+    source: str,
+    file: str = "<string>",
+    options: CompileOptions | None = None,
+    observe: Callable[[str, str], None] = _no_observer,
+    stop_after: str | None = None,
+) -> CompileResult:
+    """Compiles source text; `stop_after` is one of EMIT_KINDS (default: obj)."""
+    from gnnc.frontend import parse_and_check
+    from gnnc.frontend.irgen import build_module
+    from gnnc.passes import pipeline
+    from gnnc.runtime.signature import KernelSignature
+
+    options = options or CompileOptions()
+    if options.target != "cpu":
+        raise CompileError(f"target '{options.target}' is not supported yet (only 'cpu')")
+    program = parse_and_check(source, file)
+    if options.kernels is not None:
+        missing = [k for k in options.kernels if k not in {kk.name for kk in program.kernels}]
+        if missing:
+            raise CompileError(f"no kernel named {', '.join(missing)} in {file}")
+    kernels = [k for k in program.kernels if options.kernels is None or k.name in options.kernels]
+    if not kernels:
+        raise CompileError(f"{file} defines no kernel")
+
+    stages: dict[str, str] = {}
+
+    def record(stage: str, text: str) -> None:
+        stages[stage] = text
+        observe(stage, text)
+
+    ctx = pipeline.make_context()
+    module = build_module(program, [k.name for k in kernels])
+    record(pipeline.FRONTEND_STAGE, str(module))
+    signatures = {k.name: KernelSignature.from_ast(k).to_dict() for k in kernels}
+    result = CompileResult(metadata={}, stages=stages)
+    for name in pipeline.CPU_PIPELINE:
+        if stop_after == "loop" and name == "convert-loop-to-scf":
+            return result
+        pipeline.PASSES[name]().apply(ctx, module)
+        try:
+            module.verify()
+        except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
+            raise CompileError(f"internal error: IR after '{name}' does not verify: {exc}") from exc
+        record(name, str(module))
+        if stop_after == "graph" and name == "dce":
+            return result
+    if stop_after == "scf":
+        return result
+
+    from gnnc.backends.cpu import codegen
+    from gnnc.backends.cpu.llvm_translate import translate_module
+
+    target = codegen.resolve_cpu(options.cpu)
+    kernel_records = []
+    from xdsl.dialects import func
+
+    for op in module.ops:
+        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
+            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
+            kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
+            del op.attributes[abi.ABI_ATTR]
+    metadata = {
+        "format": "gnnc-shared-object",
+        "gnnc_version": __version__,
+        "abi_version": abi.ABI_VERSION,
+        "target": options.target,
+        "cpu": target.metadata(),
+        "kernels": kernel_records,
+    }
+    result.metadata = metadata
+    ir_module = translate_module(module, module_name=Path(file).stem or "gnnc")
+    codegen.embed_metadata(ir_module, metadata)
+    record("translate-to-llvm", str(ir_module))
+    if stop_after == "llvm":
+        return result
+    opt_ir, obj, asm = codegen.optimize_and_emit(ir_module, target, options.opt_level)
+    record("llvm-opt", opt_ir)
+    record("emit-asm", asm)
+    result.object_code = obj
+    return result
+
+
+def write_shared_object(result: CompileResult, out_path: str | os.PathLike) -> None:
+    from gnnc.backends.cpu import codegen
+
+    assert result.object_code is not None
+    codegen.link_shared_object(result.object_code, Path(out_path))
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("GNNC_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gnnc" / "kernels"
+
+
+def cache_key(source: str, options: CompileOptions) -> str:
+    import llvmlite
+    import xdsl
+
+    fields = {
+        "source": source,
+        "options": options.cache_key_fields(),
+        "gnnc": __version__,
+        "abi": abi.ABI_VERSION,
+        "llvmlite": llvmlite.__version__,
+        "xdsl": str(getattr(xdsl, "__version__", "?")),
+        "compiler": _compiler_fingerprint(),
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _compiler_fingerprint() -> str:
+    """A digest of gnnc's own compiler sources: editing them invalidates the cache."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for sub in ("frontend", "dialects", "passes", "backends"):
+        for path in sorted((root / sub).rglob("*.py")):
+            digest.update(path.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compile_cached(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
+    """The path of a shared object for source, built or taken from the cache."""
+    options = options or CompileOptions()
+    directory = cache_dir()
+    key = cache_key(source, options)
+    so_path = directory / f"{key}.so"
+    digest_path = directory / f"{key}.sha256"
+    if so_path.exists() and digest_path.exists():
+        try:
+            if digest_path.read_text().strip() == _sha256_file(so_path):
+                return so_path
+        except OSError:
+            pass
+    result = compile_source(source, file, options)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        tmp_so = Path(tmp) / "kernel.so"
+        write_shared_object(result, tmp_so)
+        digest = _sha256_file(tmp_so)
+        # The .so lands first, its digest second: a reader that sees the
+        # digest sees a complete object; a crash in between leaves a
+        # mismatch, which is rebuilt.
+        os.replace(tmp_so, so_path)
+        tmp_digest = Path(tmp) / "digest"
+        tmp_digest.write_text(digest + "\n")
+        os.replace(tmp_digest, digest_path)
+    return so_path
+
+
+def read_source(source_or_path: str | os.PathLike) -> tuple[str, str]:
+    """(text, file name) for source text or a path to a .gnn file."""
+    if isinstance(source_or_path, os.PathLike) or (
+        isinstance(source_or_path, str) and "\n" not in source_or_path and source_or_path.endswith(".gnn")
+    ):
+        path = Path(source_or_path)
+        try:
+            return path.read_text(), str(path)
+        except OSError as exc:
+            raise GnncError(f"cannot read {path}: {exc.strerror}") from exc
+    return str(source_or_path), "<string>"

@@ -1,0 +1,139 @@
+"""The `llvm_ext` dialect: the few LLVM-level ops the upstream dialects lack.
+
+gnnc translates `scf` / `arith` / `math` / `memref` straight to LLVM IR
+(`gnnc/backends/cpu/llvm_translate.py`); the ops here are the ones with no
+upstream structured counterpart, each mapping to one LLVM intrinsic.
+
+    llvm_ext.prefetch %buf[%i] {write = false, locality = 3} : memref<?xf32>
+    llvm_ext.store_buffer %buf, %closure[%c0] : memref<?xf32>, memref<?xi64>
+    %b = llvm_ext.load_buffer %closure[%c0] : memref<?xi64> -> memref<?xf32>
+
+Function addresses (for GOMP_parallel's outlined body) use the upstream
+`llvm.mlir.addressof @fn : !llvm.ptr`, which the translation also handles.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, IntegerType, MemRefType
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    VarConstraint,
+    irdl_op_definition,
+    opt_attr_def,
+    operand_def,
+    result_def,
+)
+from xdsl.utils.exceptions import VerifyException
+
+
+@irdl_op_definition
+class PrefetchOp(IRDLOperation):
+    """A cache hint for `buf[index]` of a 1-D buffer: `llvm.prefetch.p0`.
+
+    `write` asks for the line in a writable state; `locality` is LLVM's temporal
+    locality, 0 (none, streaming) .. 3 (keep in all cache levels). A prefetch
+    never faults, so an index past the end is harmless.
+    """
+
+    name = "llvm_ext.prefetch"
+
+    T: ClassVar = VarConstraint("T", AnyAttr())
+
+    memref = operand_def(MemRefType.constr(T))
+    index = operand_def(IndexType())
+    write = opt_attr_def(IntegerAttr)
+    locality = opt_attr_def(IntegerAttr)
+
+    assembly_format = "$memref `[` $index `]` attr-dict `:` type($memref)"
+
+    def __init__(
+        self, memref: SSAValue | Operation, index: SSAValue | Operation, *, write: bool = False, locality: int = 3
+    ):
+        super().__init__(
+            operands=[memref, index],
+            attributes={"write": BoolAttr.from_bool(write), "locality": IntegerAttr(locality, IntegerType(32))},
+        )
+
+    @property
+    def is_write(self) -> bool:
+        return self.write is not None and bool(self.write.value.data)
+
+    @property
+    def locality_level(self) -> int:
+        return 3 if self.locality is None else self.locality.value.data
+
+    def verify_(self) -> None:
+        memref_type = self.memref.type
+        assert isinstance(memref_type, MemRefType)
+        if memref_type.get_num_dims() != 1:
+            raise VerifyException(f"'{self.name}' expects a 1-D memref, got {memref_type}")
+        if self.write is not None and not (
+            isinstance(self.write.type, IntegerType) and self.write.type.width.data == 1
+        ):
+            raise VerifyException(f"'{self.name}' attribute 'write' must be a bool (true / false)")
+        if not 0 <= self.locality_level <= 3:
+            raise VerifyException(f"'{self.name}' locality must be 0..3, got {self.locality_level}")
+
+
+def _check_slot_buffer(op: IRDLOperation, slots: SSAValue, buffer_type: Attribute) -> None:
+    slots_type = slots.type
+    if not (isinstance(slots_type, MemRefType) and slots_type.get_num_dims() == 1
+            and slots_type.element_type == IntegerType(64)):  # fmt: skip
+        raise VerifyException(f"'{op.name}' keeps buffers in a 1-D memref of i64 slots, got {slots_type}")
+    if not (isinstance(buffer_type, MemRefType) and buffer_type.get_num_dims() == 1):
+        raise VerifyException(f"'{op.name}' moves 1-D buffers, got {buffer_type}")
+
+
+@irdl_op_definition
+class LoadBufferOp(IRDLOperation):
+    """Reads the buffer (its base pointer) kept in `slots[index]`.
+
+    With `store_buffer`, a parallel region passes its buffers to an outlined
+    body through one closure array (`GOMP_parallel(fn, closure, ...)`) without
+    integer casts, so pointer provenance survives for alias analysis.
+    """
+
+    name = "llvm_ext.load_buffer"
+
+    slots = operand_def(MemRefType)
+    index = operand_def(IndexType())
+    result = result_def(MemRefType)
+
+    assembly_format = "$slots `[` $index `]` attr-dict `:` type($slots) `->` type($result)"
+
+    def __init__(self, slots: SSAValue | Operation, index: SSAValue | Operation, result_type: MemRefType):
+        super().__init__(operands=[slots, index], result_types=[result_type])
+
+    def verify_(self) -> None:
+        _check_slot_buffer(self, self.slots, self.result.type)
+
+
+@irdl_op_definition
+class StoreBufferOp(IRDLOperation):
+    """Writes the base pointer of `buffer` into `slots[index]` (see `load_buffer`)."""
+
+    name = "llvm_ext.store_buffer"
+
+    buffer = operand_def(MemRefType)
+    slots = operand_def(MemRefType)
+    index = operand_def(IndexType())
+
+    assembly_format = "$buffer `,` $slots `[` $index `]` attr-dict `:` type($buffer) `,` type($slots)"
+
+    def __init__(self, buffer: SSAValue | Operation, slots: SSAValue | Operation, index: SSAValue | Operation):
+        super().__init__(operands=[buffer, slots, index])
+
+    def verify_(self) -> None:
+        _check_slot_buffer(self, self.slots, self.buffer.type)
+
+
+LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp], [])
+
+#: The dialect object under its IR name, as `xdsl.dialects` spells its own.
+llvm_ext = LlvmExt
+
+__all__ = ["LlvmExt", "LoadBufferOp", "PrefetchOp", "StoreBufferOp", "llvm_ext"]

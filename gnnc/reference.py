@@ -1,0 +1,271 @@
+"""The test oracle: a plain numpy evaluation of a checked kernel AST, in float64.
+
+    want = gnnc.reference.evaluate(kernel, graph, x, w)     # float64 arrays
+
+It shares no code with the compiler (no graph dialect, no lowering): every
+edge expression is an array ``[E, *shape]`` computed by gathering
+``x[graph.src]`` / ``x[graph.dst]``, every vertex expression an array
+``[V, *shape]``, and aggregations scatter with ``np.add.at`` /
+``np.maximum.at`` over the edges in edge-id order. The semantics are those of
+DESIGN.md ("Values and arithmetic"):
+
+- broadcasting is by *leading* axes (the shorter shape is padded with
+  trailing singleton axes; numpy's own rule aligns trailing axes);
+- empty aggregations give 0; ``max`` / ``min`` propagate NaN;
+- ``softmax`` is the stable one (the destination's max is subtracted);
+- everything else is IEEE arithmetic (0/0 is NaN, no warnings).
+
+Parameters (graph type P) are kept with a leading axis of length 1, so that
+they broadcast against ``[E, ...]`` and ``[V, ...]`` values alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gnnc.errors import ArgumentError, GnncError
+from gnnc.frontend import ast
+from gnnc.runtime.graph import Graph
+from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
+
+__all__ = ["evaluate"]
+
+_UNARY = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "abs": np.abs,
+    "relu": lambda x: np.maximum(x, 0.0),  # NaN stays NaN, as torch.relu
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": np.tanh,
+}
+
+
+class _ReferenceError(GnncError):
+    """A tree the checker would have rejected reached the reference."""
+
+
+def _align(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Leading-axes broadcasting: pads the shorter value shape with trailing 1s."""
+    sa, sb = a.shape[1:], b.shape[1:]
+    short, long = (sa, sb) if len(sa) <= len(sb) else (sb, sa)
+    if long[: len(short)] != short:
+        raise _ReferenceError(f"shapes {list(sa)} and {list(sb)} do not broadcast by leading axes")
+    if len(sa) < len(sb):
+        a = a.reshape(a.shape + (1,) * (len(sb) - len(sa)))
+    elif len(sb) < len(sa):
+        b = b.reshape(b.shape + (1,) * (len(sa) - len(sb)))
+    return a, b
+
+
+class _Evaluator:
+    def __init__(self, kernel: Any, graph: Graph, params: dict[str, tuple[str | None, np.ndarray]]):
+        self.kernel = kernel
+        self.graph = graph
+        self.src = graph.src
+        self.dst = graph.dst
+        self.E = graph.num_edges
+        self.V = graph.num_vertices
+        #: name -> (domain "V" / "E" / None, float64 array; parameters have a leading axis of 1)
+        self.values = dict(params)
+        self.in_count = np.bincount(self.dst, minlength=self.V).astype(np.float64)
+        self.out_count = np.bincount(self.src, minlength=self.V).astype(np.float64)
+
+    # -------------------------------------------------------------- statements
+
+    def run(self) -> None:
+        for d in self.kernel.body:
+            mode = "edge" if d.index == "e" else "vertex"
+            value = self.expr(d.value, mode)
+            n = self.E if d.index == "e" else self.V
+            self.values[d.name] = ("E" if d.index == "e" else "V", np.broadcast_to(value, (n,) + value.shape[1:]))
+
+    # ------------------------------------------------------------- expressions
+
+    def expr(self, e: Any, mode: str) -> np.ndarray:
+        """``e`` evaluated per edge (``mode == "edge"``) or per vertex; P values have a leading 1."""
+        if isinstance(e, ast.Number):
+            return np.array([float(e.value)])
+        if isinstance(e, ast.Name):
+            domain, arr = self.lookup(e.name)
+            if domain is not None:
+                raise _ReferenceError(f"'{e.name}' is a {domain} tensor read without an index")
+            return arr
+        if isinstance(e, ast.Index):
+            return self.index(e, mode)
+        if isinstance(e, ast.Degree):
+            counts = self.in_count if e.direction == "in" else self.out_count
+            return self.at(counts, e.index, mode)
+        if isinstance(e, ast.Unary):
+            return -self.expr(e.operand, mode)
+        if isinstance(e, ast.Binary):
+            return self.binary(e, mode)
+        if isinstance(e, ast.Call):
+            return self.call(e, mode)
+        if isinstance(e, ast.Aggregate):
+            if mode != "vertex":
+                raise _ReferenceError("an aggregation inside an edge expression")
+            return self.aggregate(e.kind, self.edge_values(e.operand))
+        raise _ReferenceError(f"unexpected expression {type(e).__name__}")
+
+    def lookup(self, name: str) -> tuple[str | None, np.ndarray]:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise _ReferenceError(f"unknown name '{name}'") from None
+
+    def at(self, arr: np.ndarray, index: str, mode: str) -> np.ndarray:
+        """A vertex array read at ``u`` or ``v``."""
+        if mode == "vertex":
+            if index != "v":
+                raise _ReferenceError(f"a vertex expression reads index {index}")
+            return arr
+        return arr[self.src] if index == "u" else arr[self.dst]
+
+    def index(self, e: Any, mode: str) -> np.ndarray:
+        domain, arr = self.lookup(e.name)
+        if domain == "E":
+            if e.index != "e" or mode != "edge":
+                raise _ReferenceError(f"edge tensor '{e.name}' read as {e.name}[{e.index}] in a {mode} expression")
+            return arr
+        if domain == "V" and e.index in ("u", "v"):
+            return self.at(arr, e.index, mode)
+        raise _ReferenceError(f"'{e.name}' cannot be read as {e.name}[{e.index}]")
+
+    def edge_values(self, e: Any) -> np.ndarray:
+        """An edge expression as a full ``[E, *shape]`` array."""
+        value = self.expr(e, "edge")
+        return np.broadcast_to(value, (self.E,) + value.shape[1:])
+
+    def binary(self, e: Any, mode: str) -> np.ndarray:
+        a = self.expr(e.lhs, mode)
+        b = self.expr(e.rhs, mode)
+        if e.op == "@":
+            if b.shape[0] != 1 or b.ndim != 3:
+                raise _ReferenceError("the right operand of '@' must be a parameter matrix")
+            w = b[0]
+            if a.ndim < 2 or a.shape[-1] != w.shape[0]:
+                raise _ReferenceError(f"'@' of shapes {list(a.shape[1:])} and {list(w.shape)}")
+            return np.matmul(a, w)
+        a, b = _align(a, b)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "/":
+            return a / b
+        raise _ReferenceError(f"unknown operator {e.op!r}")
+
+    def call(self, e: Any, mode: str) -> np.ndarray:
+        f = e.func
+        if f in _UNARY:
+            return _UNARY[f](self.expr(e.args[0], mode))
+        if f == "leaky_relu":
+            x = self.expr(e.args[0], mode)
+            slope = self.expr(e.args[1], mode)
+            x, slope = _align(x, slope)
+            # x > 0 is False for NaN, and slope * NaN is NaN: NaN propagates
+            return np.where(x > 0, x, slope * x)
+        if f in ("max", "min"):
+            a, b = _align(self.expr(e.args[0], mode), self.expr(e.args[1], mode))
+            return np.maximum(a, b) if f == "max" else np.minimum(a, b)
+        if f == "dot":
+            a, b = self.expr(e.args[0], mode), self.expr(e.args[1], mode)
+            if a.shape[1:] != b.shape[1:] or a.ndim < 2:
+                raise _ReferenceError(f"dot of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
+            return np.sum(a * b, axis=-1)
+        if f == "softmax":
+            if mode != "edge":
+                raise _ReferenceError("softmax in a vertex expression")
+            return self.softmax(self.edge_values(e.args[0]))
+        if f in ("deg_in", "deg_out"):  # the parser builds Degree nodes; kept for hand-built trees
+            index = getattr(e.args[0], "name", "v") if e.args else "v"
+            counts = self.in_count if f == "deg_in" else self.out_count
+            return self.at(counts, index, mode)
+        raise _ReferenceError(f"unknown function '{f}'")
+
+    # ------------------------------------------------------------ aggregations
+
+    def _per_vertex(self, fill: float, shape: tuple[int, ...]) -> np.ndarray:
+        return np.full((self.V,) + shape, fill, dtype=np.float64)
+
+    def _empty_mask(self, ndim: int) -> np.ndarray:
+        return (self.in_count == 0).reshape((self.V,) + (1,) * (ndim - 1))
+
+    def aggregate(self, kind: str, values: np.ndarray) -> np.ndarray:
+        shape = values.shape[1:]
+        if kind in ("sum", "mean"):
+            total = self._per_vertex(0.0, shape)
+            np.add.at(total, self.dst, values)
+            if kind == "sum":
+                return total
+            count = self.in_count.reshape((self.V,) + (1,) * len(shape))
+            return np.where(count > 0, total / np.maximum(count, 1.0), 0.0)
+        if kind in ("max", "min"):
+            # np.maximum.at propagates NaN (np.fmax would drop it)
+            if kind == "max":
+                acc = self._per_vertex(-np.inf, shape)
+                np.maximum.at(acc, self.dst, values)
+            else:
+                acc = self._per_vertex(np.inf, shape)
+                np.minimum.at(acc, self.dst, values)
+            acc[np.broadcast_to(self._empty_mask(acc.ndim), acc.shape)] = 0.0
+            return acc
+        raise _ReferenceError(f"unknown aggregation '{kind}'")
+
+    def softmax(self, s: np.ndarray) -> np.ndarray:
+        """exp(s - max) / sum(exp(s - max)) over each destination's in-edges."""
+        shape = s.shape[1:]
+        peak = self._per_vertex(-np.inf, shape)
+        np.maximum.at(peak, self.dst, s)
+        ex = np.exp(s - peak[self.dst])
+        total = self._per_vertex(0.0, shape)
+        np.add.at(total, self.dst, ex)
+        return ex / total[self.dst]
+
+
+def evaluate(kernel: Any, graph: Graph, *args: Any, **kwargs: Any) -> Any:
+    """Evaluates a checked ``ast.Kernel`` on ``graph`` in float64.
+
+    Arguments are bound and checked as for a compiled kernel
+    (``signature.prepare_call``). Returns float64 arrays: the one result, or
+    a dict name -> array. ``threads=`` and ``schedule=`` are accepted and
+    ignored (they do not change the values); with ``out=``, the results are
+    also written there (in the kernel's dtype) and the ``out=`` arrays are
+    returned instead.
+    """
+    if not isinstance(graph, Graph):
+        raise ArgumentError(
+            f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}; "
+            "build one with gnnc.Graph(edge_index) or gnnc.Graph.from_scipy(A)"
+        )
+    kwargs = dict(kwargs)
+    kwargs.pop("threads", None)
+    kwargs.pop("schedule", None)
+    out = kwargs.pop("out", None)
+    sig = KernelSignature.from_ast(kernel)
+    inputs, outputs, dims = prepare_call(sig, graph, args, kwargs, out=out)
+    params: dict[str, tuple[str | None, np.ndarray]] = {}
+    for p, arr in zip(sig.params, inputs):
+        arr64 = arr.astype(np.float64)
+        params[p.name] = (p.domain, arr64 if p.domain else arr64[None])
+    evaluator = _Evaluator(kernel, graph, params)
+    with np.errstate(all="ignore"):
+        evaluator.run()
+    results = []
+    for r, buffer in zip(sig.results, outputs):
+        domain, value = evaluator.values[r.name]
+        if domain != r.domain:
+            raise _ReferenceError(f"result '{r.name}' is declared per {r.domain} but defined per {domain}")
+        results.append(np.array(np.broadcast_to(value, buffer.shape), dtype=np.float64))
+    if out is not None:
+        for buffer, value in zip(outputs, results):
+            with np.errstate(all="ignore"):
+                np.copyto(buffer, value, casting="unsafe")
+        return pack_results(sig, outputs)
+    return pack_results(sig, results)

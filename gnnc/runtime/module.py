@@ -1,0 +1,117 @@
+"""Calling compiled kernels: a loaded `.so` becomes a `Module` of callables.
+
+This module imports neither xDSL nor llvmlite: a script that only calls
+pre-compiled kernels pays nothing for the compiler. Every argument is checked
+(`signature.prepare_call`) before native code runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnc import abi
+from gnnc.errors import ArgumentError, ToolchainError
+from gnnc.runtime import native
+from gnnc.runtime.graph import Graph
+from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
+
+_DTYPES = {"f32": np.float32, "f64": np.float64}
+
+
+def _size(shape: list, dims: dict[str, int]) -> int:
+    return int(prod(d if isinstance(d, int) else (int(d) if str(d).isdigit() else dims[d]) for d in shape))
+
+
+def _as_graph(graph: Any) -> Graph:
+    if isinstance(graph, Graph):
+        return graph
+    raise ArgumentError(
+        f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}; "
+        "build one with gnnc.Graph(edge_index) or gnnc.Graph.from_scipy(A)"
+    )
+
+
+class Kernel:
+    """One compiled kernel: `kernel(graph, *inputs, out=None, **named_inputs)`."""
+
+    def __init__(self, library: ctypes.CDLL, record: dict):
+        self.signature = KernelSignature.from_dict(record)
+        self.name = self.signature.name
+        self._abi = record["abi"]
+        self._dtype = _DTYPES[self.signature.dtype]
+        try:
+            self._function = getattr(library, record["symbol"])
+        except AttributeError as exc:
+            raise ToolchainError(f"the shared object lacks the symbol {record['symbol']}") from exc
+        n_buffers = len(abi.GRAPH_ARGUMENTS) - 2 + len(self.signature.params) + len(self.signature.results)
+        n_buffers += len(self._abi["temps"])
+        self._function.argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * n_buffers
+        self._function.restype = None
+
+    def __repr__(self) -> str:
+        params = ", ".join(p.name for p in self.signature.params)
+        return f"<gnnc kernel {self.name}(graph, {params})>"
+
+    def __call__(self, graph: Graph, *args: Any, out: Any = None, threads: int | None = None,
+                 schedule: Any = None, **kwargs: Any) -> Any:
+        graph = _as_graph(graph)
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        if schedule is not None:
+            raise ArgumentError("schedule= is not supported yet on the CPU runtime")
+        inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
+        dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
+        scratch = np.empty(max(1, sum(_size(s, dims) for s in self._abi["scratch"])), dtype=self._dtype)
+        temps = [np.empty(max(1, graph.num_vertices * _size(s, dims)), dtype=self._dtype) for s in self._abi["temps"]]
+        buffers = [
+            graph.in_indptr, graph.in_src, graph.in_eid,
+            graph.deg_in(self._dtype), graph.deg_out(self._dtype),
+            dims_array, scratch, *inputs, *outputs, *temps,
+        ]
+        self._function(graph.num_vertices, graph.num_edges, *[b.ctypes.data for b in buffers])
+        return pack_results(self.signature, outputs)
+
+
+class Module:
+    """The kernels of one shared object, as attributes: `module.gat(graph, ...)`."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        library, metadata = native.open_shared_object(self.path)
+        native.check_cpu_features(metadata)
+        if metadata.get("abi_version") != abi.ABI_VERSION:
+            raise ToolchainError(
+                f"{self.path} uses gnnc ABI {metadata.get('abi_version')}, this runtime speaks "
+                f"{abi.ABI_VERSION}: recompile it with this gnnc"
+            )
+        self.metadata = metadata
+        self._library = library
+        self.kernels: dict[str, Kernel] = {}
+        for record in metadata["kernels"]:
+            self.kernels[record["name"]] = Kernel(library, record)
+
+    def __getattr__(self, name: str) -> Kernel:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(f"no kernel named {name!r} in {self.__dict__.get('path')}; it has {sorted(kernels)}")
+
+    def __getitem__(self, name: str) -> Kernel:
+        return self.__getattr__(name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.kernels))
+
+    def __repr__(self) -> str:
+        return f"<gnnc module {self.path.name}: {', '.join(self.kernels)}>"
+
+
+def load(path: str | os.PathLike) -> Module:
+    """Loads a shared object written by `gnnc compile`."""
+    return Module(path)

@@ -1,0 +1,127 @@
+"""Loading gnnc shared objects with plain ctypes (no xDSL, no llvmlite).
+
+    library, metadata = open_shared_object(path)
+    check_cpu_features(metadata)      # before any kernel in `library` is called
+
+Every gnnc `.so` exports `gnnc_metadata` (null-terminated JSON) and
+`gnnc_metadata_size` (its length, an int64); see
+`gnnc.backends.cpu.codegen.embed_metadata`. The metadata's `cpu` record lists the
+/proc/cpuinfo flags the code needs, so a `.so` built for AVX-512 on another
+machine fails with a message naming the missing features instead of SIGILL.
+dlopen runs no code of ours (gnnc emits no constructors), so loading the
+library to read its metadata is safe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from gnnc.errors import ToolchainError
+
+METADATA_SYMBOL = "gnnc_metadata"
+METADATA_SIZE_SYMBOL = "gnnc_metadata_size"
+METADATA_FORMAT = "gnnc-shared-object"
+_MAX_METADATA = 1 << 26  # a sanity bound: a size beyond this means the symbol is not ours
+
+
+def open_shared_object(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
+    """Loads a gnnc shared object and returns it with its metadata record.
+
+    Raises ToolchainError if the file is missing, cannot be loaded, or is not a
+    gnnc shared object (no or garbled metadata).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ToolchainError(f"{path}: no such shared object")
+    try:
+        # RTLD_LOCAL: the kernels' symbols stay out of the global namespace.
+        library = ctypes.CDLL(str(path.resolve()), mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0))
+    except OSError as exc:
+        raise ToolchainError(f"{path}: cannot load shared object: {exc}") from exc
+    return library, read_metadata(library, path)
+
+
+def read_metadata(library: ctypes.CDLL, path: str | os.PathLike = "<library>") -> dict:
+    """The JSON metadata record a gnnc shared object exports."""
+    not_ours = f"{path} is not a gnnc shared object"
+    try:
+        size = ctypes.c_int64.in_dll(library, METADATA_SIZE_SYMBOL).value
+    except ValueError:
+        raise ToolchainError(f"{not_ours}: it exports no '{METADATA_SIZE_SYMBOL}'") from None
+    if not 0 < size < _MAX_METADATA:
+        raise ToolchainError(f"{not_ours}: implausible metadata size {size}")
+    try:
+        raw = (ctypes.c_char * (size + 1)).in_dll(library, METADATA_SYMBOL).raw
+    except ValueError:
+        raise ToolchainError(f"{not_ours}: it exports no '{METADATA_SYMBOL}'") from None
+    if raw[size] != 0:
+        raise ToolchainError(f"{not_ours}: its metadata is not null-terminated at the stated size")
+    try:
+        metadata = json.loads(raw[:size].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ToolchainError(f"{not_ours}: its metadata is not valid JSON ({exc})") from None
+    if not isinstance(metadata, dict):
+        raise ToolchainError(f"{not_ours}: its metadata is not a JSON object")
+    fmt = metadata.get("format", METADATA_FORMAT)
+    if fmt != METADATA_FORMAT:
+        raise ToolchainError(f"{not_ours}: its metadata format is {fmt!r}, expected {METADATA_FORMAT!r}")
+    cpu = metadata.get("cpu")
+    if not isinstance(cpu, dict) or not isinstance(cpu.get("features", []), list):
+        raise ToolchainError(f"{not_ours}: its metadata has no valid 'cpu' record")
+    return metadata
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu_flags() -> frozenset[str] | None:
+    """This machine's /proc/cpuinfo flags, or None where there is no /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):  # x86 / aarch64 spellings
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return frozenset()
+
+
+def check_cpu_features(metadata: dict) -> None:
+    """Raises ToolchainError if this CPU lacks a feature the shared object was compiled for."""
+    cpu = metadata.get("cpu")
+    if not isinstance(cpu, dict):
+        raise ToolchainError("not a gnnc shared object: its metadata has no 'cpu' record")
+    needed = [str(f) for f in cpu.get("features", [])]
+    if not needed:
+        return
+    host = host_cpu_flags()
+    if host is None:
+        warnings.warn(
+            f"cannot read /proc/cpuinfo on {sys.platform}: not checking that this CPU has "
+            f"{', '.join(needed)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
+    missing = [f for f in needed if f not in host]
+    if missing:
+        level = cpu.get("level", "?")
+        built_for = level if level != "native" else f"the CPU it was built on ({cpu.get('name', '?')})"
+        raise ToolchainError(
+            f"this .so was compiled for {built_for} and needs {', '.join(needed)}; "
+            f"this CPU lacks {', '.join(missing)}; recompile with --cpu native"
+        )
+
+
+__all__ = [
+    "METADATA_FORMAT",
+    "check_cpu_features",
+    "host_cpu_flags",
+    "open_shared_object",
+    "read_metadata",
+]

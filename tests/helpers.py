@@ -1,0 +1,37 @@
+"""Comparison of compiled results with the float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gnnc
+
+
+def tolerance(graph: gnnc.Graph, want: np.ndarray, dtype) -> float:
+    """A bound for float rounding: eps times the magnitude a sum can reach.
+
+    Sums over a destination's in-edges may be reordered by schedules, so the
+    error grows with the largest in-degree.
+    """
+    eps = np.finfo(dtype).eps
+    finite = want[np.isfinite(want)]
+    scale = float(np.max(np.abs(finite))) if finite.size else 1.0
+    max_deg = int(np.max(np.diff(graph.in_indptr))) if graph.num_vertices else 0
+    return 64 * eps * (1.0 + scale) * (1.0 + max_deg)
+
+
+def assert_matches(got, want, graph: gnnc.Graph, dtype) -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want)
+        for name in want:
+            assert_matches(got[name], want[name], graph, dtype)
+        return
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == np.dtype(dtype)
+    want = np.asarray(want, dtype=np.float64)
+    got64 = got.astype(np.float64)
+    nan_want, nan_got = np.isnan(want), np.isnan(got64)
+    assert np.array_equal(nan_want, nan_got), f"NaN positions differ: {np.argwhere(nan_want != nan_got)[:5]}"
+    ok = ~nan_want
+    atol = tolerance(graph, want, dtype)
+    np.testing.assert_allclose(got64[ok], want[ok], rtol=1e-3 if dtype == np.float32 else 1e-9, atol=atol)
