@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given
-from hypothesis import strategies as st
 
 from gnnc.errors import ArgumentError, GraphError
 from gnnc.runtime.graph import Graph
@@ -354,6 +353,10 @@ def test_prepare_call_binds_and_allocates(graph):
     a["w"] = [0.0] * 8
     inputs, _, _ = prepare_call(GAT, graph, (), a)
     assert inputs[3].dtype == np.float32 and inputs[2].dtype == np.float32
+    # a 0-d array for a scalar keeps its shape
+    a["eps"] = np.array(0.5, np.float32)
+    inputs, _, _ = prepare_call(GAT, graph, (), a)
+    assert inputs[3].shape == () and inputs[3] is a["eps"]
 
 
 def test_non_contiguous_inputs_are_copied(graph):
@@ -390,6 +393,7 @@ def test_torch_like_inputs(graph):
         (lambda a: a.update(eps="x"), r"input 'eps' of gat is a scalar"),
         (lambda a: a.update(eps=True), r"input 'eps' of gat is a scalar"),
         (lambda a: a.update(eps=1e300), r"out of range"),
+        (lambda a: a.update(eps=10**400), r"out of range"),
         (lambda a: a.update(eps=np.zeros(1, np.float32)), r"input 'eps' of gat: expected 0 axes"),
         (lambda a: a.update(x=1), r"unknown input 'x' for gat\(h, el, w, eps, W\)"),
         (lambda a: (a.pop("el"), a.pop("W")), r"missing inputs 'el', 'W' of gat"),

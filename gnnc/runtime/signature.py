@@ -24,6 +24,7 @@ so that nothing is written half-way when an argument is bad.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -100,8 +101,6 @@ class KernelSignature:
     @classmethod
     def from_ast(cls, kernel: Any) -> KernelSignature:
         """From a checked ``gnnc.frontend.ast.Kernel``."""
-        from gnnc.frontend import ast  # noqa: F401 - plain dataclasses; imported only when used
-
         dtype = kernel.dtype
         if dtype is None:  # an unchecked tree: every declared type has the same dtype once checked
             typed = [p.type for p in kernel.params] + [r.type for r in kernel.results]
@@ -194,9 +193,13 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
     if scalar and not isinstance(value, np.ndarray):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ArgumentError(f"{what} is a scalar ({sig.dtype}): expected a number, got {type(value).__name__}")
-        with np.errstate(over="ignore"):
-            arr = np.array(value, dtype=dtype)
-        if np.isinf(arr) and np.isfinite(float(value)):
+        try:
+            with np.errstate(over="ignore"):
+                arr = np.array(value, dtype=dtype)
+            overflow = bool(np.isinf(arr)) and math.isfinite(float(value))
+        except OverflowError:
+            overflow = True
+        if overflow:
             raise ArgumentError(f"{what}: {value} is out of range for {dtype}")
         return arr
     if isinstance(value, np.ndarray):
@@ -233,7 +236,8 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
             raise ArgumentError(
                 f"{what}: axis {axis} must have size {dim} ({p.describe()}), got shape {tuple(arr.shape)}"
             )
-    return np.ascontiguousarray(arr)
+    # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
+    return arr if arr.flags.c_contiguous else np.array(arr, order="C")
 
 
 def _result_shape(sig: KernelSignature, r: TensorSig, graph: Any, dims: dict[str, int]) -> tuple[int, ...]:
