@@ -3,12 +3,15 @@
 Every kernel `K` in a `.so` is a C function
 
     void K(int64_t num_vertices, int64_t num_edges,
+           int64_t num_threads,        /* workers; the scratch holds one slice each */
+           int64_t num_blocks,
+           const int64_t *dst_blocks,  /* num_blocks + 1 destination boundaries  */
            const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination */
            const int64_t *in_src,      /* E: source of the edge at a position   */
            const int64_t *in_eid,      /* E: the user's edge id at a position   */
            const T *deg_in, const T *deg_out,   /* V each, as floats          */
            const int64_t *dims,        /* the kernel's symbolic dims, in order  */
-           T *scratch,                 /* per-thread workspace                  */
+           T *scratch,                 /* num_threads x per-thread workspace    */
            const T *param_0, ...,      /* parameters, in declaration order      */
            T *result_0, ...,           /* results, in declaration order         */
            T *temp_0, ...);            /* V-sized buffers between phases        */
@@ -16,13 +19,15 @@ Every kernel `K` in a `.so` is a C function
 with T = float or double. All arrays are C-contiguous, row-major, and never
 alias each other (the kernels are compiled with `noalias`). Scalars are passed
 as one-element arrays. The per-kernel record in the `.so` metadata names the
-dims, the scratch shapes (summed, per thread) and the temp shapes.
+dims, the scratch shapes (summed, per thread) and the temp shapes. Destination
+blocks are processed by up to num_threads OpenMP workers (libgomp), taking
+blocks dynamically.
 """
 
 from __future__ import annotations
 
 #: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.abi"
@@ -31,6 +36,9 @@ ABI_ATTR = "gnnc.abi"
 GRAPH_ARGUMENTS = (
     "num_vertices",
     "num_edges",
+    "num_threads",
+    "num_blocks",
+    "dst_blocks",
     "in_indptr",
     "in_src",
     "in_eid",

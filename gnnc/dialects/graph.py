@@ -155,16 +155,18 @@ class ValueType(ParametrizedAttribute, TypeAttribute):
 def join_graph_types(a: str, b: str) -> str | None:
     """The graph type of an elementwise combination, or None if it is illegal.
 
-    P is neutral; S, D and E together make E (a value per edge); A (a
-    per-destination aggregate) combines only with D and P, because an
-    aggregate exists once per destination, not once per edge.
+    P is neutral; S, D and E together make E (a value per edge). An
+    aggregate (A) with a destination value stays A; with a source or edge
+    value it is read per edge, as the destination's finished aggregate (the
+    language only writes that inside `softmax`, but IR passes such as
+    deferred division produce it), and gives E.
     """
     if a == "P":
         return b
     if b == "P" or a == b:
         return a
     if "A" in (a, b):
-        return "A" if {a, b} <= {"A", "D"} else None
+        return "A" if {a, b} <= {"A", "D"} else "E"
     return "E"
 
 
@@ -502,10 +504,12 @@ class EdgeSoftmaxOp(IRDLOperation):
 
 @irdl_op_definition
 class MaterializeOp(IRDLOperation):
-    """Writes a per-destination value to a V tensor so later phases can read it at `u`.
+    """Writes a value to a tensor so that a later phase can read it.
 
-    Reading a vertex value at a neighbour needs every destination finished
-    first: this op marks that global step.
+    A per-destination value (A, D, P) becomes a V tensor: reading it at a
+    neighbour (`h[u]`) needs every destination finished first. A per-edge
+    value (E, S) becomes an E tensor: the unfused pipelines of `--no-fusion`
+    materialise each edge operation this way. Either marks a phase boundary.
     """
 
     name = "graph.materialize"
@@ -517,16 +521,18 @@ class MaterializeOp(IRDLOperation):
 
     def __init__(self, operand: SSAValue):
         t = _value_type(operand)
-        super().__init__(operands=[operand], result_types=[TensorType("V", t.element_type, t.shape)])
+        domain = "V" if t.kind in ("A", "D", "P") else "E"
+        super().__init__(operands=[operand], result_types=[TensorType(domain, t.element_type, t.shape)])
 
     def verify_(self) -> None:
         t = _value_type(self.operand)
         r = self.result.type
         assert isinstance(r, TensorType)
-        if t.kind not in ("A", "D", "P"):
-            raise VerifyException("graph.materialize needs a per-destination (A, D or P) value")
-        if (r.domain.data, r.element_type, r.shape) != ("V", t.element_type, t.shape):
-            raise VerifyException("graph.materialize gives a V tensor of the value's shape")
+        domain = "V" if t.kind in ("A", "D", "P") else "E"
+        if (r.domain.data, r.element_type, r.shape) != (domain, t.element_type, t.shape):
+            raise VerifyException(
+                f"graph.materialize of a {t.kind} value gives a {domain} tensor of the value's shape"
+            )
 
 
 Graph = Dialect(

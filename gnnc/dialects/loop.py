@@ -49,26 +49,48 @@ def _check_body(op: IRDLOperation, region: Region, nargs: int) -> None:
 
 @irdl_op_definition
 class ForDstOp(IRDLOperation):
-    """For every destination vertex `v` in [0, num_vertices): body(v)."""
+    """For every destination vertex `v`: body(v, worker).
+
+    Destinations come in contiguous blocks (`blocks` holds num_blocks + 1
+    boundaries, balanced by edge count by the runtime); up to `num_threads`
+    workers take blocks dynamically. `worker` (in [0, num_threads)) selects a
+    worker's slice of the per-thread scratch. One destination is always
+    handled by one worker, in edge order: results do not depend on the
+    thread count.
+    """
 
     name = "loop.for_dst"
 
     num_vertices = operand_def(IndexType)
+    blocks = operand_def(MemRefType)
+    num_blocks = operand_def(IndexType)
+    num_threads = operand_def(IndexType)
     schedule = opt_prop_def(DictionaryAttr)
     body = region_def("single_block")
 
-    assembly_format = "$num_vertices (`schedule` $schedule^)? attr-dict-with-keyword $body"
+    assembly_format = (
+        "$num_vertices `blocks` $blocks `[` $num_blocks `]` `threads` $num_threads "
+        "(`schedule` $schedule^)? attr-dict-with-keyword `:` type($blocks) $body"
+    )
     traits = traits_def(RecursiveMemoryEffect())
 
-    def __init__(self, num_vertices: SSAValue, body: Block, schedule: DictionaryAttr | None = None):
+    def __init__(
+        self,
+        num_vertices: SSAValue,
+        blocks: SSAValue,
+        num_blocks: SSAValue,
+        num_threads: SSAValue,
+        body: Block,
+        schedule: DictionaryAttr | None = None,
+    ):
         super().__init__(
-            operands=[num_vertices],
+            operands=[num_vertices, blocks, num_blocks, num_threads],
             regions=[Region(body)],
             properties={"schedule": schedule} if schedule is not None else {},
         )
 
     def verify_(self) -> None:
-        _check_body(self, self.body, 1)
+        _check_body(self, self.body, 2)
 
 
 @irdl_op_definition

@@ -163,7 +163,7 @@ class KernelLowering:
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
         self.dim_names = self._collect_dims()
         self.scratch_shapes: list[list[Dim]] = []
-        self.temp_shapes: list[list[Dim]] = []
+        self.temp_shapes: list[dict] = []
 
     # ---------------------------------------------------------- signature
 
@@ -180,12 +180,14 @@ class KernelLowering:
         buf = MemRefType(self.elem, [DYNAMIC_INDEX])
         ibuf = MemRefType(i64, [DYNAMIC_INDEX])
         n_params = len(self.param_names)
-        arg_types: list[Attribute] = [index, index, ibuf, ibuf, ibuf, buf, buf, ibuf, buf]
+        arg_types: list[Attribute] = [index, index, index, index, ibuf, ibuf, ibuf, ibuf, buf, buf, ibuf, buf]
+        n_fixed = len(arg_types)
+        assert n_fixed == len(abi.GRAPH_ARGUMENTS)
         arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
         entry = Block(arg_types=arg_types)
-        (self.V, self.E, self.indptr, self.src, self.eid, self.deg_in, self.deg_out,
-         self.dims_buf, self.scratch) = entry.args[:9]
-        rest = entry.args[9:]
+        (self.V, self.E, self.num_threads, self.num_blocks, self.blocks, self.indptr, self.src,
+         self.eid, self.deg_in, self.deg_out, self.dims_buf, self.scratch) = entry.args[:n_fixed]
+        rest = entry.args[n_fixed:]
         self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
         self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
         self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types):]))
@@ -197,11 +199,18 @@ class KernelLowering:
             self.dims[name] = self.em.pre(arith.IndexCastOp(raw, index))
         self.scratch_top: SSAValue = self.em.index_const(0)
         self._size_cache: dict[tuple[Dim, ...], SSAValue] = {}
+        # The per-worker scratch size is known only once everything is
+        # emitted: a placeholder stands for it until then.
+        self._scratch_total = arith.ConstantOp(IntegerAttr(0, index))
+        self.em.pre(self._scratch_total)
 
         body = Block()
         with self.em.nested(body):
             for phase_sinks in self._phases():
                 self._emit_phase(phase_sinks)
+        self._scratch_total.result.replace_all_uses_with(self.scratch_top)
+        self._scratch_total.detach()
+        self._scratch_total.erase()
         # Prologue ops (dims, sizes, scratch offsets) precede the loops.
         for op in list(body.ops):
             op.detach()
@@ -213,7 +222,7 @@ class KernelLowering:
         fn = func.FuncOp(name, (arg_types, []), Region(entry))
         noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
-        attrs = [DictionaryAttr({}), DictionaryAttr({})] + [readonly] * 5 + [readonly, noalias]
+        attrs = [DictionaryAttr({})] * 4 + [readonly] * 6 + [readonly, noalias]
         attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
         fn.arg_attrs = ArrayAttr(attrs)
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
@@ -252,11 +261,11 @@ class KernelLowering:
         return self.em.index_const(d) if isinstance(d, int) else self.dims[d]
 
     def alloc_scratch(self, shape: Sequence[Dim]) -> SSAValue:
-        """Per-thread scratch: returns the base index of a fresh region."""
-        base = self.scratch_top
-        self.scratch_top = self.em.pre(arith.AddiOp(base, self.size_of(shape)))
+        """Per-worker scratch: the base index of a fresh region in this worker's slice."""
+        offset = self.scratch_top
+        self.scratch_top = self.em.pre(arith.AddiOp(offset, self.size_of(shape)))
         self.scratch_shapes.append([d for d in shape])
-        return base
+        return self.em.op(arith.AddiOp(self.worker_base, offset))
 
     def linear(self, base: SSAValue, shape: Sequence[Dim], idx: Sequence[SSAValue]) -> SSAValue:
         """base + row-major offset of idx (a prefix-length index) in shape."""
@@ -324,8 +333,8 @@ class KernelLowering:
         for m in self.materializes:
             t = m.result.type
             assert isinstance(t, graph.TensorType)
-            self.temp_shapes.append(list(t.shape))
-            sinks.append(_Sink(m.operand, self.temp_buf[m], "V", t.shape, "materialized"))
+            self.temp_shapes.append({"domain": t.domain.data, "shape": list(t.shape)})
+            sinks.append(_Sink(m.operand, self.temp_buf[m], t.domain.data, t.shape, "materialized"))
         phase_of: dict[SSAValue, int] = {}
 
         def phase(v: SSAValue) -> int:
@@ -346,13 +355,19 @@ class KernelLowering:
         return [by_phase[p] for p in sorted(by_phase)]
 
     def _emit_phase(self, sinks: list[_Sink]) -> None:
-        body = Block(arg_types=[index])
-        v = body.args[0]
+        body = Block(arg_types=[index, index])
+        v, worker = body.args
         schedule = self.src_fn.attributes.get(irgen.SCHEDULE)
         with self.em.nested(body):
+            self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             self._emit_destination(v, sinks)
             self.em.op(loop.YieldOp())
-        self.em.op(loop.ForDstOp(self.V, body, schedule if isinstance(schedule, DictionaryAttr) else None))
+        self.em.op(
+            loop.ForDstOp(
+                self.V, self.blocks, self.num_blocks, self.num_threads, body,
+                schedule if isinstance(schedule, DictionaryAttr) else None,
+            )
+        )
 
     # ------------------------------------------------- one destination's work
 

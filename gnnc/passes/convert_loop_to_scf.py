@@ -72,13 +72,21 @@ def _check_schedule_consumed(op: loop.ForDstOp | loop.ForInEdgesOp | loop.ForFea
 
 
 class LowerForDst(RewritePattern):
-    """loop.for_dst -> scf.for over [0, num_vertices)."""
+    """loop.for_dst -> sequential scf.for over [0, num_vertices), worker 0.
+
+    The CPU pipeline runs convert-loop-to-openmp first, which leaves no
+    for_dst; this sequential form serves other pipelines and IR tests.
+    """
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: loop.ForDstOp, rewriter: PatternRewriter) -> None:
         _check_schedule_consumed(op)
         zero = _const(0)
-        _to_scf_for(rewriter, op, zero.result, op.num_vertices, [zero], op.body.block)
+
+        def per_vertex(v: SSAValue) -> tuple[list[Operation], list[SSAValue]]:
+            return [], [v, zero.result]
+
+        _to_scf_for(rewriter, op, zero.result, op.num_vertices, [zero], op.body.block, per_vertex)
 
 
 class LowerForFeature(RewritePattern):

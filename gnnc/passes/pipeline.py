@@ -8,7 +8,7 @@ xDSL: `translate-to-llvm` (LLVM IR), `llvm-opt` (LLVM's O3), `emit-asm`.
 from __future__ import annotations
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, math, memref, scf
+from xdsl.dialects import arith, builtin, func, llvm, math, memref, scf
 from xdsl.passes import ModulePass
 from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
@@ -17,6 +17,7 @@ from gnnc.dialects.graph import Graph
 from gnnc.dialects.loop import Loop
 from gnnc.passes.canonicalize_graph import GraphCanonicalizePass
 from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
+from gnnc.passes.convert_loop_to_openmp import ConvertLoopToOpenmpPass
 from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
 
 #: Every xDSL pass gnnc runs, by command-line name.
@@ -27,6 +28,7 @@ PASSES: dict[str, type[ModulePass]] = {
         CommonSubexpressionElimination,
         DeadCodeElimination,
         ConvertGraphToLoopPass,
+        ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
     )
 }
@@ -37,6 +39,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "cse",
     "dce",
     "convert-graph-to-loop",
+    "convert-loop-to-openmp",
     "convert-loop-to-scf",
 )
 
@@ -50,7 +53,7 @@ FRONTEND_STAGE = "irgen"
 def make_context() -> Context:
     """A context with every dialect gnnc's dumps use, so they parse back."""
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Graph, Loop):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, llvm.LLVM, Graph, Loop):
         ctx.load_dialect(dialect)
     from gnnc.dialects.llvm_ext import LlvmExt
 

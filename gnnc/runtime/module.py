@@ -17,7 +17,7 @@ import numpy as np
 
 from gnnc import abi
 from gnnc.errors import ArgumentError, ToolchainError
-from gnnc.runtime import native
+from gnnc.runtime import native, plans
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
 
@@ -26,6 +26,21 @@ _DTYPES = {"f32": np.float32, "f64": np.float64}
 
 def _size(shape: list, dims: dict[str, int]) -> int:
     return int(prod(d if isinstance(d, int) else (int(d) if str(d).isdigit() else dims[d]) for d in shape))
+
+
+def resolve_threads(threads: int | None) -> int:
+    """`threads=` on the call, else OMP_NUM_THREADS, else every core this process may use."""
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        return threads
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _as_graph(graph: Any) -> Graph:
@@ -49,9 +64,9 @@ class Kernel:
             self._function = getattr(library, record["symbol"])
         except AttributeError as exc:
             raise ToolchainError(f"the shared object lacks the symbol {record['symbol']}") from exc
-        n_buffers = len(abi.GRAPH_ARGUMENTS) - 2 + len(self.signature.params) + len(self.signature.results)
+        n_buffers = len(abi.GRAPH_ARGUMENTS) - 4 + len(self.signature.params) + len(self.signature.results)
         n_buffers += len(self._abi["temps"])
-        self._function.argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * n_buffers
+        self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
 
     def __repr__(self) -> str:
@@ -61,20 +76,28 @@ class Kernel:
     def __call__(self, graph: Graph, *args: Any, out: Any = None, threads: int | None = None,
                  schedule: Any = None, **kwargs: Any) -> Any:
         graph = _as_graph(graph)
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
         if schedule is not None:
             raise ArgumentError("schedule= is not supported yet on the CPU runtime")
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
+        n_threads = resolve_threads(threads)
+        blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads))
         dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
-        scratch = np.empty(max(1, sum(_size(s, dims) for s in self._abi["scratch"])), dtype=self._dtype)
-        temps = [np.empty(max(1, graph.num_vertices * _size(s, dims)), dtype=self._dtype) for s in self._abi["temps"]]
+        per_thread = sum(_size(s, dims) for s in self._abi["scratch"])
+        scratch = np.empty(max(1, per_thread * n_threads), dtype=self._dtype)
+        rows = {"V": graph.num_vertices, "E": graph.num_edges}
+        temps = [
+            np.empty(max(1, rows[t["domain"]] * _size(t["shape"], dims)), dtype=self._dtype)
+            for t in self._abi["temps"]
+        ]
         buffers = [
-            graph.in_indptr, graph.in_src, graph.in_eid,
+            blocks, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
             dims_array, scratch, *inputs, *outputs, *temps,
         ]
-        self._function(graph.num_vertices, graph.num_edges, *[b.ctypes.data for b in buffers])
+        self._function(
+            graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,
+            *[b.ctypes.data for b in buffers],
+        )
         return pack_results(self.signature, outputs)
 
 

@@ -18,6 +18,7 @@ import ctypes
 import functools
 import json
 import os
+import struct
 import sys
 import warnings
 from pathlib import Path
@@ -39,12 +40,52 @@ def open_shared_object(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
     path = Path(path)
     if not path.is_file():
         raise ToolchainError(f"{path}: no such shared object")
+    _check_elf_complete(path)
     try:
         # RTLD_LOCAL: the kernels' symbols stay out of the global namespace.
         library = ctypes.CDLL(str(path.resolve()), mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0))
     except OSError as exc:
         raise ToolchainError(f"{path}: cannot load shared object: {exc}") from exc
     return library, read_metadata(library, path)
+
+
+def _check_elf_complete(path: Path) -> None:
+    """Refuses an ELF file whose headers or segments reach past its end.
+
+    dlopen maps segments without checking the file's size, so a truncated
+    object is mapped beyond its end and the dynamic linker dies with SIGBUS
+    while relocating it; a size check first turns that into an error.
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if not head.startswith(b"\x7fELF"):
+                return  # not ELF: dlopen gives its own error
+            corrupt = f"{path}: cannot load shared object: the ELF file is truncated or corrupt"
+            if len(head) < 6 or head[4] not in (1, 2) or head[5] not in (1, 2):
+                raise ToolchainError(corrupt)
+            end = "<" if head[5] == 1 else ">"
+            wide = head[4] == 2
+            fmt = end + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH")
+            if len(head) < 16 + struct.calcsize(fmt):
+                raise ToolchainError(corrupt)
+            fields = struct.unpack_from(fmt, head, 16)
+            phoff, shoff, phentsize, phnum, shentsize, shnum = fields[4], fields[5], *fields[8:12]
+            if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
+                raise ToolchainError(corrupt)
+            ph_fmt = end + ("IIQQQQQQ" if wide else "IIIIIIII")
+            if phnum and phentsize < struct.calcsize(ph_fmt):
+                raise ToolchainError(corrupt)
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+            for i in range(phnum):
+                fields = struct.unpack_from(ph_fmt, table, i * phentsize)
+                offset, filesz = (fields[2], fields[5]) if wide else (fields[1], fields[4])
+                if offset + filesz > size:
+                    raise ToolchainError(corrupt)
+    except OSError as exc:
+        raise ToolchainError(f"{path}: cannot read shared object: {exc.strerror}") from exc
 
 
 def read_metadata(library: ctypes.CDLL, path: str | os.PathLike = "<library>") -> dict:

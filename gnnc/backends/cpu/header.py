@@ -25,8 +25,10 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
         "#include <stdint.h>",
         "",
         "/* Graph arguments (see gnnc/abi.py): in-edge CSR grouped by destination,",
-        " * degrees as floats, the symbolic dims in the order listed per kernel, and",
-        " * a scratch buffer of sum(scratch shapes) elements. No two arrays alias. */",
+        " * degrees as floats, the symbolic dims in the order listed per kernel, a",
+        " * scratch buffer of num_threads x sum(scratch shapes) elements, and",
+        " * num_blocks + 1 destination block boundaries (contiguous, ascending) that up",
+        " * to num_threads OpenMP workers share out dynamically. No two arrays alias. */",
         "",
         "#ifdef __cplusplus",
         'extern "C" {',
@@ -38,10 +40,11 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
         rec = k["abi"]
         lines.append(f"/* kernel {k['name']}: dims = [{', '.join(rec['dims'])}]")
         lines.append(f" *   scratch shapes: {rec['scratch'] or 'none'}")
-        lines.append(f" *   temp shapes (each with a leading V axis): {rec['temps'] or 'none'} */")
+        temps = ", ".join(_shape_text(t["domain"], t["shape"]) for t in rec["temps"]) or "none"
+        lines.append(f" *   temp buffers: {temps} */")
         args = [
-            "int64_t num_vertices", "int64_t num_edges",
-            "const int64_t *in_indptr", "const int64_t *in_src", "const int64_t *in_eid",
+            "int64_t num_vertices", "int64_t num_edges", "int64_t num_threads", "int64_t num_blocks",
+            "const int64_t *dst_blocks", "const int64_t *in_indptr", "const int64_t *in_src", "const int64_t *in_eid",
             f"const {t} *deg_in", f"const {t} *deg_out", "const int64_t *dims", f"{t} *scratch",
         ]
         for p in k["params"]:

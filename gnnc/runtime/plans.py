@@ -1,0 +1,394 @@
+"""Per-graph preprocessing plans: work blocks, vertex orders, edge orders, partitions.
+
+A schedule picked at compile time (``partition``, ``hilbert``, neighbour
+grouping, ...) needs data that depends only on the graph. Each plan is
+computed once per graph, by vectorised numpy, and cached in ``graph.plans``
+under a key holding its name and parameters; the returned arrays are int64,
+C-contiguous and read-only, so a kernel can take them without a copy.
+
+    bounds = balanced_blocks(graph, block_count_for(graph, threads))
+    src, dst, eid = hilbert_edge_order(graph)
+
+Origins: balanced destination blocks and neighbour grouping split skewed
+work (Huang et al.; Seastar sorts by degree); MinHash vertex order is Huang
+et al.'s locality-aware scheduling; the Hilbert edge order and 1-D source
+partitioning are FeatGraph's.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from gnnc.errors import ArgumentError
+
+__all__ = [
+    "balanced_blocks",
+    "block_count_for",
+    "degree_order",
+    "default_partition_count",
+    "group_offsets_by_dst",
+    "hilbert_edge_order",
+    "last_level_cache_bytes",
+    "locality_order",
+    "neighbor_groups",
+    "source_partitions",
+]
+
+#: A block below this much work (in-edges + vertices) is not worth a task of its own.
+MIN_BLOCK_WORK = 1024
+#: Blocks per thread for dynamic scheduling: enough that a late heavy block evens out.
+BLOCKS_PER_THREAD = 8
+_FALLBACK_LLC_BYTES = 32 << 20
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    arr.flags.writeable = False
+    return arr
+
+
+def _cached(graph: Any, key: tuple, compute: Callable[[], Any]) -> Any:
+    plan = graph.plans.get(key)
+    if plan is None:
+        plan = compute()
+        graph.plans[key] = plan
+    return plan
+
+
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ArgumentError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _prefix(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
+    """n + 1 boundaries splitting items with work prefix ``prefix`` into n contiguous runs.
+
+    Boundary i is the first item whose work starts at or after i * T / n, so a
+    block holds the items starting in its share of the work and weighs less
+    than T / n plus its last item. When that last item is heavy and the next
+    block came out empty (the item swallowed its share), the boundary moves
+    in front of the item: it gets a block of its own and every other block
+    weighs under 2 T / n.
+    """
+    items = prefix.shape[0] - 1
+    total = int(prefix[-1])
+    bounds = np.empty(n + 1, dtype=np.int64)
+    bounds[0], bounds[n] = 0, items
+    if n > 1:
+        i = np.arange(1, n, dtype=np.int64)
+        # ceil(i * T / n) in integers: prefix[j] >= i T / n  <=>  prefix[j] >= ceil(i T / n)
+        targets = (i * total + n - 1) // n
+        bounds[1:n] = np.searchsorted(prefix, targets, side="left")
+        lo, mid, hi = bounds[:-2], bounds[1:-1], bounds[2:]
+        shift = (mid == hi) & (mid - lo >= 2)
+        # the conditions read only the unshifted array, and a shifted boundary's
+        # neighbours never qualify (their blocks are empty / a single item)
+        bounds[1:n] = np.where(shift, mid - 1, mid)
+    return bounds
+
+
+# ------------------------------------------------------------- work blocks
+
+
+def balanced_blocks(graph: Any, n_blocks: int) -> np.ndarray:
+    """``n_blocks + 1`` destination boundaries splitting [0, V) into blocks of about equal work.
+
+    A destination's work is its in-degree + 1 (an isolated vertex still costs
+    a write). Block ``i`` is ``[b[i], b[i+1])``; blocks may be empty. No
+    block of two or more destinations reaches twice the mean work T / n, so
+    a destination of at least that much work always gets a block of its own
+    (a lighter hub may share a block that stays under 2 T / n).
+    """
+    if isinstance(n_blocks, (bool, np.bool_)) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 0:
+        raise ArgumentError(f"n_blocks must be a non-negative integer, got {n_blocks!r}")
+    n = int(n_blocks)
+    if n == 0 and graph.num_vertices:
+        raise ArgumentError(f"a graph with {graph.num_vertices} vertices needs n_blocks >= 1")
+
+    def compute() -> np.ndarray:
+        v = graph.num_vertices
+        if v == 0:
+            return _readonly(np.zeros(n + 1, dtype=np.int64))
+        # prefix of (deg + 1) is in_indptr + arange: no pass over the degrees needed
+        prefix = graph.in_indptr + np.arange(v + 1, dtype=np.int64)
+        return _readonly(_split_prefix(prefix, n))
+
+    return _cached(graph, ("balanced_blocks", n), compute)
+
+
+def block_count_for(graph: Any, threads: int, min_work: int = MIN_BLOCK_WORK) -> int:
+    """How many balanced blocks to hand ``threads`` threads that take blocks dynamically.
+
+    ``BLOCKS_PER_THREAD`` per thread, fewer when a block would hold less than
+    ``min_work`` (in-edges + vertices), never more than V; 1 for a small
+    non-empty graph, 0 for V == 0.
+    """
+    threads = _positive(threads, "threads")
+    min_work = _positive(min_work, "min_work")
+    v = graph.num_vertices
+    if v == 0:
+        return 0
+    work = graph.num_edges + v
+    return max(1, min(v, BLOCKS_PER_THREAD * threads, -(-work // min_work)))
+
+
+# ---------------------------------------------------------- vertex orders
+
+
+def degree_order(graph: Any) -> np.ndarray:
+    """Destinations by in-degree, highest first, ties by id (Seastar's degree sorting)."""
+
+    def compute() -> np.ndarray:
+        deg = np.diff(graph.in_indptr)
+        return _readonly(np.argsort(-deg, kind="stable"))
+
+    return _cached(graph, ("degree_order",), compute)
+
+
+def locality_order(graph: Any, num_hashes: int = 4, seed: int = 0) -> np.ndarray:
+    """Destinations ordered so those with similar in-neighbour sets are adjacent.
+
+    Huang et al.'s locality-aware scheduling: a MinHash signature of each
+    destination's in-neighbour set (``num_hashes`` multiply-shift hashes, the
+    minimum over the neighbours by ``np.minimum.reduceat`` on the in-CSR),
+    then a lexicographic sort of the signatures, first hash most significant:
+    destinations with equal signatures (equal sets, or similar ones with
+    probability their Jaccard similarity per hash) run together, and share
+    the source rows they gather. Destinations without in-edges come last, by
+    id. Deterministic given ``seed``.
+    """
+    num_hashes = _positive(num_hashes, "num_hashes")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ArgumentError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+
+    def compute() -> np.ndarray:
+        v = graph.num_vertices
+        indptr = graph.in_indptr
+        deg = np.diff(indptr)
+        has_in = np.flatnonzero(deg)
+        isolated = np.flatnonzero(deg == 0)
+        if has_in.size == 0:
+            return _readonly(isolated)
+        rng = np.random.default_rng(seed)
+        a = rng.integers(0, 2**64, num_hashes, dtype=np.uint64, endpoint=False) | np.uint64(1)
+        b = rng.integers(0, 2**64, num_hashes, dtype=np.uint64, endpoint=False)
+        # multiply-shift hashing, wrapping mod 2**64; the top 32 bits are the hash
+        ids = np.arange(v, dtype=np.uint64)[:, None]
+        vertex_hash = ((ids * a[None, :] + b[None, :]) >> np.uint64(32)).astype(np.uint32)
+        # non-empty rows have strictly increasing starts, so reduceat's segments
+        # are exactly their in-edge ranges (empty rows in between add nothing)
+        sig = np.minimum.reduceat(vertex_hash[graph.in_src], indptr[has_in], axis=0)
+        # pack hash pairs into uint64 keys: fewer, wider sort passes
+        if num_hashes % 2:
+            sig = np.concatenate([sig, np.zeros((sig.shape[0], 1), dtype=np.uint32)], axis=1)
+        sig = sig.astype(np.uint64)
+        keys = [(sig[:, j] << np.uint64(32)) | sig[:, j + 1] for j in range(0, sig.shape[1], 2)]
+        order = np.lexsort(keys[::-1])  # lexsort's last key is the primary one
+        return _readonly(np.concatenate([has_in[order], isolated]))
+
+    return _cached(graph, ("locality_order", num_hashes, seed), compute)
+
+
+# -------------------------------------------------------------- edge order
+
+# The Hilbert index of a point is read b bits of x and y at a time through a
+# table. Wikipedia's xy2d applies, after each bit level, one of four
+# transforms to the remaining low bits: identity, swap, complement both, or
+# both. They form the Klein four-group, so the transform so far is a state
+# (complement bit << 1 | swap bit) and composing is XOR. The table maps
+# (state, b bits of x, b bits of y) to (2b digits of d, next state).
+_HILBERT_BITS = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _hilbert_table(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    entries = np.arange(4 << (2 * bits), dtype=np.int64)
+    state = entries >> (2 * bits)
+    xs = (entries >> bits) & ((1 << bits) - 1)
+    ys = entries & ((1 << bits) - 1)
+    digits = np.zeros_like(entries)
+    for level in range(bits - 1, -1, -1):
+        rx = (xs >> level) & 1
+        ry = (ys >> level) & 1
+        # the state's transform, applied to this level's raw bits
+        comp, swap = state >> 1, state & 1
+        rx, ry = rx ^ comp, ry ^ comp
+        rx, ry = np.where(swap == 1, ry, rx), np.where(swap == 1, rx, ry)
+        digits = (digits << 2) | ((3 * rx) ^ ry)
+        # xy2d's rot(): ry == 0 swaps, and also complements when rx == 1
+        step = np.where(ry == 0, 1 | (rx << 1), 0)
+        state = state ^ step
+    return digits, state
+
+
+def _hilbert_index(x: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
+    """The xy2d index of each point on the 2**k x 2**k Hilbert curve (vectorised)."""
+    bits = _HILBERT_BITS
+    digits, next_state = _hilbert_table(bits)
+    chunks = -(-k // bits)
+    # padding with leading zero levels swaps x and y once per level (xy2d's
+    # rot() for rx = ry = 0) and adds 0 to d: start in that state
+    state = np.full(x.shape, (chunks * bits - k) & 1, dtype=np.int64)
+    d = np.zeros(x.shape, dtype=np.int64)
+    mask = (1 << bits) - 1
+    for chunk in range(chunks - 1, -1, -1):
+        shift = chunk * bits
+        entry = (state << (2 * bits)) | (((x >> shift) & mask) << bits) | ((y >> shift) & mask)
+        d = (d << (2 * bits)) | digits[entry]
+        state = next_state[entry]
+    return d
+
+
+def hilbert_edge_order(graph: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every edge as ``(src, dst, eid)``, ordered along a Hilbert curve over the (src, dst) plane.
+
+    FeatGraph's traversal for edge-wise kernels: consecutive edges share
+    source and destination rows in cache in both coordinates. The curve
+    covers a 2**k x 2**k grid, k = ceil(log2(max(V, 2))); edges at the same
+    point keep increasing edge id.
+    """
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        e = graph.num_edges
+        k = max(1, (max(graph.num_vertices, 2) - 1).bit_length())
+        d = _hilbert_index(graph.src, graph.dst, k)
+        bits = max(1, e.bit_length())
+        if 2 * k + bits <= 62:
+            # (d, edge id) packed are unique: a plain sort is stable and faster
+            packed = (d << bits) | np.arange(e, dtype=np.int64)
+            packed.sort()
+            order = packed & ((1 << bits) - 1)
+        else:  # pragma: no cover - needs about 2**62 grid cells x edges
+            order = np.argsort(d, kind="stable")
+        return _readonly(graph.src[order]), _readonly(graph.dst[order]), _readonly(order)
+
+    return _cached(graph, ("hilbert_edge_order",), compute)
+
+
+# -------------------------------------------------------- neighbour groups
+
+
+def _groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    group_size = _positive(group_size, "group_size")
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        v = graph.num_vertices
+        indptr = graph.in_indptr
+        per_dst = (np.diff(indptr) + (group_size - 1)) // group_size
+        offsets = _prefix(per_dst)
+        n_groups = int(offsets[-1])
+        group_dst = np.repeat(np.arange(v, dtype=np.int64), per_dst)
+        start = np.empty(n_groups + 1, dtype=np.int64)
+        rank = np.arange(n_groups, dtype=np.int64) - offsets[group_dst]
+        start[:n_groups] = indptr[group_dst] + rank * group_size
+        start[n_groups] = graph.num_edges
+        return _readonly(group_dst), _readonly(start), _readonly(offsets)
+
+    return _cached(graph, ("neighbor_groups", group_size), compute)
+
+
+def neighbor_groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each destination's in-edges cut into groups of at most ``group_size`` (Huang et al.).
+
+    Returns ``(group_dst, group_start)``: group ``g`` is in-CSR positions
+    ``group_start[g] .. group_start[g+1]`` of destination ``group_dst[g]``
+    (ascending); ``group_start[-1] == E``. A destination with no in-edges
+    has no group. Long rows become several tasks, merged afterwards.
+    """
+    group_dst, group_start, _ = _groups(graph, group_size)
+    return group_dst, group_start
+
+
+def group_offsets_by_dst(graph: Any, group_size: int) -> np.ndarray:
+    """V + 1 offsets: destination v's groups are ``offsets[v] .. offsets[v+1]`` (for the merge)."""
+    return _groups(graph, group_size)[2]
+
+
+# ------------------------------------------------------ source partitions
+
+
+def source_partitions(graph: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """FeatGraph's 1-D source partitioning into ``k`` contiguous source ranges.
+
+    Returns ``(bounds, part_indptr, part_src, part_eid)``. Partition p holds
+    sources ``bounds[p] .. bounds[p+1]``, ranges of about equal work
+    (out-degree + 1). Segment p of ``part_indptr`` (``k * (V + 1)`` entries)
+    is an in-CSR by destination of only the edges with a source in p:
+    destination v's are positions ``part_indptr[p*(V+1)+v] ..
+    part_indptr[p*(V+1)+v+1]`` of ``part_src`` / ``part_eid``, in increasing
+    edge id. A kernel sweeps the partitions one after the other, so the
+    source rows it gathers stay in cache.
+    """
+    k = _positive(k, "k")
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        v, e = graph.num_vertices, graph.num_edges
+        out_deg = np.bincount(graph.src, minlength=v)
+        bounds = _split_prefix(_prefix(out_deg) + np.arange(v + 1, dtype=np.int64), k)
+        part_of = np.repeat(np.arange(k, dtype=np.int64), np.diff(bounds))
+        # in-CSR order is (dst, eid); a stable sort by partition alone keeps it
+        # within each partition. Small integer keys sort by radix.
+        pos_part = part_of[graph.in_src] if e else np.zeros(0, dtype=np.int64)
+        narrow = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+        order = np.argsort(pos_part.astype(narrow), kind="stable")
+        part_src = graph.in_src[order]
+        part_eid = graph.in_eid[order]
+        # part_indptr[j] counts the edges whose key p * (V + 1) + dst is below j;
+        # the keys are sorted, so one repeat writes it without a k * V temporary
+        pos_dst = np.repeat(np.arange(v, dtype=np.int64), np.diff(graph.in_indptr))
+        keys = np.empty(e + 2, dtype=np.int64)
+        keys[0], keys[-1] = -1, k * (v + 1) - 1
+        np.add(pos_part[order] * (v + 1), pos_dst[order], out=keys[1:-1])
+        part_indptr = np.repeat(np.arange(e + 1, dtype=np.int64), np.diff(keys))
+        return _readonly(bounds), _readonly(part_indptr), _readonly(part_src), _readonly(part_eid)
+
+    return _cached(graph, ("source_partitions", k), compute)
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int:
+    """The last-level (L3) cache size of cpu0 from sysfs; 32 MiB when unknown."""
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                if f.read().strip() != "3":
+                    continue
+            with open(os.path.join(index, "size")) as f:
+                text = f.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        if digits.isdigit() and int(digits) > 0:
+            return int(digits) * scale
+    return _FALLBACK_LLC_BYTES
+
+
+def default_partition_count(graph: Any, feature_bytes_per_vertex: int, llc_bytes: int | None = None) -> int:
+    """K so that one partition's source feature rows fill about half the last-level cache.
+
+    The other half is left to the destination rows being written and the
+    CSR being streamed. At least 1, at most max(V, 1).
+    """
+    if llc_bytes is None:
+        llc_bytes = last_level_cache_bytes()
+    row = _positive(feature_bytes_per_vertex, "feature_bytes_per_vertex")
+    budget = max(1, _positive(llc_bytes, "llc_bytes") // 2)
+    v = graph.num_vertices
+    return max(1, min(max(v, 1), -(-(v * row) // budget)))

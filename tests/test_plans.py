@@ -1,0 +1,351 @@
+"""Per-graph plans (gnnc.runtime.plans): blocks, vertex orders, Hilbert edge order, groups, partitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gnnc.errors import ArgumentError
+from gnnc.runtime import plans
+from gnnc.runtime.graph import Graph
+
+from .strategies import graphs
+
+
+def _is_plan_array(arr: np.ndarray, length: int | None = None) -> None:
+    assert arr.dtype == np.int64
+    assert arr.flags.c_contiguous
+    assert not arr.flags.writeable
+    if length is not None:
+        assert arr.shape == (length,)
+
+
+def _in_degree(graph: Graph) -> np.ndarray:
+    return np.diff(graph.in_indptr)
+
+
+def _random_graph(v: int, e: int, seed: int = 0) -> Graph:
+    rng = np.random.default_rng(seed)
+    return Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+
+
+# -------------------------------------------------------------- blocks
+
+
+@given(graphs(), st.integers(1, 70))
+def test_balanced_blocks_cover_and_balance(graph, n):
+    v = graph.num_vertices
+    bounds = plans.balanced_blocks(graph, n)
+    _is_plan_array(bounds, n + 1)
+    assert bounds[0] == 0 and bounds[-1] == v
+    assert np.all(np.diff(bounds) >= 0)
+    if v == 0:
+        return
+    prefix = np.concatenate([[0], np.cumsum(_in_degree(graph) + 1)])
+    work = prefix[bounds[1:]] - prefix[bounds[:-1]]
+    mean = prefix[-1] / n
+    sizes = np.diff(bounds)
+    assert np.all((work <= 2 * mean) | (sizes == 1)), (work, mean, sizes)
+
+
+def test_balanced_blocks_give_a_hub_its_own_block():
+    # vertex 5 holds most of the work; its neighbours are light
+    dst = np.concatenate([np.full(1000, 5), np.arange(10)])
+    src = np.zeros_like(dst)
+    graph = Graph.from_coo(src, dst, num_vertices=10)
+    for n in (3, 4, 8, 16):  # two blocks cannot isolate a vertex in the middle
+        bounds = plans.balanced_blocks(graph, n)
+        starts = bounds[:-1][np.diff(bounds) > 0]
+        block_of_hub = np.searchsorted(bounds, 5, side="right") - 1
+        assert bounds[block_of_hub] == 5 and bounds[block_of_hub + 1] == 6, (n, bounds)
+        assert 5 in starts
+
+
+def test_balanced_blocks_small_cases():
+    graph = Graph.from_coo([], [], num_vertices=0)
+    assert plans.balanced_blocks(graph, 0).tolist() == [0]
+    assert plans.block_count_for(graph, 8) == 0
+    graph = Graph.from_coo([], [], num_vertices=8)
+    assert plans.balanced_blocks(graph, 4).tolist() == [0, 2, 4, 6, 8]
+    assert plans.balanced_blocks(graph, 1).tolist() == [0, 8]
+    with pytest.raises(ArgumentError):
+        plans.balanced_blocks(graph, 0)
+    with pytest.raises(ArgumentError):
+        plans.balanced_blocks(graph, -1)
+    with pytest.raises(ArgumentError):
+        plans.balanced_blocks(graph, 2.0)
+
+
+def test_block_count_for():
+    assert plans.block_count_for(Graph.from_coo([0], [0], num_vertices=3), 16) == 1
+    big = _random_graph(100_000, 1_000_000)
+    n = plans.block_count_for(big, 4)
+    assert n == 4 * plans.BLOCKS_PER_THREAD
+    assert plans.block_count_for(big, 1) < n
+    assert plans.block_count_for(Graph.from_coo([], [], num_vertices=5), 4, min_work=1) == 5
+    with pytest.raises(ArgumentError):
+        plans.block_count_for(big, 0)
+
+
+# ----------------------------------------------------------- vertex orders
+
+
+@given(graphs())
+def test_degree_order(graph):
+    order = plans.degree_order(graph)
+    _is_plan_array(order, graph.num_vertices)
+    assert np.array_equal(np.sort(order), np.arange(graph.num_vertices))
+    deg = _in_degree(graph)[order]
+    assert np.all(np.diff(deg) <= 0)
+    # stable: equal degrees keep increasing ids
+    same = np.diff(deg) == 0
+    assert np.all(np.diff(order)[same] > 0)
+
+
+@given(graphs(), st.integers(1, 6), st.integers(0, 3))
+def test_locality_order_is_a_deterministic_permutation(graph, num_hashes, seed):
+    order = plans.locality_order(graph, num_hashes=num_hashes, seed=seed)
+    _is_plan_array(order, graph.num_vertices)
+    assert np.array_equal(np.sort(order), np.arange(graph.num_vertices))
+    again = plans.locality_order(Graph(graph), num_hashes=num_hashes, seed=seed)
+    assert np.array_equal(order, again)
+    # destinations without in-edges come last, by id
+    isolated = np.flatnonzero(_in_degree(graph) == 0)
+    assert np.array_equal(order[order.size - isolated.size :], isolated)
+
+
+def test_locality_order_puts_equal_neighbour_sets_together():
+    rng = np.random.default_rng(3)
+    v = 200
+    # 20 clusters of destinations; every destination in a cluster has the same
+    # in-neighbour set (with duplicates and a varying edge order)
+    clusters = rng.permutation(np.arange(100, 200)).reshape(20, 5)
+    src, dst = [], []
+    for c, members in enumerate(clusters):
+        neighbours = rng.choice(100, size=rng.integers(1, 12), replace=False)
+        for d in members:
+            s = np.concatenate([rng.permutation(neighbours), neighbours[: rng.integers(0, 3)]])
+            src.append(s)
+            dst.append(np.full(s.size, d))
+    perm = rng.permutation(sum(s.size for s in src))
+    src = np.concatenate(src)[perm]
+    dst = np.concatenate(dst)[perm]
+    graph = Graph.from_coo(src, dst, num_vertices=v)
+    for seed in range(3):
+        order = plans.locality_order(graph, seed=seed)
+        position = np.empty(v, dtype=np.int64)
+        position[order] = np.arange(v)
+        for members in clusters:
+            pos = np.sort(position[members])
+            assert pos[-1] - pos[0] == members.size - 1, (seed, members, pos)
+        # vertices 0..99 have no in-edges: last, by id
+        assert np.array_equal(order[100:], np.arange(100))
+
+
+def test_locality_order_arguments():
+    graph = _random_graph(10, 30)
+    for bad in ({"num_hashes": 0}, {"seed": -1}, {"seed": 1.5}, {"num_hashes": True}):
+        with pytest.raises(ArgumentError):
+            plans.locality_order(graph, **bad)
+    assert not np.array_equal(plans.locality_order(_random_graph(1000, 3000), seed=0),
+                              plans.locality_order(_random_graph(1000, 3000), seed=1))
+
+
+# ------------------------------------------------------------ Hilbert order
+
+
+def _rot(n, x, y, rx, ry):
+    if ry == 0:
+        if rx == 1:
+            x = n - 1 - x
+            y = n - 1 - y
+        x, y = y, x
+    return x, y
+
+
+def xy2d(n, x, y):
+    """Wikipedia's scalar Hilbert index of (x, y) on an n x n grid, n a power of 2."""
+    d = 0
+    s = n // 2
+    while s > 0:
+        rx = 1 if (x & s) > 0 else 0
+        ry = 1 if (y & s) > 0 else 0
+        d += s * s * ((3 * rx) ^ ry)
+        x, y = _rot(n, x, y, rx, ry)
+        s //= 2
+    return d
+
+
+@pytest.mark.parametrize("k", range(1, 10))
+def test_hilbert_index_matches_xy2d(k):
+    n = 1 << k
+    rng = np.random.default_rng(k)
+    if n <= 64:
+        x, y = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n)))
+    else:
+        x, y = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    got = plans._hilbert_index(x.astype(np.int64), y.astype(np.int64), k)
+    want = np.array([xy2d(n, int(a), int(b)) for a, b in zip(x, y)])
+    assert np.array_equal(got, want)
+    if n <= 64:  # a bijection onto [0, n*n) whose consecutive cells are neighbours
+        assert np.array_equal(np.sort(got), np.arange(n * n))
+        walk = np.argsort(got)
+        assert np.all(np.abs(np.diff(x[walk])) + np.abs(np.diff(y[walk])) == 1)
+
+
+def test_hilbert_index_large_coordinates():
+    rng = np.random.default_rng(0)
+    for k in (13, 21, 31):
+        n = 1 << k
+        x, y = rng.integers(0, n, 200), rng.integers(0, n, 200)
+        got = plans._hilbert_index(x, y, k)
+        assert got.tolist() == [xy2d(n, int(a), int(b)) for a, b in zip(x, y)]
+
+
+@given(graphs())
+def test_hilbert_edge_order_is_a_permutation_of_the_edges(graph):
+    src, dst, eid = plans.hilbert_edge_order(graph)
+    e = graph.num_edges
+    for arr in (src, dst, eid):
+        _is_plan_array(arr, e)
+    assert np.array_equal(np.sort(eid), np.arange(e))
+    assert np.array_equal(src, graph.src[eid]) and np.array_equal(dst, graph.dst[eid])
+    if e:
+        n = 1 << max(1, (max(graph.num_vertices, 2) - 1).bit_length())
+        d = np.array([xy2d(n, int(u), int(v)) for u, v in zip(src, dst)])
+        assert np.all(np.diff(d) >= 0)
+        assert np.all(np.diff(eid)[np.diff(d) == 0] > 0)  # stable
+
+
+def test_hilbert_edge_order_is_local():
+    graph = _random_graph(5000, 200_000, seed=1)
+    src, dst, _ = plans.hilbert_edge_order(graph)
+    step = np.mean(np.abs(np.diff(src)) + np.abs(np.diff(dst)))
+    random_step = np.mean(np.abs(np.diff(graph.src)) + np.abs(np.diff(graph.dst)))
+    assert step * 50 < random_step, (step, random_step)
+
+
+# ------------------------------------------------------- neighbour groups
+
+
+@given(graphs(), st.sampled_from([1, 2, 3, 8, 32, 1000]))
+def test_neighbor_groups(graph, g):
+    group_dst, group_start = plans.neighbor_groups(graph, g)
+    offsets = plans.group_offsets_by_dst(graph, g)
+    n = group_dst.size
+    _is_plan_array(group_dst)
+    _is_plan_array(group_start, n + 1)
+    _is_plan_array(offsets, graph.num_vertices + 1)
+    e, indptr = graph.num_edges, graph.in_indptr
+    assert group_start[0] == 0 and group_start[-1] == e
+    sizes = np.diff(group_start)
+    # every position in exactly one group: consecutive, non-empty, at most g long
+    assert np.all(sizes >= 1) and np.all(sizes <= g)
+    assert np.all(np.diff(group_dst) >= 0)
+    # no group straddles destinations
+    assert np.all(indptr[group_dst] <= group_start[:-1])
+    assert np.all(group_start[1:] <= indptr[group_dst + 1])
+    deg = _in_degree(graph)
+    assert np.array_equal(np.diff(offsets), -(-deg // g))
+    assert offsets[-1] == n
+    for v in np.unique(group_dst):
+        assert np.all(group_dst[offsets[v] : offsets[v + 1]] == v)
+        assert group_start[offsets[v]] == indptr[v] and group_start[offsets[v + 1]] == indptr[v + 1]
+
+
+def test_neighbor_groups_argument():
+    with pytest.raises(ArgumentError):
+        plans.neighbor_groups(_random_graph(4, 4), 0)
+
+
+# ------------------------------------------------------ source partitions
+
+
+@given(graphs(), st.integers(1, 9))
+def test_source_partitions(graph, k):
+    bounds, part_indptr, part_src, part_eid = plans.source_partitions(graph, k)
+    v, e = graph.num_vertices, graph.num_edges
+    _is_plan_array(bounds, k + 1)
+    _is_plan_array(part_indptr, k * (v + 1))
+    _is_plan_array(part_src, e)
+    _is_plan_array(part_eid, e)
+    assert bounds[0] == 0 and bounds[-1] == v and np.all(np.diff(bounds) >= 0)
+    assert np.array_equal(np.sort(part_eid), np.arange(e))  # every edge exactly once
+    assert np.array_equal(part_src, graph.src[part_eid])
+    seg = part_indptr.reshape(k, v + 1)
+    assert np.all(np.diff(part_indptr) >= 0)
+    assert part_indptr[0] == 0 and part_indptr[-1] == e
+    assert np.all(seg[1:, 0] == seg[:-1, -1])
+    for p in range(k):
+        lo, hi = bounds[p], bounds[p + 1]
+        for d in range(v):
+            a, b = seg[p, d], seg[p, d + 1]
+            eids = part_eid[a:b]
+            assert np.all(graph.dst[eids] == d)
+            assert np.all((part_src[a:b] >= lo) & (part_src[a:b] < hi))
+            want = np.flatnonzero((graph.dst == d) & (graph.src >= lo) & (graph.src < hi))
+            assert np.array_equal(eids, want)
+
+
+def test_source_partitions_balance_edges():
+    graph = _random_graph(10_000, 200_000, seed=5)
+    k = 8
+    bounds, part_indptr, _, _ = plans.source_partitions(graph, k)
+    v = graph.num_vertices
+    per_part = np.diff(part_indptr.reshape(k, v + 1)[:, [0, -1]], axis=1).ravel()
+    assert per_part.sum() == graph.num_edges
+    assert per_part.max() < 1.1 * graph.num_edges / k
+
+
+def test_default_partition_count():
+    graph = _random_graph(1_000_000, 10)
+    assert plans.default_partition_count(graph, 256, llc_bytes=32 << 20) == 16
+    assert plans.default_partition_count(graph, 4, llc_bytes=1 << 30) == 1
+    assert plans.default_partition_count(Graph.from_coo([], [], num_vertices=0), 64) == 1
+    assert plans.default_partition_count(_random_graph(3, 3), 1 << 30, llc_bytes=1 << 20) == 3
+    assert plans.default_partition_count(graph, 256) >= 1
+    assert plans.last_level_cache_bytes() > 0
+    with pytest.raises(ArgumentError):
+        plans.default_partition_count(graph, 0)
+
+
+# ------------------------------------------------------------------ caching
+
+
+def test_plans_are_cached_per_graph_and_parameters():
+    graph = _random_graph(500, 3000)
+    calls = [
+        lambda: plans.balanced_blocks(graph, 7),
+        lambda: plans.degree_order(graph),
+        lambda: plans.locality_order(graph, num_hashes=3, seed=2),
+        lambda: plans.hilbert_edge_order(graph),
+        lambda: plans.neighbor_groups(graph, 4),
+        lambda: plans.group_offsets_by_dst(graph, 4),
+        lambda: plans.source_partitions(graph, 3),
+    ]
+    for call in calls:
+        first, second = call(), call()
+        if isinstance(first, tuple):
+            assert all(a is b for a, b in zip(first, second))
+        else:
+            assert first is second
+    assert plans.balanced_blocks(graph, 8) is not plans.balanced_blocks(graph, 7)
+    assert plans.locality_order(graph, seed=1) is not plans.locality_order(graph, seed=2)
+    assert plans.neighbor_groups(graph, 5)[0] is not plans.neighbor_groups(graph, 4)[0]
+    # another graph has its own cache
+    assert plans.degree_order(Graph(graph)) is not plans.degree_order(graph)
+
+
+def test_runtime_plans_do_not_import_the_compiler():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gnnc.runtime.plans\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('xdsl', 'llvmlite', 'numba')"
+        " or m.startswith(('gnnc.frontend', 'gnnc.passes', 'gnnc.backends'))]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
