@@ -5,7 +5,8 @@ Every kernel `K` in a `.so` is a C function
     void K(int64_t num_vertices, int64_t num_edges,
            int64_t num_threads,        /* workers; the scratch holds one slice each */
            int64_t num_blocks,
-           const int64_t *dst_blocks,  /* num_blocks + 1 destination boundaries  */
+           const int64_t *dst_blocks,  /* num_blocks + 1 boundaries of positions  */
+           const int64_t *dst_order,   /* V: the destination at each position    */
            const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination */
            const int64_t *in_src,      /* E: source of the edge at a position   */
            const int64_t *in_eid,      /* E: the user's edge id at a position   */
@@ -21,13 +22,15 @@ alias each other (the kernels are compiled with `noalias`). Scalars are passed
 as one-element arrays. The per-kernel record in the `.so` metadata names the
 dims, the scratch shapes (summed, per thread) and the temp shapes. Destination
 blocks are processed by up to num_threads OpenMP workers (libgomp), taking
-blocks dynamically.
+blocks dynamically. Positions map to destinations through dst_order (a degree
+or locality order, `sort degree` / `reorder locality`); a kernel compiled
+for the identity order ignores it.
 """
 
 from __future__ import annotations
 
 #: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.abi"
@@ -39,6 +42,7 @@ GRAPH_ARGUMENTS = (
     "num_threads",
     "num_blocks",
     "dst_blocks",
+    "dst_order",
     "in_indptr",
     "in_src",
     "in_eid",

@@ -297,7 +297,9 @@ def test_gnnc_opt_reads_a_dumped_graph_stage(tmp_path):
     loop = gnnc_cli("compile", GCN, "--emit", "loop")
     assert opt.stdout.strip() == loop.stdout.strip()
     # and onwards, to scf
-    scf = gnnc_opt(graph_file, "-p", "convert-graph-to-loop,convert-loop-to-scf")
+    scf = gnnc_opt(
+        graph_file, "-p", "convert-graph-to-loop,prefetch-neighbors,convert-loop-to-openmp,convert-loop-to-scf"
+    )
     assert scf.returncode == 0, scf.stderr
     assert "scf.for" in scf.stdout and "loop.for_dst" not in scf.stdout
 

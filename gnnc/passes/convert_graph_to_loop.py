@@ -45,6 +45,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.dialects import graph, loop
 from gnnc.frontend import irgen
+from gnnc.schedule import CpuSchedule
 from gnnc import abi
 
 index = IndexType()
@@ -180,13 +181,13 @@ class KernelLowering:
         buf = MemRefType(self.elem, [DYNAMIC_INDEX])
         ibuf = MemRefType(i64, [DYNAMIC_INDEX])
         n_params = len(self.param_names)
-        arg_types: list[Attribute] = [index, index, index, index, ibuf, ibuf, ibuf, ibuf, buf, buf, ibuf, buf]
+        arg_types: list[Attribute] = [index, index, index, index, ibuf, ibuf, ibuf, ibuf, ibuf, buf, buf, ibuf, buf]
         n_fixed = len(arg_types)
         assert n_fixed == len(abi.GRAPH_ARGUMENTS)
         arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
         entry = Block(arg_types=arg_types)
-        (self.V, self.E, self.num_threads, self.num_blocks, self.blocks, self.indptr, self.src,
-         self.eid, self.deg_in, self.deg_out, self.dims_buf, self.scratch) = entry.args[:n_fixed]
+        (self.V, self.E, self.num_threads, self.num_blocks, self.blocks, self.order, self.indptr,
+         self.src, self.eid, self.deg_in, self.deg_out, self.dims_buf, self.scratch) = entry.args[:n_fixed]
         rest = entry.args[n_fixed:]
         self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
         self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
@@ -222,12 +223,10 @@ class KernelLowering:
         fn = func.FuncOp(name, (arg_types, []), Region(entry))
         noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
-        attrs = [DictionaryAttr({})] * 4 + [readonly] * 6 + [readonly, noalias]
+        attrs = [DictionaryAttr({})] * 4 + [readonly] * 7 + [readonly, noalias]
         attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
         fn.arg_attrs = ArrayAttr(attrs)
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
-        if irgen.SCHEDULE in self.src_fn.attributes:
-            fn.attributes[irgen.SCHEDULE] = self.src_fn.attributes[irgen.SCHEDULE]
         return fn
 
     def abi_record(self) -> dict:
@@ -235,6 +234,7 @@ class KernelLowering:
             "dims": self.dim_names,
             "scratch": self.scratch_shapes,
             "temps": self.temp_shapes,
+            "order": self.loop_schedule().data["order"].data,  # type: ignore[union-attr]
         }
 
     # ------------------------------------------------------------- helpers
@@ -357,17 +357,26 @@ class KernelLowering:
     def _emit_phase(self, sinks: list[_Sink]) -> None:
         body = Block(arg_types=[index, index])
         v, worker = body.args
-        schedule = self.src_fn.attributes.get(irgen.SCHEDULE)
+        schedule = self.loop_schedule()
         with self.em.nested(body):
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             self._emit_destination(v, sinks)
             self.em.op(loop.YieldOp())
-        self.em.op(
-            loop.ForDstOp(
-                self.V, self.blocks, self.num_blocks, self.num_threads, body,
-                schedule if isinstance(schedule, DictionaryAttr) else None,
-            )
-        )
+        self.em.op(loop.ForDstOp(self.V, self.blocks, self.num_blocks, self.num_threads, body, schedule))
+
+    def loop_schedule(self) -> DictionaryAttr:
+        """The CPU schedule, defaults filled in, as the loop passes consume it."""
+        attr = self.src_fn.attributes.get(irgen.SCHEDULE)
+        entries = {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}
+        sched = CpuSchedule.from_attr(entries)
+        result: dict[str, Attribute] = {
+            "parallel": StringAttr("dst"),
+            "order": StringAttr(sched.order),
+            "prefetch": IntegerAttr(sched.prefetch, i64),
+        }
+        if sched.tile_features is not None:
+            result["tile"] = IntegerAttr(sched.tile_features, i64)
+        return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work
 

@@ -30,13 +30,16 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    StringAttr,
     i32,
     i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from gnnc import abi
 from gnnc.dialects import llvm_ext, loop
+from gnnc.errors import CompileError
 
 index = IndexType()
 i8 = IntegerType(8)
@@ -65,8 +68,8 @@ def _declare_runtime(module: ModuleOp) -> None:
 
 
 class _Outliner:
-    def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str):
-        self.fn, self.for_dst, self.name = fn, for_dst, name
+    def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str, order: str):
+        self.fn, self.for_dst, self.name, self.order = fn, for_dst, name, order
         self.entry = fn.body.block
         self.mapping: dict[SSAValue, SSAValue] = {}
 
@@ -181,6 +184,13 @@ class _Outliner:
 
         per_vertex = Block(arg_types=[index])
         v = per_vertex.args[0]
+        if self.order != "identity":
+            # position -> destination through the runtime's permutation
+            order_buf = m[self.entry.args[abi.GRAPH_ARGUMENTS.index("dst_order")]]
+            raw = memref.LoadOp.get(order_buf, [v])
+            cast = arith.IndexCastOp(raw, index)
+            per_vertex.add_ops([raw, cast])
+            v = cast.result
         old_body = d.body.block
         old_v, old_worker = old_body.args
         # move the loop body into the outlined function
@@ -247,12 +257,14 @@ class ConvertLoopToOpenmpPass(ModulePass):
         for fn in kernels:
             phases = [o for o in fn.body.block.ops if isinstance(o, loop.ForDstOp)]
             for i, for_dst in enumerate(phases):
-                if for_dst.schedule is not None and len(for_dst.schedule.data) > 0:
-                    keys = ", ".join(sorted(for_dst.schedule.data))
-                    from gnnc.errors import CompileError
-
+                schedule = dict(for_dst.schedule.data) if for_dst.schedule is not None else {}
+                schedule.pop("parallel", None)
+                order_attr = schedule.pop("order", None)
+                order = order_attr.data if isinstance(order_attr, StringAttr) else "identity"
+                if schedule:
+                    keys = ", ".join(sorted(schedule))
                     raise CompileError(f"'loop.for_dst' still carries schedule {keys}: no pass implemented it")
-                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}").outline()
+                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order).outline()
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
                 launch = _launch(fn, for_dst, outlined)

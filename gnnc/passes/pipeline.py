@@ -19,6 +19,7 @@ from gnnc.passes.canonicalize_graph import GraphCanonicalizePass
 from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
 from gnnc.passes.convert_loop_to_openmp import ConvertLoopToOpenmpPass
 from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
+from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
 
 #: Every xDSL pass gnnc runs, by command-line name.
 PASSES: dict[str, type[ModulePass]] = {
@@ -28,6 +29,7 @@ PASSES: dict[str, type[ModulePass]] = {
         CommonSubexpressionElimination,
         DeadCodeElimination,
         ConvertGraphToLoopPass,
+        PrefetchNeighborsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
     )
@@ -39,6 +41,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "cse",
     "dce",
     "convert-graph-to-loop",
+    "prefetch-neighbors",
     "convert-loop-to-openmp",
     "convert-loop-to-scf",
 )

@@ -80,7 +80,8 @@ class Kernel:
             raise ArgumentError("schedule= is not supported yet on the CPU runtime")
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         n_threads = resolve_threads(threads)
-        blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads))
+        order = plans.destination_order(graph, self._abi.get("order", "identity"))
+        blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads), order=order)
         dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
         per_thread = sum(_size(s, dims) for s in self._abi["scratch"])
         scratch = np.empty(max(1, per_thread * n_threads), dtype=self._dtype)
@@ -90,7 +91,7 @@ class Kernel:
             for t in self._abi["temps"]
         ]
         buffers = [
-            blocks, graph.in_indptr, graph.in_src, graph.in_eid,
+            blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
             dims_array, scratch, *inputs, *outputs, *temps,
         ]

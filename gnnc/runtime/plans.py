@@ -105,8 +105,22 @@ def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
 # ------------------------------------------------------------- work blocks
 
 
-def balanced_blocks(graph: Any, n_blocks: int) -> np.ndarray:
+def destination_order(graph: Any, kind: str) -> np.ndarray:
+    """The destination processed at each position: identity, degree or locality order."""
+    if kind == "identity":
+        return _cached(graph, ("identity_order",), lambda: _readonly(np.arange(graph.num_vertices, dtype=np.int64)))
+    if kind == "degree":
+        return degree_order(graph)
+    if kind == "locality":
+        return locality_order(graph)
+    raise ArgumentError(f"unknown destination order {kind!r}")
+
+
+def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) -> np.ndarray:
     """``n_blocks + 1`` destination boundaries splitting [0, V) into blocks of about equal work.
+
+    With ``order`` (a permutation of the destinations), the boundaries split
+    positions in that order: block ``i`` holds ``order[b[i]:b[i+1]]``.
 
     A destination's work is its in-degree + 1 (an isolated vertex still costs
     a write). Block ``i`` is ``[b[i], b[i+1])``; blocks may be empty. No
@@ -124,11 +138,20 @@ def balanced_blocks(graph: Any, n_blocks: int) -> np.ndarray:
         v = graph.num_vertices
         if v == 0:
             return _readonly(np.zeros(n + 1, dtype=np.int64))
+        if order is not None and not _is_identity(graph, order):
+            work = np.diff(graph.in_indptr)[order] + 1
+            prefix = np.concatenate([[0], np.cumsum(work)]).astype(np.int64)
+            return _readonly(_split_prefix(prefix, n))
         # prefix of (deg + 1) is in_indptr + arange: no pass over the degrees needed
         prefix = graph.in_indptr + np.arange(v + 1, dtype=np.int64)
         return _readonly(_split_prefix(prefix, n))
 
-    return _cached(graph, ("balanced_blocks", n), compute)
+    key = ("balanced_blocks", n) if order is None or _is_identity(graph, order) else ("balanced_blocks", n, id(order))
+    return _cached(graph, key, compute)
+
+
+def _is_identity(graph: Any, order: np.ndarray) -> bool:
+    return order is graph.plans.get(("identity_order",))
 
 
 def block_count_for(graph: Any, threads: int, min_work: int = MIN_BLOCK_WORK) -> int:

@@ -44,7 +44,7 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
         lines.append(f" *   temp buffers: {temps} */")
         args = [
             "int64_t num_vertices", "int64_t num_edges", "int64_t num_threads", "int64_t num_blocks",
-            "const int64_t *dst_blocks", "const int64_t *in_indptr", "const int64_t *in_src", "const int64_t *in_eid",
+            "const int64_t *dst_blocks", "const int64_t *dst_order", "const int64_t *in_indptr", "const int64_t *in_src", "const int64_t *in_eid",
             f"const {t} *deg_in", f"const {t} *deg_out", "const int64_t *dims", f"{t} *scratch",
         ]
         for p in k["params"]:
