@@ -355,6 +355,7 @@ class Baseline:
     setup: Callable[[], tuple[Callable[[], Any], Callable[[], dict[str, np.ndarray]]]]
     note: str = ""
     available: str | None = None  # None: available; else why not
+    quick: bool = True  # False: left out of --quick (never a cell's best; PyG covers the same gather/scatter)
 
 
 def _np(t: Any) -> np.ndarray:
@@ -483,7 +484,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
         Baseline("torch.addmm(csr, out=)", "torch", out_b, torch_addmm_out),
         Baseline("pyg spmm", "torch_geometric", out_b, pyg_spmm),
         Baseline("pyg MessagePassing(sum)", "torch_geometric", 2 * E * F * F32 + out_b, pyg_mp),
-        Baseline("torch index_add_", "torch", E * F * F32 + out_b, index_add),
+        Baseline("torch index_add_", "torch", E * F * F32 + out_b, index_add, quick=False),
         Baseline("dgl gspmm(mul,sum)", "dgl", out_b, dgl_gspmm),
         Baseline("numba prange CSR", "numba", out_b, numba_csr),
     ]
@@ -604,7 +605,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
         Baseline(f"torch.sparse.mm({torch_reduce})", "torch", out_b, torch_sparse_mm),
         Baseline(f"pyg spmm({reduce})", "torch_geometric", out_b, pyg_spmm),
         Baseline(f"pyg MessagePassing({reduce})", "torch_geometric", 2 * E * F * F32 + E * I64 * F + out_b, pyg_mp),
-        Baseline(f"torch scatter_reduce_({torch_reduce})", "torch", E * F * F32 + out_b, scatter_reduce),
+        Baseline(f"torch scatter_reduce_({torch_reduce})", "torch", E * F * F32 + out_b, scatter_reduce, quick=False),
         Baseline(f"torch_scatter segment_csr({reduce})", "torch_scatter", E * F * F32 + out_b, torch_scatter),
         Baseline(f"dgl gspmm(copy_lhs,{reduce})", "dgl", out_b * (2 if reduce == "max" else 1), dgl_gspmm,
                  "empty rows set to 0" if reduce == "max" else ""),
@@ -670,7 +671,7 @@ def _attention(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baselin
     return [
         Baseline("torch.sparse.sampled_addmm", "torch", out_b + E * I64 * 2 + extra_copies, sampled_addmm,
                  "one call per head" if H > 1 else ""),
-        Baseline("torch index_select*mul.sum", "torch", 2 * E * H * F * F32 + out_b, gather_dot),
+        Baseline("torch index_select*mul.sum", "torch", 2 * E * H * F * F32 + out_b, gather_dot, quick=False),
         Baseline("dgl gsddmm(dot)", "dgl", out_b, dgl_gsddmm),
         Baseline("numba prange CSR", "numba", out_b, numba_csr),
     ]

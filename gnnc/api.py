@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from gnnc.errors import ArgumentError
@@ -44,9 +45,15 @@ def compile(
     cpu: str = "native",
     kernels: list[str] | None = None,
     opt_level: int = 3,
+    schedule: str | Mapping[str, object] | None = None,
 ) -> Module | ReferenceModule:
-    """Compiles kernels (cached) and loads them; `target="reference"` runs numpy instead."""
+    """Compiles kernels (cached) and loads them; `target="reference"` runs numpy instead.
+
+    `schedule` replaces the source's CPU schedule of every kernel: directive
+    text (`"prefetch 16; sort degree"`) or a dict (`{"prefetch": 16}`).
+    """
     from gnnc import compiler
+    from gnnc.schedule import directives_text
 
     source, file = compiler.read_source(source_or_path)
     if target == "reference":
@@ -55,5 +62,8 @@ def compile(
         return ReferenceModule(parse_and_check(source, file))
     if target != "cpu":
         raise ArgumentError(f"unknown target {target!r}: use 'cpu' or 'reference'")
-    options = compiler.CompileOptions(target=target, cpu=cpu, kernels=kernels, opt_level=opt_level)
+    options = compiler.CompileOptions(
+        target=target, cpu=cpu, kernels=kernels, opt_level=opt_level,
+        schedule=directives_text(schedule) if schedule is not None else None,
+    )
     return Module(compiler.compile_cached(source, file, options))

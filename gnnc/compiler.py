@@ -34,6 +34,9 @@ class CompileOptions:
     opt_level: int = 3
     #: Compile only these kernels (None: all of them).
     kernels: list[str] | None = None
+    #: CPU schedule directives that replace the source's `schedule K for cpu`
+    #: blocks of every compiled kernel (the Python `schedule=` argument).
+    schedule: str | None = None
 
     def cache_key_fields(self) -> dict:
         return asdict(self)
@@ -87,6 +90,9 @@ def compile_source(
     options = options or CompileOptions()
     if options.target != "cpu":
         raise CompileError(f"target '{options.target}' is not supported yet (only 'cpu')")
+    original_source = source
+    if options.schedule is not None:
+        source = with_schedule(source, file, options.schedule, options.kernels)
     program = parse_and_check(source, file)
     if options.kernels is not None:
         missing = [k for k in options.kernels if k not in {kk.name for kk in program.kernels}]
@@ -136,6 +142,11 @@ def compile_source(
             del op.attributes[abi.ABI_ATTR]
     metadata = {
         "format": "gnnc-shared-object",
+        # the source travels with the object, so a call with schedule= can
+        # compile a variant without the .gnn file
+        "source": original_source,
+        "file": file,
+        "schedule": options.schedule,
         "gnnc_version": __version__,
         "abi_version": abi.ABI_VERSION,
         "target": options.target,
@@ -153,6 +164,30 @@ def compile_source(
     record("emit-asm", asm)
     result.object_code = obj
     return result
+
+
+def with_schedule(source: str, file: str, directives: str, kernels: list[str] | None = None) -> str:
+    """Source text whose cpu schedule, for each kernel, is `directives` instead."""
+    from gnnc.frontend.parser import parse
+
+    program = parse(source, file)
+    names = [k.name for k in program.kernels if kernels is None or k.name in kernels]
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    cuts = []
+    for sched in program.schedules:
+        if sched.target == "cpu" and sched.kernel in names:
+            begin = starts[sched.loc.line - 1] + sched.loc.col - 1
+            end = source.index("}", begin) + 1  # directives hold no braces
+            cuts.append((begin, end))
+    for begin, end in sorted(cuts, reverse=True):
+        source = source[:begin] + source[end:]
+    body = "\n".join("    " + line for line in directives.splitlines() if line.strip())
+    for name in names:
+        source += f"\nschedule {name} for cpu {{\n{body}\n}}\n"
+    return source
 
 
 def write_shared_object(result: CompileResult, out_path: str | os.PathLike) -> None:

@@ -25,7 +25,7 @@ from gnnc.frontend import ast
 #: A directive that parses but is not listed here is an error ("... is not
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
-SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder"}}
+SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile"}}
 
 _F32_MAX = 3.4028234663852886e38
 
@@ -197,6 +197,8 @@ class _Checker:
             if arg.word is not None:
                 if word != arg.word:
                     raise self.error(f"expected '{arg.word}' after '{after}', found '{word}'", locs[i])
+            elif d.words[0] == "prefetch" and word == "0":
+                pass  # `prefetch 0` turns prefetching off
             else:
                 self.positive_int(word, locs[i], arg.meaning, after)
         if len(d.words) > len(spec) + 1:

@@ -68,8 +68,9 @@ def _declare_runtime(module: ModuleOp) -> None:
 
 
 class _Outliner:
-    def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str, order: str):
-        self.fn, self.for_dst, self.name, self.order = fn, for_dst, name, order
+    def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str, order: str,
+                 tile: tuple[int, str] | None = None):
+        self.fn, self.for_dst, self.name, self.order, self.tile = fn, for_dst, name, order, tile
         self.entry = fn.body.block
         self.mapping: dict[SSAValue, SSAValue] = {}
 
@@ -218,7 +219,52 @@ class _Outliner:
             func.CallOp("GOMP_loop_end_nowait", [], []),
             scf.YieldOp(),
         ])
-        body.add_ops([any_blocks, scf.IfOp(any_blocks, [], [guarded])])
+        worksharing = [any_blocks, scf.IfOp(any_blocks, [], [guarded])]
+        if self.tile is None:
+            body.add_ops(worksharing)
+        else:
+            self._tile_features(body, worksharing, per_vertex)
+
+    def _tile_features(self, body: Block, worksharing: list[Operation], per_vertex: Block) -> None:
+        """FeatGraph's feature tiling: the whole destination sweep runs once per feature tile.
+
+        A tile of every source row (T features) is what the sweep gathers,
+        so partitions of the source rows stay in cache between destinations.
+        Each `loop.for_feature` over the tiled axis covers only the current
+        tile; everything else a destination computes is recomputed per tile,
+        which is idempotent. Reductions over the tiled axis (a `dot` or `@`
+        along it) cannot be split this way and are refused.
+        """
+        tile, dim = self.tile
+        features = [op for op in per_vertex.walk() if isinstance(op, loop.ForFeatureOp) and op.dim is not None and op.dim.data == dim]
+        if not features:
+            raise CompileError(f"tile features {tile}: the kernel has no loop over a feature axis '{dim}'")
+        extent = features[0].extent
+        for op in per_vertex.walk():
+            if isinstance(op, scf.ForOp) and op.ub is extent:
+                raise CompileError(
+                    f"tile features {tile}: the kernel reduces over the feature axis '{dim}' "
+                    "(a dot or @ along it), which feature tiling would split"
+                )
+        c0, step = _const(0), _const(tile)
+        tile_body = Block(arg_types=[index])
+        t0 = tile_body.args[0]
+        remaining = arith.SubiOp(extent, t0)
+        width = arith.MinSIOp(remaining, step)
+        tile_body.add_ops([remaining, width])
+        for op in worksharing:
+            tile_body.add_op(op)
+        tile_body.add_op(scf.YieldOp())
+        body.add_ops([c0, step, scf.ForOp(c0, extent, step, [], tile_body)])
+        for op in features:
+            if op.extent is not extent:
+                continue
+            inner = op.body.block
+            i = inner.args[0]
+            shifted = arith.AddiOp(i, t0)
+            inner.insert_op_before(shifted, inner.first_op)
+            i.replace_uses_with_if(shifted.result, lambda use: use.operation is not shifted)
+            op.operands[0] = width.result
 
 
 def _launch(fn: func.FuncOp, for_dst: loop.ForDstOp, outlined: func.FuncOp) -> list[Operation]:
@@ -244,6 +290,19 @@ def _launch(fn: func.FuncOp, for_dst: loop.ForDstOp, outlined: func.FuncOp) -> l
     return ops
 
 
+def _tiled_dim(for_dst: loop.ForDstOp) -> str:
+    """The feature axis `tile features` splits: F if the kernel has one, else its innermost axis."""
+    dims = [op.dim.data for op in for_dst.walk() if isinstance(op, loop.ForFeatureOp) and op.dim is not None]
+    if "F" in dims:
+        return "F"
+    innermost = [
+        op.dim.data for op in for_dst.walk()
+        if isinstance(op, loop.ForFeatureOp) and op.dim is not None
+        and not any(isinstance(inner, loop.ForFeatureOp) for inner in op.body.block.walk())
+    ]
+    return max(set(innermost), key=innermost.count) if innermost else "F"
+
+
 class ConvertLoopToOpenmpPass(ModulePass):
     """Outlines every loop.for_dst into a libgomp parallel region with dynamic block scheduling."""
 
@@ -261,10 +320,12 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 schedule.pop("parallel", None)
                 order_attr = schedule.pop("order", None)
                 order = order_attr.data if isinstance(order_attr, StringAttr) else "identity"
+                tile_attr = schedule.pop("tile", None)
+                tile = (tile_attr.value.data, _tiled_dim(for_dst)) if tile_attr is not None else None  # type: ignore[union-attr]
                 if schedule:
                     keys = ", ".join(sorted(schedule))
                     raise CompileError(f"'loop.for_dst' still carries schedule {keys}: no pass implemented it")
-                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order).outline()
+                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile).outline()
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
                 launch = _launch(fn, for_dst, outlined)

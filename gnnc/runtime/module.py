@@ -55,7 +55,9 @@ def _as_graph(graph: Any) -> Graph:
 class Kernel:
     """One compiled kernel: `kernel(graph, *inputs, out=None, **named_inputs)`."""
 
-    def __init__(self, library: ctypes.CDLL, record: dict):
+    def __init__(self, library: ctypes.CDLL, record: dict, metadata: dict | None = None):
+        self._metadata = metadata or {}
+        self._variants: dict[str, Kernel] = {}
         self.signature = KernelSignature.from_dict(record)
         self.name = self.signature.name
         self._abi = record["abi"]
@@ -77,7 +79,7 @@ class Kernel:
                  schedule: Any = None, **kwargs: Any) -> Any:
         graph = _as_graph(graph)
         if schedule is not None:
-            raise ArgumentError("schedule= is not supported yet on the CPU runtime")
+            return self._variant(schedule)(graph, *args, out=out, threads=threads, **kwargs)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         n_threads = resolve_threads(threads)
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
@@ -102,6 +104,24 @@ class Kernel:
         return pack_results(self.signature, outputs)
 
 
+    def _variant(self, schedule: Any) -> "Kernel":
+        """This kernel compiled with another schedule (needs the compiler; cached)."""
+        from gnnc.schedule import directives_text
+
+        key = directives_text(schedule)
+        if key not in self._variants:
+            source = self._metadata.get("source")
+            if source is None:
+                raise ArgumentError(f"{self.name}: this shared object carries no source to recompile with schedule=")
+            from gnnc.api import compile as compile_kernels
+
+            module = compile_kernels(
+                source, cpu=self._metadata.get("cpu", {}).get("level", "native"), kernels=[self.name], schedule=key
+            )
+            self._variants[key] = module.kernels[self.name]
+        return self._variants[key]
+
+
 class Module:
     """The kernels of one shared object, as attributes: `module.gat(graph, ...)`."""
 
@@ -118,7 +138,7 @@ class Module:
         self._library = library
         self.kernels: dict[str, Kernel] = {}
         for record in metadata["kernels"]:
-            self.kernels[record["name"]] = Kernel(library, record)
+            self.kernels[record["name"]] = Kernel(library, record, metadata)
 
     def __getattr__(self, name: str) -> Kernel:
         kernels = self.__dict__.get("kernels", {})
