@@ -15,7 +15,10 @@ Every kernel `K` in a `.so` is a C function
            T *scratch,                 /* num_threads x per-thread workspace    */
            const T *param_0, ...,      /* parameters, in declaration order      */
            T *result_0, ...,           /* results, in declaration order         */
-           T *temp_0, ...);            /* V-sized buffers between phases        */
+           T *temp_0, ...,             /* V- or E-sized buffers between phases  */
+           /* only with `partition src K` (FeatGraph's 1-D source partitions): */
+           const int64_t *part_indptr, /* K x (V + 1): per partition, an in-CSR */
+           const int64_t *part_src, const int64_t *part_eid);  /* E each      */
 
 with T = float or double. All arrays are C-contiguous, row-major, and never
 alias each other (the kernels are compiled with `noalias`). Scalars are passed

@@ -21,7 +21,7 @@ from gnnc.errors import ArgumentError
 DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
-IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile"})
+IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition"})
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
@@ -36,6 +36,8 @@ class CpuSchedule:
     order: str = "identity"
     #: feature tile size (FeatGraph), None for no tiling
     tile_features: int | None = None
+    #: 1-D source partitions (FeatGraph), None for none
+    partitions: int | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -47,10 +49,12 @@ class CpuSchedule:
         if "cpu.reorder" in entries:
             order = "locality"
         tile = entries.get("cpu.tile")
+        partition = entries.get("cpu.partition")
         return cls(
             prefetch=prefetch,
             order=order,
             tile_features=int(tile.split()[-1]) if tile else None,
+            partitions=int(partition.split()[-1]) if partition else None,
         )
 
 

@@ -30,6 +30,8 @@ SCHEDULES = st.sampled_from([
     "sort degree\nprefetch 3",
     "tile features 4",
     "tile features 16\nprefetch 2",
+    "partition src 3",
+    "partition src 2\ntile features 8\nsort degree",
 ])
 
 
@@ -53,7 +55,8 @@ def test_scheduled_example_matches_reference(name, graph, schedule, threads, see
     module = compiled(name, schedule)
     if isinstance(module, gnnc.CompileError):
         # a schedule may not apply to a kernel; it must say so, never be ignored
-        assert "tile" in schedule and "tile features" in str(module)
+        directive = "partition src" if "partition" in schedule else "tile features"
+        assert directive in schedule and directive in str(module)
         return
     kernel = getattr(module, name)
     inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, seed)
@@ -87,7 +90,7 @@ def test_prefetch_directive_reaches_the_code():
 
 
 def test_unimplemented_directive_is_rejected_not_ignored():
-    source = (EXAMPLES / "gcn.gnn").read_text() + "\nschedule gcn for cpu { partition src 4 }\n"
+    source = (EXAMPLES / "gcn.gnn").read_text() + "\nschedule gcn for cpu { group neighbors 4 }\n"
     with pytest.raises(gnnc.SourceError, match="not supported yet"):
         compiler.compile_source(source)
 
@@ -101,3 +104,8 @@ def test_call_time_schedule_compiles_a_variant():
     got = module.gcn(graph, x=x, w=w, schedule={"sort": "degree", "prefetch": 2})
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert module.gcn._variants  # compiled once, kept
+
+
+def test_partitioning_refuses_kernels_it_cannot_split():
+    with pytest.raises(gnnc.CompileError, match="partition src 2"):
+        gnnc.compile(EXAMPLES / "gat.gnn", schedule="partition src 2")

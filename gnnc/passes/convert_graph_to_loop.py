@@ -185,13 +185,18 @@ class KernelLowering:
         n_fixed = len(arg_types)
         assert n_fixed == len(abi.GRAPH_ARGUMENTS)
         arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
+        self.partitions = self.cpu_schedule().partitions
+        if self.partitions is not None:
+            # FeatGraph's source partitions: the in-CSR of each partition (see abi.py)
+            arg_types += [ibuf] * 3
         entry = Block(arg_types=arg_types)
         (self.V, self.E, self.num_threads, self.num_blocks, self.blocks, self.order, self.indptr,
          self.src, self.eid, self.deg_in, self.deg_out, self.dims_buf, self.scratch) = entry.args[:n_fixed]
         rest = entry.args[n_fixed:]
         self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
         self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
-        self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types):]))
+        n_temps = len(self.materializes)
+        self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types):][:n_temps]))
 
         self.em = Emitter(entry)
         self.dims: dict[str, SSAValue] = {}
@@ -225,6 +230,8 @@ class KernelLowering:
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
         attrs = [DictionaryAttr({})] * 4 + [readonly] * 7 + [readonly, noalias]
         attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
+        if self.partitions is not None:
+            attrs += [readonly] * 3
         fn.arg_attrs = ArrayAttr(attrs)
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
         return fn
@@ -235,6 +242,7 @@ class KernelLowering:
             "scratch": self.scratch_shapes,
             "temps": self.temp_shapes,
             "order": self.loop_schedule().data["order"].data,  # type: ignore[union-attr]
+            "partitions": self.partitions,
         }
 
     # ------------------------------------------------------------- helpers
@@ -364,11 +372,14 @@ class KernelLowering:
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForDstOp(self.V, self.blocks, self.num_blocks, self.num_threads, body, schedule))
 
-    def loop_schedule(self) -> DictionaryAttr:
-        """The CPU schedule, defaults filled in, as the loop passes consume it."""
+    def cpu_schedule(self) -> CpuSchedule:
         attr = self.src_fn.attributes.get(irgen.SCHEDULE)
         entries = {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}
-        sched = CpuSchedule.from_attr(entries)
+        return CpuSchedule.from_attr(entries)
+
+    def loop_schedule(self) -> DictionaryAttr:
+        """The CPU schedule, defaults filled in, as the loop passes consume it."""
+        sched = self.cpu_schedule()
         result: dict[str, Attribute] = {
             "parallel": StringAttr("dst"),
             "order": StringAttr(sched.order),
@@ -376,6 +387,8 @@ class KernelLowering:
         }
         if sched.tile_features is not None:
             result["tile"] = IntegerAttr(sched.tile_features, i64)
+        if sched.partitions is not None:
+            result["partition"] = IntegerAttr(sched.partitions, i64)
         return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work

@@ -52,6 +52,7 @@ RUNTIME_FUNCTIONS: dict[str, tuple[list, list]] = {
     "GOMP_loop_dynamic_start": ([i64, i64, i64, i64, closure_type, closure_type], [i8]),
     "GOMP_loop_dynamic_next": ([closure_type, closure_type], [i8]),
     "GOMP_loop_end_nowait": ([], []),
+    "GOMP_loop_end": ([], []),
     "omp_get_thread_num": ([], [i32]),
 }
 
@@ -69,8 +70,9 @@ def _declare_runtime(module: ModuleOp) -> None:
 
 class _Outliner:
     def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str, order: str,
-                 tile: tuple[int, str] | None = None):
+                 tile: tuple[int, str] | None = None, partitions: int | None = None):
         self.fn, self.for_dst, self.name, self.order, self.tile = fn, for_dst, name, order, tile
+        self.partitions = partitions
         self.entry = fn.body.block
         self.mapping: dict[SSAValue, SSAValue] = {}
 
@@ -214,16 +216,100 @@ class _Outliner:
 
         any_blocks = arith.CmpiOp(num_blocks, c0, "sgt")
         guarded = Block()
+        # partitions share destinations: the next one starts after a barrier
+        end = "GOMP_loop_end" if self.partitions else "GOMP_loop_end_nowait"
         guarded.add_ops([
             scf.ForOp(c0, num_blocks, c1, [], chunk_loop),
-            func.CallOp("GOMP_loop_end_nowait", [], []),
+            func.CallOp(end, [], []),
             scf.YieldOp(),
         ])
-        worksharing = [any_blocks, scf.IfOp(any_blocks, [], [guarded])]
+        worksharing: list[Operation] = [any_blocks, scf.IfOp(any_blocks, [], [guarded])]
+        if self.partitions:
+            worksharing = self._partition_sources(worksharing, per_vertex, v)
         if self.tile is None:
             body.add_ops(worksharing)
         else:
             self._tile_features(body, worksharing, per_vertex)
+
+    def _partition_sources(self, worksharing: list[Operation], per_vertex: Block, v: SSAValue) -> list[Operation]:
+        """FeatGraph's 1-D source partitioning: one destination sweep per source partition.
+
+        Partition p holds the edges whose sources lie in the p-th range of
+        vertex ids, so the source rows a sweep gathers fit in the last-level
+        cache. All threads work on one partition at a time (a barrier between
+        partitions); a destination's accumulator is its output row, which is
+        initialised before the first partition and finished after the last.
+        """
+        k = self.partitions
+        assert k is not None
+        args = self.entry.args
+        m = self.mapping
+        scratch = m[args[abi.GRAPH_ARGUMENTS.index("scratch")]]
+        part_indptr, part_src, part_eid = (m[a] for a in args[-3:])
+        edge_loops = [op for op in per_vertex.ops if isinstance(op, loop.ForInEdgesOp)]
+        nested = [op for op in per_vertex.walk() if isinstance(op, loop.ForInEdgesOp)]
+        # per-edge scratch (a dot or @ of one edge) is fine; an accumulator in
+        # scratch would be lost between partitions
+        uses_scratch = any(
+            isinstance(op, memref.LoadOp | memref.StoreOp) and op.memref is scratch
+            and not any(isinstance(a, loop.ForInEdgesOp) for a in _ancestors(op, per_vertex))
+            for op in per_vertex.walk()
+        )
+        if len(edge_loops) != 1 or len(nested) != 1 or uses_scratch:
+            raise CompileError(
+                f"partition src {k}: needs a kernel whose destinations make one pass over their "
+                "in-edges and accumulate straight into a result (sum, mean, max or min of an edge "
+                "value, or edge results only); this kernel needs "
+                + ("several passes (softmax or nested aggregations)" if len(nested) != 1 else "per-thread scratch")
+            )
+        edge_loop = edge_loops[0]
+        c0, c1, ck = _const(0), _const(1), _const(k)
+        part_body = Block(arg_types=[index])
+        p = part_body.args[0]
+        last = arith.SubiOp(ck, c1)
+        is_first = arith.CmpiOp(p, c0, "eq")
+        is_last = arith.CmpiOp(p, last.result, "eq")
+        part_body.add_ops([last, is_first, is_last])
+
+        # where this destination's edges of partition p start in part_indptr
+        vertices = m[args[0]]
+        stride = arith.AddiOp(vertices, c1)
+        row = arith.MuliOp(p, stride)
+        at = arith.AddiOp(row, v)
+        c1_v = _const(1)
+        stride.operands[1] = c1_v.result
+        defined_here = isinstance(v.owner, Operation) and v.owner.parent_block() is per_vertex
+        if defined_here:
+            per_vertex.insert_ops_after([c1_v, stride, row, at], v.owner)  # after the order lookup
+        else:
+            per_vertex.insert_ops_before([c1_v, stride, row, at], per_vertex.first_op)
+        old_src = edge_loop.src
+        edge_loop.operands[0] = at.result
+        edge_loop.operands[1] = part_indptr
+        edge_loop.operands[2] = part_src
+        edge_loop.operands[3] = part_eid
+        old_src.replace_uses_with_if(part_src, lambda use: edge_loop.is_ancestor(use.operation))
+
+        # side effects before the edge loop run in the first partition only,
+        # those after it (finishing mean / max / min, vertex results) in the last
+        ops = list(per_vertex.ops)
+        split = ops.index(edge_loop)
+        for segment, condition in ((ops[:split], is_first), (ops[split + 1 : -1], is_last)):
+            effects = [op for op in segment if isinstance(op, loop.ForFeatureOp | memref.StoreOp)]
+            if not effects:
+                continue
+            anchor = effects[-1].next_op
+            guarded = Block()
+            for op in effects:
+                op.detach()
+                guarded.add_op(op)
+            guarded.add_op(scf.YieldOp())
+            per_vertex.insert_op_before(scf.IfOp(condition, [], [guarded]), anchor)
+        # the partition test is computed per partition, outside the destination loop
+        for op in worksharing:
+            part_body.add_op(op)
+        part_body.add_op(scf.YieldOp())
+        return [c0, c1, ck, scf.ForOp(c0, ck, c1, [], part_body)]
 
     def _tile_features(self, body: Block, worksharing: list[Operation], per_vertex: Block) -> None:
         """FeatGraph's feature tiling: the whole destination sweep runs once per feature tile.
@@ -290,6 +376,15 @@ def _launch(fn: func.FuncOp, for_dst: loop.ForDstOp, outlined: func.FuncOp) -> l
     return ops
 
 
+def _ancestors(op: Operation, stop: Block) -> list[Operation]:
+    found = []
+    parent = op.parent_op()
+    while parent is not None and parent.parent_block() is not None and stop.is_ancestor(parent):
+        found.append(parent)
+        parent = parent.parent_op()
+    return found
+
+
 def _tiled_dim(for_dst: loop.ForDstOp) -> str:
     """The feature axis `tile features` splits: F if the kernel has one, else its innermost axis."""
     dims = [op.dim.data for op in for_dst.walk() if isinstance(op, loop.ForFeatureOp) and op.dim is not None]
@@ -322,10 +417,12 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 order = order_attr.data if isinstance(order_attr, StringAttr) else "identity"
                 tile_attr = schedule.pop("tile", None)
                 tile = (tile_attr.value.data, _tiled_dim(for_dst)) if tile_attr is not None else None  # type: ignore[union-attr]
+                partition_attr = schedule.pop("partition", None)
+                partitions = partition_attr.value.data if partition_attr is not None else None  # type: ignore[union-attr]
                 if schedule:
                     keys = ", ".join(sorted(schedule))
                     raise CompileError(f"'loop.for_dst' still carries schedule {keys}: no pass implemented it")
-                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile).outline()
+                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions).outline()
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
                 launch = _launch(fn, for_dst, outlined)

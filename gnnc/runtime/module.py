@@ -67,7 +67,7 @@ class Kernel:
         except AttributeError as exc:
             raise ToolchainError(f"the shared object lacks the symbol {record['symbol']}") from exc
         n_buffers = len(abi.GRAPH_ARGUMENTS) - 4 + len(self.signature.params) + len(self.signature.results)
-        n_buffers += len(self._abi["temps"])
+        n_buffers += len(self._abi["temps"]) + (3 if self._abi.get("partitions") else 0)
         self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
 
@@ -92,10 +92,14 @@ class Kernel:
             np.empty(max(1, rows[t["domain"]] * _size(t["shape"], dims)), dtype=self._dtype)
             for t in self._abi["temps"]
         ]
+        partition = []
+        if self._abi.get("partitions"):
+            _, part_indptr, part_src, part_eid = plans.source_partitions(graph, self._abi["partitions"])
+            partition = [part_indptr, part_src, part_eid]
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
-            dims_array, scratch, *inputs, *outputs, *temps,
+            dims_array, scratch, *inputs, *outputs, *temps, *partition,
         ]
         self._function(
             graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,
