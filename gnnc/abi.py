@@ -19,6 +19,9 @@ Every kernel `K` in a `.so` is a C function
            /* only with `partition src K` (FeatGraph's 1-D source partitions): */
            const int64_t *part_indptr, /* K x (V + 1): per partition, an in-CSR */
            const int64_t *part_src, const int64_t *part_eid);  /* E each      */
+           /* or, only with `order edges hilbert`: the edges along a Hilbert
+              curve over (src, dst), as src, dst, eid (E each); dst_blocks then
+              splits positions in that list, not destinations */
 
 with T = float or double. All arrays are C-contiguous, row-major, and never
 alias each other (the kernels are compiled with `noalias`). Scalars are passed

@@ -21,7 +21,7 @@ from gnnc.errors import ArgumentError
 DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
-IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition"})
+IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order"})
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
@@ -38,6 +38,8 @@ class CpuSchedule:
     tile_features: int | None = None
     #: 1-D source partitions (FeatGraph), None for none
     partitions: int | None = None
+    #: edge traversal order of an edge-wise kernel: None (by destination) or "hilbert"
+    edge_order: str | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -55,6 +57,7 @@ class CpuSchedule:
             order=order,
             tile_features=int(tile.split()[-1]) if tile else None,
             partitions=int(partition.split()[-1]) if partition else None,
+            edge_order="hilbert" if entries.get("cpu.order") == "edges hilbert" else None,
         )
 
 

@@ -44,6 +44,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import graph, loop
+from gnnc.errors import CompileError
 from gnnc.frontend import irgen
 from gnnc.schedule import CpuSchedule
 from gnnc import abi
@@ -186,8 +187,12 @@ class KernelLowering:
         assert n_fixed == len(abi.GRAPH_ARGUMENTS)
         arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
         self.partitions = self.cpu_schedule().partitions
-        if self.partitions is not None:
-            # FeatGraph's source partitions: the in-CSR of each partition (see abi.py)
+        self.edge_order = self.cpu_schedule().edge_order
+        if self.partitions is not None and self.edge_order is not None:
+            raise CompileError("'partition src' and 'order edges hilbert' cannot be combined: choose one")
+        if self.partitions is not None or self.edge_order is not None:
+            # FeatGraph's source partitions (the in-CSR of each partition), or
+            # the edges in Hilbert order (src, dst, eid); see abi.py
             arg_types += [ibuf] * 3
         entry = Block(arg_types=arg_types)
         (self.V, self.E, self.num_threads, self.num_blocks, self.blocks, self.order, self.indptr,
@@ -230,7 +235,7 @@ class KernelLowering:
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
         attrs = [DictionaryAttr({})] * 4 + [readonly] * 7 + [readonly, noalias]
         attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
-        if self.partitions is not None:
+        if self.partitions is not None or self.edge_order is not None:
             attrs += [readonly] * 3
         fn.arg_attrs = ArrayAttr(attrs)
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
@@ -243,6 +248,7 @@ class KernelLowering:
             "temps": self.temp_shapes,
             "order": self.loop_schedule().data["order"].data,  # type: ignore[union-attr]
             "partitions": self.partitions,
+            "edge_order": self.edge_order,
         }
 
     # ------------------------------------------------------------- helpers
@@ -389,6 +395,8 @@ class KernelLowering:
             result["tile"] = IntegerAttr(sched.tile_features, i64)
         if sched.partitions is not None:
             result["partition"] = IntegerAttr(sched.partitions, i64)
+        if sched.edge_order is not None:
+            result["edges"] = StringAttr(sched.edge_order)
         return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work

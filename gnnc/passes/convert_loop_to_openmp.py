@@ -70,9 +70,10 @@ def _declare_runtime(module: ModuleOp) -> None:
 
 class _Outliner:
     def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str, order: str,
-                 tile: tuple[int, str] | None = None, partitions: int | None = None):
+                 tile: tuple[int, str] | None = None, partitions: int | None = None,
+                 edge_order: str | None = None):
         self.fn, self.for_dst, self.name, self.order, self.tile = fn, for_dst, name, order, tile
-        self.partitions = partitions
+        self.partitions, self.edge_order = partitions, edge_order
         self.entry = fn.body.block
         self.mapping: dict[SSAValue, SSAValue] = {}
 
@@ -187,7 +188,14 @@ class _Outliner:
 
         per_vertex = Block(arg_types=[index])
         v = per_vertex.args[0]
-        if self.order != "identity":
+        if self.edge_order is not None:
+            # position -> one edge of the Hilbert-ordered list: its destination
+            hilbert_dst = m[self.entry.args[-2]]
+            raw = memref.LoadOp.get(hilbert_dst, [v])
+            cast = arith.IndexCastOp(raw, index)
+            per_vertex.add_ops([raw, cast])
+            v = cast.result
+        elif self.order != "identity":
             # position -> destination through the runtime's permutation
             order_buf = m[self.entry.args[abi.GRAPH_ARGUMENTS.index("dst_order")]]
             raw = memref.LoadOp.get(order_buf, [v])
@@ -224,12 +232,59 @@ class _Outliner:
             scf.YieldOp(),
         ])
         worksharing: list[Operation] = [any_blocks, scf.IfOp(any_blocks, [], [guarded])]
+        if self.edge_order is not None:
+            self._one_edge_per_position(per_vertex, per_vertex.args[0])
         if self.partitions:
             worksharing = self._partition_sources(worksharing, per_vertex, v)
         if self.tile is None:
             body.add_ops(worksharing)
         else:
             self._tile_features(body, worksharing, per_vertex)
+
+    def _one_edge_per_position(self, per_vertex: Block, position: SSAValue) -> None:
+        """`order edges hilbert`: each position is one edge of a Hilbert-ordered list.
+
+        FeatGraph traverses the edges of an edge-wise kernel (SDDMM) along a
+        Hilbert curve over (src, dst), so that consecutive edges share source
+        and destination rows in cache. Only a kernel whose destinations do
+        nothing but visit their in-edges (edge results, no aggregation) can
+        be traversed edge by edge.
+        """
+        edge_loops = [op for op in per_vertex.ops if isinstance(op, loop.ForInEdgesOp)]
+        nested = [op for op in per_vertex.walk() if isinstance(op, loop.ForInEdgesOp)]
+        outside = [
+            op for op in per_vertex.ops
+            if isinstance(op, loop.ForFeatureOp | memref.StoreOp | scf.ForOp)
+        ]
+        if len(edge_loops) != 1 or len(nested) != 1 or outside:
+            raise CompileError(
+                "order edges hilbert: needs an edge-wise kernel (results per edge, no aggregation "
+                "or softmax); this kernel aggregates at its destinations"
+            )
+        edge_loop = edge_loops[0]
+        hilbert_src, hilbert_eid = self.mapping[self.entry.args[-3]], self.mapping[self.entry.args[-1]]
+        u_raw = memref.LoadOp.get(hilbert_src, [position])
+        e_raw = memref.LoadOp.get(hilbert_eid, [position])
+        u = arith.IndexCastOp(u_raw, index)
+        e = arith.IndexCastOp(e_raw, index)
+        per_vertex.insert_ops_before([u_raw, e_raw, u, e], edge_loop)
+        body = edge_loop.body.block
+        old_src = edge_loop.src
+        terminator = body.last_op
+        assert isinstance(terminator, loop.YieldOp)
+        terminator.detach()
+        terminator.erase()
+        pos_arg, u_arg, e_arg = body.args
+        pos_arg.replace_all_uses_with(position)
+        u_arg.replace_all_uses_with(u.result)
+        e_arg.replace_all_uses_with(e.result)
+        for op in list(body.ops):
+            op.detach()
+            per_vertex.insert_op_before(op, edge_loop)
+        # prefetching reads ahead in the traversal order, i.e. the Hilbert list
+        old_src.replace_uses_with_if(hilbert_src, lambda use: per_vertex.is_ancestor(use.operation))
+        edge_loop.detach()
+        edge_loop.erase()
 
     def _partition_sources(self, worksharing: list[Operation], per_vertex: Block, v: SSAValue) -> list[Operation]:
         """FeatGraph's 1-D source partitioning: one destination sweep per source partition.
@@ -419,10 +474,12 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 tile = (tile_attr.value.data, _tiled_dim(for_dst)) if tile_attr is not None else None  # type: ignore[union-attr]
                 partition_attr = schedule.pop("partition", None)
                 partitions = partition_attr.value.data if partition_attr is not None else None  # type: ignore[union-attr]
+                edges_attr = schedule.pop("edges", None)
+                edge_order = edges_attr.data if isinstance(edges_attr, StringAttr) else None
                 if schedule:
                     keys = ", ".join(sorted(schedule))
                     raise CompileError(f"'loop.for_dst' still carries schedule {keys}: no pass implemented it")
-                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions).outline()
+                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions, edge_order).outline()
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
                 launch = _launch(fn, for_dst, outlined)

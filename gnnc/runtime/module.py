@@ -67,7 +67,8 @@ class Kernel:
         except AttributeError as exc:
             raise ToolchainError(f"the shared object lacks the symbol {record['symbol']}") from exc
         n_buffers = len(abi.GRAPH_ARGUMENTS) - 4 + len(self.signature.params) + len(self.signature.results)
-        n_buffers += len(self._abi["temps"]) + (3 if self._abi.get("partitions") else 0)
+        n_buffers += len(self._abi["temps"])
+        n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
         self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
 
@@ -83,7 +84,10 @@ class Kernel:
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         n_threads = resolve_threads(threads)
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
-        blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads), order=order)
+        if self._abi.get("edge_order") == "hilbert":
+            blocks = plans.edge_blocks(graph, plans.block_count_for(graph, n_threads))
+        else:
+            blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads), order=order)
         dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
         per_thread = sum(_size(s, dims) for s in self._abi["scratch"])
         scratch = np.empty(max(1, per_thread * n_threads), dtype=self._dtype)
@@ -96,6 +100,8 @@ class Kernel:
         if self._abi.get("partitions"):
             _, part_indptr, part_src, part_eid = plans.source_partitions(graph, self._abi["partitions"])
             partition = [part_indptr, part_src, part_eid]
+        elif self._abi.get("edge_order") == "hilbert":
+            partition = list(plans.hilbert_edge_order(graph))
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),

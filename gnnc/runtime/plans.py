@@ -116,6 +116,15 @@ def destination_order(graph: Any, kind: str) -> np.ndarray:
     raise ArgumentError(f"unknown destination order {kind!r}")
 
 
+def edge_blocks(graph: Any, n_blocks: int) -> np.ndarray:
+    """``n_blocks + 1`` boundaries splitting the E positions of an edge list evenly."""
+    n = max(1, int(n_blocks)) if graph.num_edges else 0
+    return _cached(
+        graph, ("edge_blocks", n),
+        lambda: _readonly(np.linspace(0, graph.num_edges, n + 1).round().astype(np.int64)),
+    )
+
+
 def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) -> np.ndarray:
     """``n_blocks + 1`` destination boundaries splitting [0, V) into blocks of about equal work.
 

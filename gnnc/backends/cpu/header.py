@@ -55,6 +55,8 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
             args.append(f"{t} *temp{i}")
         if rec.get("partitions"):
             args += ["const int64_t *part_indptr", "const int64_t *part_src", "const int64_t *part_eid"]
+        elif rec.get("edge_order"):
+            args += ["const int64_t *hilbert_src", "const int64_t *hilbert_dst", "const int64_t *hilbert_eid"]
         lines.append(f"void {k['symbol']}(")
         lines.append(",\n".join("    " + a for a in args))
         lines.append(");")
