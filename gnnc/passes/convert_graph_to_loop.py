@@ -52,6 +52,9 @@ from gnnc import abi
 index = IndexType()
 Dim = int | str
 
+#: Flags for sums whose order does not matter (reductions inside one element).
+REORDERABLE = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC, arith.FastMathFlag.ALLOW_CONTRACT])
+
 
 # ------------------------------------------------------------------ emitting
 
@@ -598,8 +601,12 @@ class KernelLowering:
 
         def elem(idx: list[SSAValue]) -> None:
             def step(i: SSAValue, acc: SSAValue) -> SSAValue:
-                prod = self.em.op(arith.MulfOp(self.value_at(op.lhs, idx + [i], ctx), self.value_at(op.rhs, idx + [i], ctx)))
-                return self.em.op(arith.AddfOp(acc, prod))
+                # a dot product may be summed in any order (DESIGN: sums may be
+                # reordered): reassociation lets LLVM vectorise it
+                prod = self.em.op(
+                    arith.MulfOp(self.value_at(op.lhs, idx + [i], ctx), self.value_at(op.rhs, idx + [i], ctx), REORDERABLE)
+                )
+                return self.em.op(arith.AddfOp(acc, prod, REORDERABLE))
 
             total = self.scalar_loop(self.extent(k), zero, step)
             self.store(total, self.scratch, self.linear(base, shape, idx))
