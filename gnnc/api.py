@@ -46,6 +46,8 @@ def compile(
     kernels: list[str] | None = None,
     opt_level: int = 3,
     schedule: str | Mapping[str, object] | None = None,
+    disable_passes: tuple[str, ...] | list[str] = (),
+    fusion: bool = True,
 ) -> Module | ReferenceModule:
     """Compiles kernels (cached) and loads them; `target="reference"` runs numpy instead.
 
@@ -65,5 +67,7 @@ def compile(
     options = compiler.CompileOptions(
         target=target, cpu=cpu, kernels=kernels, opt_level=opt_level,
         schedule=directives_text(schedule) if schedule is not None else None,
+        disable_passes=tuple(disable_passes),
+        fusion=fusion,
     )
     return Module(compiler.compile_cached(source, file, options))

@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the IR after this pass or stage (repeatable; see `gnnc passes`)")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR after every stage to DIR, one numbered file each")
     c.add_argument("--header", metavar="OUT.h", help="also write a C header for the kernels' ABI")
+    c.add_argument("--schedule", metavar="DIRECTIVES",
+                   help="replace every kernel's cpu schedule, e.g. 'prefetch 16; sort degree'")
+    c.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
+                   help="skip an optimisation pass (repeatable; for ablation)")
+    c.add_argument("--no-fusion", action="store_true",
+                   help="run every graph operation as its own loop nest (ablation only)")
 
     k = sub.add_parser("check", help="parse and check a .gnn file; report errors")
     k.add_argument("file")
@@ -59,7 +65,13 @@ def _compile(args: argparse.Namespace) -> int:
         print_after=tuple(args.print_ir_after),
         dump_dir=Path(args.dump_ir) if args.dump_ir else None,
     )
-    options = compiler.CompileOptions(target=args.target, cpu=args.cpu, opt_level=args.opt_level, kernels=args.kernels)
+    from gnnc.schedule import directives_text
+
+    options = compiler.CompileOptions(
+        target=args.target, cpu=args.cpu, opt_level=args.opt_level, kernels=args.kernels,
+        schedule=directives_text(args.schedule) if args.schedule else None,
+        disable_passes=tuple(args.disable_pass), fusion=not args.no_fusion,
+    )
     stop = {"graph": "graph", "loop": "loop", "scf": "scf", "llvm": "llvm"}.get(args.emit)
     result = compiler.compile_source(source, file, options, observer, stop_after=stop)
 

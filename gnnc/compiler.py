@@ -37,6 +37,11 @@ class CompileOptions:
     #: CPU schedule directives that replace the source's `schedule K for cpu`
     #: blocks of every compiled kernel (the Python `schedule=` argument).
     schedule: str | None = None
+    #: Optimisation passes to skip (ablation: see `pipeline.OPTIONAL_PASSES`).
+    disable_passes: tuple[str, ...] = ()
+    #: False: every graph operation its own loop nest, edge-sized
+    #: intermediates materialised (`--no-fusion`; for ablation only).
+    fusion: bool = True
 
     def cache_key_fields(self) -> dict:
         return asdict(self)
@@ -113,7 +118,7 @@ def compile_source(
     record(pipeline.FRONTEND_STAGE, str(module))
     signatures = {k.name: KernelSignature.from_ast(k).to_dict() for k in kernels}
     result = CompileResult(metadata={}, stages=stages)
-    for name in pipeline.CPU_PIPELINE:
+    for name in pipeline.pass_names(options.disable_passes, options.fusion):
         if stop_after == "loop" and name == "convert-loop-to-scf":
             return result
         pipeline.PASSES[name]().apply(ctx, module)

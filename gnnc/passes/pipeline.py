@@ -19,6 +19,7 @@ from gnnc.passes.canonicalize_graph import GraphCanonicalizePass
 from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
 from gnnc.passes.convert_loop_to_openmp import ConvertLoopToOpenmpPass
 from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
+from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
 
 #: Every xDSL pass gnnc runs, by command-line name.
@@ -32,6 +33,7 @@ PASSES: dict[str, type[ModulePass]] = {
         PrefetchNeighborsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
+        ExpandExpPass,
     )
 }
 
@@ -66,3 +68,29 @@ def make_context() -> Context:
 
 def all_stage_names() -> list[str]:
     return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
+
+
+#: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
+OPTIONAL_PASSES: frozenset[str] = frozenset(
+    {"graph-canonicalize", "cse", "dce", "prefetch-neighbors"}
+)
+
+#: Runs after the frontend when fusion is off (`--no-fusion`, ablation only).
+UNFUSED_PASSES: tuple[str, ...] = ()
+
+
+def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True) -> list[str]:
+    """The CPU pipeline with optional passes left out, checked by name."""
+    from gnnc.errors import CompileError
+
+    for name in disabled:
+        if name not in PASSES:
+            raise CompileError(f"unknown pass '{name}'; the passes are: {', '.join(CPU_PIPELINE)}")
+        if name not in OPTIONAL_PASSES:
+            raise CompileError(f"pass '{name}' is needed to generate code and cannot be disabled")
+    names = [n for n in CPU_PIPELINE if n not in disabled]
+    if not fusion:
+        if not UNFUSED_PASSES:
+            raise CompileError("unfused compilation (--no-fusion) is not available yet")
+        names = list(UNFUSED_PASSES) + names
+    return names
