@@ -21,7 +21,7 @@ from gnnc.errors import ArgumentError
 DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
-IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order"})
+IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize"})
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
@@ -40,6 +40,8 @@ class CpuSchedule:
     partitions: int | None = None
     #: edge traversal order of an edge-wise kernel: None (by destination) or "hilbert"
     edge_order: str | None = None
+    #: feature-row slice kept in vector registers across the in-edge loop
+    vector_width: int | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -58,6 +60,7 @@ class CpuSchedule:
             tile_features=int(tile.split()[-1]) if tile else None,
             partitions=int(partition.split()[-1]) if partition else None,
             edge_order="hilbert" if entries.get("cpu.order") == "edges hilbert" else None,
+            vector_width=int(entries["cpu.vectorize"]) if "cpu.vectorize" in entries else None,
         )
 
 

@@ -34,6 +34,8 @@ SCHEDULES = st.sampled_from([
     "partition src 2\ntile features 8\nsort degree",
     "order edges hilbert",
     "order edges hilbert\nprefetch 2\ntile features 2",
+    "vectorize 16",
+    "vectorize 4\npartition src 2\nsort degree",
 ])
 
 
@@ -57,7 +59,7 @@ def test_scheduled_example_matches_reference(name, graph, schedule, threads, see
     module = compiled(name, schedule)
     if isinstance(module, gnnc.CompileError):
         # a schedule may not apply to a kernel; it must say so, never be ignored
-        directives = [d for d in ("partition src", "order edges hilbert", "tile features") if d in schedule]
+        directives = [d for d in ("partition src", "order edges hilbert", "tile features", "vectorize") if d in schedule]
         assert any(d in str(module) for d in directives), str(module)
         return
     kernel = getattr(module, name)

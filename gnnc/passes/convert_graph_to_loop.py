@@ -400,6 +400,8 @@ class KernelLowering:
             result["partition"] = IntegerAttr(sched.partitions, i64)
         if sched.edge_order is not None:
             result["edges"] = StringAttr(sched.edge_order)
+        if sched.vector_width is not None:
+            result["vectorize"] = IntegerAttr(sched.vector_width, i64)
         return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work

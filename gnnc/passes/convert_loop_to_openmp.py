@@ -71,9 +71,9 @@ def _declare_runtime(module: ModuleOp) -> None:
 class _Outliner:
     def __init__(self, fn: func.FuncOp, for_dst: loop.ForDstOp, name: str, order: str,
                  tile: tuple[int, str] | None = None, partitions: int | None = None,
-                 edge_order: str | None = None):
+                 edge_order: str | None = None, vector_width: tuple[int, str] | None = None):
         self.fn, self.for_dst, self.name, self.order, self.tile = fn, for_dst, name, order, tile
-        self.partitions, self.edge_order = partitions, edge_order
+        self.partitions, self.edge_order, self.vector_width = partitions, edge_order, vector_width
         self.entry = fn.body.block
         self.mapping: dict[SSAValue, SSAValue] = {}
 
@@ -236,6 +236,8 @@ class _Outliner:
             self._one_edge_per_position(per_vertex, per_vertex.args[0])
         if self.partitions:
             worksharing = self._partition_sources(worksharing, per_vertex, v)
+        if self.vector_width is not None:
+            self._vectorize_rows(per_vertex, v)
         if self.tile is None:
             body.add_ops(worksharing)
         else:
@@ -366,6 +368,65 @@ class _Outliner:
         part_body.add_op(scf.YieldOp())
         return [c0, c1, ck, scf.ForOp(c0, ck, c1, [], part_body)]
 
+    def _vectorize_rows(self, per_vertex: Block, v: SSAValue) -> None:
+        """`vectorize W`: a destination's work runs once per W-wide slice of its feature row.
+
+        With a constant W the slice loops unroll into vector registers, and
+        since the output row slice does not move while the in-edge loop runs,
+        LLVM keeps the accumulator in registers across all in-edges instead
+        of loading and storing the row once per edge. Full slices run with
+        the constant width, the remainder once with what is left.
+        """
+        width, dim = self.vector_width
+        features = [op for op in per_vertex.walk() if isinstance(op, loop.ForFeatureOp) and op.dim is not None and op.dim.data == dim]
+        if not features:
+            raise CompileError(f"vectorize {width}: the kernel has no loop over a feature axis '{dim}'")
+        extent = features[0].extent
+        for op in per_vertex.walk():
+            if isinstance(op, scf.ForOp) and op.ub is extent:
+                raise CompileError(
+                    f"vectorize {width}: the kernel reduces over the feature axis '{dim}' "
+                    "(a dot or @ along it), which row slicing would split"
+                )
+        ops = list(per_vertex.ops)[:-1]
+        if isinstance(v.owner, Operation) and v.owner in ops:
+            ops = ops[ops.index(v.owner) + 1 :]
+        terminator = per_vertex.last_op
+        assert terminator is not None
+        c0, w = _const(0), _const(width)
+        remainder = arith.RemSIOp(extent, w)
+        full = arith.SubiOp(extent, remainder)
+        has_tail = arith.CmpiOp(full, extent, "slt")
+        per_vertex.insert_ops_before([c0, w, remainder, full, has_tail], terminator)
+
+        def copy(block: Block, offset: SSAValue, slice_width: SSAValue) -> None:
+            mapping: dict[SSAValue, SSAValue] = {}
+            for op in ops:
+                clone = op.clone(value_mapper=mapping)
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+                block.add_op(clone)
+            for op in block.walk():
+                if isinstance(op, loop.ForFeatureOp) and op.extent is extent and op.dim is not None and op.dim.data == dim:
+                    inner = op.body.block
+                    i = inner.args[0]
+                    shifted = arith.AddiOp(i, offset)
+                    inner.insert_op_before(shifted, inner.first_op)
+                    i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)
+                    op.operands[0] = slice_width
+            block.add_op(scf.YieldOp())
+
+        slices = Block(arg_types=[index])
+        copy(slices, slices.args[0], w.result)
+        tail = Block()
+        copy(tail, full.result, remainder.result)
+        per_vertex.insert_ops_before(
+            [scf.ForOp(c0, full, w, [], slices), scf.IfOp(has_tail, [], [tail])], terminator
+        )
+        for op in reversed(ops):
+            op.detach()
+            op.erase()
+
     def _tile_features(self, body: Block, worksharing: list[Operation], per_vertex: Block) -> None:
         """FeatGraph's feature tiling: the whole destination sweep runs once per feature tile.
 
@@ -474,12 +535,14 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 tile = (tile_attr.value.data, _tiled_dim(for_dst)) if tile_attr is not None else None  # type: ignore[union-attr]
                 partition_attr = schedule.pop("partition", None)
                 partitions = partition_attr.value.data if partition_attr is not None else None  # type: ignore[union-attr]
+                vector_attr = schedule.pop("vectorize", None)
+                vector_width = (vector_attr.value.data, _tiled_dim(for_dst)) if vector_attr is not None else None  # type: ignore[union-attr]
                 edges_attr = schedule.pop("edges", None)
                 edge_order = edges_attr.data if isinstance(edges_attr, StringAttr) else None
                 if schedule:
                     keys = ", ".join(sorted(schedule))
                     raise CompileError(f"'loop.for_dst' still carries schedule {keys}: no pass implemented it")
-                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions, edge_order).outline()
+                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions, edge_order, vector_width).outline()
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
                 launch = _launch(fn, for_dst, outlined)
