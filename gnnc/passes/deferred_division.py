@@ -1,0 +1,98 @@
+"""deferred-division: softmax-weighted sums divide once per destination.
+
+The linear property (Huang et al.): with m = max(s) and z = sum(exp(s - m))
+over v's in-edges,
+
+    sum(softmax(s) * X) = sum(exp(s - m) * X) / z
+
+so the per-edge division by z disappears and one division per destination
+and feature remains. Better, the weighted sum no longer waits for z: it
+accumulates in the same in-edge loop as z (two loops per destination, max
+then sum, instead of three).
+
+Empty in-edge sets: both sums are 0 there, and softmax's answer is 0, so the
+quotient divides by max(z, 1e-30). For a non-empty set z >= 1 (the largest
+term is exp(0)), and the max is a no-op; NaN in s makes m, and then z, NaN,
+which max propagates (as the reference's softmax does).
+
+Other uses of the softmax (an `alpha[e]` result) read exp(s - m) / z from the
+same two reductions, so the kernel does not compute the max and the sum twice.
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
+
+from gnnc.dialects import graph
+
+#: Divides the empty-set 0 by something nonzero; below every non-empty sum (>= 1).
+TINY = 1e-30
+
+
+def _weighted_sums(softmax: SSAValue) -> list[tuple[graph.AggregateOp, graph.BinaryOp, int]]:
+    """(aggregate sum, mul, position of the softmax in the mul) for each sum(softmax * X)."""
+    found = []
+    for use in softmax.uses:
+        mul = use.operation
+        if not (isinstance(mul, graph.BinaryOp) and mul.kind.data == "mul"):
+            continue
+        for mul_use in mul.result.uses:
+            agg = mul_use.operation
+            if isinstance(agg, graph.AggregateOp) and agg.kind.data == "sum":
+                found.append((agg, mul, use.index))
+    return found
+
+
+class DeferSoftmaxDivision(RewritePattern):
+    """sum(edge_softmax(s) * X) -> sum(exp(s - m) * X) / max(sum(exp(s - m)), tiny)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.EdgeSoftmaxOp, rewriter: PatternRewriter) -> None:
+        s = op.operand
+        t = s.type
+        assert isinstance(t, graph.ValueType)
+        # s - m must be an edge value: a destination-only s would make it A
+        if t.kind not in ("S", "E"):
+            return
+        sums = _weighted_sums(op.result)
+        if not sums:
+            return
+        m = graph.AggregateOp("max", s)
+        ex = graph.UnaryOp("exp", graph.BinaryOp("sub", s, m.result).result)
+        shifted = ex.operand.owner
+        z = graph.AggregateOp("sum", ex.result)
+        tiny = graph.ConstantOp(TINY, t.element_type)
+        safe_z = graph.BinaryOp("max", z.result, tiny.result)
+        for new in (m, shifted, ex, z, tiny, safe_z):
+            rewriter.insert_op(new, InsertPoint.before(op))  # type: ignore[arg-type]
+        for agg, mul, position in sums:
+            operands = [mul.lhs, mul.rhs]
+            operands[position] = ex.result
+            weighted = graph.BinaryOp("mul", *operands)
+            numerator = graph.AggregateOp("sum", weighted.result)
+            rewriter.replace_op(agg, [weighted, numerator, graph.BinaryOp("div", numerator.result, safe_z.result)])
+            if not mul.result.uses:
+                rewriter.erase_op(mul)
+        if op.result.uses:
+            rewriter.replace_matched_op(graph.BinaryOp("div", ex.result, z.result))
+        else:
+            rewriter.erase_op(op)
+
+
+class DeferredDivisionPass(ModulePass):
+    """Divides softmax-weighted sums once per destination instead of once per edge."""
+
+    name = "deferred-division"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(DeferSoftmaxDivision()).rewrite_module(op)
