@@ -76,7 +76,8 @@ def _compile(args: argparse.Namespace) -> int:
     result = compiler.compile_source(source, file, options, observer, stop_after=stop)
 
     text_stage = {
-        "graph": "dce",
+        # compile_source stops before the lowering: its last stage is the final graph IR
+        "graph": list(result.stages)[-1],
         "loop": "convert-graph-to-loop",
         "scf": "convert-loop-to-scf",
         "llvm": "translate-to-llvm",

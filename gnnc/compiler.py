@@ -119,6 +119,8 @@ def compile_source(
     signatures = {k.name: KernelSignature.from_ast(k).to_dict() for k in kernels}
     result = CompileResult(metadata={}, stages=stages)
     for name in pipeline.pass_names(options.disable_passes, options.fusion):
+        if stop_after == "graph" and name == "convert-graph-to-loop":
+            return result
         if stop_after == "loop" and name == "convert-loop-to-scf":
             return result
         pipeline.PASSES[name]().apply(ctx, module)
@@ -127,8 +129,6 @@ def compile_source(
         except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
             raise CompileError(f"internal error: IR after '{name}' does not verify: {exc}") from exc
         record(name, str(module))
-        if stop_after == "graph" and name == "dce":
-            return result
     if stop_after == "scf":
         return result
 

@@ -5,15 +5,17 @@ over v's in-edges,
 
     sum(softmax(s) * X) = sum(exp(s - m) * X) / z
 
-so the per-edge division by z disappears and one division per destination
-and feature remains. Better, the weighted sum no longer waits for z: it
-accumulates in the same in-edge loop as z (two loops per destination, max
-then sum, instead of three).
+so the per-edge division by z disappears: one reciprocal per destination (and
+head: z has s's shape, X may have more axes) and one multiply per output
+element remain. More important on the CPU, the weighted sum no longer waits
+for z: it accumulates in the same in-edge loop as z (two loops per
+destination, max then sum, instead of three).
 
 Empty in-edge sets: both sums are 0 there, and softmax's answer is 0, so the
-quotient divides by max(z, 1e-30). For a non-empty set z >= 1 (the largest
-term is exp(0)), and the max is a no-op; NaN in s makes m, and then z, NaN,
-which max propagates (as the reference's softmax does).
+reciprocal is of max(z, 1e-30) (0 * 1e30 = 0; 1e30 is a finite f32). For a
+non-empty set z >= 1 (the largest term is exp(0)), and the max is a no-op;
+NaN in s makes m, and then z, NaN, which max propagates (as the reference's
+softmax does).
 
 Other uses of the softmax (an `alpha[e]` result) read exp(s - m) / z from the
 same two reductions, so the kernel does not compute the max and the sum twice.
@@ -54,7 +56,7 @@ def _weighted_sums(softmax: SSAValue) -> list[tuple[graph.AggregateOp, graph.Bin
 
 
 class DeferSoftmaxDivision(RewritePattern):
-    """sum(edge_softmax(s) * X) -> sum(exp(s - m) * X) / max(sum(exp(s - m)), tiny)."""
+    """sum(edge_softmax(s) * X) -> sum(exp(s - m) * X) * (1 / max(sum(exp(s - m)), tiny))."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.EdgeSoftmaxOp, rewriter: PatternRewriter) -> None:
@@ -72,15 +74,17 @@ class DeferSoftmaxDivision(RewritePattern):
         shifted = ex.operand.owner
         z = graph.AggregateOp("sum", ex.result)
         tiny = graph.ConstantOp(TINY, t.element_type)
+        one = graph.ConstantOp(1.0, t.element_type)
         safe_z = graph.BinaryOp("max", z.result, tiny.result)
-        for new in (m, shifted, ex, z, tiny, safe_z):
+        inv_z = graph.BinaryOp("div", one.result, safe_z.result)
+        for new in (m, shifted, ex, z, tiny, one, safe_z, inv_z):
             rewriter.insert_op(new, InsertPoint.before(op))  # type: ignore[arg-type]
         for agg, mul, position in sums:
             operands = [mul.lhs, mul.rhs]
             operands[position] = ex.result
             weighted = graph.BinaryOp("mul", *operands)
             numerator = graph.AggregateOp("sum", weighted.result)
-            rewriter.replace_op(agg, [weighted, numerator, graph.BinaryOp("div", numerator.result, safe_z.result)])
+            rewriter.replace_op(agg, [weighted, numerator, graph.BinaryOp("mul", numerator.result, inv_z.result)])
             if not mul.result.uses:
                 rewriter.erase_op(mul)
         if op.result.uses:

@@ -19,16 +19,24 @@ from gnnc.passes.canonicalize_graph import GraphCanonicalizePass
 from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
 from gnnc.passes.convert_loop_to_openmp import ConvertLoopToOpenmpPass
 from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
+from gnnc.passes.deferred_division import DeferredDivisionPass
 from gnnc.passes.expand_exp import ExpandExpPass
+from gnnc.passes.fusion_report import AnnotateFusionPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
+from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
+from gnnc.passes.unfuse_graph import UnfusePass
 
 #: Every xDSL pass gnnc runs, by command-line name.
 PASSES: dict[str, type[ModulePass]] = {
     p.name: p
     for p in (
         GraphCanonicalizePass,
+        TransformBeforeGatherPass,
+        DeferredDivisionPass,
         CommonSubexpressionElimination,
         DeadCodeElimination,
+        UnfusePass,
+        AnnotateFusionPass,
         ConvertGraphToLoopPass,
         PrefetchNeighborsPass,
         ConvertLoopToOpenmpPass,
@@ -40,8 +48,11 @@ PASSES: dict[str, type[ModulePass]] = {
 #: frontend -> graph passes -> loop passes -> lowering, for the CPU target.
 CPU_PIPELINE: tuple[str, ...] = (
     "graph-canonicalize",
+    "transform-before-gather",
+    "deferred-division",
     "cse",
     "dce",
+    "annotate-fusion",
     "convert-graph-to-loop",
     "prefetch-neighbors",
     "convert-loop-to-openmp",
@@ -72,11 +83,14 @@ def all_stage_names() -> list[str]:
 
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
 OPTIONAL_PASSES: frozenset[str] = frozenset(
-    {"graph-canonicalize", "cse", "dce", "prefetch-neighbors"}
+    {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
+     "annotate-fusion", "prefetch-neighbors"}
 )
 
 #: Runs after the frontend when fusion is off (`--no-fusion`, ablation only).
-UNFUSED_PASSES: tuple[str, ...] = ()
+#: They go right before the lowering, after the optimisations, so that
+#: `--no-fusion` changes fusion only.
+UNFUSED_PASSES: tuple[str, ...] = ("unfuse",)
 
 
 def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True) -> list[str]:
@@ -92,5 +106,8 @@ def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True) 
     if not fusion:
         if not UNFUSED_PASSES:
             raise CompileError("unfused compilation (--no-fusion) is not available yet")
-        names = list(UNFUSED_PASSES) + names
+        at = names.index("convert-graph-to-loop")
+        if "annotate-fusion" in names:
+            at = names.index("annotate-fusion")
+        names[at:at] = UNFUSED_PASSES
     return names

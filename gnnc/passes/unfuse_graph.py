@@ -59,6 +59,7 @@ def _needs_tensor(op: Operation) -> bool:
 
 
 def unfuse_kernel(fn: func.FuncOp) -> None:
+    """Rebuilds fn with every non-leaf graph op's result written out and read back."""
     block = fn.body.block
     old_ops = list(block.ops)
     mapping: dict[SSAValue, SSAValue] = {}  # old value -> what its graph users read
