@@ -527,28 +527,63 @@ class KernelLowering:
         _, u, e = block.args
         ctx = _Context(v=v, u=u, e=e)
         with self.em.nested(block):
+            items: list[tuple[tuple[Dim, ...], Callable[[list[SSAValue]], None], SSAValue]] = []
             for key, r in reductions:
                 self._precompute(r.value, ctx)
                 acc = self.acc[key]
-                self.for_features(
-                    acc.shape,
-                    lambda idx, key=key, r=r, acc=acc: self._accumulate(key, r, acc, idx, ctx),
-                    hoist=[r.value],
-                    ctx=ctx,
-                )
+                items.append((acc.shape, lambda idx, key=key, r=r, acc=acc: self._accumulate(key, r, acc, idx, ctx), r.value))
             for s in stores:
                 self._precompute(s.value, ctx)
                 base = self.row_base(e, s.shape)
-                self.for_features(
+                items.append((
                     s.shape,
                     lambda idx, s=s, base=base: self.store(
                         self.value_at(s.value, idx, ctx), s.buffer, self.linear(base, s.shape, idx)
                     ),
-                    hoist=[s.value],
-                    ctx=ctx,
-                )
+                    s.value,
+                ))
+            self._shared_nests(items, ctx)
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForInEdgesOp(v, self.indptr, self.src, self.eid, block))
+
+    def _shared_nests(self, items, ctx: _Context) -> None:
+        """Runs per-edge work in as few feature-loop nests as the shapes allow.
+
+        Work of shape [H] and work of shape [H, F] share one nest (the [H]
+        part runs before the inner F loop), so a value both need, such as a
+        per-head attention weight, is computed once per edge and head.
+        """
+        groups: list[list] = []
+        for item in sorted(items, key=lambda it: -len(it[0])):
+            for group in groups:
+                longest = group[0][0]
+                if longest[: len(item[0])] == item[0]:
+                    group.append(item)
+                    break
+            else:
+                groups.append([item])
+        for group in groups:
+            shape = group[0][0]
+            by_depth: dict[int, list] = {}
+            for item_shape, action, _ in group:
+                by_depth.setdefault(len(item_shape), []).append(action)
+            self._nest(shape, by_depth, [it[2] for it in group], ctx, [])
+
+    def _nest(self, shape, by_depth, hoist, ctx: _Context, idx: list[SSAValue]) -> None:
+        depth = len(idx)
+        if depth < len(shape):
+            for root in hoist:
+                self._hoist(root, idx, ctx)
+        for action in by_depth.get(depth, []):
+            action(idx)
+        if depth == len(shape):
+            return
+        d = shape[depth]
+        block = Block(arg_types=[index])
+        with self.em.nested(block):
+            self._nest(shape, by_depth, hoist, ctx, idx + [block.args[0]])
+            self.em.op(loop.YieldOp())
+        self.em.op(loop.ForFeatureOp(self.extent(d), block, dim=str(d)))
 
     def _accumulate(self, key, r: _Reduction, acc: _Accumulator, idx: list[SSAValue], ctx: _Context) -> None:
         at = self.linear(acc.base, acc.shape, idx)
