@@ -63,3 +63,17 @@ METADATA_SYMBOL = "gnnc_metadata"
 
 #: Prefix of every kernel's C symbol.
 SYMBOL_PREFIX = "gnnc_"
+
+
+#: Bytes between two workers' scratch slices at least: a cache line, plus one
+#: so that slices never share a line however the buffer is aligned (two
+#: threads updating accumulators on one line made a kernel slower on two
+#: threads than on one).
+CACHE_LINE_BYTES = 64
+
+
+def scratch_slice_elements(elements: int, itemsize: int) -> int:
+    """Elements of one worker's scratch slice: `elements` rounded up to whole
+    cache lines, plus one line of padding. The kernels compute the same."""
+    line = CACHE_LINE_BYTES // itemsize
+    return -(-elements // line) * line + line

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
 from xdsl.dialects.builtin import (
+    Float64Type,
     DYNAMIC_INDEX,
     ArrayAttr,
     DictionaryAttr,
@@ -222,7 +223,12 @@ class KernelLowering:
         with self.em.nested(body):
             for phase_sinks in self._phases():
                 self._emit_phase(phase_sinks)
-        self._scratch_total.result.replace_all_uses_with(self.scratch_top)
+        # scratch_slice_elements(top) of abi.py: whole cache lines plus one
+        line = self.em.index_const(abi.CACHE_LINE_BYTES // (8 if isinstance(self.elem, Float64Type) else 4))
+        rounded_up = self.em.pre(arith.AddiOp(self.scratch_top, self.em.pre(arith.SubiOp(line, self.em.index_const(1)))))
+        lines = self.em.pre(arith.DivUIOp(rounded_up, line))
+        padded = self.em.pre(arith.AddiOp(self.em.pre(arith.MuliOp(lines, line)), line))
+        self._scratch_total.result.replace_all_uses_with(padded)
         self._scratch_total.detach()
         self._scratch_total.erase()
         # Prologue ops (dims, sizes, scratch offsets) precede the loops.

@@ -84,8 +84,10 @@ def all_stage_names() -> list[str]:
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
 OPTIONAL_PASSES: frozenset[str] = frozenset(
     {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
-     "annotate-fusion", "prefetch-neighbors"}
+     "annotate-fusion"}
 )
+# prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
+# consumes the schedule's `prefetch` entry, which must not be left unapplied.
 
 #: Runs after the frontend when fusion is off (`--no-fusion`, ablation only).
 #: They go right before the lowering, after the optimisations, so that

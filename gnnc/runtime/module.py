@@ -89,8 +89,10 @@ class Kernel:
         else:
             blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads), order=order)
         dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
-        per_thread = sum(_size(s, dims) for s in self._abi["scratch"])
-        scratch = np.empty(max(1, per_thread * n_threads), dtype=self._dtype)
+        per_thread = abi.scratch_slice_elements(
+            sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
+        )
+        scratch = np.empty(per_thread * n_threads, dtype=self._dtype)
         rows = {"V": graph.num_vertices, "E": graph.num_edges}
         temps = [
             np.empty(max(1, rows[t["domain"]] * _size(t["shape"], dims)), dtype=self._dtype)
