@@ -77,7 +77,18 @@ class Kernel:
         return f"<gnnc kernel {self.name}(graph, {params})>"
 
     def __call__(self, graph: Graph, *args: Any, out: Any = None, threads: int | None = None,
-                 schedule: Any = None, **kwargs: Any) -> Any:
+                 schedule: Any = None, deterministic: bool = False, **kwargs: Any) -> Any:
+        """Runs the kernel; see `gnnc.runtime.signature.prepare_call` for the arguments.
+
+        `deterministic=True` asks for results that are bit-identical for any
+        thread count. Every CPU schedule gnnc implements already gives that
+        (one destination is summed by one thread, in edge order, and
+        partitions run in order), so the option only states the guarantee;
+        a future schedule that splits a destination's sum across threads
+        must honour it.
+        """
+        if not isinstance(deterministic, bool):
+            raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
         graph = _as_graph(graph)
         if schedule is not None:
             return self._variant(schedule)(graph, *args, out=out, threads=threads, **kwargs)
