@@ -199,7 +199,16 @@ kernel gat1(h: f32[V, H, F], el: f32[V, H], er: f32[V, H]) -> f32[V, H, F] {
 }
 """
 
-DD_CASES = [(example("gat"), "gat"), (GAT_OUT_ONLY, "gat1")]
+# alpha is a result and has a second use besides the weighted sum
+GAT_ALPHA_REUSED = """
+kernel gat2(h: f32[V, H, F], el: f32[V, H], er: f32[V, H]) -> (out: f32[V, H, F], alpha: f32[E, H]) {
+    s[e]     = leaky_relu(el[u] + er[v], 0.2)
+    alpha[e] = softmax(s[e])
+    out[v]   = sum(alpha[e] * h[u]) + max(alpha[e])
+}
+"""
+
+DD_CASES = [(example("gat"), "gat"), (GAT_OUT_ONLY, "gat1"), (GAT_ALPHA_REUSED, "gat2")]
 
 
 @pytest.mark.parametrize("source,name", DD_CASES)
@@ -258,6 +267,18 @@ def test_deferred_division_removes_edge_softmax_and_a_loop():
     # max, then (sum of exp and weighted sum) together: two in-edge loops, not three
     assert loop_ir(GAT_OUT_ONLY, ()).count("loop.for_in_edges") == 3
     assert loop_ir(GAT_OUT_ONLY, DD).count("loop.for_in_edges") == 2
+
+
+def test_deferred_division_with_alpha_evaluates_exp_once_per_edge():
+    before, after = loop_ir(example("gat"), ()), loop_ir(example("gat"), DD)
+    assert before.count("math.exp") == 2  # sum of exponentials, then the weights
+    assert after.count("math.exp") == 1  # stored as alpha beside the sums
+    # the last walk only scales the stored weights: no gathers, no exp
+    lines = after[after.rindex("loop.for_in_edges"):].splitlines()
+    indent = len(after[: after.rindex("loop.for_in_edges")].splitlines()[-1])
+    end = next(i for i, line in enumerate(lines) if i and line == " " * indent + "}")
+    last_walk = "\n".join(lines[: end + 1])
+    assert "math.exp" not in last_walk and last_walk.count("memref.load") == 2  # alpha, 1/z
 
 
 def test_sum_ratio_is_one_loop():

@@ -441,20 +441,35 @@ class KernelLowering:
 
         edge_sinks: dict[int, list[_Sink]] = {}
         vertex_sinks: list[_Sink] = []
+        rescaled: list[tuple[_Sink, SSAValue]] = []
         for s in sinks:
             lvl = dep_level(s.value)
-            if s.domain == "E":
-                edge_sinks.setdefault(lvl + 1, []).append(s)
-            else:
+            if s.domain != "E":
                 vertex_sinks.append(s)
+                continue
+            split = _rescalable(s, dep_level)
+            if split is None:
+                edge_sinks.setdefault(lvl + 1, []).append(s)
+                continue
+            # An edge result P * Q whose per-destination factor Q is known
+            # only after the walk that can compute P: store P in that walk
+            # and scale it by Q in a last walk that touches nothing else
+            # (softmax weights: exp(s - m) stored beside the sums, times 1/z).
+            early, scale = split
+            edge_sinks.setdefault(dep_level(early) + 1, []).append(_Sink(early, s.buffer, s.domain, s.shape, s.name))
+            rescaled.append((s, scale))
 
         # An aggregation whose only use is a vertex result accumulates in the
-        # output row itself: no scratch, no copy.
+        # output row itself: no scratch, no copy. So does one whose only use
+        # is a per-destination scale of it (a deferred softmax division): the
+        # row is then scaled in place. Accumulating in scratch instead, beside
+        # the softmax sums, made the wide-row accumulation slower (the row and
+        # the sums share the scratch pointer, so LLVM must assume they alias).
         in_place: dict[Operation, _Sink] = {}
         for s in vertex_sinks:
-            owner = s.value.owner
-            if isinstance(owner, graph.AggregateOp) and len(list(s.value.uses)) == 1 and s.buffer in self.result_buf:
-                in_place[owner] = s
+            agg = _in_place_aggregate(s)
+            if agg is not None and s.buffer in self.result_buf:
+                in_place[agg] = s
 
         self.acc: dict[tuple[Operation, str], _Accumulator] = {}
         vctx = _Context(v=v)
@@ -471,6 +486,8 @@ class KernelLowering:
                 count = self._in_degree(v)
             for key, r in at_level:
                 self._finalize_accumulator(key, r, count)
+        if rescaled:
+            self._emit_rescale_loop(v, rescaled, vctx)
 
         for s in vertex_sinks:
             owner = s.value.owner
@@ -548,6 +565,43 @@ class KernelLowering:
                     ),
                     s.value,
                 ))
+            self._shared_nests(items, ctx)
+            self.em.op(loop.YieldOp())
+        self.em.op(loop.ForInEdgesOp(v, self.indptr, self.src, self.eid, block))
+
+    def _emit_rescale_loop(self, v: SSAValue, rescaled: list[tuple[_Sink, SSAValue]], vctx: _Context) -> None:
+        """result[e] *= scale for stored edge results: the factors first, once per destination."""
+        factors: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}
+        for _, scale in rescaled:
+            if scale in factors:
+                continue
+            t = scale.type
+            assert isinstance(t, graph.ValueType)
+            self._precompute(scale, vctx)
+            base = self.alloc_scratch(t.shape)
+            self.for_features(
+                t.shape,
+                lambda idx, scale=scale, t=t, base=base: self.store(
+                    self.value_at(scale, idx, vctx), self.scratch, self.linear(base, t.shape, idx)
+                ),
+                hoist=[scale],
+                ctx=vctx,
+            )
+            factors[scale] = (self.scratch, base)
+        block = Block(arg_types=[index, index, index])
+        _, u, e = block.args
+        ctx = _Context(v=v, u=u, e=e, computed=dict(factors))
+        with self.em.nested(block):
+            items = []
+            for s, scale in rescaled:
+                base = self.row_base(e, s.shape)
+
+                def rescale(idx: list[SSAValue], s: _Sink = s, base: SSAValue = base, scale: SSAValue = scale) -> None:
+                    at = self.linear(base, s.shape, idx)
+                    scaled = self.em.op(arith.MulfOp(self.load(s.buffer, at), self.value_at(scale, idx, ctx)))
+                    self.store(scaled, s.buffer, at)
+
+                items.append((s.shape, rescale, scale))
             self._shared_nests(items, ctx)
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForInEdgesOp(v, self.indptr, self.src, self.eid, block))
@@ -804,6 +858,38 @@ class KernelLowering:
             positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
             return self.em.op(arith.SelectOp(positive, x, self.em.op(arith.MulfOp(x, slope))))
         raise AssertionError(f"unknown unary {kind}")
+
+
+def _in_place_aggregate(sink: _Sink) -> graph.AggregateOp | None:
+    """The aggregation a vertex result can accumulate in its own row: the result, or A in A * Q."""
+    value = sink.value
+    op = value.owner
+    if isinstance(op, graph.AggregateOp):
+        return op if len(list(value.uses)) == 1 else None
+    if not (isinstance(op, graph.BinaryOp) and op.kind.data == "mul"):
+        return None
+    for agg, scale in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+        at, st = agg.type, scale.type
+        assert isinstance(at, graph.ValueType) and isinstance(st, graph.ValueType)
+        if (isinstance(agg.owner, graph.AggregateOp) and len(list(agg.uses)) == 1 and agg is not scale
+                and at.shape == tuple(sink.shape) and st.kind in ("A", "D", "P")):
+            return agg.owner
+    return None
+
+
+def _rescalable(sink: _Sink, dep_level: Callable[[SSAValue], int]) -> tuple[SSAValue, SSAValue] | None:
+    """(P, Q) when an edge result is P * Q with Q per destination and later than P."""
+    op = sink.value.owner
+    if not (isinstance(op, graph.BinaryOp) and op.kind.data == "mul"):
+        return None
+    for early, scale in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+        et, st = early.type, scale.type
+        assert isinstance(et, graph.ValueType) and isinstance(st, graph.ValueType)
+        if (st.kind in ("A", "D") and et.shape == tuple(sink.shape)
+                and tuple(sink.shape[: len(st.shape)]) == st.shape
+                and dep_level(early) < dep_level(scale)):
+            return early, scale
+    return None
 
 
 class ConvertGraphToLoopPass(ModulePass):
