@@ -258,6 +258,9 @@ class KernelLowering:
             "order": self.loop_schedule().data["order"].data,  # type: ignore[union-attr]
             "partitions": self.partitions,
             "edge_order": self.edge_order,
+            # False: nobody wrote a CPU schedule, so the runtime's default
+            # heuristic may pick one per call (runtime/heuristic.py)
+            "schedule_given": any(k.startswith("cpu.") for k in self._schedule_entries()),
         }
 
     # ------------------------------------------------------------- helpers
@@ -387,10 +390,12 @@ class KernelLowering:
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForDstOp(self.V, self.blocks, self.num_blocks, self.num_threads, body, schedule))
 
-    def cpu_schedule(self) -> CpuSchedule:
+    def _schedule_entries(self) -> dict[str, str]:
         attr = self.src_fn.attributes.get(irgen.SCHEDULE)
-        entries = {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}
-        return CpuSchedule.from_attr(entries)
+        return {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}  # type: ignore[union-attr]
+
+    def cpu_schedule(self) -> CpuSchedule:
+        return CpuSchedule.from_attr(self._schedule_entries())
 
     def loop_schedule(self) -> DictionaryAttr:
         """The CPU schedule, defaults filled in, as the loop passes consume it."""

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from gnnc import abi
-from gnnc.errors import ArgumentError, ToolchainError
-from gnnc.runtime import native, plans
+from gnnc.errors import ArgumentError, CompileError, ToolchainError
+from gnnc.runtime import heuristic, native, plans
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
 
@@ -58,6 +58,7 @@ class Kernel:
     def __init__(self, library: ctypes.CDLL, record: dict, metadata: dict | None = None):
         self._metadata = metadata or {}
         self._variants: dict[str, Kernel] = {}
+        self._refused: set[str] = set()
         self.signature = KernelSignature.from_dict(record)
         self.name = self.signature.name
         self._abi = record["abi"]
@@ -94,6 +95,13 @@ class Kernel:
             return self._variant(schedule)(graph, *args, out=out, threads=threads, **kwargs)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         n_threads = resolve_threads(threads)
+        chosen = self._default_variant(graph, dims)
+        if chosen is not None:
+            return chosen._run(graph, inputs, outputs, dims, n_threads)
+        return self._run(graph, inputs, outputs, dims, n_threads)
+
+    def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> Any:
+        """Calls the native kernel on checked arguments (`prepare_call`'s)."""
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
         if self._abi.get("edge_order") == "hilbert":
             blocks = plans.edge_blocks(graph, plans.block_count_for(graph, n_threads))
@@ -126,6 +134,22 @@ class Kernel:
         )
         return pack_results(self.signature, outputs)
 
+
+    def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "Kernel | None":
+        """The variant the default heuristic picks for this call, if any (see runtime/heuristic.py)."""
+        if self._abi.get("schedule_given", True) or self._metadata.get("source") is None:
+            return None
+        itemsize = np.dtype(self._dtype).itemsize
+        directives = heuristic.default_directives(graph, heuristic.source_row_bytes(self.signature, dims, itemsize))
+        if directives is None or directives in self._refused:
+            return None
+        try:
+            return self._variant(directives)
+        except CompileError:
+            # the schedule cannot apply to this kernel (partitioning a softmax):
+            # it runs as compiled, and the compiler is not asked again
+            self._refused.add(directives)
+            return None
 
     def _variant(self, schedule: Any) -> "Kernel":
         """This kernel compiled with another schedule (needs the compiler; cached)."""

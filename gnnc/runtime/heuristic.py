@@ -1,0 +1,75 @@
+"""The default schedule: what a call runs when nobody wrote a schedule.
+
+A kernel compiled without a `schedule` block (and without `schedule=`) is
+run with directives picked here from the graph and the call's feature sizes;
+the runtime compiles that variant once (it needs the compiler, and the
+source the `.so` carries) and keeps it. A kernel with a schedule of its own
+runs as written.
+
+One decision so far, FeatGraph's 1-D source partitioning, with the rule fit
+to what was measured on this machine (2 threads, AMD EPYC, 32 MiB L3, edge
+ids in CSR order; `partition src K` against none, same process):
+
+    graph (V, E / V)        kernel    F    rows / LLC   K=2    K=4    K=8
+    rmat-17 (131K, 16)      gcn       512     8.0        -    1.48x     -   (K=16: 1.25x)
+    rmat-17 (131K, 16)      sage_max  512     8.0      1.20x  1.33x  1.37x
+    rmat-17 (131K, 16)      gcn       256     4.0      1.19x  1.11x  1.03x
+    rmat-17 (131K, 16)      gcn       128     2.0        -    0.91x     -
+    rmat-16 (65K, 16)       gcn       512     4.0      1.20x  1.28x  1.12x
+    rmat-16 (65K, 16)       gcn       256     2.0      1.06x  1.00x  0.80x
+    mdual (258K, 4.0)       gcn       512    15.8      0.97x  0.89x  0.82x
+    mdual (258K, 4.0)       sage_max  512    15.8      1.01x  1.00x  0.80x
+
+Partitioning pays K extra sweeps over the destination rows to turn source
+row misses into hits: it wins when the source rows are several times the
+last-level cache and each row is gathered often enough (mean in-degree >= 8)
+to be worth keeping. Partitions of about two caches of rows did best;
+FeatGraph's half a cache per partition (`plans.default_partition_count`)
+cut rmat-17 at F = 512 into 17, slower than 4. Kernels that partitioning
+cannot apply to (several passes over the in-edges: softmax) are refused by
+the compiler, and then run as compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gnnc.runtime import plans
+
+#: Source rows must exceed this many last-level caches before partitioning.
+PARTITION_MIN_ROWS_OVER_LLC = 4
+#: ... and each source row must be gathered this often on average.
+PARTITION_MIN_MEAN_DEGREE = 8.0
+#: One partition's source rows, in last-level caches.
+PARTITION_ROWS_PER_PART_OVER_LLC = 2
+PARTITION_MAX = 8
+
+
+def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int:
+    """Bytes of one vertex's rows over every per-vertex input (what a gather at `u` reads)."""
+    total = 0
+    for p in signature.params:
+        if p.domain != "V":
+            continue
+        n = 1
+        for d in p.shape:
+            n *= d if isinstance(d, int) else dims[d]
+        total += n * itemsize
+    return total
+
+
+def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None) -> str | None:
+    """Schedule directives for a call without a schedule, or None for the kernel as compiled."""
+    if llc_bytes is None:
+        llc_bytes = plans.last_level_cache_bytes()
+    v, e = graph.num_vertices, graph.num_edges
+    if v == 0 or row_bytes <= 0:
+        return None
+    rows = v * row_bytes
+    if rows < PARTITION_MIN_ROWS_OVER_LLC * llc_bytes or e / v < PARTITION_MIN_MEAN_DEGREE:
+        return None
+    parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
+    k = 2
+    while k < PARTITION_MAX and k * 1.5 < parts:
+        k *= 2
+    return f"partition src {k}"

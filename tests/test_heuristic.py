@@ -1,0 +1,97 @@
+"""The default schedule heuristic: what it picks, and that what it picks is right."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import gnnc
+from gnnc.runtime import heuristic
+
+from .helpers import assert_matches
+from .strategies import random_inputs
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+MIB = 1 << 20
+
+
+def fake_graph(v: int, e: int) -> SimpleNamespace:
+    return SimpleNamespace(num_vertices=v, num_edges=e)
+
+
+@pytest.mark.parametrize("v,e,f,want", [
+    (131072, 2097152, 512, "partition src 4"),  # rmat-17: rows = 8 LLC
+    (131072, 2097152, 256, "partition src 2"),  # rows = 4 LLC
+    (131072, 2097152, 128, None),               # rows = 2 LLC: partitioning measured slower
+    (65536, 1048576, 256, None),
+    (258569, 1026264, 512, None),               # mdual: mean degree 4, measured slower
+    (1 << 22, 1 << 26, 512, "partition src 8"),  # capped
+    (0, 0, 64, None),
+])
+def test_partition_rule_follows_the_measurements(v, e, f, want):
+    assert heuristic.default_directives(fake_graph(v, e), 4 * f, llc_bytes=32 * MIB) == want
+
+
+def test_source_row_bytes_counts_every_vertex_input():
+    module = gnnc.compile(EXAMPLES / "gat.gnn")
+    sig = module.gat.signature  # h: [V, H, F], el, er: [V, H]
+    assert heuristic.source_row_bytes(sig, {"H": 4, "F": 8}, 4) == 4 * (32 + 4 + 4)
+
+
+@contextmanager
+def small_cache():
+    """A last-level cache of 512 bytes, so that small graphs take the partitioned path."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heuristic.plans, "last_level_cache_bytes", lambda: 512)
+        yield
+
+
+@pytest.fixture
+def tiny_cache():
+    with small_cache():
+        yield
+
+
+def dense_graph(seed: int, v: int = 100, degree: int = 12) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    return gnnc.Graph.from_coo(rng.integers(0, v, v * degree), rng.integers(0, v, v * degree), num_vertices=v)
+
+
+@given(seed=st.integers(0, 2**32 - 1), f=st.sampled_from((8, 17, 64)), kernel=st.sampled_from(("gcn", "sage_max", "sage_mean")))
+def test_a_call_without_schedule_runs_the_picked_partitioning(seed, f, kernel):
+    source = EXAMPLES / f"{kernel}.gnn"
+    compiled = getattr(gnnc.compile(source), kernel)
+    graph = dense_graph(seed)
+    inputs = random_inputs(compiled.signature, graph, {"F": f}, np.float32, seed)
+    with small_cache():
+        got = compiled(graph, **inputs)
+        directives = heuristic.default_directives(graph, 4 * f)
+    assert directives is not None and directives.startswith("partition src")
+    assert directives in compiled._variants and compiled._variants[directives]._abi["partitions"] > 1
+    want = getattr(gnnc.compile(source, target="reference"), kernel)(graph, **inputs)
+    assert_matches(got, want, graph, np.float32)
+
+
+def test_a_kernel_the_pick_cannot_apply_to_runs_as_compiled(tiny_cache):
+    gat = gnnc.compile(EXAMPLES / "gat.gnn").gat
+    graph = dense_graph(1)
+    inputs = random_inputs(gat.signature, graph, {"H": 2, "F": 16}, np.float32, 1)
+    for _ in range(2):  # refused once, then not asked again
+        got = gat(graph, **inputs)
+    assert gat._variants == {} and len(gat._refused) == 1
+    assert_matches(got, gnnc.compile(EXAMPLES / "gat.gnn", target="reference").gat(graph, **inputs), graph, np.float32)
+
+
+def test_a_written_schedule_is_kept(tiny_cache):
+    for module in (gnnc.compile(EXAMPLES / "gcn.gnn", schedule="prefetch 4"),
+                   gnnc.compile("kernel gcn(x: f32[V, F], w: f32[E]) -> f32[V, F] {\n    out[v] = sum(w[e] * x[u])\n}\n"
+                                "schedule gcn for cpu { prefetch 16 }\n")):
+        graph = dense_graph(2)
+        inputs = random_inputs(module.gcn.signature, graph, {"F": 64}, np.float32, 2)
+        module.gcn(graph, **inputs)
+        assert module.gcn._variants == {}
