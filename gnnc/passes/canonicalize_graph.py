@@ -51,7 +51,7 @@ class FoldConstantBinary(RewritePattern):
             return
         t = op.result.type
         assert isinstance(t, graph.ValueType)
-        rewriter.replace_matched_op(graph.ConstantOp(_FOLD[op.kind.data](a, b), t.element_type))
+        rewriter.replace(op, graph.ConstantOp(_FOLD[op.kind.data](a, b), t.element_type))
 
 
 class RemoveIdentity(RewritePattern):
@@ -71,7 +71,7 @@ class RemoveIdentity(RewritePattern):
         elif kind == "add" and a == 0.0:
             keep = op.rhs
         if keep is not None and keep.type == op.result.type:
-            rewriter.replace_matched_op([], [keep])
+            rewriter.replace(op, [], [keep])
 
 
 class DoubleNegation(RewritePattern):
@@ -81,7 +81,7 @@ class DoubleNegation(RewritePattern):
     def match_and_rewrite(self, op: graph.UnaryOp, rewriter: PatternRewriter) -> None:
         inner = op.operand.owner
         if op.kind.data == "neg" and isinstance(inner, graph.UnaryOp) and inner.kind.data == "neg":
-            rewriter.replace_matched_op([], [inner.operand])
+            rewriter.replace(op, [], [inner.operand])
 
 
 class GraphCanonicalizePass(ModulePass):

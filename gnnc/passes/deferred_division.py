@@ -88,21 +88,21 @@ class DeferSoftmaxDivision(RewritePattern):
         safe_z = graph.BinaryOp("max", z.result, tiny.result)
         inv_z = graph.BinaryOp("div", one.result, safe_z.result)
         for new in (m, shifted, ex, z, tiny, one, safe_z, inv_z):
-            rewriter.insert_op(new, InsertPoint.before(op))  # type: ignore[arg-type]
+            rewriter.insert(new, InsertPoint.before(op))  # type: ignore[arg-type]
         for agg, mul, position in sums:
             operands = [mul.lhs, mul.rhs]
             operands[position] = ex.result
             weighted = graph.BinaryOp("mul", *operands)
             numerator = graph.AggregateOp("sum", weighted.result)
-            rewriter.replace_op(agg, [weighted, numerator, graph.BinaryOp("mul", numerator.result, inv_z.result)])
+            rewriter.replace(agg, [weighted, numerator, graph.BinaryOp("mul", numerator.result, inv_z.result)])
             if not mul.result.uses:
-                rewriter.erase_op(mul)
+                rewriter.erase(mul)
         if op.result.uses:
             # exp(s - m) * (1 / z), not exp(s - m) / z: the lowering can then
             # store the exponentials early and scale them once z is known
-            rewriter.replace_matched_op(graph.BinaryOp("mul", ex.result, inv_z.result))
+            rewriter.replace(op, graph.BinaryOp("mul", ex.result, inv_z.result))
         else:
-            rewriter.erase_op(op)
+            rewriter.erase(op)
 
 
 class DeferredDivisionPass(ModulePass):

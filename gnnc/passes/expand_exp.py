@@ -81,7 +81,7 @@ class ExpandExp(RewritePattern):
         result = add(arith.SelectOp(too_big, fconst(pymath.inf), result))
         is_nan = add(arith.CmpfOp(x, x, "uno"))
         result = add(arith.SelectOp(is_nan, x, result))
-        rewriter.replace_matched_op(ops, [result])
+        rewriter.replace(op, ops, [result])
 
 
 class ExpandExpPass(ModulePass):

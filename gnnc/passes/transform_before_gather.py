@@ -107,7 +107,7 @@ def _at_dst(value: SSAValue, before: Operation, rewriter: PatternRewriter) -> SS
         new = graph.MatVecOp(_at_dst(op.vector, before, rewriter), op.matrix)
     else:
         raise AssertionError(f"transform-before-gather: unexpected source-only op {op}")
-    rewriter.insert_op(new, InsertPoint.before(before))
+    rewriter.insert(new, InsertPoint.before(before))
     return new.results[0]
 
 
@@ -126,7 +126,7 @@ class DistributeMatVec(RewritePattern):
             return
         lhs = graph.MatVecOp(inner.lhs, op.matrix)
         rhs = graph.MatVecOp(inner.rhs, op.matrix)
-        rewriter.replace_matched_op([lhs, rhs, graph.BinaryOp(inner.kind.data, lhs.result, rhs.result)])
+        rewriter.replace(op, [lhs, rhs, graph.BinaryOp(inner.kind.data, lhs.result, rhs.result)])
 
 
 class HoistSourceMatVec(RewritePattern):
@@ -138,7 +138,7 @@ class HoistSourceMatVec(RewritePattern):
             return
         per_vertex = graph.MatVecOp(_at_dst(op.vector, op, rewriter), op.matrix)
         tensor = graph.MaterializeOp(per_vertex.result)
-        rewriter.replace_matched_op([per_vertex, tensor, graph.GatherOp(tensor.result, "src")])
+        rewriter.replace(op, [per_vertex, tensor, graph.GatherOp(tensor.result, "src")])
 
 
 class HoistDestinationMatVec(RewritePattern):
@@ -150,7 +150,7 @@ class HoistDestinationMatVec(RewritePattern):
             return
         per_vertex = graph.MatVecOp(op.vector, op.matrix)
         tensor = graph.MaterializeOp(per_vertex.result)
-        rewriter.replace_matched_op([per_vertex, tensor, graph.GatherOp(tensor.result, "dst")])
+        rewriter.replace(op, [per_vertex, tensor, graph.GatherOp(tensor.result, "dst")])
 
 
 class MergeMaterialize(RewritePattern):
@@ -165,7 +165,7 @@ class MergeMaterialize(RewritePattern):
                 assert block is not None
                 if block.get_operation_index(other) < block.get_operation_index(op):
                     rewriter.replace_all_uses_with(op.result, other.result)
-                    rewriter.erase_op(op)
+                    rewriter.erase(op)
                     return
 
 
