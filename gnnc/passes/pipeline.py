@@ -23,6 +23,7 @@ from gnnc.passes.deferred_division import DeferredDivisionPass
 from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
+from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
 from gnnc.passes.unfuse_graph import UnfusePass
 
@@ -39,6 +40,7 @@ PASSES: dict[str, type[ModulePass]] = {
         AnnotateFusionPass,
         ConvertGraphToLoopPass,
         PrefetchNeighborsPass,
+        SpecializeUnitDimsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
         ExpandExpPass,
@@ -55,6 +57,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "annotate-fusion",
     "convert-graph-to-loop",
     "prefetch-neighbors",
+    "specialize-unit-dims",
     "convert-loop-to-openmp",
     "convert-loop-to-scf",
 )
@@ -84,7 +87,7 @@ def all_stage_names() -> list[str]:
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
 OPTIONAL_PASSES: frozenset[str] = frozenset(
     {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
-     "annotate-fusion"}
+     "annotate-fusion", "specialize-unit-dims"}
 )
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
 # consumes the schedule's `prefetch` entry, which must not be left unapplied.

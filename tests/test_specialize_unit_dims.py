@@ -1,0 +1,58 @@
+"""specialize-unit-dims: destination bodies versioned on a head axis of size 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import gnnc
+from gnnc import compiler
+
+from .helpers import assert_matches
+from .strategies import graphs, random_inputs
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+# per-head attention weights times a per-head feature row, with the heads'
+# own sums: every loop over H encloses a loop over F or sits beside one
+HEADS = """
+kernel heads(h: f32[V, H, F], a: f32[V, H], w: f32[E, H]) -> (out: f32[V, H, F], score: f32[E, H]) {
+    score[e] = softmax(a[u] * w[e])
+    out[v]   = sum(score[e] * h[u]) + max(w[e] * h[u]) + a[v]
+}
+"""
+
+
+def specialized_stage(source: str) -> str:
+    return compiler.compile_source(source, stop_after="loop").stages["specialize-unit-dims"]
+
+
+@pytest.mark.parametrize("name,versioned", [
+    ("gat", True), ("gcn", False), ("sage_max", False), ("attention", False),
+    ("mlp_aggr", True),  # the matvec's input axis D1 encloses its output axis D2
+])
+def test_only_kernels_with_a_head_axis_are_versioned(name, versioned):
+    text = specialized_stage((EXAMPLES / f"{name}.gnn").read_text())
+    assert ("arith.cmpi eq" in text and "scf.if" in text) == versioned
+
+
+def test_restructuring_schedules_keep_one_body():
+    source = (EXAMPLES / "gat.gnn").read_text() + "schedule gat for cpu { tile features 8 }\n"
+    assert "scf.if" not in specialized_stage(source)
+
+
+@pytest.mark.parametrize("source,name", [((EXAMPLES / "gat.gnn").read_text(), "gat"), (HEADS, "heads")])
+@given(graph=graphs(), heads=st.sampled_from((1, 3)), f=st.sampled_from((1, 17, 64)), seed=st.integers(0, 2**32 - 1))
+def test_both_versions_match_the_reference(source, name, graph, heads, f, seed):
+    specialized = getattr(gnnc.compile(source), name)
+    general = getattr(gnnc.compile(source, disable_passes=["specialize-unit-dims"]), name)
+    inputs = random_inputs(specialized.signature, graph, {"H": heads, "F": f}, np.float32, seed)
+    got = specialized(graph, **inputs)
+    assert_matches(got, getattr(gnnc.compile(source, target="reference"), name)(graph, **inputs), graph, np.float32)
+    # the same arithmetic in the same order: bit-identical to the general body
+    other = general(graph, **inputs)
+    for key in got:
+        np.testing.assert_array_equal(got[key], other[key])
