@@ -67,6 +67,8 @@ COMPILE_VARIANTS: dict[str, dict[str, Any]] = {
     "default (fused)": {},
     "no-fusion": {"fusion": False},
     "no transform-before-gather": {"disable_passes": ["transform-before-gather"]},
+    "no deferred-division": {"disable_passes": ["deferred-division"]},
+    "no specialize-unit-dims": {"disable_passes": ["specialize-unit-dims"]},
 }
 
 MEM_SLACK = 1.25  # estimates count the big buffers only; allocator and temporaries add some
@@ -612,28 +614,38 @@ def print_targets(results: list[Result], machine: Machine, problems: dict[str, B
 
 
 def run_ablation(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, args: argparse.Namespace) -> list[dict]:
-    """gnnc alone under each schedule / compile variant; the default is timed first and last (the faster counts)."""
+    """gnnc alone under each schedule / compile variant, timed round-robin.
+
+    Each variant is called once first (that compiles a schedule variant and
+    touches its pages), then every timed round calls each variant once in
+    turn: a variant timed after the others, in a stretch of its own, saw
+    other load than the default (on this shared machine, variants that do
+    nothing for a kernel measured 1.3-1.7x "gains" that way).
+    """
     inputs = B.make_inputs(kernel, p, shape)
     outputs = B.make_outputs(kernel, p, shape)
     rows: list[dict] = []
     tried = [("schedule", label, sched, "default (fused)") for label, sched in SCHEDULES.get(kernel, {}).items()]
     tried += [("compile", label, None, label) for label in COMPILE_VARIANTS if label != "default (fused)"]
-    default = next((t for t in tried if t[1] == "default"), None)
-    if default is not None:
-        tried.append(default)
+    calls: list[tuple[dict, Callable[[], Any]]] = []
     for kind, label, sched, variant in tried:
         row = {"graph": p.name, "kernel": kernel, "F": shape.F, "H": shape.H, "kind": kind, "label": label,
                "seconds": None, "gain": None, "status": "ok"}
         try:
             call = gk.caller(p.graph, kernel, inputs, outputs, schedule=sched, variant=variant)
-            row["seconds"] = median_time(call, args.repeat, warmup=False)
+            call()
+            calls.append((row, call))
         except GnncError as exc:
             row["status"] = f"unsupported: {str(exc).splitlines()[0][:90]}"
-        if label == "default" and rows and rows[0]["label"] == "default":
-            if row["seconds"] and rows[0]["seconds"]:
-                rows[0]["seconds"] = min(rows[0]["seconds"], row["seconds"])
-            continue
         rows.append(row)
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(args.repeat):
+        for (_, call), spent in zip(calls, times):
+            t0 = time.perf_counter()
+            call()
+            spent.append(time.perf_counter() - t0)
+    for (row, _), spent in zip(calls, times):
+        row["seconds"] = statistics.median(spent)
     base = rows[0]["seconds"] if rows and rows[0]["label"] == "default" else None
     for row in rows:
         if base and row["seconds"]:
