@@ -1,7 +1,7 @@
 """specialize-unit-dims: a second copy of each destination's work for a head axis of size 1.
 
 A head axis (the `H` of `h: f32[V, H, F]`) is an outer feature axis: its
-loops enclose other feature loops. Its size is known only at call time, so
+loops enclose other loops. Its size is known only at call time, so
 per-head accumulators (softmax maxima and sums, one per head) live in
 scratch memory indexed by the head, and every edge updates them through a
 load and a store. Most models run one head, and then the accumulators could
@@ -11,8 +11,10 @@ promoted.
 
 This pass versions the body of every `loop.for_dst` on `H == 1`: the copy
 has the axis's loops at extent 1, the original stays for other sizes. Any
-outer axis qualifies (the input axis of a `@` encloses its output axis too);
-the first one found is versioned, so the code at most doubles. gat at
+outer axis qualifies (the input axis of a `@` encloses its output axis too;
+the heads of a multi-head `dot` enclose its reduction: SDDMM at D = 32 on
+R-MAT ran 4.7 ms with a literal head count of 1, 7.4 ms without); the first
+one found is versioned, so the code at most doubles. gat at
 F = 32 on R-MAT scale 16 (2 threads) ran in 9.3 ms with a literal head
 count of 1 against 11.5 ms with H given at run time (a hand-written numba
 loop with the head loop outside the edge loop: 9.4 ms).
@@ -39,11 +41,11 @@ RESTRUCTURING = ("partition", "edges", "tile", "vectorize")
 
 
 def head_axes(for_dst: loop.ForDstOp) -> list[SSAValue]:
-    """Extents of feature loops that enclose another feature loop, in first-seen order."""
+    """Extents of feature loops that enclose another loop (a feature loop or a dot's reduction)."""
     found: list[SSAValue] = []
     for op in for_dst.body.walk():
         if isinstance(op, loop.ForFeatureOp) and op.extent not in found:
-            if any(isinstance(inner, loop.ForFeatureOp) for inner in op.body.block.walk()):
+            if any(isinstance(inner, loop.ForFeatureOp | scf.ForOp) for inner in op.body.block.walk()):
                 found.append(op.extent)
     return found
 
