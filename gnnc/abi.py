@@ -58,6 +58,10 @@ GRAPH_ARGUMENTS = (
     "scratch",
 )
 
+#: Discardable `scf.for` attribute: LLVM's interleave count for that loop
+#: (`llvm.loop.interleave.count`), set by the lowering, read by the translator.
+INTERLEAVE_ATTR = "gnnc.interleave_count"
+
 #: Symbol of the JSON metadata record in every gnnc shared object.
 METADATA_SYMBOL = "gnnc_metadata"
 

@@ -1104,3 +1104,16 @@ def test_closure_op_verifiers():
             }
             """
         )
+
+
+@pytest.mark.parametrize("name,tagged", [("attention", True), ("gcn", False), ("gat", False)])
+def test_dot_reductions_are_not_interleaved(name, tagged):
+    """A dot's loop carries interleave count 1 to LLVM (a 32-long dot otherwise missed the wide loop)."""
+    from pathlib import Path
+
+    from gnnc import compiler
+
+    path = Path(__file__).parent.parent / "examples" / f"{name}.gnn"
+    stages = compiler.compile_source(path.read_text(), str(path), stop_after="llvm").stages
+    assert ("gnnc.interleave_count = 1" in stages["convert-loop-to-scf"]) == tagged
+    assert ('!"llvm.loop.interleave.count", i32 1' in stages["translate-to-llvm"]) == tagged

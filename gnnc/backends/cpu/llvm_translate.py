@@ -35,6 +35,7 @@ from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gnnc.dialects.llvm_ext import LoadBufferOp, PrefetchOp, StoreBufferOp
+from gnnc.abi import INTERLEAVE_ATTR
 from gnnc.errors import CompileError
 
 I1 = ir.IntType(1)
@@ -276,10 +277,14 @@ def _func_call(t: FunctionTranslator, op: func.CallOp) -> None:
 # ---------------------------------------------------------------- scf
 
 
-def _loop_id(module: ir.Module) -> ir.values.MDValue:
-    """A fresh `distinct !{self, !{"llvm.loop.mustprogress"}}` loop identifier."""
-    progress = module.add_metadata([ir.MetaDataString(module, "llvm.loop.mustprogress")])
-    return _LoopID(module, [progress], name=str(len(module.metadata)))
+def _loop_id(module: ir.Module, interleave: int | None = None) -> ir.values.MDValue:
+    """A fresh `distinct !{self, !{"llvm.loop.mustprogress"}, ...}` loop identifier."""
+    properties = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.mustprogress")])]
+    if interleave is not None:
+        properties.append(module.add_metadata(
+            [ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, interleave)]
+        ))
+    return _LoopID(module, properties, name=str(len(module.metadata)))
 
 
 class _LoopID(ir.values.MDValue):
@@ -324,7 +329,10 @@ def _scf_for(t: FunctionTranslator, op: scf.ForOp) -> None:
     # lets LLVM compute trip counts for non-unit steps.
     next_iv = b.add(iv, step, name="iv.next", flags=("nsw",) if signed else ("nuw",))
     backedge = b.branch(header)
-    backedge.set_metadata("llvm.loop", _loop_id(t.module))
+    interleave = op.attributes.get(INTERLEAVE_ATTR)
+    backedge.set_metadata(
+        "llvm.loop", _loop_id(t.module, interleave.value.data if isinstance(interleave, builtin.IntegerAttr) else None)
+    )
     iv.add_incoming(next_iv, latch)
     for phi, v in zip(carried, yielded):
         phi.add_incoming(v, latch)
