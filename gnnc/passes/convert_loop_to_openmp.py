@@ -21,6 +21,7 @@ are blocks; a request after the work is exhausted just returns false).
 
 from __future__ import annotations
 
+import json
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
@@ -514,6 +515,27 @@ def _tiled_dim(for_dst: loop.ForDstOp) -> str:
     return max(set(innermost), key=innermost.count) if innermost else "F"
 
 
+def _edge_walks(for_dst: loop.ForDstOp) -> int:
+    """In-edge loops per destination; a body versioned by specialize-unit-dims counts once."""
+    versioned = [op for op in for_dst.body.block.ops if isinstance(op, scf.IfOp) and op.false_region.blocks]
+    scope = versioned[0].false_region if versioned else for_dst.body
+    return sum(isinstance(op, loop.ForInEdgesOp) for op in scope.walk())
+
+
+def _record_phases(fn: func.FuncOp, phases: list[loop.ForDstOp]) -> None:
+    """Adds each phase's row axis and in-edge walk count to the kernel's ABI record.
+
+    The runtime's default heuristic reads them (`runtime/heuristic.py`):
+    `vectorize` pays only for a single walk over the in-edges.
+    """
+    attr = fn.attributes.get(abi.ABI_ATTR)
+    if not isinstance(attr, StringAttr):
+        return
+    record = json.loads(attr.data)
+    record["phases"] = [{"row_dim": _tiled_dim(p), "edge_walks": _edge_walks(p)} for p in phases]
+    fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+
+
 class ConvertLoopToOpenmpPass(ModulePass):
     """Outlines every loop.for_dst into a libgomp parallel region with dynamic block scheduling."""
 
@@ -526,6 +548,7 @@ class ConvertLoopToOpenmpPass(ModulePass):
         _declare_runtime(op)
         for fn in kernels:
             phases = [o for o in fn.body.block.ops if isinstance(o, loop.ForDstOp)]
+            _record_phases(fn, phases)
             for i, for_dst in enumerate(phases):
                 schedule = dict(for_dst.schedule.data) if for_dst.schedule is not None else {}
                 schedule.pop("parallel", None)

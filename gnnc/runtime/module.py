@@ -140,7 +140,11 @@ class Kernel:
         if self._abi.get("schedule_given", True) or self._metadata.get("source") is None:
             return None
         itemsize = np.dtype(self._dtype).itemsize
-        directives = heuristic.default_directives(graph, heuristic.source_row_bytes(self.signature, dims, itemsize))
+        directives = heuristic.default_directives(
+            graph, heuristic.source_row_bytes(self.signature, dims, itemsize),
+            phases=self._abi.get("phases"), dims=dims, itemsize=itemsize,
+            accumulates=any(r.domain == "V" for r in self.signature.results),
+        )
         if directives is None or directives in self._refused:
             return None
         try:
