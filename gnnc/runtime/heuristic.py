@@ -6,9 +6,10 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-One decision so far, FeatGraph's 1-D source partitioning, with the rule fit
-to what was measured on this machine (2 threads, AMD EPYC, 32 MiB L3, edge
-ids in CSR order; `partition src K` against none, same process):
+Two decisions so far, each a rule fit to what was measured on this machine
+(2 threads, AMD EPYC, 32 MiB L3, edge ids in CSR order, against the kernel
+as compiled in the same process). The first, FeatGraph's 1-D source
+partitioning (`partition src K`):
 
     graph (V, E / V)        kernel    F    rows / LLC   K=2    K=4    K=8
     rmat-17 (131K, 16)      gcn       512     8.0        -    1.48x     -   (K=16: 1.25x)
