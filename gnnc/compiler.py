@@ -195,7 +195,8 @@ def with_schedule(source: str, file: str, directives: str | None, kernels: list[
     cuts = []
     for sched in program.schedules:
         if sched.target == target and sched.kernel in names:
-            begin = starts[sched.loc.line - 1] + sched.loc.col - 1
+            # the schedule's location is its kernel name's: cut from the keyword before it
+            begin = source.rindex("schedule", 0, starts[sched.loc.line - 1] + sched.loc.col - 1)
             end = source.index("}", begin) + 1  # directives hold no braces
             cuts.append((begin, end))
     for begin, end in sorted(cuts, reverse=True):
