@@ -62,8 +62,8 @@ def compile(
         from gnnc.frontend import parse_and_check
 
         return ReferenceModule(parse_and_check(source, file))
-    if target != "cpu":
-        raise ArgumentError(f"unknown target {target!r}: use 'cpu' or 'reference'")
+    if target not in compiler.TARGETS:
+        raise ArgumentError(f"unknown target {target!r}: use one of {', '.join(compiler.TARGETS)} or 'reference'")
     options = compiler.CompileOptions(
         target=target, cpu=cpu, kernels=kernels, opt_level=opt_level,
         schedule=directives_text(schedule) if schedule is not None else None,

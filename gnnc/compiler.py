@@ -21,6 +21,11 @@ from pathlib import Path
 from gnnc import __version__, abi
 from gnnc.errors import CompileError, GnncError
 
+#: Targets `compile_source` builds for. `cuda-emulation` is the cuda
+#: pipeline (thread mapping included) with each grid run as loops on the CPU:
+#: a shared object that checks a mapping's index arithmetic without a GPU.
+TARGETS = ("cpu", "cuda-emulation")
+
 #: What `--emit` can stop at.
 EMIT_KINDS = ("graph", "loop", "scf", "llvm", "asm", "obj", "so")
 
@@ -93,11 +98,15 @@ def compile_source(
     from gnnc.runtime.signature import KernelSignature
 
     options = options or CompileOptions()
-    if options.target != "cpu":
-        raise CompileError(f"target '{options.target}' is not supported yet (only 'cpu')")
+    if options.target not in TARGETS:
+        raise CompileError(f"unknown target '{options.target}': use one of {', '.join(TARGETS)}")
     original_source = source
+    # the language's name for the target whose schedule blocks apply
+    schedule_target = "cuda" if options.target == "cuda-emulation" else "cpu"
+    if schedule_target != "cpu":
+        source = with_schedule(source, file, None, options.kernels, target="cpu")
     if options.schedule is not None:
-        source = with_schedule(source, file, options.schedule, options.kernels)
+        source = with_schedule(source, file, options.schedule, options.kernels, target=schedule_target)
     program = parse_and_check(source, file)
     if options.kernels is not None:
         missing = [k for k in options.kernels if k not in {kk.name for kk in program.kernels}]
@@ -118,10 +127,10 @@ def compile_source(
     record(pipeline.FRONTEND_STAGE, str(module))
     signatures = {k.name: KernelSignature.from_ast(k).to_dict() for k in kernels}
     result = CompileResult(metadata={}, stages=stages)
-    for name in pipeline.pass_names(options.disable_passes, options.fusion):
+    for name in pipeline.pass_names(options.disable_passes, options.fusion, options.target):
         if stop_after == "graph" and name == "convert-graph-to-loop":
             return result
-        if stop_after == "loop" and name == "convert-loop-to-scf":
+        if stop_after == "loop" and name in ("convert-loop-to-scf", "emulate-grid"):
             return result
         pipeline.PASSES[name]().apply(ctx, module)
         try:
@@ -171,8 +180,10 @@ def compile_source(
     return result
 
 
-def with_schedule(source: str, file: str, directives: str, kernels: list[str] | None = None) -> str:
-    """Source text whose cpu schedule, for each kernel, is `directives` instead."""
+def with_schedule(source: str, file: str, directives: str | None, kernels: list[str] | None = None,
+                  target: str = "cpu") -> str:
+    """Source text whose `target` schedule, for each kernel, is `directives`
+    instead (None: the kernels have no schedule for `target`)."""
     from gnnc.frontend.parser import parse
 
     program = parse(source, file)
@@ -183,15 +194,18 @@ def with_schedule(source: str, file: str, directives: str, kernels: list[str] | 
         starts.append(starts[-1] + len(line))
     cuts = []
     for sched in program.schedules:
-        if sched.target == "cpu" and sched.kernel in names:
-            begin = starts[sched.loc.line - 1] + sched.loc.col - 1
+        if sched.target == target and sched.kernel in names:
+            # the schedule's location is its kernel name's: cut from the keyword before it
+            begin = source.rindex("schedule", 0, starts[sched.loc.line - 1] + sched.loc.col - 1)
             end = source.index("}", begin) + 1  # directives hold no braces
             cuts.append((begin, end))
     for begin, end in sorted(cuts, reverse=True):
         source = source[:begin] + source[end:]
+    if directives is None:
+        return source
     body = "\n".join("    " + line for line in directives.splitlines() if line.strip())
     for name in names:
-        source += f"\nschedule {name} for cpu {{\n{body}\n}}\n"
+        source += f"\nschedule {name} for {target} {{\n{body}\n}}\n"
     return source
 
 

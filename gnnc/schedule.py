@@ -82,3 +82,46 @@ def directives_text(schedule: str | Mapping[str, object]) -> str:
     raise ArgumentError(
         f"schedule= must be directive text ('prefetch 16; sort degree') or a dict, got {type(schedule).__name__}"
     )
+
+
+#: cuda thread mappings (uGrapher's four strategies).
+CUDA_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
+
+#: Threads per block of every cuda mapping: a multiple of the warp size that
+#: keeps occupancy high on sm_75..sm_90 without limiting registers.
+CUDA_BLOCK_SIZE = 256
+
+
+@dataclass(frozen=True)
+class CudaSchedule:
+    """The cuda thread mapping of one kernel (`map STRATEGY [group G] [tile T]`)."""
+
+    strategy: str = "thread_vertex"
+    #: vertices (or edges) per thread / warp (uGrapher's grouping)
+    group: int = 1
+    #: feature tile (uGrapher's tiling), None for none
+    tile: int | None = None
+    block_size: int = CUDA_BLOCK_SIZE
+
+    @classmethod
+    def parse(cls, text: str) -> "CudaSchedule":
+        """From the words after `map` (`warp_vertex group 4 tile 2`); checked by the frontend."""
+        from gnnc.errors import CompileError
+
+        words = text.split()
+        if not words or words[0] not in CUDA_STRATEGIES:
+            raise CompileError(
+                f"unknown thread mapping {' '.join(words[:1]) or '(none)'!r}: "
+                f"expected one of {', '.join(CUDA_STRATEGIES)}"
+            )
+        options: dict[str, int] = {}
+        rest = words[1:]
+        if len(rest) % 2:
+            raise CompileError(f"map {text}: each option takes one value (group G, tile T)")
+        for key, value in zip(rest[::2], rest[1::2]):
+            if key not in ("group", "tile") or key in options:
+                raise CompileError(f"map {text}: unknown or repeated option {key!r}")
+            if not value.isdigit() or int(value) < 1:
+                raise CompileError(f"map {text}: {key} must be a positive integer, got {value!r}")
+            options[key] = int(value)
+        return cls(strategy=words[0], group=options.get("group", 1), tile=options.get("tile"))

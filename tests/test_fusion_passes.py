@@ -50,7 +50,7 @@ def pass_list(extra: tuple[str, ...]) -> list[str]:
 def compile_with(source: str, extra: tuple[str, ...]) -> compiler.CompileResult:
     """compile_source with `extra` graph passes in the pipeline (stages recorded)."""
     names = pass_list(extra)
-    with mock.patch.object(pipeline, "pass_names", lambda disabled=(), fusion=True: names), \
+    with mock.patch.object(pipeline, "pass_names", lambda disabled=(), fusion=True, target="cpu": names), \
             mock.patch.dict(pipeline.PASSES, OUR_PASSES):
         return compiler.compile_source(source, "<test>")
 

@@ -13,13 +13,14 @@ dictionaries and structure; `convert-loop-to-scf` lowers them to `scf.for`.
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DictionaryAttr, IndexType, MemRefType, StringAttr
+from xdsl.dialects.builtin import DictionaryAttr, I64, IndexType, IntegerAttr, MemRefType, StringAttr
 from xdsl.ir import Block, Dialect, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
     operand_def,
     opt_prop_def,
+    prop_def,
     region_def,
     traits_def,
 )
@@ -173,4 +174,51 @@ class ForFeatureOp(IRDLOperation):
         _check_body(self, self.body, 1)
 
 
-Loop = Dialect("loop", [ForDstOp, ForInEdgesOp, ForFeatureOp, YieldOp], [])
+#: Threads in a warp on every NVIDIA GPU gnnc targets.
+WARP_SIZE = 32
+
+
+@irdl_op_definition
+class GridOp(IRDLOperation):
+    """A cuda grid: body(block, thread) for every block in [0, num_blocks) and
+    thread in [0, block_size).
+
+    `map-threads` builds it from a `loop.for_dst` and puts the mapping's index
+    arithmetic (which destinations a thread handles, and guards) in the body;
+    `mapping` names the strategy for dumps and the runtime. Threads of a grid
+    share nothing but the kernel's buffers: the NVVM lowering reads the
+    indices from %ctaid / %tid, the CPU emulation (`emulate-grid`) runs
+    blocks and threads as two loops.
+    """
+
+    name = "loop.grid"
+
+    num_blocks = operand_def(IndexType)
+    block_size = prop_def(IntegerAttr[I64])
+    mapping = prop_def(StringAttr)
+    body = region_def("single_block")
+
+    assembly_format = (
+        "`blocks` $num_blocks `threads` $block_size `mapping` $mapping attr-dict-with-keyword $body"
+    )
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, num_blocks: SSAValue, block_size: int, mapping: str, body: Block):
+        super().__init__(
+            operands=[num_blocks],
+            regions=[Region(body)],
+            properties={"block_size": IntegerAttr(block_size, 64), "mapping": StringAttr(mapping)},
+        )
+
+    def verify_(self) -> None:
+        _check_body(self, self.body, 2)
+        size = self.block_size.value.data
+        if not 0 < size <= 1024 or size % WARP_SIZE:
+            raise VerifyException(
+                f"'{self.name}' block size must be a multiple of {WARP_SIZE} in [32, 1024], got {size}"
+            )
+        if self.mapping.data not in ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge"):
+            raise VerifyException(f"'{self.name}' has unknown mapping {self.mapping.data!r}")
+
+
+Loop = Dialect("loop", [ForDstOp, ForInEdgesOp, ForFeatureOp, GridOp, YieldOp], [])

@@ -54,6 +54,9 @@ index = IndexType()
 Dim = int | str
 
 #: Flags for sums whose order does not matter (reductions inside one element).
+#: func.func attribute holding the `map ...` directive of a cuda schedule.
+CUDA_MAP_ATTR = "gnnc.cuda_map"
+
 REORDERABLE = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC, arith.FastMathFlag.ALLOW_CONTRACT])
 
 
@@ -248,6 +251,11 @@ class KernelLowering:
             attrs += [readonly] * 3
         fn.arg_attrs = ArrayAttr(attrs)
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
+        # The cuda thread mapping travels to map-threads on the function; the
+        # CPU pipeline has no use for it and leaves it as a plain attribute.
+        attr = self.src_fn.attributes.get(irgen.SCHEDULE)
+        if isinstance(attr, DictionaryAttr) and "cuda.map" in attr.data:
+            fn.attributes[CUDA_MAP_ATTR] = attr.data["cuda.map"]
         return fn
 
     def abi_record(self) -> dict:

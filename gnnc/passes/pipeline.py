@@ -20,8 +20,10 @@ from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
 from gnnc.passes.convert_loop_to_openmp import ConvertLoopToOpenmpPass
 from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
 from gnnc.passes.deferred_division import DeferredDivisionPass
+from gnnc.passes.emulate_grid import EmulateGridPass
 from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
+from gnnc.passes.map_threads import MapThreadsPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
 from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
@@ -44,6 +46,8 @@ PASSES: dict[str, type[ModulePass]] = {
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
         ExpandExpPass,
+        MapThreadsPass,
+        EmulateGridPass,
     )
 }
 
@@ -59,6 +63,19 @@ CPU_PIPELINE: tuple[str, ...] = (
     "prefetch-neighbors",
     "specialize-unit-dims",
     "convert-loop-to-openmp",
+    "convert-loop-to-scf",
+)
+
+#: The cuda target's loop passes: thread mapping into grids.
+CUDA_LOOP_PASSES: tuple[str, ...] = ("map-threads",)
+
+#: The cuda pipeline run on the CPU (`target="cuda-emulation"`): the grids of
+#: map-threads become loops over blocks and threads, so the thread mapping's
+#: index arithmetic is checked against the reference on any machine.
+CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
+    *CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop") + 1],
+    *CUDA_LOOP_PASSES,
+    "emulate-grid",
     "convert-loop-to-scf",
 )
 
@@ -98,8 +115,9 @@ OPTIONAL_PASSES: frozenset[str] = frozenset(
 UNFUSED_PASSES: tuple[str, ...] = ("unfuse",)
 
 
-def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True) -> list[str]:
-    """The CPU pipeline with optional passes left out, checked by name."""
+def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True,
+               target: str = "cpu") -> list[str]:
+    """The target's pipeline with optional passes left out, checked by name."""
     from gnnc.errors import CompileError
 
     for name in disabled:
@@ -107,7 +125,8 @@ def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True) 
             raise CompileError(f"unknown pass '{name}'; the passes are: {', '.join(CPU_PIPELINE)}")
         if name not in OPTIONAL_PASSES:
             raise CompileError(f"pass '{name}' is needed to generate code and cannot be disabled")
-    names = [n for n in CPU_PIPELINE if n not in disabled]
+    base = CUDA_EMULATION_PIPELINE if target == "cuda-emulation" else CPU_PIPELINE
+    names = [n for n in base if n not in disabled]
     if not fusion:
         if not UNFUSED_PASSES:
             raise CompileError("unfused compilation (--no-fusion) is not available yet")

@@ -102,6 +102,11 @@ class Kernel:
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> Any:
         """Calls the native kernel on checked arguments (`prepare_call`'s)."""
+        grid = self._abi.get("grid")
+        if grid is not None:
+            # a cuda grid emulated on the CPU: one scratch slice per grid thread
+            units = -(-graph.num_vertices // grid["group"])
+            n_threads = max(1, -(-units // grid["block_size"]) * grid["block_size"])
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
         if self._abi.get("edge_order") == "hilbert":
             blocks = plans.edge_blocks(graph, plans.block_count_for(graph, n_threads))
@@ -137,7 +142,9 @@ class Kernel:
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "Kernel | None":
         """The variant the default heuristic picks for this call, if any (see runtime/heuristic.py)."""
-        if self._abi.get("schedule_given", True) or self._metadata.get("source") is None:
+        if (self._abi.get("schedule_given", True) or self._metadata.get("source") is None
+                or self._abi.get("grid") is not None or self._metadata.get("target", "cpu") != "cpu"):
+            # a CPU variant would replace what a cuda emulation is there to check
             return None
         itemsize = np.dtype(self._dtype).itemsize
         directives = heuristic.default_directives(
