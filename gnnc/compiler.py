@@ -70,7 +70,8 @@ class IrObserver:
             print(text, file=self.stream)  # type: ignore[arg-type]
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
-            ext = {"translate-to-llvm": "ll", "llvm-opt": "ll", "emit-asm": "s"}.get(stage, "mlir")
+            ext = {"translate-to-llvm": "ll", "translate-to-nvvm": "ll", "llvm-opt": "ll", "emit-asm": "s",
+                   "emit-ptx": "ptx"}.get(stage, "mlir")
             (self.dump_dir / f"{self._count:02d}-{stage}.{ext}").write_text(text + "\n")
         self._count += 1
 

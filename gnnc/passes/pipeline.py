@@ -110,7 +110,10 @@ def make_context() -> Context:
 
 
 def all_stage_names() -> list[str]:
-    return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
+    """Every stage of every target, each once, CPU stages first."""
+    names = [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES, *CUDA_EMULATION_PIPELINE, *CUDA_PIPELINE,
+             *CUDA_BACKEND_STAGES]
+    return list(dict.fromkeys(names))
 
 
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
