@@ -23,9 +23,12 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile a .gnn file to a shared object (or stop at an IR stage)")
     c.add_argument("file", help="the .gnn source file")
     c.add_argument("-o", "--output", help="output path ('-' for stdout; default: FILE.so, or stdout for text stages)")
-    c.add_argument("--emit", choices=("graph", "loop", "scf", "llvm", "asm", "obj", "so"), default="so",
+    c.add_argument("--emit", choices=("graph", "loop", "scf", "llvm", "asm", "obj", "so", "nvvm", "ptx"), default=None,
                    help="what to write: an IR stage, assembly, an object file or a shared object (default)")
-    c.add_argument("--target", default="cpu", choices=("cpu",), help="the target (default: cpu)")
+    c.add_argument("--target", default="cpu", choices=("cpu", "cuda", "cuda-emulation"),
+                   help="the target (default: cpu); cuda writes PTX, cuda-emulation a CPU .so running the cuda "
+                   "thread mapping's grid as loops (for checking it without a GPU)")
+    c.add_argument("--arch", default="sm_80", help="GPU architecture for --target cuda: sm_75, sm_80, sm_86, sm_89, sm_90")
     c.add_argument("--cpu", default="native", help="instruction set: native (default), x86-64-v2, x86-64-v3, x86-64-v4")
     c.add_argument("-O", dest="opt_level", type=int, default=3, choices=(0, 1, 2, 3), help="LLVM optimisation level")
     c.add_argument("--kernel", action="append", dest="kernels", help="compile only this kernel (repeatable)")
@@ -72,16 +75,27 @@ def _compile(args: argparse.Namespace) -> int:
         schedule=directives_text(args.schedule) if args.schedule else None,
         disable_passes=tuple(args.disable_pass), fusion=not args.no_fusion,
     )
-    stop = {"graph": "graph", "loop": "loop", "scf": "scf", "llvm": "llvm"}.get(args.emit)
+    gpu_kinds, cpu_kinds = ("nvvm", "ptx"), ("llvm", "asm", "obj", "so")
+    if args.emit is None:
+        args.emit = "ptx" if args.target == "cuda" else "so"
+    if args.target == "cuda" and args.emit in cpu_kinds:
+        raise GnncError(f"--emit {args.emit} is a CPU output; for --target cuda use --emit nvvm or ptx")
+    if args.target != "cuda" and args.emit in gpu_kinds:
+        raise GnncError(f"--emit {args.emit} needs --target cuda")
+    if args.target == "cuda" and args.header:
+        raise GnncError("--header describes the C ABI of a CPU shared object; it does not apply to --target cuda")
+    options.arch = args.arch
+    stop = {"graph": "graph", "loop": "loop", "scf": "scf", "llvm": "llvm", "nvvm": "nvvm"}.get(args.emit)
     result = compiler.compile_source(source, file, options, observer, stop_after=stop)
 
     text_stage = {
         # compile_source stops before the lowering: its last stage is the final graph IR
         "graph": list(result.stages)[-1],
-        "loop": "convert-graph-to-loop",
+        "loop": "convert-graph-to-loop" if args.target == "cpu" else "map-threads",
         "scf": "convert-loop-to-scf",
         "llvm": "translate-to-llvm",
         "asm": "emit-asm",
+        "nvvm": "translate-to-nvvm",
     }.get(args.emit)
     if text_stage is not None:
         text = result.stages[text_stage] + "\n"
@@ -89,6 +103,12 @@ def _compile(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             Path(args.output).write_text(text)
+    elif args.emit == "ptx":
+        assert result.ptx is not None
+        if args.output == "-":
+            sys.stdout.write(result.ptx)
+        else:
+            Path(args.output or Path(args.file).with_suffix(".ptx").name).write_text(result.ptx)
     elif args.emit == "obj":
         out = Path(args.output or Path(args.file).with_suffix(".o").name)
         assert result.object_code is not None

@@ -24,10 +24,10 @@ from gnnc.errors import CompileError, GnncError
 #: Targets `compile_source` builds for. `cuda-emulation` is the cuda
 #: pipeline (thread mapping included) with each grid run as loops on the CPU:
 #: a shared object that checks a mapping's index arithmetic without a GPU.
-TARGETS = ("cpu", "cuda-emulation")
+TARGETS = ("cpu", "cuda", "cuda-emulation")
 
 #: What `--emit` can stop at.
-EMIT_KINDS = ("graph", "loop", "scf", "llvm", "asm", "obj", "so")
+EMIT_KINDS = ("graph", "loop", "scf", "llvm", "asm", "obj", "so", "nvvm", "ptx")
 
 
 @dataclass
@@ -36,6 +36,8 @@ class CompileOptions:
 
     target: str = "cpu"
     cpu: str = "native"
+    #: GPU architecture of the cuda target (see backends/cuda/codegen.ARCHS).
+    arch: str = "sm_80"
     opt_level: int = 3
     #: Compile only these kernels (None: all of them).
     kernels: list[str] | None = None
@@ -68,7 +70,8 @@ class IrObserver:
             print(text, file=self.stream)  # type: ignore[arg-type]
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
-            ext = {"translate-to-llvm": "ll", "llvm-opt": "ll", "emit-asm": "s"}.get(stage, "mlir")
+            ext = {"translate-to-llvm": "ll", "translate-to-nvvm": "ll", "llvm-opt": "ll", "emit-asm": "s",
+                   "emit-ptx": "ptx"}.get(stage, "mlir")
             (self.dump_dir / f"{self._count:02d}-{stage}.{ext}").write_text(text + "\n")
         self._count += 1
 
@@ -78,6 +81,8 @@ class CompileResult:
     metadata: dict
     stages: dict[str, str]
     object_code: bytes | None = None
+    #: the cuda target's PTX, metadata comment first
+    ptx: str | None = None
 
 
 def _no_observer(stage: str, text: str) -> None:
@@ -102,7 +107,11 @@ def compile_source(
         raise CompileError(f"unknown target '{options.target}': use one of {', '.join(TARGETS)}")
     original_source = source
     # the language's name for the target whose schedule blocks apply
-    schedule_target = "cuda" if options.target == "cuda-emulation" else "cpu"
+    schedule_target = "cpu" if options.target == "cpu" else "cuda"
+    if options.target == "cuda":
+        from gnnc.backends.cuda.codegen import check_arch
+
+        check_arch(options.arch)
     if schedule_target != "cpu":
         source = with_schedule(source, file, None, options.kernels, target="cpu")
     if options.schedule is not None:
@@ -140,6 +149,8 @@ def compile_source(
         record(name, str(module))
     if stop_after == "scf":
         return result
+    if options.target == "cuda":
+        return _cuda_backend(result, module, signatures, original_source, file, options, record, stop_after)
 
     from gnnc.backends.cpu import codegen
     from gnnc.backends.cpu.llvm_translate import translate_module
@@ -177,6 +188,43 @@ def compile_source(
     record("llvm-opt", opt_ir)
     record("emit-asm", asm)
     result.object_code = obj
+    return result
+
+
+def _cuda_backend(result: CompileResult, module, signatures: dict, original_source: str, file: str,
+                  options: CompileOptions, record: Callable[[str, str], None], stop_after: str | None) -> CompileResult:
+    """NVVM IR and PTX for the cuda target; the PTX starts with the metadata record."""
+    from xdsl.dialects import func
+
+    from gnnc.backends.cpu.llvm_translate import NVPTX_TRIPLE, translate_module
+    from gnnc.backends.cuda import codegen
+
+    kernel_records = []
+    for op in module.ops:
+        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
+            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
+            kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
+            del op.attributes[abi.ABI_ATTR]
+    result.metadata = {
+        "format": "gnnc-ptx",
+        "source": original_source,
+        "file": file,
+        "schedule": options.schedule,
+        "gnnc_version": __version__,
+        "abi_version": abi.ABI_VERSION,
+        "target": "cuda",
+        "arch": options.arch,
+        "kernels": kernel_records,
+    }
+    ir_module = translate_module(module, module_name=Path(file).stem or "gnnc", triple=NVPTX_TRIPLE)
+    record("translate-to-nvvm", str(ir_module))
+    if stop_after in ("llvm", "nvvm"):
+        return result
+    optimized, ptx = codegen.optimize_and_emit_ptx(ir_module, options.arch, options.opt_level)
+    record("llvm-opt", optimized)
+    result.ptx = codegen.with_metadata(ptx, result.metadata)
+    record("emit-ptx", result.ptx)
     return result
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, IntegerType, MemRefType
+from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, IntegerType, MemRefType, StringAttr
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AnyAttr,
@@ -25,6 +25,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     opt_attr_def,
     operand_def,
+    prop_def,
     result_def,
 )
 from xdsl.utils.exceptions import VerifyException
@@ -131,9 +132,39 @@ class StoreBufferOp(IRDLOperation):
         _check_slot_buffer(self, self.slots, self.buffer.type)
 
 
-LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp], [])
+#: PTX special registers a kernel reads, each an `llvm.nvvm.read.ptx.sreg.*` intrinsic.
+NVVM_SPECIAL_REGISTERS = ("ctaid.x", "tid.x", "ntid.x", "nctaid.x")
+
+
+@irdl_op_definition
+class NvvmSregOp(IRDLOperation):
+    """A PTX special register (block or thread index, block or grid size) as an index:
+
+        %b = llvm_ext.nvvm_sreg "ctaid.x"
+
+    translated to `llvm.nvvm.read.ptx.sreg.ctaid.x` (i32, zero-extended)."""
+
+    name = "llvm_ext.nvvm_sreg"
+
+    register = prop_def(StringAttr)
+    result = result_def(IndexType())
+
+    assembly_format = "$register attr-dict"
+
+    def __init__(self, register: str):
+        super().__init__(properties={"register": StringAttr(register)}, result_types=[IndexType()])
+
+    def verify_(self) -> None:
+        if self.register.data not in NVVM_SPECIAL_REGISTERS:
+            raise VerifyException(
+                f"'{self.name}': unknown special register {self.register.data!r} "
+                f"(known: {', '.join(NVVM_SPECIAL_REGISTERS)})"
+            )
+
+
+LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp], [])
 
 #: The dialect object under its IR name, as `xdsl.dialects` spells its own.
 llvm_ext = LlvmExt
 
-__all__ = ["LlvmExt", "LoadBufferOp", "PrefetchOp", "StoreBufferOp", "llvm_ext"]
+__all__ = ["LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp", "StoreBufferOp", "llvm_ext"]

@@ -19,6 +19,7 @@ from gnnc.passes.canonicalize_graph import GraphCanonicalizePass
 from gnnc.passes.convert_graph_to_loop import ConvertGraphToLoopPass
 from gnnc.passes.convert_loop_to_openmp import ConvertLoopToOpenmpPass
 from gnnc.passes.convert_loop_to_scf import ConvertLoopToScfPass
+from gnnc.passes.convert_grid_to_nvvm import ConvertGridToNvvmPass
 from gnnc.passes.deferred_division import DeferredDivisionPass
 from gnnc.passes.emulate_grid import EmulateGridPass
 from gnnc.passes.expand_exp import ExpandExpPass
@@ -48,6 +49,7 @@ PASSES: dict[str, type[ModulePass]] = {
         ExpandExpPass,
         MapThreadsPass,
         EmulateGridPass,
+        ConvertGridToNvvmPass,
     )
 }
 
@@ -79,6 +81,19 @@ CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
     "convert-loop-to-scf",
 )
 
+#: The cuda pipeline: grids become `ptx_kernel` functions; exp is expanded
+#: inline because PTX has no libm to call.
+CUDA_PIPELINE: tuple[str, ...] = (
+    *CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop") + 1],
+    *CUDA_LOOP_PASSES,
+    "convert-grid-to-nvvm",
+    "expand-exp",
+    "convert-loop-to-scf",
+)
+
+#: Stages after the xDSL passes, run by the cuda backend.
+CUDA_BACKEND_STAGES: tuple[str, ...] = ("translate-to-nvvm", "llvm-opt", "emit-ptx")
+
 #: Stages that come after the xDSL passes, run by the CPU backend.
 CPU_BACKEND_STAGES: tuple[str, ...] = ("translate-to-llvm", "llvm-opt", "emit-asm")
 
@@ -98,7 +113,10 @@ def make_context() -> Context:
 
 
 def all_stage_names() -> list[str]:
-    return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
+    """Every stage of every target, each once, CPU stages first."""
+    names = [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES, *CUDA_EMULATION_PIPELINE, *CUDA_PIPELINE,
+             *CUDA_BACKEND_STAGES]
+    return list(dict.fromkeys(names))
 
 
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
@@ -125,7 +143,7 @@ def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True,
             raise CompileError(f"unknown pass '{name}'; the passes are: {', '.join(CPU_PIPELINE)}")
         if name not in OPTIONAL_PASSES:
             raise CompileError(f"pass '{name}' is needed to generate code and cannot be disabled")
-    base = CUDA_EMULATION_PIPELINE if target == "cuda-emulation" else CPU_PIPELINE
+    base = {"cuda-emulation": CUDA_EMULATION_PIPELINE, "cuda": CUDA_PIPELINE}.get(target, CPU_PIPELINE)
     names = [n for n in base if n not in disabled]
     if not fusion:
         if not UNFUSED_PASSES:

@@ -34,8 +34,8 @@ from xdsl.dialects import llvm as llvm_dialect
 from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from gnnc.dialects.llvm_ext import LoadBufferOp, PrefetchOp, StoreBufferOp
 from gnnc.abi import INTERLEAVE_ATTR
+from gnnc.dialects.llvm_ext import LoadBufferOp, NvvmSregOp, PrefetchOp, StoreBufferOp
 from gnnc.errors import CompileError
 
 I1 = ir.IntType(1)
@@ -566,6 +566,11 @@ def _prefetch(t: FunctionTranslator, op: PrefetchOp) -> None:
     t.set(op, [])
 
 
+def _nvvm_sreg(t: FunctionTranslator, op: NvvmSregOp) -> None:
+    fn = t.intrinsic(f"llvm.nvvm.read.ptx.sreg.{op.register.data}", I32, [])
+    t.set(op, [t.builder.zext(t.builder.call(fn, []), I64)])
+
+
 def _slot_address(t: FunctionTranslator, slots: SSAValue, index: SSAValue) -> ir.Value:
     # A slot is an i64; indexing it as `ptr` (also 8 bytes on 64-bit targets) lets the
     # pointer be stored and loaded as a pointer, without ptrtoint / inttoptr.
@@ -679,6 +684,7 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     PrefetchOp: _prefetch,
     LoadBufferOp: _load_buffer,
     StoreBufferOp: _store_buffer,
+    NvvmSregOp: _nvvm_sreg,
     llvm_dialect.AddressOfOp: _addressof,
     memref.ExtractAlignedPointerAsIndexOp: lambda t, op: t.set(op, [t.builder.ptrtoint(t.get(op.source), I64)]),
 }
@@ -711,17 +717,30 @@ def _declare_function(module: ir.Module, op: func.FuncOp) -> ir.Function:
     return fn
 
 
-def translate_module(module: builtin.ModuleOp, *, module_name: str = "gnnc") -> ir.Module:
-    """The LLVM IR of a module of `func.func` ops (see the module docstring for the contract)."""
+#: func.func attribute (set by convert-grid-to-nvvm) for the `ptx_kernel` calling convention.
+PTX_KERNEL_ATTR = "gnnc.ptx_kernel"
+
+#: The triple of NVVM IR: 64-bit PTX for the CUDA driver.
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+
+
+def translate_module(module: builtin.ModuleOp, *, module_name: str = "gnnc", triple: str | None = None) -> ir.Module:
+    """The LLVM IR of a module of `func.func` ops (see the module docstring for the contract).
+
+    `triple` defaults to this process's; with NVPTX_TRIPLE the result is NVVM
+    IR, functions marked `gnnc.ptx_kernel` being kernel entry points."""
     llmod = ir.Module(name=module_name)
-    llmod.triple = llvm.get_process_triple()
+    llmod.triple = triple or llvm.get_process_triple()
     functions: list[tuple[func.FuncOp, ir.Function]] = []
     for op in module.ops:
         if not isinstance(op, func.FuncOp):
             raise CompileError(f"cannot translate '{op.name}' at module level to LLVM IR: only func.func is supported")
         if op.sym_name.data in llmod.globals:
             raise CompileError(f"function @{op.sym_name.data} is defined twice")
-        functions.append((op, _declare_function(llmod, op)))
+        fn = _declare_function(llmod, op)
+        if PTX_KERNEL_ATTR in op.attributes:
+            fn.calling_convention = "ptx_kernel"
+        functions.append((op, fn))
     for op, fn in functions:
         if op.body.blocks:
             FunctionTranslator(llmod, op, fn).translate()

@@ -1,0 +1,72 @@
+"""convert-grid-to-nvvm: each cuda grid becomes a kernel of its own, reading %ctaid / %tid.
+
+A function with several grids (one per phase: a later phase reads what an
+earlier one wrote at other destinations) needs a grid-wide barrier between
+them, which one launch does not have; so grid `i` of kernel `K` becomes the
+function `K` (grid 0) or `K_phase<i>` (i > 0), a copy of `K` that keeps grid
+`i` only; the ABI record's `grid.phases` lists them in launch order. Each keeps the kernel's full argument list, so the
+runtime passes the same buffers to every phase. Kernel functions carry
+`gnnc.ptx_kernel`, which the translation turns into the `ptx_kernel`
+calling convention.
+"""
+
+from __future__ import annotations
+
+import json
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from gnnc import abi
+from gnnc.dialects import loop
+from gnnc.dialects.llvm_ext import NvvmSregOp
+
+#: func.func attribute marking a function as a PTX kernel entry point.
+PTX_KERNEL_ATTR = "gnnc.ptx_kernel"
+
+
+def _keep_grid(fn: func.FuncOp, keep: int) -> None:
+    """Erases every grid of fn but the `keep`-th and inlines that one on %ctaid / %tid."""
+    rewriter = Rewriter()
+    grids = [op for op in fn.walk() if isinstance(op, loop.GridOp)]
+    for i, grid in reversed(list(enumerate(grids))):
+        if i != keep:
+            rewriter.erase_op(grid)
+            continue
+        block_id, thread_id = NvvmSregOp("ctaid.x"), NvvmSregOp("tid.x")
+        rewriter.insert_op([block_id, thread_id], InsertPoint.before(grid))
+        body = grid.body.block
+        terminator = body.last_op
+        assert isinstance(terminator, loop.YieldOp)
+        rewriter.erase_op(terminator)
+        rewriter.inline_block(body, InsertPoint.before(grid), [block_id.result, thread_id.result])
+        rewriter.erase_op(grid)
+
+
+class ConvertGridToNvvmPass(ModulePass):
+    """Outlines every loop.grid into a `ptx_kernel` function reading the PTX special registers."""
+
+    name = "convert-grid-to-nvvm"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in list(op.ops):
+            if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
+                continue
+            count = sum(1 for o in fn.walk() if isinstance(o, loop.GridOp))
+            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            name = fn.sym_name.data
+            phases = [name] + [f"{name}_phase{i}" for i in range(1, count)]
+            record.setdefault("grid", {})["phases"] = phases
+            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            for i in range(count - 1, 0, -1):
+                copy = fn.clone()
+                copy.sym_name = StringAttr(phases[i])
+                del copy.attributes[abi.ABI_ATTR]  # the record stays on the first phase, naming them all
+                _keep_grid(copy, i)
+                copy.attributes[PTX_KERNEL_ATTR] = UnitAttr()
+                op.body.block.insert_op_after(copy, fn)
+            _keep_grid(fn, 0)
+            fn.attributes[PTX_KERNEL_ATTR] = UnitAttr()

@@ -1,0 +1,105 @@
+"""The cuda target: every example under every implemented mapping assembles with ptxas.
+
+CUDA 13's ptxas takes sm_75 and newer; where ptxas is absent the assembly
+tests are skipped with that reason (the PTX is still generated and checked).
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from xdsl.parser import Parser
+
+import gnnc
+from gnnc import compiler
+from gnnc.backends.cuda import codegen
+from gnnc.passes import pipeline
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+NAMES = sorted(p.stem for p in EXAMPLES.glob("*.gnn"))
+ARCHS = ("sm_75", "sm_80", "sm_90")
+#: every implemented mapping, with and without vertex grouping
+MAPPINGS = ("map thread_vertex", "map thread_vertex group 4")
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
+
+
+@functools.cache
+def nvvm(name: str, mapping: str) -> compiler.CompileResult:
+    opts = compiler.CompileOptions(target="cuda", schedule=mapping)
+    return compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(), f"{name}.gnn", opts, stop_after="nvvm")
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
+    ir_text = nvvm(name, mapping).stages["translate-to-nvvm"]
+    assert "define ptx_kernel void @\"gnnc_" in ir_text
+    for arch in ARCHS:
+        _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+        assert f".target {arch}" in ptx and ".entry gnnc_" in ptx
+        # no calls left: PTX has no libm, and a call would need a device library
+        assert "call.uni" not in ptx and "\tcall" not in ptx
+        if shutil.which("ptxas"):
+            codegen.ptxas(ptx, arch)
+
+
+def test_each_phase_is_its_own_kernel():
+    # mlp_aggr transforms x before the gather: two phases, two launches in order
+    result = nvvm("mlp_aggr", "map thread_vertex")
+    assert result.stages["translate-to-nvvm"].count("define ptx_kernel") == 2
+    kernel = result.metadata["kernels"][0]
+    assert kernel["abi"]["grid"]["phases"] == ["gnnc_mlp_aggr", "gnnc_mlp_aggr_phase1"]
+
+
+@needs_ptxas
+def test_ptxas_rejection_is_reported():
+    with pytest.raises(gnnc.CompileError, match="ptxas rejected"):
+        codegen.ptxas(".version 8.0\n.target sm_80\n.address_size 64\n garbage", "sm_80")
+
+
+def test_bad_arch_is_refused():
+    with pytest.raises(gnnc.CompileError, match="unknown GPU architecture 'sm_70'"):
+        compiler.compile_source((EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda", arch="sm_70"))
+
+
+@pytest.mark.parametrize("name", ["gat", "mlp_aggr"])
+def test_every_cuda_stage_parses_back(name):
+    result = nvvm(name, "map thread_vertex group 4")
+    for stage in [pipeline.FRONTEND_STAGE, *pipeline.CUDA_PIPELINE]:
+        module = Parser(pipeline.make_context(), result.stages[stage]).parse_module()
+        module.verify()
+        assert str(module) == result.stages[stage], stage
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gnnc.cli", *args], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent)
+
+
+def test_cli_writes_ptx_with_metadata(tmp_path):
+    out = tmp_path / "gat.ptx"
+    proc = _cli("compile", "examples/gat.gnn", "--target", "cuda", "--arch", "sm_90", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    meta = codegen.read_metadata(text)
+    assert meta["arch"] == "sm_90" and meta["kernels"][0]["abi"]["grid"]["mapping"] == "thread_vertex"
+    if shutil.which("ptxas"):
+        codegen.ptxas(text, "sm_90")
+
+
+def test_cli_emit_nvvm_and_errors(tmp_path):
+    proc = _cli("compile", "examples/gcn.gnn", "--target", "cuda", "--emit", "nvvm")
+    assert proc.returncode == 0 and "ptx_kernel" in proc.stdout and "llvm.nvvm.read.ptx.sreg.tid.x" in proc.stdout
+    proc = _cli("compile", "examples/gcn.gnn", "--target", "cuda", "--arch", "sm_70")
+    assert proc.returncode == 1 and "unknown GPU architecture" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("compile", "examples/gcn.gnn", "--target", "cuda", "--emit", "so")
+    assert proc.returncode == 1 and "--emit nvvm or ptx" in proc.stderr
+    proc = _cli("compile", "examples/gcn.gnn", "--emit", "ptx")
+    assert proc.returncode == 1 and "needs --target cuda" in proc.stderr
+    proc = _cli("compile", "examples/gcn.gnn", "--target", "cuda", "--print-ir-after", "map-threads", "-o", str(tmp_path / "g.ptx"))
+    assert proc.returncode == 0 and "loop.grid" in proc.stderr
