@@ -112,6 +112,11 @@ def make_context() -> Context:
     return ctx
 
 
+def cpu_stage_names() -> list[str]:
+    """The stages a CPU compile shows, in order."""
+    return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
+
+
 def all_stage_names() -> list[str]:
     """Every stage of every target, each once, CPU stages first."""
     names = [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES, *CUDA_EMULATION_PIPELINE, *CUDA_PIPELINE,
