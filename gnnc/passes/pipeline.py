@@ -109,11 +109,13 @@ def make_context() -> Context:
     return ctx
 
 
-def all_stage_names() -> list[str]:
-    """Every stage of every target, each once, CPU stages first."""
-    names = [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES, *CUDA_EMULATION_PIPELINE, *CUDA_PIPELINE,
-             *CUDA_BACKEND_STAGES]
-    return list(dict.fromkeys(names))
+def all_stage_names(target: str = "cpu") -> list[str]:
+    """Every stage of the target's compile, in order."""
+    if target == "cuda":
+        return [FRONTEND_STAGE, *CUDA_PIPELINE, *CUDA_BACKEND_STAGES]
+    if target == "cuda-emulation":
+        return [FRONTEND_STAGE, *CUDA_EMULATION_PIPELINE, *CPU_BACKEND_STAGES]
+    return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
 
 
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
