@@ -85,6 +85,6 @@ PTX_METADATA_PREFIX = "// gnnc-metadata: "
 
 
 def grid_blocks(grid: dict, num_vertices: int) -> int:
-    """Blocks of a thread_vertex grid: each thread runs `group` destinations."""
+    """Blocks of a vertex grid: each `lanes` threads run `group` destinations."""
     units = -(-num_vertices // grid["group"])
-    return -(-units // grid["block_size"])
+    return -(-units * grid.get("lanes", 1) // grid["block_size"])
