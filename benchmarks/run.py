@@ -781,6 +781,9 @@ def main(args: argparse.Namespace) -> int:
 
     if ablation:
         print_ablation_summary(ablation)
+    import gpu  # the GPU section: runs where a GPU exists, says it was skipped where not
+
+    gpu_results = gpu.run(problems, features, args.repeat)
     load_end = os.getloadavg()[0]
     print(f"\nload average at end: {load_end:.2f}")
     targets = print_targets(results, machine, problems, ablation)
@@ -792,6 +795,7 @@ def main(args: argparse.Namespace) -> int:
         "load_average": [load_start, load_end],
         "graphs": {n: {"V": p.V, "E": p.E} for n, p in problems.items()},
         "results": [asdict(r) for r in results], "ablation_results": ablation, "targets": targets,
+        "gpu_results": gpu_results,
     }
     for path in (args.out / f"results-{stamp}.json", args.out / "latest.json"):
         path.write_text(json.dumps(payload, indent=1))

@@ -81,3 +81,14 @@ def scratch_slice_elements(elements: int, itemsize: int) -> int:
     cache lines, plus one line of padding. The kernels compute the same."""
     line = CACHE_LINE_BYTES // itemsize
     return -(-elements // line) * line + line
+
+
+#: First line of a gnnc PTX file: this prefix, then the JSON metadata record
+#: (ptxas and the CUDA driver ignore comments).
+PTX_METADATA_PREFIX = "// gnnc-metadata: "
+
+
+def grid_blocks(grid: dict, num_vertices: int) -> int:
+    """Blocks of a vertex grid: each `lanes` threads run `group` destinations."""
+    units = -(-num_vertices // grid["group"])
+    return -(-units * grid.get("lanes", 1) // grid["block_size"])

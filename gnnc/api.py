@@ -48,11 +48,15 @@ def compile(
     schedule: str | Mapping[str, object] | None = None,
     disable_passes: tuple[str, ...] | list[str] = (),
     fusion: bool = True,
-) -> Module | ReferenceModule:
+    arch: str = "sm_80",
+) -> Any:
     """Compiles kernels (cached) and loads them; `target="reference"` runs numpy instead.
 
-    `schedule` replaces the source's CPU schedule of every kernel: directive
-    text (`"prefetch 16; sort degree"`) or a dict (`{"prefetch": 16}`).
+    `schedule` replaces the source's schedule of every kernel for the target:
+    directive text (`"prefetch 16; sort degree"`, `"map thread_vertex group 2"`
+    for cuda) or a dict (`{"prefetch": 16}`). `target="cuda"` builds PTX for
+    `arch` and loads it on the GPU (`gnnc.runtime.cuda`); `"cuda-emulation"`
+    runs the cuda thread mapping's grid as loops on the CPU.
     """
     from gnnc import compiler
     from gnnc.schedule import directives_text
@@ -70,4 +74,9 @@ def compile(
         disable_passes=tuple(disable_passes),
         fusion=fusion,
     )
+    if target == "cuda":
+        options.arch = arch
+        from gnnc.runtime.cuda import CudaModule
+
+        return CudaModule(compiler.compile_cached_ptx(source, file, options))
     return Module(compiler.compile_cached(source, file, options))

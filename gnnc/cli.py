@@ -57,11 +57,11 @@ def _compile(args: argparse.Namespace) -> int:
     from gnnc.passes import pipeline
 
     source, file = compiler.read_source(Path(args.file))
-    unknown = [p for p in args.print_ir_after if p not in pipeline.all_stage_names()]
+    unknown = [p for p in args.print_ir_after if p not in pipeline.all_stage_names(args.target)]
     if unknown:
         raise GnncError(
             f"unknown pass {', '.join(unknown)} for --print-ir-after; the stages are: "
-            + ", ".join(pipeline.all_stage_names())
+            + ", ".join(pipeline.all_stage_names(args.target))
         )
     observer = compiler.IrObserver(
         print_after_all=args.print_ir_after_all,

@@ -334,6 +334,22 @@ def compile_cached(source: str, file: str = "<string>", options: CompileOptions 
     return so_path
 
 
+def compile_cached_ptx(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
+    """The path of a PTX file for source (target cuda), built or taken from the cache."""
+    options = options or CompileOptions(target="cuda")
+    directory = cache_dir()
+    path = directory / f"{cache_key(source, options)}.ptx"
+    if path.exists():
+        return path
+    result = compile_source(source, file, options)
+    assert result.ptx is not None
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False) as tmp:
+        tmp.write(result.ptx)
+    os.replace(tmp.name, path)  # whole files only: a reader never sees a partial PTX
+    return path
+
+
 def read_source(source_or_path: str | os.PathLike) -> tuple[str, str]:
     """(text, file name) for source text or a path to a .gnn file."""
     if isinstance(source_or_path, os.PathLike) or (

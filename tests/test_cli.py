@@ -87,7 +87,7 @@ def test_print_ir_after_all_and_the_so_runs(gat_all):
     assert names.index("irgen") < names.index("convert-graph-to-loop") < names.index("translate-to-llvm")
     from gnnc.passes import pipeline
 
-    assert names == pipeline.cpu_stage_names(), "every stage, in pipeline order"
+    assert names == pipeline.all_stage_names(), "every stage, in pipeline order"
     # the dumps show the graph, loop and LLVM stages
     sections = dict(zip(names, re.split(r"// -----// IR Dump After \S+ //----- //\n", proc.stderr)[1:]))
     assert "graph.gather" in sections["irgen"]
@@ -146,7 +146,7 @@ def test_dump_ir_writes_one_numbered_file_per_stage(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert dump_names(proc.stderr) == [], "--dump-ir alone prints nothing"
     files = sorted(ir_dir.iterdir())
-    stages = pipeline.cpu_stage_names()
+    stages = pipeline.all_stage_names()
     assert [f.name.split("-", 1)[0] for f in files] == [f"{i:02d}" for i in range(len(stages))]
     assert [f.stem.split("-", 1)[1] for f in files] == stages
     for f in files:

@@ -30,12 +30,20 @@ DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {
 
 #: Vertex group sizes: 1, sizes that do and do not divide a graph's vertex count.
 GROUPS = st.sampled_from([1, 2, 3, 7])
+#: warp_vertex feature tiles: none, 1, and sizes that do and do not divide the feature sizes
+TILES = st.sampled_from([None, 1, 2, 5])
+#: kernels whose per-thread scratch warp_vertex cannot split yet (refused with the reason)
+WARP_REFUSED = {"gin", "gat", "attention", "mlp_aggr"}
+
+
+def mapping_text(strategy: str, group: int, tile: int | None = None) -> str:
+    return f"map {strategy} group {group}" + (f" tile {tile}" if tile is not None else "")
 
 
 @functools.cache
-def emulated(name: str, group: int):
+def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation",
-                        schedule=f"map thread_vertex group {group}")
+                        schedule=mapping_text(strategy, group, tile))
 
 
 @functools.cache
@@ -43,8 +51,8 @@ def reference(name: str):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
-def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None) -> None:
-    kernel = getattr(emulated(name, group), name)
+def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None) -> None:
+    kernel = getattr(emulated(name, group, strategy, tile), name)
     inputs = random_inputs(kernel.signature, graph, dims or DIMS[name], np.float32, seed)
     got = kernel(graph, **inputs)
     want = getattr(reference(name), name)(graph, **inputs)
@@ -56,6 +64,29 @@ def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None) -> Non
 @settings(max_examples=6)
 def test_thread_vertex_matches_reference(name, graph, group, seed):
     check(name, group, graph, seed)
+
+
+@pytest.mark.parametrize("name", sorted(set(DIMS) - WARP_REFUSED))
+@given(graph=graphs(), group=GROUPS, tile=TILES, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
+def test_warp_vertex_matches_reference(name, graph, group, tile, seed):
+    check(name, group, graph, seed, strategy="warp_vertex", tile=tile)
+
+
+@pytest.mark.parametrize("name", sorted(WARP_REFUSED))
+def test_warp_vertex_refuses_kernels_with_scratch(name):
+    with pytest.raises(gnnc.CompileError, match="map warp_vertex is refused: .*per-thread scratch"):
+        emulated(name, 1, "warp_vertex")
+
+
+@pytest.mark.parametrize("name, strategy, tile", [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None)])
+def test_warp_vertex_feature_sizes(name, strategy, tile):
+    # feature sizes below, at and above a warp's 32 lanes (times the tile)
+    rng = np.random.default_rng(1)
+    v = 50
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, 300), rng.integers(0, v, 300), num_vertices=v)
+    for f in (1, 3, 17, 64, 130):
+        check(name, 2, graph, seed=f, dims={"F": f}, strategy=strategy, tile=tile)
 
 
 @pytest.mark.parametrize("name", ["gat", "attention", "sage_max"])
@@ -90,10 +121,9 @@ def test_cpu_schedules_do_not_reach_the_cuda_target():
 
 
 @pytest.mark.parametrize("directive, reason", [
-    ("map warp_vertex", "'map warp_vertex' is not supported yet"),
     ("map thread_edge", "'map thread_edge' is not supported yet"),
     ("map warp_edge group 2", "'map warp_edge' is not supported yet"),
-    ("map thread_vertex tile 2", r"'map \.\.\. tile' is not supported yet"),
+    ("map thread_vertex tile 2", "nothing to tile over threads"),
     ("map thread_vertex group 0", "positive integer"),
     ("map vertex_thread", "thread_vertex"),
 ])

@@ -26,8 +26,8 @@ from gnnc.frontend import ast
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize"},
-                                             # thread_vertex with vertex grouping (map-threads)
-                                             "cuda": {"map thread_vertex", "map group"}}
+                                             # vertex mappings with grouping and tiling (map-threads)
+                                             "cuda": {"map thread_vertex", "map warp_vertex", "map group", "map tile"}}
 
 _F32_MAX = 3.4028234663852886e38
 

@@ -26,7 +26,6 @@ from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
 from gnnc.passes.map_threads import MapThreadsPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
-from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
 from gnnc.passes.unfuse_graph import UnfusePass
 
@@ -43,7 +42,6 @@ PASSES: dict[str, type[ModulePass]] = {
         AnnotateFusionPass,
         ConvertGraphToLoopPass,
         PrefetchNeighborsPass,
-        SpecializeUnitDimsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
         ExpandExpPass,
@@ -63,7 +61,6 @@ CPU_PIPELINE: tuple[str, ...] = (
     "annotate-fusion",
     "convert-graph-to-loop",
     "prefetch-neighbors",
-    "specialize-unit-dims",
     "convert-loop-to-openmp",
     "convert-loop-to-scf",
 )
@@ -112,22 +109,19 @@ def make_context() -> Context:
     return ctx
 
 
-def cpu_stage_names() -> list[str]:
-    """The stages a CPU compile shows, in order."""
+def all_stage_names(target: str = "cpu") -> list[str]:
+    """Every stage of the target's compile, in order."""
+    if target == "cuda":
+        return [FRONTEND_STAGE, *CUDA_PIPELINE, *CUDA_BACKEND_STAGES]
+    if target == "cuda-emulation":
+        return [FRONTEND_STAGE, *CUDA_EMULATION_PIPELINE, *CPU_BACKEND_STAGES]
     return [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES]
-
-
-def all_stage_names() -> list[str]:
-    """Every stage of every target, each once, CPU stages first."""
-    names = [FRONTEND_STAGE, *CPU_PIPELINE, *CPU_BACKEND_STAGES, *CUDA_EMULATION_PIPELINE, *CUDA_PIPELINE,
-             *CUDA_BACKEND_STAGES]
-    return list(dict.fromkeys(names))
 
 
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
 OPTIONAL_PASSES: frozenset[str] = frozenset(
     {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
-     "annotate-fusion", "specialize-unit-dims"}
+     "annotate-fusion"}
 )
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
 # consumes the schedule's `prefetch` entry, which must not be left unapplied.

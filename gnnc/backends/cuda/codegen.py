@@ -15,6 +15,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from gnnc import abi
 from gnnc.errors import CompileError, ToolchainError
 
 #: GPU architectures gnnc emits PTX for (CUDA 13's ptxas no longer takes sm_70).
@@ -25,7 +26,7 @@ _PTX_VERSION = {"sm_75": 63, "sm_80": 70, "sm_86": 71, "sm_89": 78, "sm_90": 78}
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 
-METADATA_PREFIX = "// gnnc-metadata: "
+METADATA_PREFIX = abi.PTX_METADATA_PREFIX
 
 
 def check_arch(arch: str) -> str:
