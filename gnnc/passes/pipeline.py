@@ -26,6 +26,7 @@ from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
 from gnnc.passes.map_threads import MapThreadsPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
+from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
 from gnnc.passes.unfuse_graph import UnfusePass
 
@@ -42,6 +43,7 @@ PASSES: dict[str, type[ModulePass]] = {
         AnnotateFusionPass,
         ConvertGraphToLoopPass,
         PrefetchNeighborsPass,
+        SpecializeUnitDimsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
         ExpandExpPass,
@@ -61,6 +63,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "annotate-fusion",
     "convert-graph-to-loop",
     "prefetch-neighbors",
+    "specialize-unit-dims",
     "convert-loop-to-openmp",
     "convert-loop-to-scf",
 )
@@ -121,7 +124,7 @@ def all_stage_names(target: str = "cpu") -> list[str]:
 #: Passes that only optimise: `disable_passes=` / `--disable-pass` may skip them.
 OPTIONAL_PASSES: frozenset[str] = frozenset(
     {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
-     "annotate-fusion"}
+     "annotate-fusion", "specialize-unit-dims"}
 )
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
 # consumes the schedule's `prefetch` entry, which must not be left unapplied.
