@@ -122,3 +122,64 @@ def test_unsupported_operations_are_refused_clearly(name):
 def test_scalar_parameter_gradient_is_refused_when_asked():
     with pytest.raises(gnnc.CompileError, match="global sum"):
         compile_grad(EXAMPLES / "gin.gnn", "gin", wrt=["eps"])
+
+
+# ------------------------------------------------- hypothesis: random kernels and graphs
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from tests.strategies import graphs  # noqa: E402
+
+_ATOMS = ["x[u]", "x[v]", "w[e]", "y[u]", "y[v]", "deg_in(v)", "2"]
+_UNARY = ["exp(({0}) * 0.3)", "sigmoid({0})", "tanh({0})", "sqrt(1 + ({0}) * ({0}))", "log(2 + ({0}) * ({0}))",
+          "rsqrt(1 + ({0}) * ({0}))", "-({0})"]
+_BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / (1 + ({1}) * ({1})))"]
+
+
+@st.composite
+def _edge_exprs(draw, depth=3):
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(_ATOMS))
+    if draw(st.booleans()):
+        return draw(st.sampled_from(_UNARY)).format(draw(_edge_exprs(depth - 1)))
+    a, b = draw(_edge_exprs(depth - 1)), draw(_edge_exprs(depth - 1))
+    return draw(st.sampled_from(_BINARY)).format(a, b)
+
+
+@st.composite
+def _kernels(draw):
+    """A smooth kernel: an edge result, or an aggregation (sum / mean) with a destination term."""
+    body = draw(_edge_exprs())
+    if "x[" not in body:
+        body = f"({body}) * x[u]"
+    if draw(st.booleans()):
+        result, stmt = "f64[E, F]", f"out[e] = {body}"
+    else:
+        agg = draw(st.sampled_from(["sum", "mean"]))
+        stmt = f"out[v] = {agg}({body}) + x[v] * y[v]"
+        result = "f64[V, F]"
+    return f"kernel k(x: f64[V, F], y: f64[V], w: f64[E]) -> {result} {{\n    {stmt}\n}}\n"
+
+
+# each example compiles its own gradient kernels: fewer examples than the profile's default
+@settings(max_examples=min(8, settings().max_examples))
+@given(graph=graphs(max_vertices=12, max_edges=40), source=_kernels(), f=st.sampled_from([1, 3]),
+       seed=st.integers(0, 2**31 - 1))
+def test_random_kernels_directional_derivatives(graph, source, f, seed):
+    """<grad, d> equals the central difference of <gout, out> along a random direction d."""
+    rng = np.random.default_rng(seed)
+    n, m = graph.num_vertices, graph.num_edges
+    args = {"x": rng.uniform(-1, 1, (n, f)), "y": rng.uniform(-1, 1, n), "w": rng.uniform(-1, 1, m)}
+    forward = gnnc.compile(source, target="reference").k
+    gout = rng.normal(size=forward(graph, **args).shape)
+    compiled = compile_grad(source, "k")(graph, gout=gout, **args)
+    reference = compile_grad(source, "k", target="reference")(graph, gout=gout, **args)
+    h = 1e-5
+    for name, value in args.items():
+        d = rng.normal(size=value.shape)
+        plus, minus = dict(args), dict(args)
+        plus[name], minus[name] = value + h * d, value - h * d
+        numeric = np.sum((forward(graph, **plus) - forward(graph, **minus)) * gout) / (2 * h)
+        analytic = float(np.sum(reference[name] * d))
+        assert abs(analytic - numeric) <= 1e-5 * (1 + abs(numeric)), (name, analytic, numeric)
+        np.testing.assert_allclose(compiled[name], reference[name], rtol=1e-9, atol=1e-9 * (1 + np.abs(reference[name]).max(initial=0)))
