@@ -183,3 +183,14 @@ def test_random_kernels_directional_derivatives(graph, source, f, seed):
         analytic = float(np.sum(reference[name] * d))
         assert abs(analytic - numeric) <= 1e-5 * (1 + abs(numeric)), (name, analytic, numeric)
         np.testing.assert_allclose(compiled[name], reference[name], rtol=1e-9, atol=1e-9 * (1 + np.abs(reference[name]).max(initial=0)))
+
+
+def test_cli_grad_dumps_gradient_kernels(capsys):
+    from gnnc.cli import main
+
+    assert main(["compile", "--grad", str(EXAMPLES / "gcn.gnn"), "--emit", "graph"]) == 0
+    dump = capsys.readouterr().out
+    assert "@gcn__grad_x_src" in dump and "@gcn__grad_w_edge" in dump
+    assert 'graph.aggregate "sum"' in dump
+    assert main(["compile", "--grad", str(EXAMPLES / "sage_max.gnn"), "--emit", "graph"]) == 1
+    assert "'max' aggregation is not differentiated yet" in capsys.readouterr().err

@@ -172,8 +172,13 @@ class _Differentiator:
                 parts = (f"(({adj}) * {tb})", f"(({adj}) * {ta})")
             else:
                 parts = (f"(({adj}) / {tb})", f"(-({adj}) * {ta} / ({tb} * {tb}))")
-            for operand, part in zip((a, b), parts):
-                self.back(operand, _reduce_to(part, shape, operand.shape or ()), ctx)
+            for operand, other, part in zip((a, b), (tb, ta), parts):
+                want, other_shape = operand.shape or (), (b if operand is a else a).shape or ()
+                if e.op == "*" and len(shape) - len(want) == 1 and other_shape == shape:
+                    # a [..] scaled by b [.., K]: its gradient is one dot product, no ones tensor
+                    self.back(operand, f"dot({adj}, {other})", ctx)
+                else:
+                    self.back(operand, _reduce_to(part, shape, want), ctx)
             return
         if isinstance(e, ast.Call):
             if e.func == "dot":
@@ -277,3 +282,21 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
             # e.g. an adjoint that reads a forward aggregate inside another aggregation
             raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
     return GradProgram(kernel.name, source, kernels, constant, skipped)
+
+
+def gradient_source(source: str, file: str, kernels: list[str] | None = None) -> str:
+    """The gradient kernels of every kernel of a file (or of some), as one source text."""
+    from gnnc.frontend import parse_and_check
+
+    program = parse_and_check(source, file)
+    names = [k.name for k in program.kernels]
+    missing = [k for k in kernels or [] if k not in names]
+    if missing:
+        raise CompileError(f"no kernel named {', '.join(missing)} in {file}")
+    parts = []
+    for k in program.kernels:
+        if kernels is None or k.name in kernels:
+            grad = gradient_program(k)
+            reverse = ", ".join(g.name for g in grad.kernels if g.reverse) or "none"
+            parts.append(f"# gradients of {k.name}; on the reversed graph: {reverse}\n{grad.source}")
+    return "\n".join(parts)
