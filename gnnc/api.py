@@ -80,3 +80,39 @@ def compile(
 
         return CudaModule(compiler.compile_cached_ptx(source, file, options))
     return Module(compiler.compile_cached(source, file, options))
+
+
+def compile_grad(
+    source_or_path: str | os.PathLike,
+    kernel: str,
+    *,
+    wrt: list[str] | None = None,
+    target: str = "cpu",
+    **options: Any,
+):
+    """Gradient kernels of one kernel, generated, compiled (cached) and loaded.
+
+    Returns a `gnnc.runtime.gradient.Gradient`: call it as the forward kernel
+    with `gout=` (the gradient of the loss w.r.t. the result) to get a dict of
+    gradients per input. `target="reference"` evaluates them with numpy.
+    """
+    from gnnc import compiler
+    from gnnc.errors import CompileError
+    from gnnc.frontend import parse_and_check
+    from gnnc.frontend.grad import gradient_program
+    from gnnc.runtime.gradient import Gradient
+
+    source, file = compiler.read_source(source_or_path)
+    program = parse_and_check(source, file)
+    try:
+        forward = program.kernel(kernel)
+    except KeyError:
+        raise CompileError(f"no kernel named {kernel} in {file}") from None
+    grad = gradient_program(forward, wrt)
+    if not grad.kernels:
+        raise CompileError(f"{kernel}: no input has a gradient kernel")
+    module = compile(grad.source, target=target, **options)
+    return Gradient(
+        module, kernel, [(k.name, k.wrt, k.reverse) for k in grad.kernels],
+        [p.name for p in forward.params], grad.constant, grad.skipped,
+    )

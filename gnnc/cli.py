@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip an optimisation pass (repeatable; for ablation)")
     c.add_argument("--no-fusion", action="store_true",
                    help="run every graph operation as its own loop nest (ablation only)")
+    c.add_argument("--grad", action="store_true",
+                   help="compile the gradient kernels of the file's kernels (those named __grad_*_src "
+                        "run on the reversed graph) instead of the kernels")
 
     k = sub.add_parser("check", help="parse and check a .gnn file; report errors")
     k.add_argument("file")
@@ -57,6 +60,11 @@ def _compile(args: argparse.Namespace) -> int:
     from gnnc.passes import pipeline
 
     source, file = compiler.read_source(Path(args.file))
+    if args.grad:
+        from gnnc.frontend.grad import gradient_source
+
+        source = gradient_source(source, file, args.kernels)
+        args.kernels = None
     unknown = [p for p in args.print_ir_after if p not in pipeline.all_stage_names(args.target)]
     if unknown:
         raise GnncError(

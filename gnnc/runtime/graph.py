@@ -216,6 +216,7 @@ class Graph:
         self.dst = _readonly(dst)
         self.in_indptr, self.in_src, self.in_eid = _csr_by(self.dst, self.src, self.num_vertices)
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._reversed: Graph | None = None
         self._degrees: dict[tuple[str, np.dtype], np.ndarray] = {}
         self.plans = {}
 
@@ -240,6 +241,18 @@ class Graph:
     def out_eid(self) -> np.ndarray:
         """The user's edge id at each position of the out-CSR."""
         return self._out_csr()[2]
+
+    def reversed(self) -> Graph:
+        """The graph with every edge turned around, same edge ids (built once, cached).
+
+        Gradient kernels that sum over out-edges run on it as in-edge aggregations.
+        """
+        if self._reversed is None:
+            rev = Graph.__new__(Graph)
+            rev._build(self.dst, self.src, self.num_vertices, checked=True)
+            rev._reversed = self
+            self._reversed = rev
+        return self._reversed
 
     # --------------------------------------------------------------- degrees
 
