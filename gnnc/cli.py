@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="parse and check a .gnn file; report errors")
     k.add_argument("file")
 
-    sub.add_parser("passes", help="list the pipeline's passes and stages, in order")
+    ps = sub.add_parser("passes", help="list the pipeline's passes and stages, in order")
+    ps.add_argument("--target", default="cpu", choices=("cpu", "cuda", "cuda-emulation"))
     return parser
 
 
@@ -145,8 +146,8 @@ def _check(args: argparse.Namespace) -> int:
 def _passes(args: argparse.Namespace) -> int:
     from gnnc.passes import pipeline
 
-    print("cpu pipeline:")
-    for i, name in enumerate(pipeline.all_stage_names()):
+    print(f"{args.target} pipeline:")
+    for i, name in enumerate(pipeline.all_stage_names(args.target)):
         print(f"  {i:2d}  {name}")
     return 0
 

@@ -136,7 +136,11 @@ def compile_source(
     record(pipeline.FRONTEND_STAGE, str(module))
     signatures = {k.name: KernelSignature.from_ast(k).to_dict() for k in kernels}
     result = CompileResult(metadata={}, stages=stages)
-    for name in pipeline.pass_names(options.disable_passes, options.fusion, options.target):
+    if options.target == "cpu":
+        names = pipeline.pass_names(options.disable_passes, options.fusion)
+    else:
+        names = pipeline.pass_names(options.disable_passes, options.fusion, target=options.target)
+    for name in names:
         if stop_after == "graph" and name == "convert-graph-to-loop":
             return result
         if stop_after == "loop" and name in ("convert-loop-to-scf", "emulate-grid"):

@@ -174,3 +174,14 @@ def test_grid_verifier_rejects_a_block_size_off_the_warp():
     body.add_op(loop.YieldOp())
     with pytest.raises(VerifyException, match="multiple of 32"):
         loop.GridOp(n.result, 100, "thread_vertex", body).verify()
+
+
+def test_call_time_mapping_compiles_an_emulated_variant():
+    graph = gnnc.Graph(np.array([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]]))
+    module = emulated("gcn", 1)
+    x = np.random.default_rng(0).random((4, 40), dtype=np.float32)
+    w = np.ones(5, np.float32)
+    want = module.gcn(graph, x=x, w=w)
+    got = module.gcn(graph, x=x, w=w, schedule="map warp_vertex tile 3")
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert module.gcn._variants["map warp_vertex tile 3"]._abi["grid"]["mapping"] == "warp_vertex"

@@ -109,3 +109,11 @@ def test_cli_emit_nvvm_and_errors(tmp_path):
     assert proc.returncode == 1 and "needs --target cuda" in proc.stderr
     proc = _cli("compile", "examples/gcn.gnn", "--target", "cuda", "--print-ir-after", "map-threads", "-o", str(tmp_path / "g.ptx"))
     assert proc.returncode == 0 and "loop.grid" in proc.stderr
+
+
+def test_passes_lists_the_cuda_stages():
+    proc = _cli("passes", "--target", "cuda")
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split()[1] for line in proc.stdout.splitlines()[1:]]
+    assert listed == pipeline.all_stage_names("cuda")
+    assert listed.index("map-threads") < listed.index("convert-grid-to-nvvm") < listed.index("emit-ptx")

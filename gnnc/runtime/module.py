@@ -173,7 +173,8 @@ class Kernel:
             from gnnc.api import compile as compile_kernels
 
             module = compile_kernels(
-                source, cpu=self._metadata.get("cpu", {}).get("level", "native"), kernels=[self.name], schedule=key
+                source, cpu=self._metadata.get("cpu", {}).get("level", "native"), kernels=[self.name], schedule=key,
+                target=self._metadata.get("target", "cpu"),
             )
             self._variants[key] = module.kernels[self.name]
         return self._variants[key]
