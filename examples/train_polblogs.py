@@ -14,6 +14,13 @@ and initial weights.
 The gnnc models call the example kernels through `gnnc.torch` (forward and
 generated gradient kernels); the PyG models use GCNConv / SAGEConv. Accuracy
 is the test accuracy at the epoch of best validation accuracy.
+
+One run (`--seeds 5 --epochs 60 --hidden 64 --threads 2`, on a 2-core machine
+shared with other jobs, so times are noisy): GCN gnnc 91.01% / PyG 89.80%,
+78 ms / 411 ms per epoch; GraphSAGE-mean gnnc 90.34% / PyG 89.73%,
+300 ms / 608 ms. The SAGE comparison is not like for like in cost: the gnnc
+model aggregates after projecting (1490 -> 64), PyG's SAGEConv aggregates the
+1490-wide one-hot input.
 """
 
 from __future__ import annotations

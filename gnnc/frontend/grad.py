@@ -18,8 +18,11 @@ The gradient of `x` is the sum of the kernels' results. Generated kernels are
 source text, so they go through the same checker, graph dialect, passes and
 backend as a user's kernel, and the numpy reference can evaluate them.
 
-Not differentiated yet (a `CompileError` says so): parameters without a V/E
-axis (their gradient is a global sum), `@`, `softmax`, `max`/`min`
+A parameter without a V/E axis (`eps`) gets a vertex kernel of partial
+gradients (each destination: its in-edges' terms and its own), which the
+runtime sums.
+
+Not differentiated yet (a `CompileError` says so): `@`, `softmax`, `max`/`min`
 aggregations and the non-smooth elementwise functions (they need argmax
 bookkeeping or a step function the language lacks), vertex values read by a
 later statement, and kernels with several results.
@@ -44,6 +47,8 @@ class GradKernel:
     name: str
     wrt: str
     reverse: bool
+    #: The kernel gives one partial gradient per vertex; the runtime sums them (parameters).
+    reduce: bool = False
 
 
 @dataclass
@@ -154,7 +159,8 @@ class _Differentiator:
                 self.back(self.edge_defs[e.name], adj, "edge")
             return
         if isinstance(e, ast.Name):
-            raise self.fail(e, "a parameter without a V or E axis (its gradient is a global sum)")
+            self.contributions.append(("p", ctx, adj))
+            return
         shape = e.shape or ()
         if isinstance(e, ast.Unary):
             self.back(e.operand, f"(-({adj}))", ctx)
@@ -240,21 +246,23 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
     constant: list[str] = []
     skipped: list[str] = []
     for p in params:
-        if p.type.domain is None and wrt is None:
-            skipped.append(p.name)
-            continue
         d = _Differentiator(kernel, p.name)
         d.back(root.value, seed, ctx)
         if not d.contributions:
             constant.append(p.name)
             continue
-        if p.type.domain is None:
-            raise CompileError(
-                f"{kernel.name}: cannot differentiate with respect to '{p.name}': a parameter without "
-                "a V or E axis (its gradient is a global sum) is not differentiated yet"
-            )
         rtype = _fmt_type(p.type)
-        by_site = {s: [(c, t) for s, c, t in d.contributions if s == site] for s in "uve" for site in [s]}
+        by_site = {site: [(c, t) for s, c, t in d.contributions if s == site] for site in "uvep"}
+        if by_site["p"]:
+            # a parameter's gradient sums over every vertex and edge: each destination sums its
+            # in-edges (every edge once) plus its own terms, and the runtime sums the vertices
+            edge = [t for c, t in by_site["p"] if c == "edge"]
+            direct = [t for c, t in by_site["p"] if c == "vertex"]
+            terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
+            name = f"{kernel.name}__grad_{p.name}_param"
+            ptype = ast.TensorType(p.type.dtype, "V", p.type.shape, p.type.loc)
+            pieces.append(f"kernel {name}({signature}) -> {_fmt_type(ptype)} {{\n    out[v] = {' + '.join(terms)}\n}}\n")
+            kernels.append(GradKernel(name, p.name, False, reduce=True))
         if by_site["u"]:
             body = " + ".join(t for _, t in by_site["u"])
             name = f"{kernel.name}__grad_{p.name}_src"

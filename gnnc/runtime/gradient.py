@@ -21,7 +21,7 @@ class Gradient:
     result. Inputs the result does not depend on get zeros.
     """
 
-    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool]],
+    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool]],
                  params: list[str], constant: list[str], skipped: list[str]):
         self.module = module
         self.name = kernel
@@ -42,10 +42,12 @@ class Gradient:
         named.update(kwargs)
         named["gout__"] = gout
         grads: dict[str, np.ndarray] = {}
-        for name, wrt, reverse in self.kernels:
+        for name, wrt, reverse, reduce in self.kernels:
             g = graph.reversed() if reverse else graph
             part = getattr(self.module, name)(g, threads=threads, **named) if threads is not None \
                 else getattr(self.module, name)(g, **named)
+            if reduce:  # one partial gradient per vertex of a parameter
+                part = np.asarray(part.sum(axis=0, dtype=part.dtype))
             grads[wrt] = part if wrt not in grads else grads[wrt] + part
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))
