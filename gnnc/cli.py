@@ -1,4 +1,4 @@
-"""The `gnnc` command line: compile, check, passes.
+"""The `gnnc` command line: compile, check, tune, passes.
 
 Errors a user can cause print as `gnnc: error: ...` (source errors with their
 location and caret) and exit with status 1, without a traceback.
@@ -49,6 +49,21 @@ def _parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("check", help="parse and check a .gnn file; report errors")
     k.add_argument("file")
+
+    t = sub.add_parser("tune", help="search for the fastest schedule of a kernel on a graph; cache it for schedule='auto'")
+    t.add_argument("file", nargs="?", help="the .gnn source file")
+    t.add_argument("--graph", metavar="FILE",
+                   help="the graph: .mtx, edge list (.txt/.edges/.el), .npz, METIS .graph, graph-tool .gt[.gz]")
+    t.add_argument("--feat", action="append", default=[], metavar="NAME=SIZE",
+                   help="a feature size of the kernel, e.g. F=128 (repeatable: --feat H=4 --feat F=32)")
+    t.add_argument("--kernel", action="append", dest="kernels", help="tune only this kernel (repeatable)")
+    t.add_argument("--target", default="cpu", choices=("cpu", "cuda"), help="the target to tune for (default: cpu)")
+    t.add_argument("--budget", default="60s", help="time for the search, e.g. 60s, 2m (split between the kernels)")
+    t.add_argument("--threads", type=int, default=None, help="most threads a call may use (default: all cores)")
+    t.add_argument("--symmetric", action="store_true", help="make the graph symmetric (every u->v also v->u)")
+    t.add_argument("--retrain", action="store_true",
+                   help="refit the schedule predictor from the local tuning records (with FILE: after tuning)")
+    t.add_argument("--no-cache", action="store_true", help="do not write the tuning cache or records")
 
     ps = sub.add_parser("passes", help="list the pipeline's passes and stages, in order")
     ps.add_argument("--target", default="cpu", choices=("cpu", "cuda", "cuda-emulation"))
@@ -143,6 +158,12 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from gnnc.runtime import tune_command
+
+    return tune_command.run(args)
+
+
 def _passes(args: argparse.Namespace) -> int:
     from gnnc.passes import pipeline
 
@@ -155,7 +176,7 @@ def _passes(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"compile": _compile, "check": _check, "passes": _passes}[args.command](args)
+        return {"compile": _compile, "check": _check, "passes": _passes, "tune": _tune}[args.command](args)
     except GnncError as exc:
         from gnnc.errors import SourceError
 

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 
 from gnnc import abi
-from gnnc.errors import ArgumentError, CompileError, ToolchainError
+from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
 from gnnc.runtime import heuristic, native, plans
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
+#: Schedules `schedule="auto"` tries before it runs the kernel as compiled.
+AUTO_ATTEMPTS = 8
 
 
 def _size(shape: list, dims: dict[str, int]) -> int:
@@ -91,6 +93,8 @@ class Kernel:
         if not isinstance(deterministic, bool):
             raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
         graph = _as_graph(graph)
+        if isinstance(schedule, str) and schedule.strip() == "auto":
+            return self._call_auto(graph, args, kwargs, out, threads)
         if schedule is not None:
             return self._variant(schedule)(graph, *args, out=out, threads=threads, **kwargs)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
@@ -138,6 +142,29 @@ class Kernel:
         )
         return pack_results(self.signature, outputs)
 
+    def _call_auto(self, graph: Graph, args: tuple, kwargs: dict, out: Any, threads: int | None) -> Any:
+        """`schedule="auto"`: the tuned, else predicted, else default schedule (runtime/autoschedule.py)."""
+        from gnnc.runtime import autoschedule
+
+        inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
+        kernel, choice = self, None
+        for _ in range(AUTO_ATTEMPTS):
+            choice = autoschedule.choose(self, graph, dims)
+            if choice.schedule in self._refused or (not choice.schedule and not self._abi.get("schedule_given", True)):
+                # the kernel as compiled: nothing to pick, or the pick was refused before
+                kernel = self
+                break
+            try:
+                kernel = self._variant(choice.schedule)
+                break
+            except (CompileError, SourceError):
+                # a prediction this kernel cannot take (partitioning a softmax), or a
+                # cache entry that does not parse (edited by hand): the next one
+                self._refused.add(choice.schedule)
+                autoschedule.forget(self, graph, dims)
+                kernel = self
+        n_threads = resolve_threads(threads if threads is not None or choice is None else choice.threads)
+        return kernel._run(graph, inputs, outputs, dims, n_threads)
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "Kernel | None":
         """The variant the default heuristic picks for this call, if any (see runtime/heuristic.py)."""
