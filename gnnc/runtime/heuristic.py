@@ -42,9 +42,10 @@ cannot apply to are refused by the compiler, and then run as compiled.
 
 Softmax kernels (several walks over the in-edges) can be partitioned, but
 are not by default: gat with H = 1, F = 512 (2 threads, medians of 5,
-interleaved, load average 4-5) ran 0.87x (K=2) and 0.98x (K=4) on rmat-16
-but 1.21x / 1.18x / 1.48x (K=2/4/8) on rmat-17, and 0.4-0.7x at F = 64;
-too mixed and too noisy a picture for a rule yet.
+interleaved, `benchmarks/split_schedules.py partition`, load average 4-5)
+ran 0.85-0.87x (K=2) and 0.85-0.98x (K=4) on rmat-16 in two runs, and
+0.81-1.21x (K=2), 1.04-1.18x (K=4), 1.01-1.48x (K=8) on rmat-17; 0.55-0.69x
+at F = 64. Too mixed and too noisy a picture for a rule yet.
 """
 
 from __future__ import annotations
