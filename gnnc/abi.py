@@ -16,12 +16,24 @@ Every kernel `K` in a `.so` is a C function
            const T *param_0, ...,      /* parameters, in declaration order      */
            T *result_0, ...,           /* results, in declaration order         */
            T *temp_0, ...,             /* V- or E-sized buffers between phases  */
+           /* only with `partition src K` or `group neighbors G`: */
+           T *acc_rows,                /* rows x the record's acc_rows shapes: V
+                                          rows (partitions), or one per split
+                                          neighbour group                       */
            /* only with `partition src K` (FeatGraph's 1-D source partitions): */
            const int64_t *part_indptr, /* K x (V + 1): per partition, an in-CSR */
            const int64_t *part_src, const int64_t *part_eid);  /* E each      */
            /* or, only with `order edges hilbert`: the edges along a Hilbert
               curve over (src, dst), as src, dst, eid (E each); dst_blocks then
               splits positions in that list, not destinations */
+           /* or, only with `group neighbors G` (runtime/plans.py,
+              split_neighbor_groups and group_blocks), over the n groups of
+              the destinations with more than G in-edges: */
+           const int64_t *group_meta,  /* 2: blocks of groups, n             */
+           const int64_t *group_blocks,   /* blocks + 1 boundaries of groups  */
+           const int64_t *group_dst,      /* n: each group's destination      */
+           const int64_t *group_bounds,   /* 2n: in-CSR positions [lo, hi)    */
+           const int64_t *group_offsets); /* V + 1: each destination's groups */
 
 with T = float or double. All arrays are C-contiguous, row-major, and never
 alias each other (the kernels are compiled with `noalias`). Scalars are passed
@@ -36,7 +48,7 @@ for the identity order ignores it.
 from __future__ import annotations
 
 #: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.abi"

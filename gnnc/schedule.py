@@ -21,7 +21,7 @@ from gnnc.errors import ArgumentError
 DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
-IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize"})
+IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group"})
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
@@ -42,6 +42,9 @@ class CpuSchedule:
     edge_order: str | None = None
     #: feature-row slice kept in vector registers across the in-edge loop
     vector_width: int | None = None
+    #: neighbour group size (Huang et al.): in-edge lists longer than this are
+    #: cut into groups of at most this many edges, None for no grouping
+    group_size: int | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -54,6 +57,7 @@ class CpuSchedule:
             order = "locality"
         tile = entries.get("cpu.tile")
         partition = entries.get("cpu.partition")
+        group = entries.get("cpu.group")
         return cls(
             prefetch=prefetch,
             order=order,
@@ -61,6 +65,7 @@ class CpuSchedule:
             partitions=int(partition.split()[-1]) if partition else None,
             edge_order="hilbert" if entries.get("cpu.order") == "edges hilbert" else None,
             vector_width=int(entries["cpu.vectorize"]) if "cpu.vectorize" in entries else None,
+            group_size=int(group.split()[-1]) if group else None,
         )
 
 

@@ -11,9 +11,27 @@ FEATURE_SIZES = (1, 3, 17, 64, 130)
 
 
 @st.composite
-def edge_lists(draw, max_vertices: int = 40, max_edges: int = 200):
-    """(src, dst, V): empty graphs, isolated vertices, self loops, duplicates, hubs."""
-    kind = draw(st.sampled_from(["random", "empty", "no_edges", "hub", "self_loops", "power_law"]))
+def edge_lists(draw, max_vertices: int = 40, max_edges: int = 200, huge_hubs: bool = False):
+    """(src, dst, V): empty graphs, isolated vertices, self loops, duplicates, hubs.
+
+    With ``huge_hubs``, also graphs where one to three destinations have
+    5,000 to 100,000 in-edges each (what `group neighbors` splits), with
+    duplicates, self loops and isolated vertices beside them.
+    """
+    kinds = ["random", "empty", "no_edges", "hub", "self_loops", "power_law"]
+    kind = draw(st.sampled_from(kinds + (["huge_hub"] if huge_hubs else [])))
+    if kind == "huge_hub":
+        v = draw(st.integers(2, max_vertices))
+        rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+        hubs = rng.integers(0, v, draw(st.integers(1, 3)))
+        sizes = [draw(st.sampled_from([5_000, 20_000, 100_000])) for _ in hubs]
+        src = np.concatenate([rng.integers(0, v, n) for n in sizes] + [rng.integers(0, v, max_edges)])
+        dst = np.concatenate([np.full(n, h) for n, h in zip(sizes, hubs)] + [rng.integers(0, v, max_edges)])
+        loops = rng.random(src.shape[0]) < 0.05
+        dst = np.where(loops, src, dst)
+        # leave the top vertices isolated
+        v += draw(st.integers(0, 3))
+        return src.astype(np.int64), dst.astype(np.int64), v
     if kind == "empty":
         return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
     v = draw(st.integers(1, max_vertices))

@@ -461,7 +461,7 @@ def test_error_schedules():
     assert_error(k + "schedule k for tpu { parallel dst }\n", 2, 16, "unknown target 'tpu'", 3)
     assert_error(k + "schedule k for cpu { frobnicate 3 }\n", 2, 22, "unknown cpu schedule directive 'frobnicate'", 10)
     assert_error(k + "schedule k for cpu { map warp_edge }\n", 2, 22, "'map' is a cuda directive, not a cpu one", 3)
-    assert_error(k + "schedule k for cpu {\n  group neighbors 16\n}\n", 3, 3, "'group neighbors' is not supported yet", 15)
+    assert_error(k + "schedule k for cpu {\n  group neighbors\n}\n", 3, 9, "'group neighbors' needs a positive integer (the neighbour group size)", 9)
     assert_error(k + "schedule k for cpu { partition src 0 }\n", 2, 36, "expected a positive integer")
     assert_error(k + "schedule k for cpu { partition dst 4 }\n", 2, 32, "expected 'src' after 'partition'", 3)
     assert_error(k + "schedule k for cpu { tile features }\n", 2, 27, "'tile features' needs a positive integer", 8)

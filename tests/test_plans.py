@@ -258,6 +258,63 @@ def test_neighbor_groups(graph, g):
 def test_neighbor_groups_argument():
     with pytest.raises(ArgumentError):
         plans.neighbor_groups(_random_graph(4, 4), 0)
+    with pytest.raises(ArgumentError):
+        plans.split_neighbor_groups(_random_graph(4, 4), 0)
+    with pytest.raises(ArgumentError):
+        plans.group_blocks(_random_graph(4, 4), 2, 0)
+
+
+@given(graphs(huge_hubs=True), st.sampled_from([1, 2, 3, 8, 32, 1000]), st.integers(1, 9))
+def test_split_neighbor_groups(graph, g, threads):
+    group_dst, bounds, offsets = plans.split_neighbor_groups(graph, g)
+    n = group_dst.size
+    _is_plan_array(group_dst)
+    _is_plan_array(bounds, 2 * n)
+    _is_plan_array(offsets, graph.num_vertices + 1)
+    deg, indptr = _in_degree(graph), graph.in_indptr
+    split = deg > g
+    # only destinations of more than g in-edges are split, into ceil(deg / g) groups
+    assert np.array_equal(np.diff(offsets), np.where(split, -(-deg // g), 0))
+    assert offsets[-1] == n
+    lo, hi = bounds[0::2], bounds[1::2]
+    assert np.all(hi - lo >= 1) and np.all(hi - lo <= g)
+    for v in np.flatnonzero(split):
+        mine = slice(offsets[v], offsets[v + 1])
+        assert np.all(group_dst[mine] == v)
+        # the groups of v cover its in-edges in order, each position once
+        assert lo[mine][0] == indptr[v] and hi[mine][-1] == indptr[v + 1]
+        assert np.array_equal(lo[mine][1:], hi[mine][:-1])
+    blocks = plans.group_blocks(graph, g, threads)
+    _is_plan_array(blocks)
+    assert blocks[0] == 0 and blocks[-1] == n and np.all(np.diff(blocks) >= 0)
+    assert (blocks.size == 1) == (n == 0)  # no block at all when nothing is split
+    assert blocks.size - 1 <= max(1, plans.BLOCKS_PER_THREAD * threads)
+
+
+@given(graphs(huge_hubs=True), st.sampled_from([1, 4, 64]), st.integers(1, 40))
+def test_grouped_blocks_weigh_split_destinations_by_groups(graph, g, n):
+    bounds = plans.grouped_blocks(graph, g, n)
+    v = graph.num_vertices
+    _is_plan_array(bounds, n + 1 if v else 1)
+    if v == 0:
+        return
+    assert bounds[0] == 0 and bounds[-1] == v and np.all(np.diff(bounds) >= 0)
+    deg = _in_degree(graph)
+    work = np.where(deg > g, -(-deg // g), deg) + 1
+    total = work.sum()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b - a >= 2:
+            assert work[a:b].sum() < 2 * total / n + work[a:b].max()
+
+
+def test_grouped_blocks_let_a_hub_share_a_block():
+    src = np.concatenate([np.arange(10000) % 50, np.arange(200) % 50])
+    dst = np.concatenate([np.zeros(10000, np.int64), np.arange(200) % 50])
+    graph = Graph.from_coo(src, dst, num_vertices=50)
+    by_edges = plans.balanced_blocks(graph, 4)
+    by_groups = plans.grouped_blocks(graph, 1000, 4)
+    assert by_edges[1] == 1  # the hub alone
+    assert by_groups[1] > 1  # the hub merges 10 partial rows: light work
 
 
 # ------------------------------------------------------ source partitions
@@ -324,6 +381,9 @@ def test_plans_are_cached_per_graph_and_parameters():
         lambda: plans.neighbor_groups(graph, 4),
         lambda: plans.group_offsets_by_dst(graph, 4),
         lambda: plans.source_partitions(graph, 3),
+        lambda: plans.split_neighbor_groups(graph, 4),
+        lambda: plans.group_blocks(graph, 4, 2),
+        lambda: plans.grouped_blocks(graph, 4, 7),
     ]
     for call in calls:
         first, second = call(), call()

@@ -25,7 +25,7 @@ from gnnc.frontend import ast
 #: A directive that parses but is not listed here is an error ("... is not
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
-SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize"},
+SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group"},
                                              # vertex mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map group", "map tile"}}
 

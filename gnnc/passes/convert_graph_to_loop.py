@@ -150,6 +150,18 @@ class _Sink:
 
 
 @dataclass
+class _Plan:
+    """What one destination computes: reductions by level, and where each result is written."""
+
+    reductions: dict[tuple[Operation, str], _Reduction]
+    edge_sinks: dict[int, list[_Sink]]
+    vertex_sinks: list[_Sink]
+    rescaled: list[tuple[_Sink, SSAValue]]
+    in_place: dict[Operation, _Sink]
+    max_level: int
+
+
+@dataclass
 class _Context:
     v: SSAValue
     u: SSAValue | None = None
@@ -193,22 +205,38 @@ class KernelLowering:
         n_fixed = len(arg_types)
         assert n_fixed == len(abi.GRAPH_ARGUMENTS)
         arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
-        self.partitions = self.cpu_schedule().partitions
-        self.edge_order = self.cpu_schedule().edge_order
+        sched = self.cpu_schedule()
+        self.partitions, self.edge_order, self.group_size = sched.partitions, sched.edge_order, sched.group_size
         if self.partitions is not None and self.edge_order is not None:
             raise CompileError("'partition src' and 'order edges hilbert' cannot be combined: choose one")
+        if self.group_size is not None and (self.partitions is not None or self.edge_order is not None):
+            given = "partition src" if self.partitions is not None else "order edges hilbert"
+            raise CompileError(f"'group neighbors' and '{given}' cannot be combined: choose one")
+        n_temps = len(self.materializes)
+        n_before_extras = len(arg_types)
+        if self.partitions is not None or self.group_size is not None:
+            # per-row accumulators that outlive one destination visit: per
+            # destination across partitions, or per neighbour group; see abi.py
+            arg_types.append(buf)
         if self.partitions is not None or self.edge_order is not None:
             # FeatGraph's source partitions (the in-CSR of each partition), or
             # the edges in Hilbert order (src, dst, eid); see abi.py
             arg_types += [ibuf] * 3
+        if self.group_size is not None:
+            # group_meta, group_blocks, group_dst, group_bounds, group_offsets
+            arg_types += [ibuf] * 5
         entry = Block(arg_types=arg_types)
         (self.V, self.E, self.num_threads, self.num_blocks, self.blocks, self.order, self.indptr,
          self.src, self.eid, self.deg_in, self.deg_out, self.dims_buf, self.scratch) = entry.args[:n_fixed]
         rest = entry.args[n_fixed:]
         self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
         self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
-        n_temps = len(self.materializes)
         self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types):][:n_temps]))
+        extras = list(entry.args[n_before_extras:])
+        self.acc_rows = extras.pop(0) if self.partitions is not None or self.group_size is not None else None
+        if self.group_size is not None:
+            (self.group_meta, self.group_blocks, self.group_dst, self.group_bounds,
+             self.group_offsets) = extras[-5:]
 
         self.em = Emitter(entry)
         self.dims: dict[str, SSAValue] = {}
@@ -221,6 +249,17 @@ class KernelLowering:
         # emitted: a placeholder stands for it until then.
         self._scratch_total = arith.ConstantOp(IntegerAttr(0, index))
         self.em.pre(self._scratch_total)
+        # the same for the stride of one accumulator row (acc_rows)
+        self.acc_row_top: SSAValue = self.em.index_const(0)
+        self.acc_row_shapes: list[list[Dim]] = []
+        self._acc_row_stride = arith.ConstantOp(IntegerAttr(0, index))
+        self.em.pre(self._acc_row_stride)
+        self.grouped_phases = 0
+        if self.group_size is not None:
+            self.num_group_blocks = self.em.pre(arith.IndexCastOp(
+                self.em.pre(memref.LoadOp.get(self.group_meta, [self.em.index_const(0)])), index))
+            self.num_groups = self.em.pre(arith.IndexCastOp(
+                self.em.pre(memref.LoadOp.get(self.group_meta, [self.em.index_const(1)])), index))
 
         body = Block()
         with self.em.nested(body):
@@ -234,6 +273,14 @@ class KernelLowering:
         self._scratch_total.result.replace_all_uses_with(padded)
         self._scratch_total.detach()
         self._scratch_total.erase()
+        self._acc_row_stride.result.replace_all_uses_with(self.acc_row_top)
+        self._acc_row_stride.detach()
+        self._acc_row_stride.erase()
+        if self.group_size is not None and not self.grouped_phases:
+            raise CompileError(
+                f"group neighbors {self.group_size}: the kernel has no aggregation or edge value "
+                "over in-edges to split into groups"
+            )
         # Prologue ops (dims, sizes, scratch offsets) precede the loops.
         for op in list(body.ops):
             op.detach()
@@ -247,8 +294,12 @@ class KernelLowering:
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
         attrs = [DictionaryAttr({})] * 4 + [readonly] * 7 + [readonly, noalias]
         attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
+        if self.acc_rows is not None:
+            attrs.append(noalias)
         if self.partitions is not None or self.edge_order is not None:
             attrs += [readonly] * 3
+        if self.group_size is not None:
+            attrs += [readonly] * 5
         fn.arg_attrs = ArrayAttr(attrs)
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
         # The cuda thread mapping travels to map-threads on the function; the
@@ -266,6 +317,8 @@ class KernelLowering:
             "order": self.loop_schedule().data["order"].data,  # type: ignore[union-attr]
             "partitions": self.partitions,
             "edge_order": self.edge_order,
+            "groups": self.group_size,
+            "acc_rows": self.acc_row_shapes,
             # False: nobody wrote a CPU schedule, so the runtime's default
             # heuristic may pick one per call (runtime/heuristic.py)
             "schedule_given": any(k.startswith("cpu.") for k in self._schedule_entries()),
@@ -300,6 +353,16 @@ class KernelLowering:
         self.scratch_top = self.em.pre(arith.AddiOp(offset, self.size_of(shape)))
         self.scratch_shapes.append([d for d in shape])
         return self.em.op(arith.AddiOp(self.worker_base, offset))
+
+    def alloc_acc_row(self, shape: Sequence[Dim]) -> SSAValue:
+        """A fresh region in every row of acc_rows: its offset within a row (a prologue value)."""
+        offset = self.acc_row_top
+        self.acc_row_top = self.em.pre(arith.AddiOp(offset, self.size_of(shape)))
+        self.acc_row_shapes.append([d for d in shape])
+        return offset
+
+    def acc_row_base(self, row: SSAValue, offset: SSAValue) -> SSAValue:
+        return self.em.op(arith.AddiOp(self.em.op(arith.MuliOp(row, self._acc_row_stride.result)), offset))
 
     def linear(self, base: SSAValue, shape: Sequence[Dim], idx: Sequence[SSAValue]) -> SSAValue:
         """base + row-major offset of idx (a prefix-length index) in shape."""
@@ -396,14 +459,101 @@ class KernelLowering:
         return [by_phase[p] for p in sorted(by_phase)]
 
     def _emit_phase(self, sinks: list[_Sink]) -> None:
+        schedule = self.loop_schedule()
+        grouped = self._emit_group_sweep(sinks) if self.group_size is not None else None
         body = Block(arg_types=[index, index])
         v, worker = body.args
-        schedule = self.loop_schedule()
         with self.em.nested(body):
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
-            self._emit_destination(v, sinks)
+            self._emit_destination(v, sinks, grouped)
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForDstOp(self.V, self.blocks, self.num_blocks, self.num_threads, body, schedule))
+
+    def _emit_group_sweep(self, sinks: list[_Sink]) -> dict[tuple[Operation, str], SSAValue] | None:
+        """`group neighbors G` (Huang et al.): partial reductions per neighbour group, in parallel.
+
+        The in-edges of every destination with more than G of them are cut
+        into groups of at most G (`plans.split_neighbor_groups`); threads
+        take groups, not destinations, so a hub's in-edges are spread over
+        all threads. Each group reduces its edges, in edge order, into its
+        own row of acc_rows (and stores its edges' edge values). The
+        destination sweep after it merges a split destination's partial
+        rows in group order instead of walking its in-edges: the result
+        depends on G, never on the thread count. Returns the offset in an
+        acc_rows row of each reduction's partial, or None when this phase
+        walks no in-edges.
+        """
+        plan = self._analyse(sinks)
+        if plan.max_level == 0:
+            return None
+        if plan.max_level > 1 or plan.rescaled:
+            raise CompileError(
+                f"group neighbors {self.group_size}: needs a kernel whose destinations make one pass over "
+                "their in-edges (sum, mean, max or min of an edge value, edge values, destination terms); "
+                "this kernel needs several passes (softmax or an aggregation of an aggregation), whose "
+                "per-destination results the groups of one destination cannot share"
+            )
+        self.grouped_phases += 1
+        reductions = list(plan.reductions.items())
+        stores = plan.edge_sinks.get(1, [])
+        body = Block(arg_types=[index, index])
+        g, worker = body.args
+        offsets: dict[tuple[Operation, str], SSAValue] = {}
+        with self.em.nested(body):
+            self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
+            v = self.em.op(arith.IndexCastOp(self.load(self.group_dst, g), index))
+            self.acc = {}
+            for key, r in reductions:
+                t = r.value.type
+                assert isinstance(t, graph.ValueType)
+                offsets[key] = self.alloc_acc_row(t.shape)
+                self.acc[key] = _Accumulator(self.acc_rows, self.acc_row_base(g, offsets[key]), t.shape)
+                self._fill_identity(self.acc[key], r.kind)
+            # group g's positions are group_bounds[2g] .. group_bounds[2g+1]
+            row = self.em.op(arith.MuliOp(g, self.em.index_const(2)))
+            self._emit_edge_loop(v, reductions, stores, walk=(row, self.group_bounds))
+            self.em.op(loop.YieldOp())
+        schedule = dict(self.loop_schedule().data)
+        # groups are taken in plan order; a destination order does not apply to them
+        schedule["parallel"] = StringAttr("groups")
+        schedule["order"] = StringAttr("identity")
+        self.em.op(loop.ForDstOp(
+            self.num_groups, self.group_blocks, self.num_group_blocks, self.num_threads, body,
+            DictionaryAttr(schedule),
+        ))
+        return offsets
+
+    def _emit_group_merge(self, v: SSAValue, reductions, stores: list[_Sink],
+                          offsets: dict[tuple[Operation, str], SSAValue]) -> None:
+        """A split destination combines its groups' partial rows in group order; others walk their edges."""
+        one = self.em.index_const(1)
+        lo = self.em.op(arith.IndexCastOp(self.load(self.group_offsets, v), index))
+        hi = self.em.op(arith.IndexCastOp(self.load(self.group_offsets, self.em.op(arith.AddiOp(v, one))), index))
+        split = self.em.op(arith.CmpiOp(hi, lo, "ugt"))
+        merge = Block(arg_types=[index])
+        g = merge.args[0]
+        with self.em.nested(merge):
+            for key, r in reductions:
+                acc = self.acc[key]
+                part = self.acc_row_base(g, offsets[key])
+
+                def combine(idx: list[SSAValue], acc: _Accumulator = acc, part: SSAValue = part, kind: str = r.kind) -> None:
+                    at = self.linear(acc.base, acc.shape, idx)
+                    x = self.load(self.acc_rows, self.linear(part, acc.shape, idx))
+                    cls = {"sum": arith.AddfOp, "mean": arith.AddfOp, "max": arith.MaximumfOp, "min": arith.MinimumfOp}[kind]
+                    self.store(self.em.op(cls(self.load(acc.buffer, at), x)), acc.buffer, at)
+
+                self.for_features(acc.shape, combine)
+            self.em.op(scf.YieldOp())
+        then = Block()
+        with self.em.nested(then):
+            self.em.op(scf.ForOp(lo, hi, one, [], merge))
+            self.em.op(scf.YieldOp())
+        walk = Block()
+        with self.em.nested(walk):
+            self._emit_edge_loop(v, reductions, stores)
+            self.em.op(scf.YieldOp())
+        self.em.op(scf.IfOp(split, [], [then], [walk]))
 
     def _schedule_entries(self) -> dict[str, str]:
         attr = self.src_fn.attributes.get(irgen.SCHEDULE)
@@ -432,7 +582,8 @@ class KernelLowering:
 
     # ------------------------------------------------- one destination's work
 
-    def _emit_destination(self, v: SSAValue, sinks: list[_Sink]) -> None:
+    def _analyse(self, sinks: list[_Sink]) -> "_Plan":
+        """The reductions of one destination, their levels, and where each sink is written."""
         reductions: dict[tuple[Operation, str], _Reduction] = {}
         level_of: dict[SSAValue, int] = {}
 
@@ -491,16 +642,25 @@ class KernelLowering:
             if agg is not None and s.buffer in self.result_buf:
                 in_place[agg] = s
 
+        max_level = max([r.level for r in reductions.values()] + list(edge_sinks) + [0])
+        return _Plan(reductions, edge_sinks, vertex_sinks, rescaled, in_place, max_level)
+
+    def _emit_destination(self, v: SSAValue, sinks: list[_Sink],
+                          grouped: dict[tuple[Operation, str], SSAValue] | None = None) -> None:
+        plan = self._analyse(sinks)
+        reductions, edge_sinks, vertex_sinks = plan.reductions, plan.edge_sinks, plan.vertex_sinks
+        rescaled, in_place, max_level = plan.rescaled, plan.in_place, plan.max_level
         self.acc: dict[tuple[Operation, str], _Accumulator] = {}
         vctx = _Context(v=v)
-        max_level = max([r.level for r in reductions.values()] + list(edge_sinks) + [0])
         count = None
         for lvl in range(1, max_level + 1):
             at_level = [(key, r) for key, r in reductions.items() if r.level == lvl]
             for key, r in at_level:
                 self._init_accumulator(key, r, v, in_place)
             stores = edge_sinks.get(lvl, [])
-            if at_level or stores:
+            if (at_level or stores) and grouped is not None:
+                self._emit_group_merge(v, at_level, stores, grouped)
+            elif at_level or stores:
                 self._emit_edge_loop(v, at_level, stores)
             if count is None and at_level:
                 count = self._in_degree(v)
@@ -535,15 +695,22 @@ class KernelLowering:
         if key[1] == "agg" and key[0] in in_place:
             sink = in_place[key[0]]
             acc = _Accumulator(sink.buffer, self.row_base(v, shape), shape, in_place=True)
+        elif self.partitions is not None:
+            # partitions are separate sweeps, possibly by other threads: an
+            # accumulator must outlive the visit, in the destination's own row
+            acc = _Accumulator(self.acc_rows, self.acc_row_base(v, self.alloc_acc_row(shape)), shape)
         else:
             acc = _Accumulator(self.scratch, self.alloc_scratch(shape), shape)
         self.acc[key] = acc
+        self._fill_identity(acc, r.kind)
+
+    def _fill_identity(self, acc: _Accumulator, kind: str) -> None:
         init = {
             "sum": 0.0, "mean": 0.0, "softmax_sum": 0.0,
             "max": -pymath.inf, "softmax_max": -pymath.inf, "min": pymath.inf,
-        }[r.kind]
+        }[kind]
         c = self.em.float_const(init, self.elem)
-        self.for_features(shape, lambda idx: self.store(c, acc.buffer, self.linear(acc.base, shape, idx)))
+        self.for_features(acc.shape, lambda idx: self.store(c, acc.buffer, self.linear(acc.base, acc.shape, idx)))
 
     def _finalize_accumulator(self, key, r: _Reduction, count: SSAValue) -> None:
         acc = self.acc[key]
@@ -565,7 +732,10 @@ class KernelLowering:
 
         self.for_features(acc.shape, fix)
 
-    def _emit_edge_loop(self, v: SSAValue, reductions, stores: list[_Sink]) -> None:
+    def _emit_edge_loop(self, v: SSAValue, reductions, stores: list[_Sink],
+                        walk: tuple[SSAValue, SSAValue] | None = None) -> None:
+        """One walk over v's in-edges, or, with `walk` = (row, offsets), over positions offsets[row] ..
+        offsets[row + 1] of the in-CSR (a neighbour group of v)."""
         block = Block(arg_types=[index, index, index])
         _, u, e = block.args
         ctx = _Context(v=v, u=u, e=e)
@@ -587,7 +757,8 @@ class KernelLowering:
                 ))
             self._shared_nests(items, ctx)
             self.em.op(loop.YieldOp())
-        self.em.op(loop.ForInEdgesOp(v, self.indptr, self.src, self.eid, block))
+        row, offsets = walk if walk is not None else (v, self.indptr)
+        self.em.op(loop.ForInEdgesOp(row, offsets, self.src, self.eid, block))
 
     def _emit_rescale_loop(self, v: SSAValue, rescaled: list[tuple[_Sink, SSAValue]], vctx: _Context) -> None:
         """result[e] *= scale for stored edge results: the factors first, once per destination."""

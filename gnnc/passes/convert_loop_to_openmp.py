@@ -77,6 +77,7 @@ class _Outliner:
         self.partitions, self.edge_order, self.vector_width = partitions, edge_order, vector_width
         self.entry = fn.body.block
         self.mapping: dict[SSAValue, SSAValue] = {}
+        self.partitioned_walks = 0
 
     def outline(self) -> tuple[func.FuncOp, func.FuncOp]:
         """(the function GOMP_parallel starts, the worker function it calls).
@@ -295,8 +296,16 @@ class _Outliner:
         Partition p holds the edges whose sources lie in the p-th range of
         vertex ids, so the source rows a sweep gathers fit in the last-level
         cache. All threads work on one partition at a time (a barrier between
-        partitions); a destination's accumulator is its output row, which is
-        initialised before the first partition and finished after the last.
+        partitions). Only one in-edge walk of a destination is partitioned:
+        the one gathering the widest rows (the deepest feature nest). The
+        work before it (initialising accumulators, and earlier walks over
+        all in-edges, such as a softmax's maximum, which read only narrow
+        score rows) runs in the first partition; the work after it
+        (finishing mean / max / min, a softmax's normalisation, vertex
+        results) in the last. Accumulators live in the output row or in the
+        destination's row of acc_rows (convert-graph-to-loop puts them there
+        under partitions), never in per-thread scratch, which another thread
+        would own in the next partition.
         """
         k = self.partitions
         assert k is not None
@@ -306,21 +315,39 @@ class _Outliner:
         part_indptr, part_src, part_eid = (m[a] for a in args[-3:])
         edge_loops = [op for op in per_vertex.ops if isinstance(op, loop.ForInEdgesOp)]
         nested = [op for op in per_vertex.walk() if isinstance(op, loop.ForInEdgesOp)]
-        # per-edge scratch (a dot or @ of one edge) is fine; an accumulator in
-        # scratch would be lost between partitions
-        uses_scratch = any(
-            isinstance(op, memref.LoadOp | memref.StoreOp) and op.memref is scratch
-            and not any(isinstance(a, loop.ForInEdgesOp) for a in _ancestors(op, per_vertex))
-            for op in per_vertex.walk()
-        )
-        if len(edge_loops) != 1 or len(nested) != 1 or uses_scratch:
-            raise CompileError(
-                f"partition src {k}: needs a kernel whose destinations make one pass over their "
-                "in-edges and accumulate straight into a result (sum, mean, max or min of an edge "
-                "value, or edge results only); this kernel needs "
-                + ("several passes (softmax or nested aggregations)" if len(nested) != 1 else "per-thread scratch")
+
+        def refuse(reason: str) -> CompileError:
+            return CompileError(f"partition src {k}: {reason}")
+
+        if len(nested) != len(edge_loops):
+            raise refuse("needs the kernel's in-edge walks directly in the destination loop")
+        if not edge_loops:
+            # a phase of only per-vertex work (a transform before a gather) has
+            # nothing to partition; its barrier-separated sweep runs once
+            return worksharing
+        self.partitioned_walks += 1
+        depths = [_feature_depth(op) for op in edge_loops]
+        widest = max(depths)
+        if depths.count(widest) != 1:
+            raise refuse(
+                "needs one in-edge walk that gathers wider rows than the others, to partition; "
+                f"this kernel has {depths.count(widest)} walks of equal feature depth"
             )
-        edge_loop = edge_loops[0]
+        edge_loop = edge_loops[depths.index(widest)]
+        ops = list(per_vertex.ops)
+        split = ops.index(edge_loop)
+        before, after = ops[:split], ops[split + 1 : -1]
+        # per-edge scratch (a dot or @ of one edge) is fine; a per-destination
+        # value in scratch set before the partitioned walk would be lost
+        # between partitions
+        for op in before:
+            for inner in [op, *op.walk()] if op.regions else [op]:
+                if (isinstance(inner, memref.LoadOp | memref.StoreOp) and inner.memref is scratch
+                        and not any(isinstance(a, loop.ForInEdgesOp) for a in _ancestors(inner, per_vertex))):
+                    raise refuse(
+                        "needs per-destination values that persist across partitions in the output row or "
+                        "acc_rows; this kernel keeps one in per-thread scratch"
+                    )
         c0, c1, ck = _const(0), _const(1), _const(k)
         part_body = Block(arg_types=[index])
         p = part_body.args[0]
@@ -348,21 +375,41 @@ class _Outliner:
         edge_loop.operands[3] = part_eid
         old_src.replace_uses_with_if(part_src, lambda use: edge_loop.is_ancestor(use.operation))
 
-        # side effects before the edge loop run in the first partition only,
-        # those after it (finishing mean / max / min, vertex results) in the last
-        ops = list(per_vertex.ops)
-        split = ops.index(edge_loop)
-        for segment, condition in ((ops[:split], is_first), (ops[split + 1 : -1], is_last)):
-            effects = [op for op in segment if isinstance(op, loop.ForFeatureOp | memref.StoreOp)]
-            if not effects:
+        # Everything before the walk runs in the first partition, except what
+        # the walk or later work reads (addresses, counts: pure values of
+        # read-only data); everything after it in the last partition.
+        later = [edge_loop, *after]
+        keep: set[Operation] = set()
+
+        def need(value: SSAValue) -> None:
+            owner = value.owner
+            if isinstance(owner, Operation) and owner in before_set and owner not in keep:
+                keep.add(owner)
+                for operand in owner.operands:
+                    need(operand)
+
+        before_set = set(before)
+        for op in later:
+            for inner in op.walk():
+                for operand in inner.operands:
+                    need(operand)
+        written = {inner.memref for op in ops for inner in op.walk() if isinstance(inner, memref.StoreOp)}
+        for op in keep:
+            if op.regions or isinstance(op, memref.StoreOp) or (isinstance(op, memref.LoadOp) and op.memref in written):
+                raise refuse(f"the partitioned walk reads a value computed from memory the kernel writes ({op.name})")
+        anchor = edge_loop
+        for segment, condition, insert_before in (
+            ([op for op in before if op not in keep], is_first, anchor),
+            (after, is_last, per_vertex.last_op),
+        ):
+            if not segment:
                 continue
-            anchor = effects[-1].next_op
             guarded = Block()
-            for op in effects:
+            for op in segment:
                 op.detach()
                 guarded.add_op(op)
             guarded.add_op(scf.YieldOp())
-            per_vertex.insert_op_before(scf.IfOp(condition, [], [guarded]), anchor)
+            per_vertex.insert_op_before(scf.IfOp(condition, [], [guarded]), insert_before)
         # the partition test is computed per partition, outside the destination loop
         for op in worksharing:
             part_body.add_op(op)
@@ -389,6 +436,22 @@ class _Outliner:
                     f"vectorize {width}: the kernel reduces over the feature axis '{dim}' "
                     "(a dot or @ along it), which row slicing would split"
                 )
+        if self.partitions:
+            # every slice repeats the destination's work; an accumulator
+            # without the sliced axis, initialised in the first partition and
+            # summed over all of them, would be summed once per slice
+            acc_rows = self.mapping[self.entry.args[-4]]
+            for op in per_vertex.walk():
+                if isinstance(op, memref.StoreOp) and op.memref is acc_rows:
+                    outer = _ancestors(op, per_vertex)
+                    if any(isinstance(a, loop.ForInEdgesOp) for a in outer) and not any(
+                        isinstance(a, loop.ForFeatureOp) and a.dim is not None and a.dim.data == dim for a in outer
+                    ):
+                        raise CompileError(
+                            f"vectorize {width}: with partition src, this kernel accumulates a value without "
+                            f"the feature axis '{dim}' (a softmax sum or a scalar aggregation) across "
+                            "partitions, which row slicing would count once per slice"
+                        )
         ops = list(per_vertex.ops)[:-1]
         if isinstance(v.owner, Operation) and v.owner in ops:
             ops = ops[ops.index(v.owner) + 1 :]
@@ -493,6 +556,16 @@ def _launch(fn: func.FuncOp, for_dst: loop.ForDstOp, outlined: func.FuncOp) -> l
     return ops
 
 
+def _feature_depth(op: Operation) -> int:
+    """The deepest nest of loop.for_feature inside op: how wide the rows it gathers are."""
+    best = 0
+    for block in (b for r in op.regions for b in r.blocks):
+        for inner in block.ops:
+            depth = _feature_depth(inner) + (1 if isinstance(inner, loop.ForFeatureOp) else 0)
+            best = max(best, depth)
+    return best
+
+
 def _ancestors(op: Operation, stop: Block) -> list[Operation]:
     found = []
     parent = op.parent_op()
@@ -549,6 +622,7 @@ class ConvertLoopToOpenmpPass(ModulePass):
         for fn in kernels:
             phases = [o for o in fn.body.block.ops if isinstance(o, loop.ForDstOp)]
             _record_phases(fn, phases)
+            partitioned, partitions = 0, None
             for i, for_dst in enumerate(phases):
                 schedule = dict(for_dst.schedule.data) if for_dst.schedule is not None else {}
                 schedule.pop("parallel", None)
@@ -565,10 +639,14 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 if schedule:
                     keys = ", ".join(sorted(schedule))
                     raise CompileError(f"'loop.for_dst' still carries schedule {keys}: no pass implemented it")
-                outlined, work = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions, edge_order, vector_width).outline()
+                outliner = _Outliner(fn, for_dst, f"{fn.sym_name.data}_phase{i}", order, tile, partitions, edge_order, vector_width)
+                outlined, work = outliner.outline()
+                partitioned += outliner.partitioned_walks
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
                 launch = _launch(fn, for_dst, outlined)
                 fn.body.block.insert_ops_before(launch, for_dst)
                 for_dst.detach()
                 for_dst.erase()
+            if partitions and not partitioned:
+                raise CompileError(f"partition src {partitions}: the kernel walks no in-edges")

@@ -38,8 +38,14 @@ last-level cache and each row is gathered often enough (mean in-degree >= 8)
 to be worth keeping. Partitions of about two caches of rows did best;
 FeatGraph's half a cache per partition (`plans.default_partition_count`)
 cut rmat-17 at F = 512 into 17, slower than 4. Kernels that partitioning
-cannot apply to (several passes over the in-edges: softmax) are refused by
-the compiler, and then run as compiled.
+cannot apply to are refused by the compiler, and then run as compiled.
+
+Softmax kernels (several walks over the in-edges) can be partitioned, but
+are not by default: gat with H = 1, F = 512 (2 threads, medians of 5,
+interleaved, `benchmarks/split_schedules.py partition`, load average 4-5)
+ran 0.85-0.87x (K=2) and 0.85-0.98x (K=4) on rmat-16 in two runs, and
+0.81-1.21x (K=2), 1.04-1.18x (K=4), 1.01-1.48x (K=8) on rmat-17; 0.55-0.69x
+at F = 64. Too mixed and too noisy a picture for a rule yet.
 """
 
 from __future__ import annotations
@@ -89,7 +95,8 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
     if v == 0 or row_bytes <= 0:
         return None
     rows = v * row_bytes
-    if rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes and e / v >= PARTITION_MIN_MEAN_DEGREE:
+    single_walk = not phases or all(p.get("edge_walks", 1) <= 1 for p in phases)
+    if rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
         parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
         k = 2
         while k < PARTITION_MAX and k * 1.5 < parts:

@@ -30,6 +30,10 @@ def _size(shape: list, dims: dict[str, int]) -> int:
     return int(prod(d if isinstance(d, int) else (int(d) if str(d).isdigit() else dims[d]) for d in shape))
 
 
+def _nonempty(arr: np.ndarray) -> np.ndarray:
+    return arr if arr.shape[0] else np.zeros(1, dtype=arr.dtype)
+
+
 def resolve_threads(threads: int | None) -> int:
     """`threads=` on the call, else OMP_NUM_THREADS, else every core this process may use."""
     if threads is not None:
@@ -72,6 +76,8 @@ class Kernel:
         n_buffers = len(abi.GRAPH_ARGUMENTS) - 4 + len(self.signature.params) + len(self.signature.results)
         n_buffers += len(self._abi["temps"])
         n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
+        n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") else 0
+        n_buffers += 5 if self._abi.get("groups") else 0
         self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
 
@@ -85,10 +91,10 @@ class Kernel:
 
         `deterministic=True` asks for results that are bit-identical for any
         thread count. Every CPU schedule gnnc implements already gives that
-        (one destination is summed by one thread, in edge order, and
-        partitions run in order), so the option only states the guarantee;
-        a future schedule that splits a destination's sum across threads
-        must honour it.
+        (one destination is summed by one thread, in edge order; partitions
+        run in order; `group neighbors G` cuts a destination's in-edges into
+        groups fixed by G and the graph alone, and merges their partial
+        results in group order), so the option only states the guarantee.
         """
         if not isinstance(deterministic, bool):
             raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
@@ -111,8 +117,11 @@ class Kernel:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
             n_threads = max(1, abi.grid_blocks(grid, graph.num_vertices) * grid["block_size"])
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
+        groups = self._abi.get("groups")
         if self._abi.get("edge_order") == "hilbert":
             blocks = plans.edge_blocks(graph, plans.block_count_for(graph, n_threads))
+        elif groups and order is plans.destination_order(graph, "identity"):
+            blocks = plans.grouped_blocks(graph, groups, plans.block_count_for(graph, n_threads))
         else:
             blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads), order=order)
         dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
@@ -126,15 +135,27 @@ class Kernel:
             for t in self._abi["temps"]
         ]
         partition = []
+        acc_rows = []
+        row_stride = sum(_size(s, dims) for s in self._abi.get("acc_rows", []))
         if self._abi.get("partitions"):
             _, part_indptr, part_src, part_eid = plans.source_partitions(graph, self._abi["partitions"])
             partition = [part_indptr, part_src, part_eid]
+            acc_rows = [np.empty(max(1, graph.num_vertices * row_stride), dtype=self._dtype)]
         elif self._abi.get("edge_order") == "hilbert":
             partition = list(plans.hilbert_edge_order(graph))
+        grouping = []
+        if groups:
+            group_dst, group_bounds, group_offsets = plans.split_neighbor_groups(graph, groups)
+            n_groups = group_dst.shape[0]
+            group_blocks = plans.group_blocks(graph, groups, n_threads)
+            meta = np.array([group_blocks.shape[0] - 1, n_groups], dtype=np.int64)
+            acc_rows = [np.empty(max(1, n_groups * row_stride), dtype=self._dtype)]
+            # an empty array has no storage: every pointer the kernel may read must be valid
+            grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
-            dims_array, scratch, *inputs, *outputs, *temps, *partition,
+            dims_array, scratch, *inputs, *outputs, *temps, *acc_rows, *partition, *grouping,
         ]
         self._function(
             graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,

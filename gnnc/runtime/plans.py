@@ -32,6 +32,9 @@ __all__ = [
     "degree_order",
     "default_partition_count",
     "group_offsets_by_dst",
+    "group_blocks",
+    "grouped_blocks",
+    "split_neighbor_groups",
     "hilbert_edge_order",
     "last_level_cache_bytes",
     "locality_order",
@@ -350,6 +353,74 @@ def neighbor_groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray
 def group_offsets_by_dst(graph: Any, group_size: int) -> np.ndarray:
     """V + 1 offsets: destination v's groups are ``offsets[v] .. offsets[v+1]`` (for the merge)."""
     return _groups(graph, group_size)[2]
+
+
+def split_neighbor_groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The neighbour groups of only the destinations with more than ``group_size`` in-edges.
+
+    What a `group neighbors G` kernel takes: a destination of at most G
+    in-edges is one group, and is cheaper summed directly than through a
+    partial row and a merge. Returns ``(group_dst, group_bounds, offsets)``
+    over the n groups of split destinations, in ``neighbor_groups`` order:
+    group g is in-CSR positions ``group_bounds[2g] .. group_bounds[2g+1]``
+    (interleaved, so a kernel walks group g as "row 2g" of a CSR), and
+    destination v's groups are ``offsets[v] .. offsets[v+1]`` (empty when v
+    is not split).
+    """
+    group_size = _positive(group_size, "group_size")
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        group_dst, start, offsets = _groups(graph, group_size)
+        per_dst = np.diff(offsets)
+        split_per_dst = np.where(per_dst > 1, per_dst, 0)
+        keep = np.repeat(per_dst > 1, per_dst)
+        kept = np.flatnonzero(keep)
+        bounds = np.empty(2 * kept.shape[0], dtype=np.int64)
+        bounds[0::2] = start[kept]
+        bounds[1::2] = start[kept + 1]
+        return _readonly(group_dst[kept]), _readonly(bounds), _readonly(_prefix(split_per_dst))
+
+    return _cached(graph, ("split_neighbor_groups", group_size), compute)
+
+
+def group_blocks(graph: Any, group_size: int, threads: int) -> np.ndarray:
+    """Boundaries of blocks of split neighbour groups, for the group sweep's threads.
+
+    Every group but a destination's last holds exactly G edges, so equal
+    group counts are about equal work: ``BLOCKS_PER_THREAD`` blocks per
+    thread, fewer when a block would hold under ``MIN_BLOCK_WORK`` edges;
+    no block (a single boundary, 0) when no destination is split.
+    """
+    group_size = _positive(group_size, "group_size")
+    threads = _positive(threads, "threads")
+    group_dst, bounds, _ = split_neighbor_groups(graph, group_size)
+    n_groups = group_dst.shape[0]
+    edges = int((bounds[1::2] - bounds[0::2]).sum()) if n_groups else 0
+    n = 0 if n_groups == 0 else max(1, min(n_groups, BLOCKS_PER_THREAD * threads, -(-edges // MIN_BLOCK_WORK)))
+    return _cached(
+        graph, ("group_blocks", group_size, n),
+        lambda: _readonly(np.linspace(0, n_groups, n + 1).round().astype(np.int64)),
+    )
+
+
+def grouped_blocks(graph: Any, group_size: int, n_blocks: int) -> np.ndarray:
+    """Destination blocks for the merge sweep of a `group neighbors G` kernel.
+
+    As ``balanced_blocks``, but a split destination weighs its group count
+    (it merges partial rows, one per group) instead of its in-degree, so
+    the hub that would have had a block of its own shares one.
+    """
+    group_size = _positive(group_size, "group_size")
+    n = _positive(n_blocks, "n_blocks") if graph.num_vertices else 0
+
+    def compute() -> np.ndarray:
+        if graph.num_vertices == 0:
+            return _readonly(np.zeros(n + 1, dtype=np.int64))
+        deg = np.diff(graph.in_indptr)
+        work = np.where(deg > group_size, -(-deg // group_size), deg) + 1
+        return _readonly(_split_prefix(_prefix(work), n))
+
+    return _cached(graph, ("grouped_blocks", group_size, n), compute)
 
 
 # ------------------------------------------------------ source partitions

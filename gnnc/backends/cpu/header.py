@@ -53,10 +53,15 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
             args.append(f"{t} *{r['name']} /* {_shape_text(r['domain'], r['shape'])} */")
         for i, _ in enumerate(rec["temps"]):
             args.append(f"{t} *temp{i}")
+        if rec.get("partitions") or rec.get("groups"):
+            args.append(f"{t} *acc_rows /* rows of {rec.get('acc_rows') or 'none'} */")
         if rec.get("partitions"):
             args += ["const int64_t *part_indptr", "const int64_t *part_src", "const int64_t *part_eid"]
         elif rec.get("edge_order"):
             args += ["const int64_t *hilbert_src", "const int64_t *hilbert_dst", "const int64_t *hilbert_eid"]
+        if rec.get("groups"):
+            args += ["const int64_t *group_meta", "const int64_t *group_blocks", "const int64_t *group_dst",
+                     "const int64_t *group_bounds", "const int64_t *group_offsets"]
         lines.append(f"void {k['symbol']}(")
         lines.append(",\n".join("    " + a for a in args))
         lines.append(");")
