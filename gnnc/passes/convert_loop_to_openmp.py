@@ -436,6 +436,11 @@ class _Outliner:
                     f"vectorize {width}: the kernel reduces over the feature axis '{dim}' "
                     "(a dot or @ along it), which row slicing would split"
                 )
+        if _nests_axis(per_vertex, dim):
+            raise CompileError(
+                f"vectorize {width}: the kernel nests two loops over the feature axis '{dim}' (a @ along it, "
+                f"or a value of shape [{dim}, {dim}]), which row slicing would cut down to diagonal slices"
+            )
         if self.partitions:
             # every slice repeats the destination's work; an accumulator
             # without the sliced axis, initialised in the first partition and
@@ -512,6 +517,11 @@ class _Outliner:
                     f"tile features {tile}: the kernel reduces over the feature axis '{dim}' "
                     "(a dot or @ along it), which feature tiling would split"
                 )
+        if _nests_axis(per_vertex, dim):
+            raise CompileError(
+                f"tile features {tile}: the kernel nests two loops over the feature axis '{dim}' (a @ along it, "
+                f"or a value of shape [{dim}, {dim}]), which feature tiling would cut down to diagonal tiles"
+            )
         c0, step = _const(0), _const(tile)
         tile_body = Block(arg_types=[index])
         t0 = tile_body.args[0]
@@ -554,6 +564,14 @@ def _launch(fn: func.FuncOp, for_dst: loop.ForDstOp, outlined: func.FuncOp) -> l
     call = func.CallOp("GOMP_parallel", [address, closure, threads, flags], [])
     ops += [address, threads, flags, call]
     return ops
+
+
+def _nests_axis(per_vertex: Block, dim: str) -> bool:
+    """Whether a loop over feature axis `dim` encloses another: both would be sliced at one offset."""
+    def over(op: Operation) -> bool:
+        return isinstance(op, loop.ForFeatureOp) and op.dim is not None and op.dim.data == dim
+
+    return any(over(op) and any(over(inner) for inner in op.body.walk()) for op in per_vertex.walk())
 
 
 def _feature_depth(op: Operation) -> int:
