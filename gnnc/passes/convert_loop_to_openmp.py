@@ -662,8 +662,14 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 partitioned += outliner.partitioned_walks
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
-                launch = _launch(fn, for_dst, outlined)
-                fn.body.block.insert_ops_before(launch, for_dst)
+                # no blocks (no vertices, or no split neighbour groups): no
+                # parallel region, whose thread wake-up costs a time slice on
+                # a loaded machine
+                c0 = _const(0)
+                any_blocks = arith.CmpiOp(for_dst.num_blocks, c0, "sgt")
+                then = Block()
+                then.add_ops([*_launch(fn, for_dst, outlined), scf.YieldOp()])
+                fn.body.block.insert_ops_before([c0, any_blocks, scf.IfOp(any_blocks, [], [then])], for_dst)
                 for_dst.detach()
                 for_dst.erase()
             if partitions and not partitioned:
