@@ -3,6 +3,7 @@
 Paired in one process, interleaved (A, B, A, B, ...), medians of --reps:
 
     python benchmarks/split_schedules.py group       # hub graphs, 2 threads
+    python benchmarks/split_schedules.py hub         # one hub, 1 and 2 threads
     python benchmarks/split_schedules.py partition   # gat on R-MAT at F = 512
 
 Grouping only pays through parallelism (a hub's in-edges spread over
@@ -83,12 +84,19 @@ def paired(graph: gnnc.Graph, name: str, dims: dict[str, int], schedules: list[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["group", "partition"])
+    parser.add_argument("which", choices=["group", "hub", "partition"])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     print(f"free cores (of 2): {free_cores():.2f}", flush=True)
-    if args.which == "group":
+    if args.which == "hub":
+        # the one-hub graph, 1 and 2 threads in one interleaved run: how much
+        # parallelism the machine gave, and what grouping made of it
+        graph = hub_graph()
+        for name in ("gcn", "sage_max", "gin"):
+            for threads in (1, args.threads):
+                paired(graph, name, {"F": 32}, ["parallel dst", "group neighbors 1024"], args.reps, threads)
+    elif args.which == "group":
         for label, graph in [("1 hub, 2M in-edges, + 200K random", hub_graph()),
                              ("4 hubs, 500K in-edges each, + 200K random", hub_graph(hubs=4)),
                              ("rmat-16", rmat(16))]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import gnnc
 from gnnc import compiler
 from tests.helpers import assert_matches
-from tests.strategies import FEATURE_SIZES, graphs, random_inputs
+from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {"F": 5},
@@ -220,3 +220,25 @@ def test_grouped_aggregations_keep_nan_ties_and_empty_rows(kind):
     assert_matches(got, want, graph, np.float32)
     assert np.isnan(got[5, 0]) and not np.isnan(got[5, 1:]).any()
     assert np.all(got[-2:] == 0)  # isolated vertices
+
+
+@given(source=random_kernels(), schedule=st.sampled_from(["group neighbors 2", "group neighbors 5\nvectorize 4",
+                                                          "partition src 2", "partition src 3\ntile features 2"]),
+       graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), threads=st.integers(1, 3),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=25)
+def test_random_kernels_split_or_partitioned_match_reference(source, schedule, graph, f, threads, seed):
+    """Random kernels (edge results, several phases, softmax, @, scalar terms) under the splitting schedules."""
+    try:
+        module = gnnc.compile(source, schedule=schedule)
+    except gnnc.CompileError as exc:
+        assert any(d in str(exc) for d in REFUSABLE), str(exc)
+        if "group neighbors" in schedule and "group neighbors" in str(exc):
+            assert "softmax" in str(exc) or "no aggregation" in str(exc)
+        return
+    kernel = module.k
+    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    got = kernel(graph, threads=threads, **inputs)
+    want = gnnc.compile(source, target="reference").k(graph, **inputs)
+    assert_matches(got, want, graph, dtype)

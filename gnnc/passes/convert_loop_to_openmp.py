@@ -436,6 +436,11 @@ class _Outliner:
                     f"vectorize {width}: the kernel reduces over the feature axis '{dim}' "
                     "(a dot or @ along it), which row slicing would split"
                 )
+        if _nests_axis(per_vertex, dim):
+            raise CompileError(
+                f"vectorize {width}: the kernel nests two loops over the feature axis '{dim}' (a @ along it, "
+                f"or a value of shape [{dim}, {dim}]), which row slicing would cut down to diagonal slices"
+            )
         if self.partitions:
             # every slice repeats the destination's work; an accumulator
             # without the sliced axis, initialised in the first partition and
@@ -512,6 +517,11 @@ class _Outliner:
                     f"tile features {tile}: the kernel reduces over the feature axis '{dim}' "
                     "(a dot or @ along it), which feature tiling would split"
                 )
+        if _nests_axis(per_vertex, dim):
+            raise CompileError(
+                f"tile features {tile}: the kernel nests two loops over the feature axis '{dim}' (a @ along it, "
+                f"or a value of shape [{dim}, {dim}]), which feature tiling would cut down to diagonal tiles"
+            )
         c0, step = _const(0), _const(tile)
         tile_body = Block(arg_types=[index])
         t0 = tile_body.args[0]
@@ -554,6 +564,14 @@ def _launch(fn: func.FuncOp, for_dst: loop.ForDstOp, outlined: func.FuncOp) -> l
     call = func.CallOp("GOMP_parallel", [address, closure, threads, flags], [])
     ops += [address, threads, flags, call]
     return ops
+
+
+def _nests_axis(per_vertex: Block, dim: str) -> bool:
+    """Whether a loop over feature axis `dim` encloses another: both would be sliced at one offset."""
+    def over(op: Operation) -> bool:
+        return isinstance(op, loop.ForFeatureOp) and op.dim is not None and op.dim.data == dim
+
+    return any(over(op) and any(over(inner) for inner in op.body.walk()) for op in per_vertex.walk())
 
 
 def _feature_depth(op: Operation) -> int:
@@ -644,8 +662,14 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 partitioned += outliner.partitioned_walks
                 op.body.block.insert_op_after(work, fn)
                 op.body.block.insert_op_after(outlined, fn)
-                launch = _launch(fn, for_dst, outlined)
-                fn.body.block.insert_ops_before(launch, for_dst)
+                # no blocks (no vertices, or no split neighbour groups): no
+                # parallel region, whose thread wake-up costs a time slice on
+                # a loaded machine
+                c0 = _const(0)
+                any_blocks = arith.CmpiOp(for_dst.num_blocks, c0, "sgt")
+                then = Block()
+                then.add_ops([*_launch(fn, for_dst, outlined), scf.YieldOp()])
+                fn.body.block.insert_ops_before([c0, any_blocks, scf.IfOp(any_blocks, [], [then])], for_dst)
                 for_dst.detach()
                 for_dst.erase()
             if partitions and not partitioned:
