@@ -34,6 +34,10 @@ GROUPS = st.sampled_from([1, 2, 3, 7])
 TILES = st.sampled_from([None, 1, 2, 5])
 #: kernels whose per-thread scratch warp_vertex cannot split yet (refused with the reason)
 WARP_REFUSED = {"gin", "gat", "attention", "mlp_aggr"}
+#: kernels the edge mappings refuse, with the reason's words: softmax walks a
+#: destination's edges three times; gin accumulates in scratch beside x[v]
+THREAD_EDGE_REFUSED = {"gat": "walks its in-edges 3 times", "gin": "accumulates in per-thread scratch"}
+WARP_EDGE_REFUSED = {**{name: "per-thread scratch" for name in WARP_REFUSED}}
 
 
 def mapping_text(strategy: str, group: int, tile: int | None = None) -> str:
@@ -79,7 +83,69 @@ def test_warp_vertex_refuses_kernels_with_scratch(name):
         emulated(name, 1, "warp_vertex")
 
 
-@pytest.mark.parametrize("name, strategy, tile", [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None)])
+@pytest.mark.parametrize("name", sorted(set(DIMS) - set(THREAD_EDGE_REFUSED)))
+@given(graph=graphs(), group=GROUPS, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
+def test_thread_edge_matches_reference(name, graph, group, seed):
+    check(name, group, graph, seed, strategy="thread_edge")
+
+
+@pytest.mark.parametrize("name", sorted(set(DIMS) - set(WARP_EDGE_REFUSED)))
+@given(graph=graphs(), group=GROUPS, tile=TILES, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
+def test_warp_edge_matches_reference(name, graph, group, tile, seed):
+    check(name, group, graph, seed, strategy="warp_edge", tile=tile)
+
+
+@pytest.mark.parametrize("strategy, refused", [("thread_edge", THREAD_EDGE_REFUSED), ("warp_edge", WARP_EDGE_REFUSED)])
+def test_edge_mappings_refuse_with_the_reason(strategy, refused):
+    for name, reason in refused.items():
+        with pytest.raises(gnnc.CompileError, match=f"kernel '{name}': map {strategy} is refused: .*{reason}"):
+            emulated(name, 1, strategy)
+
+
+@pytest.mark.parametrize("strategy", ["thread_edge", "warp_edge"])
+def test_edge_mappings_keep_max_semantics(strategy):
+    # NaN propagates through the atomic max (fmaximum, not maxnum), and a
+    # destination with no in-edges gets 0, not the -inf its row starts from
+    graph = gnnc.Graph.from_coo(np.array([0, 1, 2, 2, 0]), np.array([1, 1, 1, 3, 3]), num_vertices=5)
+    x = np.array([[1.0, -2.0], [np.nan, -2.0], [1.0, -3.0], [4.0, 0.0], [9.0, 9.0]], np.float32)
+    got = getattr(emulated("sage_max", 2, strategy), "sage_max")(graph, x=x)
+    want = np.array([[0, 0], [np.nan, -2.0], [0, 0], [1.0, -2.0], [0, 0]], np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_edge_grid_sizes_follow_the_edges():
+    # one grid per launch: initialise the rows, the edges, then the means; the
+    # runtime sizes the edge grid by E / group, the others by V
+    module = emulated("sage_mean", 3, "thread_edge")
+    grid = module.sage_mean._abi["grid"]
+    assert grid["grids"] == [{"over": "V", "group": 1}, {"over": "E", "group": 3}, {"over": "V", "group": 1}]
+    from gnnc import abi
+
+    assert abi.grid_blocks(grid, 300, 3 * 256 * 2 + 1) == [2, 3, 2]
+    src = (EXAMPLES / "sage_mean.gnn").read_text()
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map thread_edge group 3")
+    mapped = compiler.compile_source(src, options=opts, stop_after="scf").stages["map-threads"]
+    assert 'llvm_ext.atomic_rmw "fadd"' in mapped and "math.ctlz" in mapped
+    assert mapped.count("loop.grid") == 3
+
+
+@pytest.mark.parametrize("strategy", ["thread_edge", "warp_edge"])
+@pytest.mark.parametrize("group", [1, 5])
+def test_edge_grid_over_several_blocks_and_a_hub(strategy, group):
+    # more edges than one block of threads (warps) covers, one destination with
+    # most of them: the binary search, the last block's guard and the atomics
+    rng = np.random.default_rng(group)
+    v, n = 300, 256 * group * 3 + 77
+    dst = np.where(rng.random(n) < 0.6, 7, rng.integers(0, v, n))
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, n), dst, num_vertices=v)
+    for name in ("gcn", "sage_max", "sage_mean"):
+        check(name, group, graph, seed=group, strategy=strategy)
+
+
+@pytest.mark.parametrize("name, strategy, tile", [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None),
+                                                  ("sage_max", "warp_edge", 3)])
 def test_warp_vertex_feature_sizes(name, strategy, tile):
     # feature sizes below, at and above a warp's 32 lanes (times the tile)
     rng = np.random.default_rng(1)
@@ -121,8 +187,7 @@ def test_cpu_schedules_do_not_reach_the_cuda_target():
 
 
 @pytest.mark.parametrize("directive, reason", [
-    ("map thread_edge", "'map thread_edge' is not supported yet"),
-    ("map warp_edge group 2", "'map warp_edge' is not supported yet"),
+    ("map thread_edge tile 2", "nothing to tile over threads"),
     ("map thread_vertex tile 2", "nothing to tile over threads"),
     ("map thread_vertex group 0", "positive integer"),
     ("map vertex_thread", "thread_vertex"),
@@ -148,10 +213,11 @@ def test_unknown_target_is_refused():
         gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emu")
 
 
-@pytest.mark.parametrize("name", ["gat", "mlp_aggr"])
-def test_every_cuda_emulation_stage_parses_back(name):
+@pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 2"), ("mlp_aggr", "map thread_vertex"),
+                                           ("mlp_aggr", "map thread_edge group 2"), ("sage_max", "map warp_edge tile 2")])
+def test_every_cuda_emulation_stage_parses_back(name, mapping):
     path = EXAMPLES / f"{name}.gnn"
-    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map thread_vertex group 2")
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule=mapping)
     result = compiler.compile_source(path.read_text(), str(path), options=opts, stop_after="scf")
     stages = [pipeline.FRONTEND_STAGE, *pipeline.CUDA_EMULATION_PIPELINE]
     assert list(result.stages) == stages
@@ -185,3 +251,20 @@ def test_call_time_mapping_compiles_an_emulated_variant():
     got = module.gcn(graph, x=x, w=w, schedule="map warp_vertex tile 3")
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert module.gcn._variants["map warp_vertex tile 3"]._abi["grid"]["mapping"] == "warp_vertex"
+
+
+def test_atomic_rmw_verifier():
+    from xdsl.dialects import arith, test
+    from xdsl.dialects.builtin import DYNAMIC_INDEX, FloatAttr, IndexType, IntegerAttr, MemRefType, f32, f64
+    from xdsl.utils.exceptions import VerifyException
+
+    from gnnc.dialects.llvm_ext import AtomicRmwOp
+
+    buf = test.TestOp(result_types=[MemRefType(f32, [DYNAMIC_INDEX])]).results[0]
+    i = arith.ConstantOp(IntegerAttr(0, IndexType())).result
+    x32, x64 = arith.ConstantOp(FloatAttr(1.0, f32)).result, arith.ConstantOp(FloatAttr(1.0, f64)).result
+    AtomicRmwOp("fmaximum", x32, buf, i).verify()
+    with pytest.raises(VerifyException, match="unknown kind 'fmax'"):
+        AtomicRmwOp("fmax", x32, buf, i).verify()
+    with pytest.raises(VerifyException, match="does not match"):
+        AtomicRmwOp("fadd", x64, buf, i).verify()

@@ -24,9 +24,14 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.gnn"))
 ARCHS = ("sm_75", "sm_80", "sm_90")
 #: every implemented mapping, with and without vertex grouping and feature tiling
-MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4")
-#: kernels whose per-thread scratch warp_vertex refuses (tests/test_cuda_emulation.py)
-WARP_REFUSED = {"gin", "gat", "attention", "mlp_aggr"}
+MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
+            "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4")
+#: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
+REFUSED = {
+    "warp_vertex": {"gin", "gat", "attention", "mlp_aggr"},
+    "thread_edge": {"gin", "gat"},
+    "warp_edge": {"gin", "gat", "attention", "mlp_aggr"},
+}
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
 
 
@@ -39,8 +44,8 @@ def nvvm(name: str, mapping: str) -> compiler.CompileResult:
 @pytest.mark.parametrize("mapping", MAPPINGS)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
-    if "warp_vertex" in mapping and name in WARP_REFUSED:
-        with pytest.raises(gnnc.CompileError, match="refused"):
+    if name in REFUSED.get(mapping.split()[1], ()):
+        with pytest.raises(gnnc.CompileError, match=f"map {mapping.split()[1]} is refused"):
             nvvm(name, mapping)
         return
     ir_text = nvvm(name, mapping).stages["translate-to-nvvm"]
@@ -52,6 +57,17 @@ def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
         assert "call.uni" not in ptx and "\tcall" not in ptx
         if shutil.which("ptxas"):
             codegen.ptxas(ptx, arch)
+
+
+@pytest.mark.parametrize("name, atom", [("gcn", "atom.global.add.f32"), ("sage_mean", "atom.global.add.f32"),
+                                        ("sage_max", "atom.relaxed.sys.global.cas.b32")])
+def test_edge_mappings_update_destinations_with_atomics(name, atom):
+    # sums as the hardware's float add; max as LLVM's compare-and-swap loop on the bits
+    result = nvvm(name, "map thread_edge")
+    _, ptx = codegen.optimize_and_emit_ptx(result.stages["translate-to-nvvm"], "sm_80")
+    assert atom in ptx
+    kernel = result.metadata["kernels"][0]["abi"]["grid"]
+    assert len(kernel["phases"]) == len(kernel["grids"]) and {"over": "E", "group": 1} in kernel["grids"]
 
 
 def test_each_phase_is_its_own_kernel():
@@ -73,9 +89,10 @@ def test_bad_arch_is_refused():
         compiler.compile_source((EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda", arch="sm_70"))
 
 
-@pytest.mark.parametrize("name", ["gat", "mlp_aggr"])
-def test_every_cuda_stage_parses_back(name):
-    result = nvvm(name, "map thread_vertex group 4")
+@pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 4"), ("mlp_aggr", "map thread_vertex group 4"),
+                                           ("sage_max", "map thread_edge group 2")])
+def test_every_cuda_stage_parses_back(name, mapping):
+    result = nvvm(name, mapping)
     for stage in [pipeline.FRONTEND_STAGE, *pipeline.CUDA_PIPELINE]:
         module = Parser(pipeline.make_context(), result.stages[stage]).parse_module()
         module.verify()

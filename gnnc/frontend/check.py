@@ -26,8 +26,9 @@ from gnnc.frontend import ast
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize"},
-                                             # vertex mappings with grouping and tiling (map-threads)
-                                             "cuda": {"map thread_vertex", "map warp_vertex", "map group", "map tile"}}
+                                             # uGrapher's four mappings with grouping and tiling (map-threads)
+                                             "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
+                                                      "map warp_edge", "map group", "map tile"}}
 
 _F32_MAX = 3.4028234663852886e38
 

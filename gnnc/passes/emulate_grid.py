@@ -1,9 +1,12 @@
 """emulate-grid: a cuda grid becomes two loops, blocks then threads, on the CPU.
 
-The grids of thread_vertex share no memory between threads and have no
-barriers or shuffles, so running threads one after another is one valid
-schedule of the GPU's execution; the body's index arithmetic is unchanged,
-which is what the emulation tests check against the reference.
+Threads of a grid have no barriers; they share memory only through atomics
+(`llvm_ext.atomic_rmw`, the edge mappings' destination updates), and one
+thread's atomic update, run alone, is the plain update. So running threads
+one after another is one valid schedule of the GPU's execution; the body's
+index arithmetic is unchanged, which is what the emulation tests check
+against the reference. The atomics stay atomics: the CPU backend translates
+them too, so the emulation also runs their compare-and-swap loops.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ class CudaKernel:
             raise ArgumentError(f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}")
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         cu = self._module.cu
-        blocks = abi.grid_blocks(self._grid, graph.num_vertices)
-        threads = max(1, blocks * self._grid["block_size"])
+        blocks = abi.grid_blocks(self._grid, graph.num_vertices, graph.num_edges)
+        threads = max(1, max(blocks, default=0) * self._grid["block_size"])
         per_thread = abi.scratch_slice_elements(
             sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
         )
@@ -128,9 +128,9 @@ class CudaKernel:
                       ctypes.c_int64(threads), ctypes.c_int64(1)]
             values += [ctypes.c_void_p(int(d.ptr)) for d in device]
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            if blocks:
-                for function in self._functions:  # phases, in order, on the default stream
-                    _check(cu, cu.cuLaunchKernel(function, blocks, 1, 1, self._grid["block_size"], 1, 1, 0, 0,
+            for function, n in zip(self._functions, blocks, strict=True):  # phases, in order, on the default stream
+                if n:
+                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, 0, 0,
                                                  ctypes.addressof(params), 0), "cuLaunchKernel")
             _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
             first_output = 9 + len(inputs)

@@ -105,7 +105,8 @@ class Kernel:
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
-            n_threads = max(1, abi.grid_blocks(grid, graph.num_vertices) * grid["block_size"])
+            n_threads = max(1, max(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges), default=0)
+                            * grid["block_size"])
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
         if self._abi.get("edge_order") == "hilbert":
             blocks = plans.edge_blocks(graph, plans.block_count_for(graph, n_threads))
