@@ -32,12 +32,13 @@ DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {
 GROUPS = st.sampled_from([1, 2, 3, 7])
 #: warp_vertex feature tiles: none, 1, and sizes that do and do not divide the feature sizes
 TILES = st.sampled_from([None, 1, 2, 5])
-#: kernels whose per-thread scratch warp_vertex cannot split yet (refused with the reason)
-WARP_REFUSED = {"gin", "gat", "attention", "mlp_aggr"}
+#: kernels the warp mappings refuse, with the reason's words: mlp_aggr's `@`
+#: writes a row at indices no single lane owns
+WARP_REFUSED = {"mlp_aggr": "feature indices other than the ones a lane owns"}
 #: kernels the edge mappings refuse, with the reason's words: softmax walks a
 #: destination's edges three times; gin accumulates in scratch beside x[v]
 THREAD_EDGE_REFUSED = {"gat": "walks its in-edges 3 times", "gin": "accumulates in per-thread scratch"}
-WARP_EDGE_REFUSED = {**{name: "per-thread scratch" for name in WARP_REFUSED}}
+WARP_EDGE_REFUSED = {**THREAD_EDGE_REFUSED, **WARP_REFUSED}
 
 
 def mapping_text(strategy: str, group: int, tile: int | None = None) -> str:
@@ -70,7 +71,7 @@ def test_thread_vertex_matches_reference(name, graph, group, seed):
     check(name, group, graph, seed)
 
 
-@pytest.mark.parametrize("name", sorted(set(DIMS) - WARP_REFUSED))
+@pytest.mark.parametrize("name", sorted(set(DIMS) - set(WARP_REFUSED)))
 @given(graph=graphs(), group=GROUPS, tile=TILES, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=6)
 def test_warp_vertex_matches_reference(name, graph, group, tile, seed):
@@ -78,9 +79,52 @@ def test_warp_vertex_matches_reference(name, graph, group, tile, seed):
 
 
 @pytest.mark.parametrize("name", sorted(WARP_REFUSED))
-def test_warp_vertex_refuses_kernels_with_scratch(name):
-    with pytest.raises(gnnc.CompileError, match="map warp_vertex is refused: .*per-thread scratch"):
+def test_warp_vertex_refuses_what_lanes_cannot_split(name):
+    with pytest.raises(gnnc.CompileError, match=f"map warp_vertex is refused: .*{WARP_REFUSED[name]}"):
         emulated(name, 1, "warp_vertex")
+
+
+#: dot products of every length around the warp's 32 lanes, scalar and per-head
+#: results, sums / max / mean of them at v: the warp_sum's lane split and
+#: butterfly, lane 0's writes of values every lane computes
+DOTS = """
+kernel dots(w: f32[E], x: f32[V, D], q: f32[V, H, D]) -> (s: f32[V], m: f32[V], d: f32[V], a: f32[E, H]) {
+    s[v] = sum(w[e])
+    m[v] = max(w[e] * dot(x[u], x[v]))
+    d[v] = mean(dot(x[u], x[v]))
+    a[e] = dot(q[u], q[v])
+}
+"""
+
+
+@functools.cache
+def dots_kernel(mapping: str):
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "dots.gnn"
+    path.write_text(DOTS)
+    return (gnnc.compile(path, target="cuda-emulation", schedule=mapping).dots,
+            gnnc.compile(path, target="reference").dots)
+
+
+@pytest.mark.parametrize("mapping", ["map warp_vertex", "map warp_vertex group 3 tile 2", "map warp_edge",
+                                     "map warp_edge group 5", "map thread_edge group 2"])
+@given(graph=graphs(), d=st.sampled_from([1, 3, 31, 32, 33, 70]), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=5)
+def test_warp_dot_products_match_reference(mapping, graph, d, seed):
+    kernel, reference_kernel = dots_kernel(mapping)
+    inputs = random_inputs(kernel.signature, graph, {"D": d, "H": 2}, np.float32, seed)
+    assert_matches(kernel(graph, **inputs), reference_kernel(graph, **inputs), graph, np.float32)
+
+
+def test_warp_sum_is_lowered_to_lanes_and_a_butterfly():
+    src = (EXAMPLES / "attention.gnn").read_text()
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map warp_vertex")
+    stages = compiler.compile_source(src, options=opts, stop_after="scf").stages
+    assert "loop.warp_sum" in stages["map-threads"] and "gnnc.dot_reduction" not in stages["map-threads"]
+    emulated_ir = stages["emulate-grid"]
+    assert "loop.warp_sum" not in emulated_ir and "memref.alloca() : memref<32xf32>" in emulated_ir
+    assert emulated_ir.count("arith.xori") == 5  # offsets 16, 8, 4, 2, 1
 
 
 @pytest.mark.parametrize("name", sorted(set(DIMS) - set(THREAD_EDGE_REFUSED)))
@@ -157,12 +201,13 @@ def test_warp_vertex_feature_sizes(name, strategy, tile):
 
 @pytest.mark.parametrize("name", ["gat", "attention", "sage_max"])
 @pytest.mark.parametrize("group", [1, 3])
-def test_several_blocks(name, group):
+@pytest.mark.parametrize("strategy", ["thread_vertex", "warp_vertex"])
+def test_several_blocks(name, group, strategy):
     # more vertices than one block of 256 threads runs: block index arithmetic and the last block's guard
     rng = np.random.default_rng(group)
     v = 256 * group + 77
     src, dst = rng.integers(0, v, 3 * v), rng.integers(0, v, 3 * v)
-    check(name, group, gnnc.Graph.from_coo(src, dst, num_vertices=v), seed=group)
+    check(name, group, gnnc.Graph.from_coo(src, dst, num_vertices=v), seed=group, strategy=strategy)
 
 
 def test_grid_is_sized_by_the_mapping():
@@ -214,7 +259,8 @@ def test_unknown_target_is_refused():
 
 
 @pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 2"), ("mlp_aggr", "map thread_vertex"),
-                                           ("mlp_aggr", "map thread_edge group 2"), ("sage_max", "map warp_edge tile 2")])
+                                           ("mlp_aggr", "map thread_edge group 2"), ("sage_max", "map warp_edge tile 2"),
+    ("attention", "map warp_vertex"), ("attention", "map warp_edge group 2")])
 def test_every_cuda_emulation_stage_parses_back(name, mapping):
     path = EXAMPLES / f"{name}.gnn"
     opts = compiler.CompileOptions(target="cuda-emulation", schedule=mapping)

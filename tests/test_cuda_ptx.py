@@ -28,9 +28,9 @@ MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex",
             "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4")
 #: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
 REFUSED = {
-    "warp_vertex": {"gin", "gat", "attention", "mlp_aggr"},
+    "warp_vertex": {"mlp_aggr"},
     "thread_edge": {"gin", "gat"},
-    "warp_edge": {"gin", "gat", "attention", "mlp_aggr"},
+    "warp_edge": {"gin", "gat", "mlp_aggr"},
 }
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
 
@@ -68,6 +68,23 @@ def test_edge_mappings_update_destinations_with_atomics(name, atom):
     assert atom in ptx
     kernel = result.metadata["kernels"][0]["abi"]["grid"]
     assert len(kernel["phases"]) == len(kernel["grids"]) and {"over": "E", "group": 1} in kernel["grids"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("mapping", ["map warp_vertex", "map warp_edge group 2"])
+def test_warp_dot_products_shuffle(dtype, mapping):
+    # FeatGraph's tree reduction: five butterfly shuffles per dot; a double as two 32-bit halves
+    src = f"kernel a(q: {dtype}[V, H, D], k: {dtype}[V, H, D]) -> {dtype}[E, H] {{ out[e] = dot(q[v], k[u]) }}\n"
+    result = compiler.compile_source(src, "a.gnn", compiler.CompileOptions(target="cuda", schedule=mapping),
+                                     stop_after="nvvm")
+    ir_text = result.stages["translate-to-nvvm"]
+    assert ir_text.count('call float @"llvm.nvvm.shfl.sync.bfly.f32"' if dtype == "f32"
+                         else 'call i32 @"llvm.nvvm.shfl.sync.bfly.i32"') == (5 if dtype == "f32" else 10)
+    for arch in ARCHS:
+        _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+        assert "shfl.sync.bfly.b32" in ptx
+        if shutil.which("ptxas"):
+            codegen.ptxas(ptx, arch)
 
 
 def test_each_phase_is_its_own_kernel():

@@ -8,6 +8,7 @@ upstream structured counterpart, each mapping to one LLVM intrinsic.
     llvm_ext.store_buffer %buf, %closure[%c0] : memref<?xf32>, memref<?xi64>
     %b = llvm_ext.load_buffer %closure[%c0] : memref<?xi64> -> memref<?xf32>
     llvm_ext.atomic_rmw "fadd" %out[%i], %x : memref<?xf32>, f32
+    %y = llvm_ext.shfl_bfly %x, 16 : i32 : f32
 
 Function addresses (for GOMP_parallel's outlined body) use the upstream
 `llvm.mlir.addressof @fn : !llvm.ptr`, which the translation also handles.
@@ -209,9 +210,41 @@ class AtomicRmwOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' updates f32 or f64 elements, got {self.value.type}")
 
 
-LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp, AtomicRmwOp], [])
+@irdl_op_definition
+class ShflBflyOp(IRDLOperation):
+    """The value of `value` in lane `lane ^ offset` of this warp (all 32 lanes taking part):
+
+        %y = llvm_ext.shfl_bfly %x, 16 : i32 : f32
+
+    translated to `llvm.nvvm.shfl.sync.bfly.f32` (an f64 moves as two i32 halves)."""
+
+    name = "llvm_ext.shfl_bfly"
+
+    T: ClassVar = VarConstraint("T", AnyAttr())
+
+    value = operand_def(T)
+    offset = prop_def(IntegerAttr)
+    result = result_def(T)
+
+    assembly_format = "$value `,` $offset attr-dict `:` type($value)"
+
+    def __init__(self, value: SSAValue | Operation, offset: int):
+        value = SSAValue.get(value)
+        super().__init__(operands=[value], properties={"offset": IntegerAttr(offset, IntegerType(32))},
+                         result_types=[value.type])
+
+    def verify_(self) -> None:
+        offset = self.offset.value.data
+        if offset not in (1, 2, 4, 8, 16):
+            raise VerifyException(f"'{self.name}': lane offset must be 1, 2, 4, 8 or 16, got {offset}")
+        if not isinstance(self.value.type, Float32Type | Float64Type) or self.result.type != self.value.type:
+            raise VerifyException(f"'{self.name}' moves an f32 or f64 to a result of its type")
+
+
+LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp, AtomicRmwOp, ShflBflyOp], [])
 
 #: The dialect object under its IR name, as `xdsl.dialects` spells its own.
 llvm_ext = LlvmExt
 
-__all__ = ["ATOMIC_KINDS", "AtomicRmwOp", "LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp", "StoreBufferOp", "llvm_ext"]
+__all__ = ["ATOMIC_KINDS", "AtomicRmwOp", "LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp", "ShflBflyOp", "StoreBufferOp",
+           "llvm_ext"]

@@ -7,7 +7,9 @@ function `K` (grid 0) or `K_phase<i>` (i > 0), a copy of `K` that keeps grid
 `i` only; the ABI record's `grid.phases` lists them in launch order. Each keeps the kernel's full argument list, so the
 runtime passes the same buffers to every phase. Kernel functions carry
 `gnnc.ptx_kernel`, which the translation turns into the `ptx_kernel`
-calling convention.
+calling convention. A `loop.warp_sum` becomes each lane's strided partial sum
+and five `shfl.sync.bfly` rounds (offsets 16, 8, 4, 2, 1) adding the partials
+of lanes l and l ^ offset: FeatGraph's tree reduction, in registers.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ from __future__ import annotations
 import json
 
 from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import FloatAttr, IndexType, ModuleOp, StringAttr, UnitAttr
+from xdsl.ir import Block
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc import abi
 from gnnc.dialects import loop
-from gnnc.dialects.llvm_ext import NvvmSregOp
+from gnnc.dialects.llvm_ext import NvvmSregOp, ShflBflyOp
 
 #: func.func attribute marking a function as a PTX kernel entry point.
 PTX_KERNEL_ATTR = "gnnc.ptx_kernel"
@@ -46,12 +49,38 @@ def _keep_grid(fn: func.FuncOp, keep: int) -> None:
         rewriter.erase_op(grid)
 
 
+def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
+    """loop.warp_sum -> for i = lane, lane + 32, ... : acc += term(i); then the butterfly."""
+    t = op.result.type
+    fzero = arith.ConstantOp(FloatAttr(0.0, t))
+    warp = arith.ConstantOp.from_int_and_width(loop.WARP_SIZE, IndexType())
+    terminator = op.body.block.last_op
+    assert isinstance(terminator, loop.YieldOp)
+    rewriter.replace_op(terminator, scf.YieldOp(*terminator.values))
+    body = Block(arg_types=[IndexType(), t])
+    rewriter.inline_block(op.body.block, InsertPoint.at_end(body), list(body.args))
+    fold = scf.ForOp(op.lane, op.extent, warp, [fzero.result], body)
+    ops: list = [fzero, warp, fold]
+    total = fold.results[0]
+    offset = loop.WARP_SIZE // 2
+    while offset:
+        other = ShflBflyOp(total, offset)
+        added = arith.AddfOp(total, other)
+        ops += [other, added]
+        total = added.result
+        offset //= 2
+    rewriter.replace_op(op, ops, [total])
+
+
 class ConvertGridToNvvmPass(ModulePass):
     """Outlines every loop.grid into a `ptx_kernel` function reading the PTX special registers."""
 
     name = "convert-grid-to-nvvm"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        rewriter = Rewriter()
+        for warp_sum in [o for o in op.walk() if isinstance(o, loop.WarpSumOp)]:
+            _lower_warp_sum(warp_sum, rewriter)
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
                 continue

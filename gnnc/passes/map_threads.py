@@ -52,7 +52,7 @@ from gnnc import abi
 from gnnc.dialects import loop
 from gnnc.dialects.llvm_ext import AtomicRmwOp
 from gnnc.errors import CompileError
-from gnnc.passes.convert_graph_to_loop import CUDA_MAP_ATTR
+from gnnc.passes.convert_graph_to_loop import CUDA_MAP_ATTR, DOT_REDUCTION_ATTR, SCRATCH_BASE_ATTR
 from gnnc.schedule import CudaSchedule
 
 index = IndexType()
@@ -181,8 +181,8 @@ def _end_then(rewriter: Rewriter, then: Block) -> None:
     rewriter.replace_op(terminator, scf.YieldOp())
 
 
-def map_vertex(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, mapping: str | None = None,
-               group: int | None = None) -> loop.GridOp:
+def map_vertex(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str,
+               mapping: str | None = None, group: int | None = None) -> loop.GridOp:
     """for_dst -> a grid where each group of `lanes` threads runs `group` consecutive
     destinations; with several lanes, the lanes split every outermost feature loop
     in tiles of `sched.tile` (default 1) indices, round robin."""
@@ -191,10 +191,138 @@ def map_vertex(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, mapping: str 
     rewriter.inline_block(op.body.block, InsertPoint.at_end(g.then), [g.item, g.gid])
     _end_then(rewriter, g.then)
     if lanes > 1:
-        for feature_loop in _outermost_feature_loops(g.op.body.block):
-            _split_over_lanes(rewriter, feature_loop, g.lane, lanes, sched.tile or 1)
+        _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
     rewriter.replace_op(op, [*g.pre, g.op], [])
     return g.op
+
+
+# ------------------------------------------------- a warp's lanes on one unit
+
+
+def _outermost_feature_loop_of(op: Operation) -> loop.ForFeatureOp | None:
+    found = None
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, loop.GridOp):
+        if isinstance(parent, loop.ForFeatureOp):
+            found = parent
+        parent = parent.parent_op()
+    return found
+
+
+def _scratch_access(index_value: SSAValue) -> tuple[SSAValue, SSAValue | None] | None:
+    """(region, leading index) of a scratch access `base + row-major offset`, as
+    convert-graph-to-loop's `linear` builds it; the region is the base's offset."""
+    owner = index_value.owner
+    if isinstance(owner, arith.AddiOp) and SCRATCH_BASE_ATTR in owner.attributes:
+        return owner.rhs, None  # a scalar region
+    if not (isinstance(owner, arith.AddiOp) and isinstance(owner.lhs.owner, arith.AddiOp)
+            and SCRATCH_BASE_ATTR in owner.lhs.owner.attributes):
+        return None
+    offset = owner.rhs
+    while isinstance(offset.owner, arith.AddiOp) and isinstance(offset.owner.lhs.owner, arith.MuliOp):
+        offset = offset.owner.lhs.owner.lhs
+    return owner.lhs.owner.rhs, offset
+
+
+def _check_feeds_only(load: memref.LoadOp, stores: set[Operation], refuse: Callable[[str], CompileError]) -> None:
+    """A shared buffer read where every lane runs the code may feed only the stores
+    lane 0 makes: what another lane reads there is not ordered with lane 0's writes."""
+    stack = [load.res]
+    while stack:
+        for use in stack.pop().uses:
+            user = use.operation
+            if user in stores:
+                continue
+            if isinstance(user, memref.LoadOp | memref.StoreOp | AtomicRmwOp | scf.ForOp | scf.IfOp | scf.YieldOp
+                          | loop.YieldOp | loop.ForFeatureOp | loop.WarpSumOp) or not user.results:
+                raise refuse(
+                    "a result row is read back where every lane of the warp runs the code, and what it feeds is not "
+                    "only lane 0's write of it"
+                )
+            stack.extend(user.results)
+
+
+def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, lanes: int, fn: func.FuncOp,
+                           kernel: str) -> None:
+    """Shares one unit's work among a warp's lanes, or refuses the kernel with the reason.
+
+    Every outermost feature loop is split over the lanes (lane-owned: a lane
+    computes the elements of the tiles it owns) unless it holds a dot
+    product: then the dot's sum is split over the lanes instead
+    (`loop.warp_sum`, a butterfly of shuffles) and every lane runs the loop
+    whole (replicated), so each lane's scratch slice holds every element of
+    the dot. Each lane's scratch slice is its own, so a scratch region is
+    sound when it is written only where replicated, or written and read only
+    in split loops at their own index (a lane reads back what it wrote);
+    writes to buffers shared by the lanes outside split loops are made by
+    lane 0 alone, and what the lanes read there may feed only those writes.
+    """
+    strategy = sched.strategy
+    fallback = strategy.replace("warp", "thread")
+    body = g.op.body.block
+    scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    reductions = [o for o in body.walk() if isinstance(o, scf.ForOp) and DOT_REDUCTION_ATTR in o.attributes]
+    outer = _outermost_feature_loops(body)
+    replicated_loops = {_outermost_feature_loop_of(r) for r in reductions} - {None}
+    split_loops = [o for o in outer if o not in replicated_loops]
+
+    def refuse(reason: str) -> CompileError:
+        return CompileError(f"kernel '{kernel}': map {strategy} is refused: {reason}; use map {fallback}")
+
+    def split_index(op: Operation) -> SSAValue | None:
+        """The index of the split loop op is in, None where every lane runs it."""
+        loop_op = _outermost_feature_loop_of(op)
+        return loop_op.body.block.args[0] if loop_op is not None and loop_op not in replicated_loops else None
+
+    accesses: dict[SSAValue, list[tuple[bool, SSAValue | None, SSAValue | None]]] = {}
+    shared: set[SSAValue] = set()
+    for o in body.walk():
+        if isinstance(o, memref.StoreOp | memref.LoadOp) and o.memref is scratch:
+            found = _scratch_access(o.indices[0])
+            if found is None:
+                raise refuse("a per-thread scratch access has an index map-threads cannot attribute to a region")
+            region, lead = found
+            accesses.setdefault(region, []).append((isinstance(o, memref.StoreOp), lead, split_index(o)))
+        elif isinstance(o, memref.StoreOp | AtomicRmwOp):
+            shared.add(o.memref)
+    for region, uses in accesses.items():
+        if all(split is None for is_store, _, split in uses if is_store):
+            continue  # replicated: every lane computes all of it in its own slice
+        for is_store, lead, split in uses:
+            if split is None or lead is not split:
+                raise refuse(
+                    "a value kept in per-thread scratch is " + ("written" if is_store else "read")
+                    + " at feature indices other than the ones a lane owns (the lanes split the feature loops; "
+                    "a vector-matrix product `@`, or a per-destination value read across the split axis, would "
+                    "need the lanes to exchange it)"
+                )
+    replicated_stores = [o for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)
+                         and o.memref is not scratch and split_index(o) is None]
+    for o in body.walk():
+        if isinstance(o, memref.LoadOp) and o.memref in shared and split_index(o) is None:
+            _check_feeds_only(o, set(replicated_stores), refuse)
+    for r in reductions:
+        init = r.iter_args[0].owner
+        if not (len(r.iter_args) == 1 and isinstance(init, arith.ConstantOp) and init.value.value.data == 0.0):
+            raise refuse("a dot product's sum does not start at 0")
+        block = r.body.block
+        terminator = block.last_op
+        assert isinstance(terminator, scf.YieldOp)
+        rewriter.replace_op(terminator, loop.YieldOp(*terminator.operands))
+        new_block = Block(arg_types=[index, r.results[0].type])
+        rewriter.inline_block(block, InsertPoint.at_end(new_block), list(new_block.args))
+        rewriter.replace_op(r, loop.WarpSumOp(r.ub, g.lane, new_block, r.results[0].type))
+    for o in replicated_stores:
+        # every lane reaches it with the same value: one of them writes it (an
+        # update made by every lane would be made 32 times)
+        zero = arith.ConstantOp(IntegerAttr(0, index))
+        first_lane = arith.CmpiOp(g.lane, zero, "eq")
+        then = Block()
+        rewriter.insert_op([zero, first_lane, scf.IfOp(first_lane, [], [then])], InsertPoint.before(o))
+        o.detach()
+        then.add_ops([o, scf.YieldOp()])
+    for feature_loop in split_loops:
+        _split_over_lanes(rewriter, feature_loop, g.lane, lanes, sched.tile or 1)
 
 
 # ------------------------------------------------------------ edge mappings
@@ -312,7 +440,7 @@ def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncO
     vertex_mapping = VERTEX_MAPPING_OF[strategy]
     walks = [o for o in op.body.block.ops if isinstance(o, loop.ForInEdgesOp)]
     if not walks:  # a phase of per-vertex work only
-        return [map_vertex(op, sched, lanes, vertex_mapping, group=1)]
+        return [map_vertex(op, sched, lanes, fn, kernel, vertex_mapping, group=1)]
     if len(walks) > 1:
         raise CompileError(
             f"kernel '{kernel}': map {strategy} is refused: each destination walks its in-edges {len(walks)} times "
@@ -351,7 +479,7 @@ def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncO
     rewriter.erase_op(op)
 
     if _has_stores(list(first.body.block.ops)):
-        grids.append(map_vertex(first, sched, lanes, vertex_mapping, group=1))
+        grids.append(map_vertex(first, sched, lanes, fn, kernel, vertex_mapping, group=1))
     else:
         rewriter.erase_op(first)
 
@@ -373,13 +501,12 @@ def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncO
     _end_then(rewriter, g.then)
     _atomic_updates(rewriter, g.then, scratch, e.result, kernel, strategy)
     if lanes > 1:
-        for feature_loop in _outermost_feature_loops(g.op.body.block):
-            _split_over_lanes(rewriter, feature_loop, g.lane, lanes, sched.tile or 1)
+        _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
     rewriter.replace_op(edges, [*g.pre, g.op], [])
     grids.append(g.op)
 
     if _has_stores(list(last.body.block.ops)):
-        grids.append(map_vertex(last, sched, lanes, vertex_mapping, group=1))
+        grids.append(map_vertex(last, sched, lanes, fn, kernel, vertex_mapping, group=1))
     else:
         rewriter.erase_op(last)
     return grids
@@ -405,18 +532,6 @@ class MapThreadsPass(ModulePass):
                     "with one thread per destination (or edge) every thread runs the whole feature row, "
                     "there is nothing to tile over threads"
                 )
-            if lanes > 1 and record["scratch"]:
-                # Accumulators, dot, @ and softmax keep per-destination values in
-                # the thread's scratch. Splitting features over lanes is only
-                # sound when each lane reads back just what it wrote (a dot over
-                # the split axis needs a warp-shuffle reduction instead); that
-                # is not proven yet, so such kernels are refused, not guessed.
-                raise CompileError(
-                    f"kernel '{kernel}': map {sched.strategy} is refused: the kernel keeps per-destination "
-                    "values in per-thread scratch (accumulators, dot, @ or softmax), and splitting them over a "
-                    "warp's lanes needs warp-shuffle reductions the cuda lowering does not emit yet; "
-                    f"use map {sched.strategy.replace('warp', 'thread')}"
-                )
             grids: list[dict] = []
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
@@ -425,7 +540,7 @@ class MapThreadsPass(ModulePass):
                         over_edges = grid.mapping.data == sched.strategy
                         grids.append({"over": "E" if over_edges else "V", "group": sched.group if over_edges else 1})
                 else:
-                    map_vertex(dst, sched, lanes)
+                    map_vertex(dst, sched, lanes, fn, kernel)
                     grids.append({"over": "V", "group": sched.group})
             if CUDA_MAP_ATTR in fn.attributes:
                 del fn.attributes[CUDA_MAP_ATTR]

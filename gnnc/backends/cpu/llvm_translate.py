@@ -35,7 +35,7 @@ from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gnnc.abi import INTERLEAVE_ATTR
-from gnnc.dialects.llvm_ext import AtomicRmwOp, LoadBufferOp, NvvmSregOp, PrefetchOp, StoreBufferOp
+from gnnc.dialects.llvm_ext import AtomicRmwOp, LoadBufferOp, NvvmSregOp, PrefetchOp, ShflBflyOp, StoreBufferOp
 from gnnc.errors import CompileError
 
 I1 = ir.IntType(1)
@@ -579,6 +579,24 @@ def _atomic_rmw(t: FunctionTranslator, op: AtomicRmwOp) -> None:
     t.set(op, [])
 
 
+def _shfl_bfly(t: FunctionTranslator, op: ShflBflyOp) -> None:
+    b = t.builder
+    all_lanes, clamp = ir.Constant(I32, -1), ir.Constant(I32, 31)
+    offset = ir.Constant(I32, op.offset.value.data)
+    x = t.get(op.value)
+    if isinstance(x.type, ir.FloatType):
+        fn = t.intrinsic("llvm.nvvm.shfl.sync.bfly.f32", x.type, [I32, x.type, I32, I32])
+        t.set(op, [b.call(fn, [all_lanes, x, offset, clamp])])
+        return
+    # PTX shuffles 32-bit registers: a double moves as its two halves
+    fn = t.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
+    bits = b.bitcast(x, I64)
+    low = b.call(fn, [all_lanes, b.trunc(bits, I32), offset, clamp])
+    high = b.call(fn, [all_lanes, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), offset, clamp])
+    joined = b.or_(b.shl(b.zext(high, I64), ir.Constant(I64, 32)), b.zext(low, I64))
+    t.set(op, [b.bitcast(joined, x.type)])
+
+
 def _slot_address(t: FunctionTranslator, slots: SSAValue, index: SSAValue) -> ir.Value:
     # A slot is an i64; indexing it as `ptr` (also 8 bytes on 64-bit targets) lets the
     # pointer be stored and loaded as a pointer, without ptrtoint / inttoptr.
@@ -696,6 +714,7 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     StoreBufferOp: _store_buffer,
     NvvmSregOp: _nvvm_sreg,
     AtomicRmwOp: _atomic_rmw,
+    ShflBflyOp: _shfl_bfly,
     llvm_dialect.AddressOfOp: _addressof,
     memref.ExtractAlignedPointerAsIndexOp: lambda t, op: t.set(op, [t.builder.ptrtoint(t.get(op.source), I64)]),
 }
