@@ -314,3 +314,45 @@ def test_atomic_rmw_verifier():
         AtomicRmwOp("fmax", x32, buf, i).verify()
     with pytest.raises(VerifyException, match="does not match"):
         AtomicRmwOp("fadd", x64, buf, i).verify()
+
+
+def _hub_graph(v: int = 600, hub_edges: int = 2000, seed: int = 0) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, v, hub_edges + v)
+    dst = np.concatenate([np.full(hub_edges, 3), rng.integers(0, v, v)])
+    return gnnc.Graph.from_coo(src, dst, num_vertices=v)
+
+
+def test_default_cuda_mapping_rule():
+    from gnnc.runtime.heuristic import default_cuda_mappings
+
+    rng = np.random.default_rng(0)
+    sparse = gnnc.Graph.from_coo(rng.integers(0, 500, 1000), rng.integers(0, 500, 1000), num_vertices=500)
+    dense = gnnc.Graph.from_coo(rng.integers(0, 100, 3000), rng.integers(0, 100, 3000), num_vertices=100)
+    assert default_cuda_mappings(gnnc.Graph.from_coo(np.zeros(0), np.zeros(0), num_vertices=0), 64) == ["thread_vertex"]
+    assert default_cuda_mappings(sparse, 4) == ["thread_vertex"]
+    assert default_cuda_mappings(sparse, 64) == ["warp_vertex", "thread_vertex"]
+    assert default_cuda_mappings(dense, 8)[0] == "warp_vertex"  # mean in-degree 30
+    assert default_cuda_mappings(dense, 4)[0] == "thread_vertex"
+    assert default_cuda_mappings(_hub_graph(), 64) == ["warp_edge", "thread_edge", "warp_vertex", "thread_vertex"]
+    assert default_cuda_mappings(_hub_graph(), 4) == ["thread_edge", "thread_vertex"]
+
+
+@pytest.mark.parametrize("name, dims, expected", [
+    ("gcn", {"F": 64}, "warp_edge"),
+    ("gat", {"H": 2, "F": 32}, "warp_vertex"),   # edge mappings refuse softmax: the next one
+    ("mlp_aggr", {"D1": 5, "D2": 40}, "thread_edge"),  # warp mappings refuse its `@`
+    ("sage_max", {"F": 3}, "thread_edge"),
+])
+def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, expected):
+    module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation")
+    kernel = getattr(module, name)
+    assert kernel._abi["grid"]["schedule_given"] is False
+    graph = _hub_graph()
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, 0)
+    assert_matches(kernel(graph, **inputs), getattr(reference(name), name)(graph, **inputs), graph, np.float32)
+    chosen = kernel._default_variant(graph, {**dims})
+    assert chosen is not None and chosen._abi["grid"]["mapping"] == expected
+    # a small, sparse graph with narrow rows runs as compiled (thread_vertex)
+    small = gnnc.Graph.from_coo(np.array([0, 1]), np.array([1, 2]), num_vertices=3)
+    assert kernel._default_variant(small, {k: 2 for k in dims}) is None

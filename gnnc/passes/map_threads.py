@@ -546,5 +546,7 @@ class MapThreadsPass(ModulePass):
                 del fn.attributes[CUDA_MAP_ATTR]
             # the runtime sizes the grid (and one scratch slice per thread) from this
             record["grid"] = {"mapping": sched.strategy, "block_size": sched.block_size, "group": sched.group,
-                              "lanes": lanes, "grids": grids}
+                              "lanes": lanes, "grids": grids,
+                              # False: the runtime may pick a mapping per graph (runtime/heuristic.py)
+                              "schedule_given": isinstance(text, StringAttr)}
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
