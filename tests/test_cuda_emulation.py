@@ -41,14 +41,21 @@ THREAD_EDGE_REFUSED = {"gat": "walks its in-edges 3 times", "gin": "accumulates 
 WARP_EDGE_REFUSED = {**THREAD_EDGE_REFUSED, **WARP_REFUSED}
 
 
-def mapping_text(strategy: str, group: int, tile: int | None = None) -> str:
-    return f"map {strategy} group {group}" + (f" tile {tile}" if tile is not None else "")
+#: lanes per destination (edge group) of the warp mappings: the whole warp, and
+#: Seastar's feature-adaptive groups of 2 and 8 lanes (16 and 4 groups a warp)
+LANE_COUNTS = st.sampled_from([None, 2, 8])
+
+
+def mapping_text(strategy: str, group: int, tile: int | None = None, lanes: int | None = None) -> str:
+    return (f"map {strategy} group {group}" + (f" tile {tile}" if tile is not None else "")
+            + (f" lanes {lanes}" if lanes is not None else ""))
 
 
 @functools.cache
-def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None):
+def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None,
+             lanes: int | None = None):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation",
-                        schedule=mapping_text(strategy, group, tile))
+                        schedule=mapping_text(strategy, group, tile, lanes))
 
 
 @functools.cache
@@ -56,8 +63,9 @@ def reference(name: str):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
-def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None) -> None:
-    kernel = getattr(emulated(name, group, strategy, tile), name)
+def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None,
+          lanes=None) -> None:
+    kernel = getattr(emulated(name, group, strategy, tile, lanes), name)
     inputs = random_inputs(kernel.signature, graph, dims or DIMS[name], np.float32, seed)
     got = kernel(graph, **inputs)
     want = getattr(reference(name), name)(graph, **inputs)
@@ -72,10 +80,10 @@ def test_thread_vertex_matches_reference(name, graph, group, seed):
 
 
 @pytest.mark.parametrize("name", sorted(set(DIMS) - set(WARP_REFUSED)))
-@given(graph=graphs(), group=GROUPS, tile=TILES, seed=st.integers(0, 2**32 - 1))
+@given(graph=graphs(), group=GROUPS, tile=TILES, lanes=LANE_COUNTS, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=6)
-def test_warp_vertex_matches_reference(name, graph, group, tile, seed):
-    check(name, group, graph, seed, strategy="warp_vertex", tile=tile)
+def test_warp_vertex_matches_reference(name, graph, group, tile, lanes, seed):
+    check(name, group, graph, seed, strategy="warp_vertex", tile=tile, lanes=lanes)
 
 
 @pytest.mark.parametrize("name", sorted(WARP_REFUSED))
@@ -108,7 +116,8 @@ def dots_kernel(mapping: str):
 
 
 @pytest.mark.parametrize("mapping", ["map warp_vertex", "map warp_vertex group 3 tile 2", "map warp_edge",
-                                     "map warp_edge group 5", "map thread_edge group 2"])
+                                     "map warp_edge group 5", "map thread_edge group 2", "map warp_vertex lanes 4",
+                                     "map warp_edge lanes 8 group 3"])
 @given(graph=graphs(), d=st.sampled_from([1, 3, 31, 32, 33, 70]), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=5)
 def test_warp_dot_products_match_reference(mapping, graph, d, seed):
@@ -125,6 +134,9 @@ def test_warp_sum_is_lowered_to_lanes_and_a_butterfly():
     emulated_ir = stages["emulate-grid"]
     assert "loop.warp_sum" not in emulated_ir and "memref.alloca() : memref<32xf32>" in emulated_ir
     assert emulated_ir.count("arith.xori") == 5  # offsets 16, 8, 4, 2, 1
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map warp_vertex lanes 8")
+    emulated_ir = compiler.compile_source(src, options=opts, stop_after="scf").stages["emulate-grid"]
+    assert "memref<8xf32>" in emulated_ir and emulated_ir.count("arith.xori") == 3  # offsets 4, 2, 1
 
 
 @pytest.mark.parametrize("name", sorted(set(DIMS) - set(THREAD_EDGE_REFUSED)))
@@ -135,10 +147,10 @@ def test_thread_edge_matches_reference(name, graph, group, seed):
 
 
 @pytest.mark.parametrize("name", sorted(set(DIMS) - set(WARP_EDGE_REFUSED)))
-@given(graph=graphs(), group=GROUPS, tile=TILES, seed=st.integers(0, 2**32 - 1))
+@given(graph=graphs(), group=GROUPS, tile=TILES, lanes=LANE_COUNTS, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=6)
-def test_warp_edge_matches_reference(name, graph, group, tile, seed):
-    check(name, group, graph, seed, strategy="warp_edge", tile=tile)
+def test_warp_edge_matches_reference(name, graph, group, tile, lanes, seed):
+    check(name, group, graph, seed, strategy="warp_edge", tile=tile, lanes=lanes)
 
 
 @pytest.mark.parametrize("strategy, refused", [("thread_edge", THREAD_EDGE_REFUSED), ("warp_edge", WARP_EDGE_REFUSED)])
@@ -233,6 +245,9 @@ def test_cpu_schedules_do_not_reach_the_cuda_target():
 
 @pytest.mark.parametrize("directive, reason", [
     ("map thread_edge tile 2", "nothing to tile over threads"),
+    ("map thread_vertex lanes 4", "map thread_vertex lanes 4 is refused: .*use map warp_vertex lanes 4"),
+    ("map warp_vertex lanes 3", "'lanes' must be a power of two up to 32"),
+    ("map warp_vertex lanes 64", "'lanes' must be a power of two up to 32"),
     ("map thread_vertex tile 2", "nothing to tile over threads"),
     ("map thread_vertex group 0", "positive integer"),
     ("map vertex_thread", "thread_vertex"),
@@ -251,6 +266,9 @@ def test_map_threads_refuses_what_the_frontend_would_not_catch():
     with pytest.raises(gnnc.CompileError, match="positive integer"):
         CudaSchedule.parse("thread_vertex group x")
     assert CudaSchedule.parse("thread_vertex group 4") == CudaSchedule("thread_vertex", 4, None)
+    assert CudaSchedule.parse("warp_vertex lanes 8").lanes == 8
+    with pytest.raises(gnnc.CompileError, match="power of two"):
+        CudaSchedule.parse("warp_vertex lanes 6")
 
 
 def test_unknown_target_is_refused():
@@ -332,7 +350,9 @@ def test_default_cuda_mapping_rule():
     assert default_cuda_mappings(gnnc.Graph.from_coo(np.zeros(0), np.zeros(0), num_vertices=0), 64) == ["thread_vertex"]
     assert default_cuda_mappings(sparse, 4) == ["thread_vertex"]
     assert default_cuda_mappings(sparse, 64) == ["warp_vertex", "thread_vertex"]
-    assert default_cuda_mappings(dense, 8)[0] == "warp_vertex"  # mean in-degree 30
+    assert default_cuda_mappings(dense, 8)[0] == "warp_vertex lanes 8"  # mean in-degree 30: 4 destinations a warp
+    assert default_cuda_mappings(dense, 9)[0] == "warp_vertex lanes 16"
+    assert default_cuda_mappings(dense, 17)[0] == "warp_vertex"
     assert default_cuda_mappings(dense, 4)[0] == "thread_vertex"
     assert default_cuda_mappings(_hub_graph(), 64) == ["warp_edge", "thread_edge", "warp_vertex", "thread_vertex"]
     assert default_cuda_mappings(_hub_graph(), 4) == ["thread_edge", "thread_vertex"]
@@ -343,16 +363,23 @@ def test_default_cuda_mapping_rule():
     ("gat", {"H": 2, "F": 32}, "warp_vertex"),   # edge mappings refuse softmax: the next one
     ("mlp_aggr", {"D1": 5, "D2": 40}, "thread_edge"),  # warp mappings refuse its `@`
     ("sage_max", {"F": 3}, "thread_edge"),
+    ("sage_mean", {"F": 12}, "warp_vertex lanes 16"),
 ])
 def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, expected):
     module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation")
     kernel = getattr(module, name)
     assert kernel._abi["grid"]["schedule_given"] is False
-    graph = _hub_graph()
+    if expected.startswith("warp_vertex lanes"):  # no hub, many edges per destination, rows of 12
+        rng = np.random.default_rng(0)
+        graph = gnnc.Graph.from_coo(rng.integers(0, 100, 3000), rng.integers(0, 100, 3000), num_vertices=100)
+    else:
+        graph = _hub_graph()
     inputs = random_inputs(kernel.signature, graph, dims, np.float32, 0)
     assert_matches(kernel(graph, **inputs), getattr(reference(name), name)(graph, **inputs), graph, np.float32)
     chosen = kernel._default_variant(graph, {**dims})
-    assert chosen is not None and chosen._abi["grid"]["mapping"] == expected
+    mapping, _, lanes = expected.partition(" lanes ")
+    assert chosen is not None and chosen._abi["grid"]["mapping"] == mapping
+    assert chosen._abi["grid"]["lanes"] == (int(lanes) if lanes else 32 if mapping.startswith("warp") else 1)
     # a small, sparse graph with narrow rows runs as compiled (thread_vertex)
     small = gnnc.Graph.from_coo(np.array([0, 1]), np.array([1, 2]), num_vertices=3)
     assert kernel._default_variant(small, {k: 2 for k in dims}) is None

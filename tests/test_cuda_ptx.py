@@ -25,7 +25,8 @@ NAMES = sorted(p.stem for p in EXAMPLES.glob("*.gnn"))
 ARCHS = ("sm_75", "sm_80", "sm_90")
 #: every implemented mapping, with and without vertex grouping and feature tiling
 MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
-            "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4")
+            "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4",
+            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2")
 #: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
 REFUSED = {
     "warp_vertex": {"mlp_aggr"},
@@ -71,15 +72,18 @@ def test_edge_mappings_update_destinations_with_atomics(name, atom):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-@pytest.mark.parametrize("mapping", ["map warp_vertex", "map warp_edge group 2"])
-def test_warp_dot_products_shuffle(dtype, mapping):
+@pytest.mark.parametrize("mapping, rounds", [("map warp_vertex", 5), ("map warp_edge group 2", 5),
+                                             ("map warp_vertex lanes 8", 3)])
+def test_warp_dot_products_shuffle(dtype, mapping, rounds):
     # FeatGraph's tree reduction: five butterfly shuffles per dot; a double as two 32-bit halves
     src = f"kernel a(q: {dtype}[V, H, D], k: {dtype}[V, H, D]) -> {dtype}[E, H] {{ out[e] = dot(q[v], k[u]) }}\n"
     result = compiler.compile_source(src, "a.gnn", compiler.CompileOptions(target="cuda", schedule=mapping),
                                      stop_after="nvvm")
     ir_text = result.stages["translate-to-nvvm"]
     assert ir_text.count('call float @"llvm.nvvm.shfl.sync.bfly.f32"' if dtype == "f32"
-                         else 'call i32 @"llvm.nvvm.shfl.sync.bfly.i32"') == (5 if dtype == "f32" else 10)
+                         else 'call i32 @"llvm.nvvm.shfl.sync.bfly.i32"') == rounds * (1 if dtype == "f32" else 2)
+    # a group of fewer lanes than the warp shuffles under its own lanes' mask
+    assert ("llvm.nvvm.read.ptx.sreg.laneid" in ir_text) == (rounds < 5)
     for arch in ARCHS:
         _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
         assert "shfl.sync.bfly.b32" in ptx

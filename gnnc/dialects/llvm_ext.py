@@ -8,7 +8,7 @@ upstream structured counterpart, each mapping to one LLVM intrinsic.
     llvm_ext.store_buffer %buf, %closure[%c0] : memref<?xf32>, memref<?xi64>
     %b = llvm_ext.load_buffer %closure[%c0] : memref<?xi64> -> memref<?xf32>
     llvm_ext.atomic_rmw "fadd" %out[%i], %x : memref<?xf32>, f32
-    %y = llvm_ext.shfl_bfly %x, 16 : i32 : f32
+    %y = llvm_ext.shfl_bfly %x, 16 : i32 mask %m : f32
 
 Function addresses (for GOMP_parallel's outlined body) use the upstream
 `llvm.mlir.addressof @fn : !llvm.ptr`, which the translation also handles.
@@ -135,7 +135,7 @@ class StoreBufferOp(IRDLOperation):
 
 
 #: PTX special registers a kernel reads, each an `llvm.nvvm.read.ptx.sreg.*` intrinsic.
-NVVM_SPECIAL_REGISTERS = ("ctaid.x", "tid.x", "ntid.x", "nctaid.x")
+NVVM_SPECIAL_REGISTERS = ("ctaid.x", "tid.x", "ntid.x", "nctaid.x", "laneid")
 
 
 @irdl_op_definition
@@ -212,9 +212,10 @@ class AtomicRmwOp(IRDLOperation):
 
 @irdl_op_definition
 class ShflBflyOp(IRDLOperation):
-    """The value of `value` in lane `lane ^ offset` of this warp (all 32 lanes taking part):
+    """The value of `value` in lane `lane ^ offset` of this warp; the lanes in the
+    32-bit `mask` take part (they must all reach it):
 
-        %y = llvm_ext.shfl_bfly %x, 16 : i32 : f32
+        %y = llvm_ext.shfl_bfly %x, 16 : i32 mask %m : f32
 
     translated to `llvm.nvvm.shfl.sync.bfly.f32` (an f64 moves as two i32 halves)."""
 
@@ -223,14 +224,15 @@ class ShflBflyOp(IRDLOperation):
     T: ClassVar = VarConstraint("T", AnyAttr())
 
     value = operand_def(T)
+    mask = operand_def(IntegerType(32))
     offset = prop_def(IntegerAttr)
     result = result_def(T)
 
-    assembly_format = "$value `,` $offset attr-dict `:` type($value)"
+    assembly_format = "$value `,` $offset `mask` $mask attr-dict `:` type($value)"
 
-    def __init__(self, value: SSAValue | Operation, offset: int):
+    def __init__(self, value: SSAValue | Operation, offset: int, mask: SSAValue | Operation):
         value = SSAValue.get(value)
-        super().__init__(operands=[value], properties={"offset": IntegerAttr(offset, IntegerType(32))},
+        super().__init__(operands=[value, mask], properties={"offset": IntegerAttr(offset, IntegerType(32))},
                          result_types=[value.type])
 
     def verify_(self) -> None:

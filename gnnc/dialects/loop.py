@@ -241,18 +241,19 @@ class GridOp(IRDLOperation):
 
 @irdl_op_definition
 class WarpSumOp(IRDLOperation):
-    """A sum over i in [0, extent), computed by a warp's lanes together (FeatGraph's
-    tree reduction for dot products):
+    """A sum over i in [0, extent), computed by a group of `lanes` lanes of a warp
+    together (FeatGraph's tree reduction for dot products):
 
-        %s = loop.warp_sum %extent lane %lane : f32 {
+        %s = loop.warp_sum %extent lane %lane of 32 : f32 {
         ^bb0(%i: index, %acc: f32):
           ...
           loop.yield %next : f32      // %acc + the term of i
         }
 
-    Lane `lane` folds the terms of i = lane, lane + 32, ... from 0 (consecutive
-    lanes read consecutive elements); the 32 partial sums are then added by a
-    butterfly, so every lane gets the whole sum. All 32 lanes of the warp must
+    Lane `lane` (in [0, lanes)) folds the terms of i = lane, lane + lanes, ...
+    from 0 (consecutive lanes read consecutive elements); the partial sums are
+    then added by a butterfly, so every lane of the group gets the whole sum.
+    A group is `lanes` consecutive lanes of one warp, and all of them must
     reach it together. The NVVM lowering uses `shfl.sync.bfly`; the CPU
     emulation runs the lanes as a loop over partials kept in memory.
     """
@@ -261,16 +262,20 @@ class WarpSumOp(IRDLOperation):
 
     extent = operand_def(IndexType)
     lane = operand_def(IndexType)
+    lanes = prop_def(IntegerAttr[I64])
     result = result_def()
     body = region_def("single_block")
 
-    assembly_format = "$extent `lane` $lane attr-dict-with-keyword `:` type($result) $body"
+    assembly_format = "$extent `lane` $lane `of` $lanes attr-dict-with-keyword `:` type($result) $body"
     traits = traits_def(RecursiveMemoryEffect())
 
-    def __init__(self, extent: SSAValue, lane: SSAValue, body: Block, result_type):
-        super().__init__(operands=[extent, lane], regions=[Region(body)], result_types=[result_type])
+    def __init__(self, extent: SSAValue, lane: SSAValue, body: Block, result_type, lanes: int = WARP_SIZE):
+        super().__init__(operands=[extent, lane], regions=[Region(body)], result_types=[result_type],
+                         properties={"lanes": IntegerAttr(lanes, 64)})
 
     def verify_(self) -> None:
+        if self.lanes.value.data not in (2, 4, 8, 16, 32):
+            raise VerifyException(f"'{self.name}' lanes must be a power of two in [2, 32], got {self.lanes.value.data}")
         t = self.result.type
         if not isinstance(t, Float32Type | Float64Type):
             raise VerifyException(f"'{self.name}' sums f32 or f64, got {t}")

@@ -7,9 +7,10 @@ function `K` (grid 0) or `K_phase<i>` (i > 0), a copy of `K` that keeps grid
 `i` only; the ABI record's `grid.phases` lists them in launch order. Each keeps the kernel's full argument list, so the
 runtime passes the same buffers to every phase. Kernel functions carry
 `gnnc.ptx_kernel`, which the translation turns into the `ptx_kernel`
-calling convention. A `loop.warp_sum` becomes each lane's strided partial sum
-and five `shfl.sync.bfly` rounds (offsets 16, 8, 4, 2, 1) adding the partials
-of lanes l and l ^ offset: FeatGraph's tree reduction, in registers.
+calling convention. A `loop.warp_sum` over L lanes becomes each lane's strided
+partial sum and log2(L) `shfl.sync.bfly` rounds (offsets L/2, ..., 1) adding
+the partials of lanes l and l ^ offset: FeatGraph's tree reduction, in
+registers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import FloatAttr, IndexType, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerType, ModuleOp, StringAttr, UnitAttr, i64
 from xdsl.ir import Block
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -49,11 +50,30 @@ def _keep_grid(fn: func.FuncOp, keep: int) -> None:
         rewriter.erase_op(grid)
 
 
+def _group_mask(lanes: int, lane: SSAValue, ops: list) -> SSAValue:
+    """The 32-bit mask of the `lanes` consecutive lanes of this warp that make up lane's group."""
+    if lanes == loop.WARP_SIZE:
+        every = arith.ConstantOp.from_int_and_width(-1, 32)
+        ops.append(every)
+        return every.result
+    laneid = NvvmSregOp("laneid")
+    first = arith.SubiOp(laneid, lane)  # the group's first lane in the warp
+    first_i64 = arith.IndexCastOp(first, i64)
+    ones = arith.ConstantOp.from_int_and_width((1 << lanes) - 1, 64)
+    shifted = arith.ShLIOp(ones, first_i64)
+    mask = arith.TruncIOp(shifted, IntegerType(32))
+    ops += [laneid, first, first_i64, ones, shifted, mask]
+    return mask.result
+
+
 def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
-    """loop.warp_sum -> for i = lane, lane + 32, ... : acc += term(i); then the butterfly."""
+    """loop.warp_sum -> for i = lane, lane + lanes, ... : acc += term(i); then the butterfly
+    over the group's lanes (shuffles with the group's mask: other groups of the
+    warp walk other destinations and need not be there)."""
     t = op.result.type
+    lanes = op.lanes.value.data
     fzero = arith.ConstantOp(FloatAttr(0.0, t))
-    warp = arith.ConstantOp.from_int_and_width(loop.WARP_SIZE, IndexType())
+    warp = arith.ConstantOp.from_int_and_width(lanes, IndexType())
     terminator = op.body.block.last_op
     assert isinstance(terminator, loop.YieldOp)
     rewriter.replace_op(terminator, scf.YieldOp(*terminator.values))
@@ -61,10 +81,11 @@ def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
     rewriter.inline_block(op.body.block, InsertPoint.at_end(body), list(body.args))
     fold = scf.ForOp(op.lane, op.extent, warp, [fzero.result], body)
     ops: list = [fzero, warp, fold]
+    mask = _group_mask(lanes, op.lane, ops)
     total = fold.results[0]
-    offset = loop.WARP_SIZE // 2
+    offset = lanes // 2
     while offset:
-        other = ShflBflyOp(total, offset)
+        other = ShflBflyOp(total, offset, mask)
         added = arith.AddfOp(total, other)
         ops += [other, added]
         total = added.result

@@ -52,11 +52,12 @@ def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
 
     MCUDA's way with a warp collective in a sequential emulation: the
     thread that reaches it runs the whole warp's part as a loop over lanes.
-    Lane l's partial is the fold of the terms l, l + 32, ... (the split the
+    Lane l's partial is the fold of the terms l, l + lanes, ... (the split the
     NVVM lowering makes); round `offset` adds partials l and l ^ offset, as
     `shfl.sync.bfly` does, into both; the thread takes its own lane's sum.
     """
     t = op.result.type
+    lanes = op.lanes.value.data
     ops: list = []
 
     def const(value: int):
@@ -64,9 +65,9 @@ def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
         ops.append(c)
         return c.result
 
-    zero, one, warp = const(0), const(1), const(loop.WARP_SIZE)
+    zero, one, warp = const(0), const(1), const(lanes)
     fzero = arith.ConstantOp(FloatAttr(0.0, t))
-    partials = memref.AllocaOp.get(t, shape=[loop.WARP_SIZE])
+    partials = memref.AllocaOp.get(t, shape=[lanes])
     ops += [fzero, partials]
 
     lane_body = Block(arg_types=[index])
@@ -80,7 +81,7 @@ def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
     lane_body.add_ops([fold, memref.StoreOp.get(fold.results[0], partials.memref, [lane]), scf.YieldOp()])
     ops.append(scf.ForOp(zero, warp, one, [], lane_body))
 
-    offset = loop.WARP_SIZE // 2
+    offset = lanes // 2
     while offset:
         pair_body = Block(arg_types=[index])
         l = pair_body.args[0]

@@ -311,7 +311,7 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
         rewriter.replace_op(terminator, loop.YieldOp(*terminator.operands))
         new_block = Block(arg_types=[index, r.results[0].type])
         rewriter.inline_block(block, InsertPoint.at_end(new_block), list(new_block.args))
-        rewriter.replace_op(r, loop.WarpSumOp(r.ub, g.lane, new_block, r.results[0].type))
+        rewriter.replace_op(r, loop.WarpSumOp(r.ub, g.lane, new_block, r.results[0].type, lanes))
     for o in replicated_stores:
         # every lane reaches it with the same value: one of them writes it (an
         # update made by every lane would be made 32 times)
@@ -526,6 +526,14 @@ class MapThreadsPass(ModulePass):
             kernel = fn.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
             lanes = LANES[sched.strategy]
+            if sched.lanes is not None:
+                if lanes == 1:
+                    raise CompileError(
+                        f"kernel '{kernel}': map {sched.strategy} lanes {sched.lanes} is refused: a thread mapping "
+                        f"runs one thread per destination (or edge group); use map "
+                        f"{sched.strategy.replace('thread', 'warp')} lanes {sched.lanes}"
+                    )
+                lanes = sched.lanes
             if sched.tile is not None and lanes == 1:
                 raise CompileError(
                     f"kernel '{kernel}': map {sched.strategy} tile {sched.tile} is refused: "

@@ -111,7 +111,7 @@ class CudaKernel:
         if self._grid.get("schedule_given", True) or source is None:
             return None
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
-            if mapping == self._grid["mapping"] and self._grid["group"] == 1:
+            if mapping == "thread_vertex" and self._grid["mapping"] == mapping and self._grid["group"] == 1:
                 return None
             directive = f"map {mapping}"
             if directive in self._refused:

@@ -116,7 +116,8 @@ CUDA_WARP_MIN_ROW_DEEP = 8
 
 
 def default_cuda_mappings(graph: Any, row_elements: int) -> list[str]:
-    """The cuda thread mappings to try for a kernel without a `for cuda` schedule, best first.
+    """The cuda thread mappings (`map` directives without `map`) to try for a kernel
+    without a `for cuda` schedule, best first.
 
     uGrapher's observation, as a rule (not measured: this machine has no GPU,
     so the thresholds are the papers' reasoning, not fits):
@@ -126,9 +127,11 @@ def default_cuda_mappings(graph: Any, row_elements: int) -> list[str]:
       rest of the grid idles; edge mappings spread its edges over the grid
       (atomics on its row): warp_edge when rows are wide enough for the lanes
       (>= 32 elements), else thread_edge;
-    - wide rows (>= 32 elements), or rows of >= 8 with a mean in-degree >= 16,
-      keep a warp's lanes busy on features, and the lanes' reads of a row
-      coalesce: warp_vertex;
+    - wide rows (>= 32 elements) keep a warp's lanes busy on features, and
+      the lanes' reads of a row coalesce: warp_vertex;
+    - rows of 8 to 31 elements with a mean in-degree >= 16: Seastar's
+      feature-adaptive groups, `warp_vertex lanes L` with L the row rounded up
+      to a power of two, so 32 / L destinations share a warp and few lanes idle;
     - otherwise (narrow rows, few edges) a warp's lanes would mostly idle:
       thread_vertex, one thread per destination.
 
@@ -147,8 +150,11 @@ def default_cuda_mappings(graph: Any, row_elements: int) -> list[str]:
         if wide:
             return ["warp_edge", "thread_edge", "warp_vertex", "thread_vertex"]
         return ["thread_edge", "thread_vertex"]
-    if wide or (row_elements >= CUDA_WARP_MIN_ROW_DEEP and mean >= CUDA_WARP_MIN_MEAN_DEGREE):
+    if wide:
         return ["warp_vertex", "thread_vertex"]
+    if row_elements >= CUDA_WARP_MIN_ROW_DEEP and mean >= CUDA_WARP_MIN_MEAN_DEGREE:
+        lanes = 1 << (row_elements - 1).bit_length()
+        return [f"warp_vertex lanes {lanes}" if lanes < CUDA_WARP_MIN_ROW else "warp_vertex", "thread_vertex"]
     return ["thread_vertex"]
 
 

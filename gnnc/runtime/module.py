@@ -171,7 +171,7 @@ class Kernel:
         if grid.get("schedule_given", True) or self._metadata.get("source") is None:
             return None
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
-            if mapping == grid["mapping"] and grid["group"] == 1 and grid.get("tile") is None:
+            if mapping == "thread_vertex" and grid["mapping"] == mapping and grid["group"] == 1:
                 return None  # what was compiled
             directive = f"map {mapping}"
             if directive in self._refused:

@@ -581,7 +581,7 @@ def _atomic_rmw(t: FunctionTranslator, op: AtomicRmwOp) -> None:
 
 def _shfl_bfly(t: FunctionTranslator, op: ShflBflyOp) -> None:
     b = t.builder
-    all_lanes, clamp = ir.Constant(I32, -1), ir.Constant(I32, 31)
+    all_lanes, clamp = t.get(op.mask), ir.Constant(I32, 31)
     offset = ir.Constant(I32, op.offset.value.data)
     x = t.get(op.value)
     if isinstance(x.type, ir.FloatType):
