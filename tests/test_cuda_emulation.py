@@ -21,7 +21,7 @@ import gnnc
 from gnnc import compiler
 from gnnc.passes import pipeline
 from tests.helpers import assert_matches
-from tests.strategies import graphs, random_inputs
+from tests.strategies import graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {"F": 1},
@@ -383,3 +383,25 @@ def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, exp
     # a small, sparse graph with narrow rows runs as compiled (thread_vertex)
     small = gnnc.Graph.from_coo(np.array([0, 1]), np.array([1, 2]), num_vertices=3)
     assert kernel._default_variant(small, {k: 2 for k in dims}) is None
+
+
+#: every mapping with its options, on random kernels: a mapping either refuses
+#: the kernel naming itself and the reason, or matches the reference
+RANDOM_MAPPINGS = st.sampled_from(["map thread_vertex group 2", "map warp_vertex tile 2", "map warp_vertex lanes 4",
+                                   "map thread_edge group 3", "map warp_edge", "map warp_edge lanes 8 group 2"])
+
+
+@given(source=random_kernels(), mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120),
+       f=st.sampled_from((1, 3, 17, 40)), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=16)
+def test_random_kernels_under_every_mapping(tmp_path_factory, source, mapping, graph, f, seed):
+    path = tmp_path_factory.mktemp("k") / "k.gnn"
+    path.write_text(source)
+    try:
+        kernel = gnnc.compile(path, target="cuda-emulation", schedule=mapping).k
+    except gnnc.CompileError as exc:
+        assert f"map {mapping.split()[1]} is refused: " in str(exc), str(exc)
+        return
+    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph, dtype)
