@@ -100,7 +100,13 @@ def scratch_slice_elements(elements: int, itemsize: int) -> int:
 PTX_METADATA_PREFIX = "// gnnc-metadata: "
 
 
-def grid_blocks(grid: dict, num_vertices: int) -> int:
-    """Blocks of a vertex grid: each `lanes` threads run `group` destinations."""
-    units = -(-num_vertices // grid["group"])
-    return -(-units * grid.get("lanes", 1) // grid["block_size"])
+def grid_blocks(grid: dict, num_vertices: int, num_edges: int = 0) -> list[int]:
+    """Blocks of each grid (launch) of a kernel, in order: each `lanes` threads run
+    `group` destinations (a vertex grid) or in-CSR positions (an edge grid)."""
+    counts = {"V": num_vertices, "E": num_edges}
+    launches = grid.get("grids") or [{"over": "V", "group": grid["group"]}] * len(grid.get("phases", [None]))
+    blocks = []
+    for launch in launches:
+        units = -(-counts[launch["over"]] // launch["group"])
+        blocks.append(-(-units * grid.get("lanes", 1) // grid["block_size"]))
+    return blocks

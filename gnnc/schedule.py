@@ -99,7 +99,7 @@ CUDA_BLOCK_SIZE = 256
 
 @dataclass(frozen=True)
 class CudaSchedule:
-    """The cuda thread mapping of one kernel (`map STRATEGY [group G] [tile T]`)."""
+    """The cuda thread mapping of one kernel (`map STRATEGY [group G] [tile T] [lanes L]`)."""
 
     strategy: str = "thread_vertex"
     #: vertices (or edges) per thread / warp (uGrapher's grouping)
@@ -107,6 +107,9 @@ class CudaSchedule:
     #: feature tile (uGrapher's tiling), None for none
     tile: int | None = None
     block_size: int = CUDA_BLOCK_SIZE
+    #: lanes per destination (edge group) of a warp mapping: Seastar's
+    #: feature-adaptive groups, 32 // lanes destinations per warp; None for 32
+    lanes: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> "CudaSchedule":
@@ -122,11 +125,14 @@ class CudaSchedule:
         options: dict[str, int] = {}
         rest = words[1:]
         if len(rest) % 2:
-            raise CompileError(f"map {text}: each option takes one value (group G, tile T)")
+            raise CompileError(f"map {text}: each option takes one value (group G, tile T, lanes L)")
         for key, value in zip(rest[::2], rest[1::2]):
-            if key not in ("group", "tile") or key in options:
+            if key not in ("group", "tile", "lanes") or key in options:
                 raise CompileError(f"map {text}: unknown or repeated option {key!r}")
             if not value.isdigit() or int(value) < 1:
                 raise CompileError(f"map {text}: {key} must be a positive integer, got {value!r}")
             options[key] = int(value)
-        return cls(strategy=words[0], group=options.get("group", 1), tile=options.get("tile"))
+        lanes = options.get("lanes")
+        if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
+            raise CompileError(f"map {text}: lanes must be a power of two up to 32, got {lanes}")
+        return cls(strategy=words[0], group=options.get("group", 1), tile=options.get("tile"), lanes=lanes)

@@ -21,7 +21,7 @@ import gnnc
 from gnnc import compiler
 from gnnc.passes import pipeline
 from tests.helpers import assert_matches
-from tests.strategies import graphs, random_inputs
+from tests.strategies import graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {"F": 1},
@@ -32,18 +32,30 @@ DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {
 GROUPS = st.sampled_from([1, 2, 3, 7])
 #: warp_vertex feature tiles: none, 1, and sizes that do and do not divide the feature sizes
 TILES = st.sampled_from([None, 1, 2, 5])
-#: kernels whose per-thread scratch warp_vertex cannot split yet (refused with the reason)
-WARP_REFUSED = {"gin", "gat", "attention", "mlp_aggr"}
+#: kernels the warp mappings refuse, with the reason's words: mlp_aggr's `@`
+#: writes a row at indices no single lane owns
+WARP_REFUSED = {"mlp_aggr": "feature indices other than the ones a lane owns"}
+#: kernels the edge mappings refuse, with the reason's words: softmax walks a
+#: destination's edges three times; gin accumulates in scratch beside x[v]
+THREAD_EDGE_REFUSED = {"gat": "walks its in-edges 3 times", "gin": "accumulates in per-thread scratch"}
+WARP_EDGE_REFUSED = {**THREAD_EDGE_REFUSED, **WARP_REFUSED}
 
 
-def mapping_text(strategy: str, group: int, tile: int | None = None) -> str:
-    return f"map {strategy} group {group}" + (f" tile {tile}" if tile is not None else "")
+#: lanes per destination (edge group) of the warp mappings: the whole warp, and
+#: Seastar's feature-adaptive groups of 2 and 8 lanes (16 and 4 groups a warp)
+LANE_COUNTS = st.sampled_from([None, 2, 8])
+
+
+def mapping_text(strategy: str, group: int, tile: int | None = None, lanes: int | None = None) -> str:
+    return (f"map {strategy} group {group}" + (f" tile {tile}" if tile is not None else "")
+            + (f" lanes {lanes}" if lanes is not None else ""))
 
 
 @functools.cache
-def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None):
+def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None,
+             lanes: int | None = None):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation",
-                        schedule=mapping_text(strategy, group, tile))
+                        schedule=mapping_text(strategy, group, tile, lanes))
 
 
 @functools.cache
@@ -51,8 +63,9 @@ def reference(name: str):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
-def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None) -> None:
-    kernel = getattr(emulated(name, group, strategy, tile), name)
+def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None,
+          lanes=None) -> None:
+    kernel = getattr(emulated(name, group, strategy, tile, lanes), name)
     inputs = random_inputs(kernel.signature, graph, dims or DIMS[name], np.float32, seed)
     got = kernel(graph, **inputs)
     want = getattr(reference(name), name)(graph, **inputs)
@@ -66,20 +79,129 @@ def test_thread_vertex_matches_reference(name, graph, group, seed):
     check(name, group, graph, seed)
 
 
-@pytest.mark.parametrize("name", sorted(set(DIMS) - WARP_REFUSED))
-@given(graph=graphs(), group=GROUPS, tile=TILES, seed=st.integers(0, 2**32 - 1))
+@pytest.mark.parametrize("name", sorted(set(DIMS) - set(WARP_REFUSED)))
+@given(graph=graphs(), group=GROUPS, tile=TILES, lanes=LANE_COUNTS, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=6)
-def test_warp_vertex_matches_reference(name, graph, group, tile, seed):
-    check(name, group, graph, seed, strategy="warp_vertex", tile=tile)
+def test_warp_vertex_matches_reference(name, graph, group, tile, lanes, seed):
+    check(name, group, graph, seed, strategy="warp_vertex", tile=tile, lanes=lanes)
 
 
 @pytest.mark.parametrize("name", sorted(WARP_REFUSED))
-def test_warp_vertex_refuses_kernels_with_scratch(name):
-    with pytest.raises(gnnc.CompileError, match="map warp_vertex is refused: .*per-thread scratch"):
+def test_warp_vertex_refuses_what_lanes_cannot_split(name):
+    with pytest.raises(gnnc.CompileError, match=f"map warp_vertex is refused: .*{WARP_REFUSED[name]}"):
         emulated(name, 1, "warp_vertex")
 
 
-@pytest.mark.parametrize("name, strategy, tile", [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None)])
+#: dot products of every length around the warp's 32 lanes, scalar and per-head
+#: results, sums / max / mean of them at v: the warp_sum's lane split and
+#: butterfly, lane 0's writes of values every lane computes
+DOTS = """
+kernel dots(w: f32[E], x: f32[V, D], q: f32[V, H, D]) -> (s: f32[V], m: f32[V], d: f32[V], a: f32[E, H]) {
+    s[v] = sum(w[e])
+    m[v] = max(w[e] * dot(x[u], x[v]))
+    d[v] = mean(dot(x[u], x[v]))
+    a[e] = dot(q[u], q[v])
+}
+"""
+
+
+@functools.cache
+def dots_kernel(mapping: str):
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "dots.gnn"
+    path.write_text(DOTS)
+    return (gnnc.compile(path, target="cuda-emulation", schedule=mapping).dots,
+            gnnc.compile(path, target="reference").dots)
+
+
+@pytest.mark.parametrize("mapping", ["map warp_vertex", "map warp_vertex group 3 tile 2", "map warp_edge",
+                                     "map warp_edge group 5", "map thread_edge group 2", "map warp_vertex lanes 4",
+                                     "map warp_edge lanes 8 group 3"])
+@given(graph=graphs(), d=st.sampled_from([1, 3, 31, 32, 33, 70]), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=5)
+def test_warp_dot_products_match_reference(mapping, graph, d, seed):
+    kernel, reference_kernel = dots_kernel(mapping)
+    inputs = random_inputs(kernel.signature, graph, {"D": d, "H": 2}, np.float32, seed)
+    assert_matches(kernel(graph, **inputs), reference_kernel(graph, **inputs), graph, np.float32)
+
+
+def test_warp_sum_is_lowered_to_lanes_and_a_butterfly():
+    src = (EXAMPLES / "attention.gnn").read_text()
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map warp_vertex")
+    stages = compiler.compile_source(src, options=opts, stop_after="scf").stages
+    assert "loop.warp_sum" in stages["map-threads"] and "gnnc.dot_reduction" not in stages["map-threads"]
+    emulated_ir = stages["emulate-grid"]
+    assert "loop.warp_sum" not in emulated_ir and "memref.alloca() : memref<32xf32>" in emulated_ir
+    assert emulated_ir.count("arith.xori") == 5  # offsets 16, 8, 4, 2, 1
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map warp_vertex lanes 8")
+    emulated_ir = compiler.compile_source(src, options=opts, stop_after="scf").stages["emulate-grid"]
+    assert "memref<8xf32>" in emulated_ir and emulated_ir.count("arith.xori") == 3  # offsets 4, 2, 1
+
+
+@pytest.mark.parametrize("name", sorted(set(DIMS) - set(THREAD_EDGE_REFUSED)))
+@given(graph=graphs(), group=GROUPS, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
+def test_thread_edge_matches_reference(name, graph, group, seed):
+    check(name, group, graph, seed, strategy="thread_edge")
+
+
+@pytest.mark.parametrize("name", sorted(set(DIMS) - set(WARP_EDGE_REFUSED)))
+@given(graph=graphs(), group=GROUPS, tile=TILES, lanes=LANE_COUNTS, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
+def test_warp_edge_matches_reference(name, graph, group, tile, lanes, seed):
+    check(name, group, graph, seed, strategy="warp_edge", tile=tile, lanes=lanes)
+
+
+@pytest.mark.parametrize("strategy, refused", [("thread_edge", THREAD_EDGE_REFUSED), ("warp_edge", WARP_EDGE_REFUSED)])
+def test_edge_mappings_refuse_with_the_reason(strategy, refused):
+    for name, reason in refused.items():
+        with pytest.raises(gnnc.CompileError, match=f"kernel '{name}': map {strategy} is refused: .*{reason}"):
+            emulated(name, 1, strategy)
+
+
+@pytest.mark.parametrize("strategy", ["thread_edge", "warp_edge"])
+def test_edge_mappings_keep_max_semantics(strategy):
+    # NaN propagates through the atomic max (fmaximum, not maxnum), and a
+    # destination with no in-edges gets 0, not the -inf its row starts from
+    graph = gnnc.Graph.from_coo(np.array([0, 1, 2, 2, 0]), np.array([1, 1, 1, 3, 3]), num_vertices=5)
+    x = np.array([[1.0, -2.0], [np.nan, -2.0], [1.0, -3.0], [4.0, 0.0], [9.0, 9.0]], np.float32)
+    got = getattr(emulated("sage_max", 2, strategy), "sage_max")(graph, x=x)
+    want = np.array([[0, 0], [np.nan, -2.0], [0, 0], [1.0, -2.0], [0, 0]], np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_edge_grid_sizes_follow_the_edges():
+    # one grid per launch: initialise the rows, the edges, then the means; the
+    # runtime sizes the edge grid by E / group, the others by V
+    module = emulated("sage_mean", 3, "thread_edge")
+    grid = module.sage_mean._abi["grid"]
+    assert grid["grids"] == [{"over": "V", "group": 1}, {"over": "E", "group": 3}, {"over": "V", "group": 1}]
+    from gnnc import abi
+
+    assert abi.grid_blocks(grid, 300, 3 * 256 * 2 + 1) == [2, 3, 2]
+    src = (EXAMPLES / "sage_mean.gnn").read_text()
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map thread_edge group 3")
+    mapped = compiler.compile_source(src, options=opts, stop_after="scf").stages["map-threads"]
+    assert 'llvm_ext.atomic_rmw "fadd"' in mapped and "math.ctlz" in mapped
+    assert mapped.count("loop.grid") == 3
+
+
+@pytest.mark.parametrize("strategy", ["thread_edge", "warp_edge"])
+@pytest.mark.parametrize("group", [1, 5])
+def test_edge_grid_over_several_blocks_and_a_hub(strategy, group):
+    # more edges than one block of threads (warps) covers, one destination with
+    # most of them: the binary search, the last block's guard and the atomics
+    rng = np.random.default_rng(group)
+    v, n = 300, 256 * group * 3 + 77
+    dst = np.where(rng.random(n) < 0.6, 7, rng.integers(0, v, n))
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, n), dst, num_vertices=v)
+    for name in ("gcn", "sage_max", "sage_mean"):
+        check(name, group, graph, seed=group, strategy=strategy)
+
+
+@pytest.mark.parametrize("name, strategy, tile", [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None),
+                                                  ("sage_max", "warp_edge", 3)])
 def test_warp_vertex_feature_sizes(name, strategy, tile):
     # feature sizes below, at and above a warp's 32 lanes (times the tile)
     rng = np.random.default_rng(1)
@@ -91,12 +213,13 @@ def test_warp_vertex_feature_sizes(name, strategy, tile):
 
 @pytest.mark.parametrize("name", ["gat", "attention", "sage_max"])
 @pytest.mark.parametrize("group", [1, 3])
-def test_several_blocks(name, group):
+@pytest.mark.parametrize("strategy", ["thread_vertex", "warp_vertex"])
+def test_several_blocks(name, group, strategy):
     # more vertices than one block of 256 threads runs: block index arithmetic and the last block's guard
     rng = np.random.default_rng(group)
     v = 256 * group + 77
     src, dst = rng.integers(0, v, 3 * v), rng.integers(0, v, 3 * v)
-    check(name, group, gnnc.Graph.from_coo(src, dst, num_vertices=v), seed=group)
+    check(name, group, gnnc.Graph.from_coo(src, dst, num_vertices=v), seed=group, strategy=strategy)
 
 
 def test_grid_is_sized_by_the_mapping():
@@ -121,8 +244,10 @@ def test_cpu_schedules_do_not_reach_the_cuda_target():
 
 
 @pytest.mark.parametrize("directive, reason", [
-    ("map thread_edge", "'map thread_edge' is not supported yet"),
-    ("map warp_edge group 2", "'map warp_edge' is not supported yet"),
+    ("map thread_edge tile 2", "nothing to tile over threads"),
+    ("map thread_vertex lanes 4", "map thread_vertex lanes 4 is refused: .*use map warp_vertex lanes 4"),
+    ("map warp_vertex lanes 3", "'lanes' must be a power of two up to 32"),
+    ("map warp_vertex lanes 64", "'lanes' must be a power of two up to 32"),
     ("map thread_vertex tile 2", "nothing to tile over threads"),
     ("map thread_vertex group 0", "positive integer"),
     ("map vertex_thread", "thread_vertex"),
@@ -141,6 +266,9 @@ def test_map_threads_refuses_what_the_frontend_would_not_catch():
     with pytest.raises(gnnc.CompileError, match="positive integer"):
         CudaSchedule.parse("thread_vertex group x")
     assert CudaSchedule.parse("thread_vertex group 4") == CudaSchedule("thread_vertex", 4, None)
+    assert CudaSchedule.parse("warp_vertex lanes 8").lanes == 8
+    with pytest.raises(gnnc.CompileError, match="power of two"):
+        CudaSchedule.parse("warp_vertex lanes 6")
 
 
 def test_unknown_target_is_refused():
@@ -148,10 +276,12 @@ def test_unknown_target_is_refused():
         gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emu")
 
 
-@pytest.mark.parametrize("name", ["gat", "mlp_aggr"])
-def test_every_cuda_emulation_stage_parses_back(name):
+@pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 2"), ("mlp_aggr", "map thread_vertex"),
+                                           ("mlp_aggr", "map thread_edge group 2"), ("sage_max", "map warp_edge tile 2"),
+    ("attention", "map warp_vertex"), ("attention", "map warp_edge group 2")])
+def test_every_cuda_emulation_stage_parses_back(name, mapping):
     path = EXAMPLES / f"{name}.gnn"
-    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map thread_vertex group 2")
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule=mapping)
     result = compiler.compile_source(path.read_text(), str(path), options=opts, stop_after="scf")
     stages = [pipeline.FRONTEND_STAGE, *pipeline.CUDA_EMULATION_PIPELINE]
     assert list(result.stages) == stages
@@ -185,3 +315,93 @@ def test_call_time_mapping_compiles_an_emulated_variant():
     got = module.gcn(graph, x=x, w=w, schedule="map warp_vertex tile 3")
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert module.gcn._variants["map warp_vertex tile 3"]._abi["grid"]["mapping"] == "warp_vertex"
+
+
+def test_atomic_rmw_verifier():
+    from xdsl.dialects import arith, test
+    from xdsl.dialects.builtin import DYNAMIC_INDEX, FloatAttr, IndexType, IntegerAttr, MemRefType, f32, f64
+    from xdsl.utils.exceptions import VerifyException
+
+    from gnnc.dialects.llvm_ext import AtomicRmwOp
+
+    buf = test.TestOp(result_types=[MemRefType(f32, [DYNAMIC_INDEX])]).results[0]
+    i = arith.ConstantOp(IntegerAttr(0, IndexType())).result
+    x32, x64 = arith.ConstantOp(FloatAttr(1.0, f32)).result, arith.ConstantOp(FloatAttr(1.0, f64)).result
+    AtomicRmwOp("fmaximum", x32, buf, i).verify()
+    with pytest.raises(VerifyException, match="unknown kind 'fmax'"):
+        AtomicRmwOp("fmax", x32, buf, i).verify()
+    with pytest.raises(VerifyException, match="does not match"):
+        AtomicRmwOp("fadd", x64, buf, i).verify()
+
+
+def _hub_graph(v: int = 600, hub_edges: int = 2000, seed: int = 0) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, v, hub_edges + v)
+    dst = np.concatenate([np.full(hub_edges, 3), rng.integers(0, v, v)])
+    return gnnc.Graph.from_coo(src, dst, num_vertices=v)
+
+
+def test_default_cuda_mapping_rule():
+    from gnnc.runtime.heuristic import default_cuda_mappings
+
+    rng = np.random.default_rng(0)
+    sparse = gnnc.Graph.from_coo(rng.integers(0, 500, 1000), rng.integers(0, 500, 1000), num_vertices=500)
+    dense = gnnc.Graph.from_coo(rng.integers(0, 100, 3000), rng.integers(0, 100, 3000), num_vertices=100)
+    assert default_cuda_mappings(gnnc.Graph.from_coo(np.zeros(0), np.zeros(0), num_vertices=0), 64) == ["thread_vertex"]
+    assert default_cuda_mappings(sparse, 4) == ["thread_vertex"]
+    assert default_cuda_mappings(sparse, 64) == ["warp_vertex", "thread_vertex"]
+    assert default_cuda_mappings(dense, 8)[0] == "warp_vertex lanes 8"  # mean in-degree 30: 4 destinations a warp
+    assert default_cuda_mappings(dense, 9)[0] == "warp_vertex lanes 16"
+    assert default_cuda_mappings(dense, 17)[0] == "warp_vertex"
+    assert default_cuda_mappings(dense, 4)[0] == "thread_vertex"
+    assert default_cuda_mappings(_hub_graph(), 64) == ["warp_edge", "thread_edge", "warp_vertex", "thread_vertex"]
+    assert default_cuda_mappings(_hub_graph(), 4) == ["thread_edge", "thread_vertex"]
+
+
+@pytest.mark.parametrize("name, dims, expected", [
+    ("gcn", {"F": 64}, "warp_edge"),
+    ("gat", {"H": 2, "F": 32}, "warp_vertex"),   # edge mappings refuse softmax: the next one
+    ("mlp_aggr", {"D1": 5, "D2": 40}, "thread_edge"),  # warp mappings refuse its `@`
+    ("sage_max", {"F": 3}, "thread_edge"),
+    ("sage_mean", {"F": 12}, "warp_vertex lanes 16"),
+])
+def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, expected):
+    module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation")
+    kernel = getattr(module, name)
+    assert kernel._abi["grid"]["schedule_given"] is False
+    if expected.startswith("warp_vertex lanes"):  # no hub, many edges per destination, rows of 12
+        rng = np.random.default_rng(0)
+        graph = gnnc.Graph.from_coo(rng.integers(0, 100, 3000), rng.integers(0, 100, 3000), num_vertices=100)
+    else:
+        graph = _hub_graph()
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, 0)
+    assert_matches(kernel(graph, **inputs), getattr(reference(name), name)(graph, **inputs), graph, np.float32)
+    chosen = kernel._default_variant(graph, {**dims})
+    mapping, _, lanes = expected.partition(" lanes ")
+    assert chosen is not None and chosen._abi["grid"]["mapping"] == mapping
+    assert chosen._abi["grid"]["lanes"] == (int(lanes) if lanes else 32 if mapping.startswith("warp") else 1)
+    # a small, sparse graph with narrow rows runs as compiled (thread_vertex)
+    small = gnnc.Graph.from_coo(np.array([0, 1]), np.array([1, 2]), num_vertices=3)
+    assert kernel._default_variant(small, {k: 2 for k in dims}) is None
+
+
+#: every mapping with its options, on random kernels: a mapping either refuses
+#: the kernel naming itself and the reason, or matches the reference
+RANDOM_MAPPINGS = st.sampled_from(["map thread_vertex group 2", "map warp_vertex tile 2", "map warp_vertex lanes 4",
+                                   "map thread_edge group 3", "map warp_edge", "map warp_edge lanes 8 group 2"])
+
+
+@given(source=random_kernels(), mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120),
+       f=st.sampled_from((1, 3, 17, 40)), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=16)
+def test_random_kernels_under_every_mapping(tmp_path_factory, source, mapping, graph, f, seed):
+    path = tmp_path_factory.mktemp("k") / "k.gnn"
+    path.write_text(source)
+    try:
+        kernel = gnnc.compile(path, target="cuda-emulation", schedule=mapping).k
+    except gnnc.CompileError as exc:
+        assert f"map {mapping.split()[1]} is refused: " in str(exc), str(exc)
+        return
+    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph, dtype)

@@ -24,9 +24,15 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.gnn"))
 ARCHS = ("sm_75", "sm_80", "sm_90")
 #: every implemented mapping, with and without vertex grouping and feature tiling
-MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4")
-#: kernels whose per-thread scratch warp_vertex refuses (tests/test_cuda_emulation.py)
-WARP_REFUSED = {"gin", "gat", "attention", "mlp_aggr"}
+MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
+            "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4",
+            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2")
+#: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
+REFUSED = {
+    "warp_vertex": {"mlp_aggr"},
+    "thread_edge": {"gin", "gat"},
+    "warp_edge": {"gin", "gat", "mlp_aggr"},
+}
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
 
 
@@ -39,8 +45,8 @@ def nvvm(name: str, mapping: str) -> compiler.CompileResult:
 @pytest.mark.parametrize("mapping", MAPPINGS)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
-    if "warp_vertex" in mapping and name in WARP_REFUSED:
-        with pytest.raises(gnnc.CompileError, match="refused"):
+    if name in REFUSED.get(mapping.split()[1], ()):
+        with pytest.raises(gnnc.CompileError, match=f"map {mapping.split()[1]} is refused"):
             nvvm(name, mapping)
         return
     ir_text = nvvm(name, mapping).stages["translate-to-nvvm"]
@@ -50,6 +56,37 @@ def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
         assert f".target {arch}" in ptx and ".entry gnnc_" in ptx
         # no calls left: PTX has no libm, and a call would need a device library
         assert "call.uni" not in ptx and "\tcall" not in ptx
+        if shutil.which("ptxas"):
+            codegen.ptxas(ptx, arch)
+
+
+@pytest.mark.parametrize("name, atom", [("gcn", "atom.global.add.f32"), ("sage_mean", "atom.global.add.f32"),
+                                        ("sage_max", "atom.relaxed.sys.global.cas.b32")])
+def test_edge_mappings_update_destinations_with_atomics(name, atom):
+    # sums as the hardware's float add; max as LLVM's compare-and-swap loop on the bits
+    result = nvvm(name, "map thread_edge")
+    _, ptx = codegen.optimize_and_emit_ptx(result.stages["translate-to-nvvm"], "sm_80")
+    assert atom in ptx
+    kernel = result.metadata["kernels"][0]["abi"]["grid"]
+    assert len(kernel["phases"]) == len(kernel["grids"]) and {"over": "E", "group": 1} in kernel["grids"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("mapping, rounds", [("map warp_vertex", 5), ("map warp_edge group 2", 5),
+                                             ("map warp_vertex lanes 8", 3)])
+def test_warp_dot_products_shuffle(dtype, mapping, rounds):
+    # FeatGraph's tree reduction: five butterfly shuffles per dot; a double as two 32-bit halves
+    src = f"kernel a(q: {dtype}[V, H, D], k: {dtype}[V, H, D]) -> {dtype}[E, H] {{ out[e] = dot(q[v], k[u]) }}\n"
+    result = compiler.compile_source(src, "a.gnn", compiler.CompileOptions(target="cuda", schedule=mapping),
+                                     stop_after="nvvm")
+    ir_text = result.stages["translate-to-nvvm"]
+    assert ir_text.count('call float @"llvm.nvvm.shfl.sync.bfly.f32"' if dtype == "f32"
+                         else 'call i32 @"llvm.nvvm.shfl.sync.bfly.i32"') == rounds * (1 if dtype == "f32" else 2)
+    # a group of fewer lanes than the warp shuffles under its own lanes' mask
+    assert ("llvm.nvvm.read.ptx.sreg.laneid" in ir_text) == (rounds < 5)
+    for arch in ARCHS:
+        _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+        assert "shfl.sync.bfly.b32" in ptx
         if shutil.which("ptxas"):
             codegen.ptxas(ptx, arch)
 
@@ -73,9 +110,10 @@ def test_bad_arch_is_refused():
         compiler.compile_source((EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda", arch="sm_70"))
 
 
-@pytest.mark.parametrize("name", ["gat", "mlp_aggr"])
-def test_every_cuda_stage_parses_back(name):
-    result = nvvm(name, "map thread_vertex group 4")
+@pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 4"), ("mlp_aggr", "map thread_vertex group 4"),
+                                           ("sage_max", "map thread_edge group 2")])
+def test_every_cuda_stage_parses_back(name, mapping):
+    result = nvvm(name, mapping)
     for stage in [pipeline.FRONTEND_STAGE, *pipeline.CUDA_PIPELINE]:
         module = Parser(pipeline.make_context(), result.stages[stage]).parse_module()
         module.verify()

@@ -7,6 +7,8 @@ upstream structured counterpart, each mapping to one LLVM intrinsic.
     llvm_ext.prefetch %buf[%i] {write = false, locality = 3} : memref<?xf32>
     llvm_ext.store_buffer %buf, %closure[%c0] : memref<?xf32>, memref<?xi64>
     %b = llvm_ext.load_buffer %closure[%c0] : memref<?xi64> -> memref<?xf32>
+    llvm_ext.atomic_rmw "fadd" %out[%i], %x : memref<?xf32>, f32
+    %y = llvm_ext.shfl_bfly %x, 16 : i32 mask %m : f32
 
 Function addresses (for GOMP_parallel's outlined body) use the upstream
 `llvm.mlir.addressof @fn : !llvm.ptr`, which the translation also handles.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, IntegerType, MemRefType, StringAttr
+from xdsl.dialects.builtin import BoolAttr, Float32Type, Float64Type, IndexType, IntegerAttr, IntegerType, MemRefType, StringAttr
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AnyAttr,
@@ -133,7 +135,7 @@ class StoreBufferOp(IRDLOperation):
 
 
 #: PTX special registers a kernel reads, each an `llvm.nvvm.read.ptx.sreg.*` intrinsic.
-NVVM_SPECIAL_REGISTERS = ("ctaid.x", "tid.x", "ntid.x", "nctaid.x")
+NVVM_SPECIAL_REGISTERS = ("ctaid.x", "tid.x", "ntid.x", "nctaid.x", "laneid")
 
 
 @irdl_op_definition
@@ -162,9 +164,89 @@ class NvvmSregOp(IRDLOperation):
             )
 
 
-LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp], [])
+#: Read-modify-write updates `atomic_rmw` performs, as LLVM's `atomicrmw` names them.
+#: `fmaximum` / `fminimum` propagate NaN like `arith.maximumf` / `minimumf`, so a
+#: max aggregation gives the same value however its edges' updates interleave.
+ATOMIC_KINDS = ("fadd", "fmaximum", "fminimum")
+
+
+@irdl_op_definition
+class AtomicRmwOp(IRDLOperation):
+    """`buf[index] = buf[index] <kind> value`, atomically: LLVM's `atomicrmw <kind>`
+    (monotonic ordering; a later phase is a later launch, which orders it).
+
+        llvm_ext.atomic_rmw "fmaximum" %out[%i], %x : memref<?xf32>, f32
+
+    Edge mappings update a destination row from several threads with it.
+    NVPTX has `atom.add.f32/f64`; LLVM expands fmaximum / fminimum into a
+    compare-and-swap loop on the value's bits. Run by one thread, as in the
+    sequential grid emulation, it is exactly the plain update."""
+
+    name = "llvm_ext.atomic_rmw"
+
+    kind = prop_def(StringAttr)
+    memref = operand_def(MemRefType)
+    index = operand_def(IndexType())
+    value = operand_def(AnyAttr())
+
+    assembly_format = "$kind $memref `[` $index `]` `,` $value attr-dict `:` type($memref) `,` type($value)"
+
+    def __init__(self, kind: str, value: SSAValue | Operation, memref: SSAValue | Operation,
+                 index: SSAValue | Operation):
+        super().__init__(operands=[memref, index, value], properties={"kind": StringAttr(kind)})
+
+    def verify_(self) -> None:
+        if self.kind.data not in ATOMIC_KINDS:
+            raise VerifyException(f"'{self.name}': unknown kind {self.kind.data!r} (known: {', '.join(ATOMIC_KINDS)})")
+        memref_type = self.memref.type
+        assert isinstance(memref_type, MemRefType)
+        if memref_type.get_num_dims() != 1:
+            raise VerifyException(f"'{self.name}' expects a 1-D memref, got {memref_type}")
+        if memref_type.element_type != self.value.type:
+            raise VerifyException(
+                f"'{self.name}': value of type {self.value.type} does not match the buffer's {memref_type.element_type}"
+            )
+        if not isinstance(self.value.type, Float32Type | Float64Type):
+            raise VerifyException(f"'{self.name}' updates f32 or f64 elements, got {self.value.type}")
+
+
+@irdl_op_definition
+class ShflBflyOp(IRDLOperation):
+    """The value of `value` in lane `lane ^ offset` of this warp; the lanes in the
+    32-bit `mask` take part (they must all reach it):
+
+        %y = llvm_ext.shfl_bfly %x, 16 : i32 mask %m : f32
+
+    translated to `llvm.nvvm.shfl.sync.bfly.f32` (an f64 moves as two i32 halves)."""
+
+    name = "llvm_ext.shfl_bfly"
+
+    T: ClassVar = VarConstraint("T", AnyAttr())
+
+    value = operand_def(T)
+    mask = operand_def(IntegerType(32))
+    offset = prop_def(IntegerAttr)
+    result = result_def(T)
+
+    assembly_format = "$value `,` $offset `mask` $mask attr-dict `:` type($value)"
+
+    def __init__(self, value: SSAValue | Operation, offset: int, mask: SSAValue | Operation):
+        value = SSAValue.get(value)
+        super().__init__(operands=[value, mask], properties={"offset": IntegerAttr(offset, IntegerType(32))},
+                         result_types=[value.type])
+
+    def verify_(self) -> None:
+        offset = self.offset.value.data
+        if offset not in (1, 2, 4, 8, 16):
+            raise VerifyException(f"'{self.name}': lane offset must be 1, 2, 4, 8 or 16, got {offset}")
+        if not isinstance(self.value.type, Float32Type | Float64Type) or self.result.type != self.value.type:
+            raise VerifyException(f"'{self.name}' moves an f32 or f64 to a result of its type")
+
+
+LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp, AtomicRmwOp, ShflBflyOp], [])
 
 #: The dialect object under its IR name, as `xdsl.dialects` spells its own.
 llvm_ext = LlvmExt
 
-__all__ = ["LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp", "StoreBufferOp", "llvm_ext"]
+__all__ = ["ATOMIC_KINDS", "AtomicRmwOp", "LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp", "ShflBflyOp", "StoreBufferOp",
+           "llvm_ext"]

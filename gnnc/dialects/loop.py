@@ -13,7 +13,16 @@ dictionaries and structure; `convert-loop-to-scf` lowers them to `scf.for`.
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DictionaryAttr, I64, IndexType, IntegerAttr, MemRefType, StringAttr
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    Float32Type,
+    Float64Type,
+    I64,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+)
 from xdsl.ir import Block, Dialect, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -22,7 +31,9 @@ from xdsl.irdl import (
     opt_prop_def,
     prop_def,
     region_def,
+    result_def,
     traits_def,
+    var_operand_def,
 )
 from xdsl.traits import IsTerminator, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
@@ -30,12 +41,17 @@ from xdsl.utils.exceptions import VerifyException
 
 @irdl_op_definition
 class YieldOp(IRDLOperation):
-    """Ends the body of a loop-dialect loop."""
+    """Ends the body of a loop-dialect loop; `loop.warp_sum` yields its running sum."""
 
     name = "loop.yield"
 
-    assembly_format = "attr-dict"
+    values = var_operand_def()
+
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
     traits = traits_def(IsTerminator())
+
+    def __init__(self, *values: SSAValue):
+        super().__init__(operands=[list(values)])
 
 
 def _check_body(op: IRDLOperation, region: Region, nargs: int) -> None:
@@ -46,6 +62,8 @@ def _check_body(op: IRDLOperation, region: Region, nargs: int) -> None:
         raise VerifyException(f"'{op.name}' body takes {nargs} index argument(s)")
     if not isinstance(block.last_op, YieldOp):
         raise VerifyException(f"'{op.name}' body must end with loop.yield")
+    if block.last_op.values and not isinstance(op, WarpSumOp):
+        raise VerifyException(f"'{op.name}' body yields no values")
 
 
 @irdl_op_definition
@@ -221,4 +239,52 @@ class GridOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' has unknown mapping {self.mapping.data!r}")
 
 
-Loop = Dialect("loop", [ForDstOp, ForInEdgesOp, ForFeatureOp, GridOp, YieldOp], [])
+@irdl_op_definition
+class WarpSumOp(IRDLOperation):
+    """A sum over i in [0, extent), computed by a group of `lanes` lanes of a warp
+    together (FeatGraph's tree reduction for dot products):
+
+        %s = loop.warp_sum %extent lane %lane of 32 : f32 {
+        ^bb0(%i: index, %acc: f32):
+          ...
+          loop.yield %next : f32      // %acc + the term of i
+        }
+
+    Lane `lane` (in [0, lanes)) folds the terms of i = lane, lane + lanes, ...
+    from 0 (consecutive lanes read consecutive elements); the partial sums are
+    then added by a butterfly, so every lane of the group gets the whole sum.
+    A group is `lanes` consecutive lanes of one warp, and all of them must
+    reach it together. The NVVM lowering uses `shfl.sync.bfly`; the CPU
+    emulation runs the lanes as a loop over partials kept in memory.
+    """
+
+    name = "loop.warp_sum"
+
+    extent = operand_def(IndexType)
+    lane = operand_def(IndexType)
+    lanes = prop_def(IntegerAttr[I64])
+    result = result_def()
+    body = region_def("single_block")
+
+    assembly_format = "$extent `lane` $lane `of` $lanes attr-dict-with-keyword `:` type($result) $body"
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, extent: SSAValue, lane: SSAValue, body: Block, result_type, lanes: int = WARP_SIZE):
+        super().__init__(operands=[extent, lane], regions=[Region(body)], result_types=[result_type],
+                         properties={"lanes": IntegerAttr(lanes, 64)})
+
+    def verify_(self) -> None:
+        if self.lanes.value.data not in (2, 4, 8, 16, 32):
+            raise VerifyException(f"'{self.name}' lanes must be a power of two in [2, 32], got {self.lanes.value.data}")
+        t = self.result.type
+        if not isinstance(t, Float32Type | Float64Type):
+            raise VerifyException(f"'{self.name}' sums f32 or f64, got {t}")
+        block = self.body.block
+        if len(block.args) != 2 or not isinstance(block.args[0].type, IndexType) or block.args[1].type != t:
+            raise VerifyException(f"'{self.name}' body takes (index, {t})")
+        last = block.last_op
+        if not isinstance(last, YieldOp) or len(last.values) != 1 or last.values[0].type != t:
+            raise VerifyException(f"'{self.name}' body must end with loop.yield of one {t}")
+
+
+Loop = Dialect("loop", [ForDstOp, ForInEdgesOp, ForFeatureOp, GridOp, WarpSumOp, YieldOp], [])

@@ -26,8 +26,9 @@ from gnnc.frontend import ast
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group"},
-                                             # vertex mappings with grouping and tiling (map-threads)
-                                             "cuda": {"map thread_vertex", "map warp_vertex", "map group", "map tile"}}
+                                             # uGrapher's four mappings with grouping and tiling (map-threads)
+                                             "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
+                                                      "map warp_edge", "map group", "map tile", "map lanes"}}
 
 _F32_MAX = 3.4028234663852886e38
 
@@ -59,7 +60,8 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
 }
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
-MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size"}
+MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size",
+               "lanes": "the lanes per destination or edge group, a power of two up to 32"}
 DIRECTIVES = {"cpu": set(CPU_DIRECTIVES), "cuda": {"map"}}
 
 
@@ -223,7 +225,7 @@ class _Checker:
             option = words[i]
             if option not in MAP_OPTIONS:
                 raise self.error(
-                    f"unexpected '{option}' in 'map' (options: group G, tile T)", locs[i]
+                    f"unexpected '{option}' in 'map' (options: group G, tile T, lanes L)", locs[i]
                 )
             if option in seen:
                 raise self.error(f"'{option}' is given twice in 'map'", locs[i])
@@ -231,6 +233,9 @@ class _Checker:
             if i + 1 >= len(words):
                 raise self.error(f"'{option}' needs a positive integer ({MAP_OPTIONS[option]})", locs[i])
             self.positive_int(words[i + 1], locs[i + 1], MAP_OPTIONS[option], option)
+            if option == "lanes" and words[i + 1].lstrip("0") not in ("1", "2", "4", "8", "16", "32"):
+                raise self.error(f"'lanes' must be a power of two up to 32 (the warp), found '{words[i + 1]}'",
+                                 locs[i + 1])
             options.append((option, locs[i]))
             i += 2
         return options

@@ -57,6 +57,14 @@ Dim = int | str
 #: func.func attribute holding the `map ...` directive of a cuda schedule.
 CUDA_MAP_ATTR = "gnnc.cuda_map"
 
+#: Marks the scf.for summing a `dot` over its reduced axis, which warp mappings
+#: split over a warp's lanes (`loop.warp_sum`); the CPU ignores it.
+DOT_REDUCTION_ATTR = "gnnc.dot_reduction"
+
+#: Marks the index op giving the base of a per-thread scratch region, so that
+#: map-threads can tell which region an access is in and at which index.
+SCRATCH_BASE_ATTR = "gnnc.scratch_base"
+
 REORDERABLE = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC, arith.FastMathFlag.ALLOW_CONTRACT])
 
 
@@ -352,7 +360,9 @@ class KernelLowering:
         offset = self.scratch_top
         self.scratch_top = self.em.pre(arith.AddiOp(offset, self.size_of(shape)))
         self.scratch_shapes.append([d for d in shape])
-        return self.em.op(arith.AddiOp(self.worker_base, offset))
+        base = arith.AddiOp(self.worker_base, offset)
+        base.attributes[SCRATCH_BASE_ATTR] = UnitAttr()
+        return self.em.op(base)
 
     def alloc_acc_row(self, shape: Sequence[Dim]) -> SSAValue:
         """A fresh region in every row of acc_rows: its offset within a row (a prologue value)."""
@@ -897,6 +907,7 @@ class KernelLowering:
                 return self.em.op(arith.AddfOp(acc, prod, REORDERABLE))
 
             total = self.scalar_loop(self.extent(k), zero, step)
+            total.owner.attributes[DOT_REDUCTION_ATTR] = UnitAttr()  # type: ignore[union-attr]
             self.store(total, self.scratch, self.linear(base, shape, idx))
 
         self.for_features(shape, elem)

@@ -17,39 +17,51 @@ lanes in tiles of `tile` (default 1) consecutive indices, round robin, so a
 lane owns the same feature elements in every loop of a destination and no
 lane reads what another wrote. Kernels with per-thread scratch are refused.
 
-Edge mappings (thread_edge, warp_edge) need atomics and are refused with the
-reason until they exist: a mapping is never accepted and ignored.
+thread_edge / warp_edge (uGrapher): thread (warp) `g` handles the `group`
+consecutive in-CSR positions `g * group + k`; an edge finds its destination
+by a binary search of `in_indptr` (so the compiled code needs no per-edge
+destination array), and updates the destination's row with atomics
+(`llvm_ext.atomic_rmw`: fadd for sum / mean, fmaximum / fminimum for max /
+min, which propagate NaN as the sequential code does). A destination's
+per-vertex work around its edge walk runs in vertex grids of its own, one
+thread (warp) per destination: initialising the rows (0, -inf, +inf) before
+the edge grid, and after it dividing means, setting the rows of vertices
+with no in-edges to 0 and storing vertex results. Each grid is a launch of
+its own, which orders them. What cannot be split this way is refused with
+the reason: several walks over one destination's edges (softmax needs the
+max and the sum of exponentials before the weighted sum) and per-destination
+values kept in per-thread scratch (an aggregation combined with other terms
+at `v`, as in gin) would need per-destination device buffers that the
+runtime does not provide yet.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects import arith, func, math, memref, scf
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc import abi
 from gnnc.dialects import loop
+from gnnc.dialects.llvm_ext import AtomicRmwOp
 from gnnc.errors import CompileError
-from gnnc.passes.convert_graph_to_loop import CUDA_MAP_ATTR
+from gnnc.passes.convert_graph_to_loop import CUDA_MAP_ATTR, DOT_REDUCTION_ATTR, SCRATCH_BASE_ATTR
 from gnnc.schedule import CudaSchedule
 
 index = IndexType()
 
-#: Why each mapping not implemented yet is refused.
-_NOT_YET = {
-    "thread_edge": "one thread per edge needs atomic updates of the destination rows, "
-    "which the cuda lowering does not emit yet",
-    "warp_edge": "a warp per edge group needs atomic updates of the destination rows, "
-    "which the cuda lowering does not emit yet",
-}
+#: Threads that share one destination (or edge group), per mapping.
+LANES = {"thread_vertex": 1, "warp_vertex": loop.WARP_SIZE, "thread_edge": 1, "warp_edge": loop.WARP_SIZE}
 
-#: Threads that share one destination, per vertex mapping.
-LANES = {"thread_vertex": 1, "warp_vertex": loop.WARP_SIZE}
+#: The vertex mapping an edge mapping runs its per-destination work with.
+VERTEX_MAPPING_OF = {"thread_edge": "thread_vertex", "warp_edge": "warp_vertex"}
 
 
 def _const(ops: list[Operation], value: int) -> SSAValue:
@@ -110,28 +122,38 @@ def _split_over_lanes(rewriter: Rewriter, op: loop.ForFeatureOp, lane: SSAValue,
     rewriter.replace_op(op, [*ops, scf.ForOp(lane, tiles, step, [], tile_body)], [])
 
 
-def map_vertex(op: loop.ForDstOp, sched: CudaSchedule, lanes: int) -> loop.GridOp:
-    """for_dst -> a grid where each group of `lanes` threads runs `group` consecutive
-    destinations; with several lanes, the lanes split every outermost feature loop
-    in tiles of `sched.tile` (default 1) indices, round robin."""
-    rewriter = Rewriter()
+def _ceil_div(pre: list[Operation], a: SSAValue, b: SSAValue) -> SSAValue:
+    one = _const(pre, 1)
+    less = arith.SubiOp(b, one)
+    total = arith.AddiOp(a, less)
+    quotient = arith.DivUIOp(total, b)
+    pre.extend([less, total, quotient])
+    return quotient.result
+
+
+@dataclass
+class _Grid:
+    """A grid whose `units` groups of `lanes` threads each run `group` consecutive items
+    of [0, count): `then` runs for item `item` (guarded by item < count)."""
+
+    pre: list[Operation]
+    op: loop.GridOp
+    then: Block
+    item: SSAValue
+    gid: SSAValue
+    lane: SSAValue
+
+
+def _build_grid(count: SSAValue, group_size: int, lanes: int, block_size_value: int, mapping: str) -> _Grid:
     pre: list[Operation] = []
-    group = _const(pre, sched.group)
-    block_size = _const(pre, sched.block_size)
+    group = _const(pre, group_size)
+    block_size = _const(pre, block_size_value)
     lanes_c = _const(pre, lanes)
     one = _const(pre, 1)
-
-    def ceil_div(a: SSAValue, b: SSAValue) -> SSAValue:
-        less = arith.SubiOp(b, one)
-        total = arith.AddiOp(a, less)
-        quotient = arith.DivUIOp(total, b)
-        pre.extend([less, total, quotient])
-        return quotient.result
-
-    units = ceil_div(op.num_vertices, group)
+    units = _ceil_div(pre, count, group)
     threads = arith.MuliOp(units, lanes_c)
     pre.append(threads)
-    blocks = ceil_div(threads.result, block_size)
+    blocks = _ceil_div(pre, threads.result, block_size)
 
     body = Block(arg_types=[index, index])
     b, t = body.args
@@ -143,25 +165,351 @@ def map_vertex(op: loop.ForDstOp, sched: CudaSchedule, lanes: int) -> loop.GridO
     zero = arith.ConstantOp(IntegerAttr(0, index))
     inner = Block(arg_types=[index])
     k = inner.args[0]
-    v = arith.AddiOp(first, k)
-    inside = arith.CmpiOp(v, op.num_vertices, "ult")
+    item = arith.AddiOp(first, k)
+    inside = arith.CmpiOp(item, count, "ult")
     then = Block()
-    if_op = scf.IfOp(inside, [], [then])
-    inner.add_ops([v, inside, if_op, scf.YieldOp()])
+    inner.add_ops([item, inside, scf.IfOp(inside, [], [then]), scf.YieldOp()])
     for_k = scf.ForOp(zero, group, one, [], inner)
     body.add_ops([scaled, gid, unit, lane, first, zero, for_k, loop.YieldOp()])
+    grid = loop.GridOp(blocks, block_size_value, mapping, body)
+    return _Grid(pre, grid, then, item.result, gid.result, lane.result)
 
-    old = op.body.block
-    rewriter.inline_block(old, InsertPoint.at_end(then), [v.result, gid.result])
+
+def _end_then(rewriter: Rewriter, then: Block) -> None:
     terminator = then.last_op
     assert isinstance(terminator, loop.YieldOp)
     rewriter.replace_op(terminator, scf.YieldOp())
+
+
+def map_vertex(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str,
+               mapping: str | None = None, group: int | None = None) -> loop.GridOp:
+    """for_dst -> a grid where each group of `lanes` threads runs `group` consecutive
+    destinations; with several lanes, the lanes split every outermost feature loop
+    in tiles of `sched.tile` (default 1) indices, round robin."""
+    rewriter = Rewriter()
+    g = _build_grid(op.num_vertices, group or sched.group, lanes, sched.block_size, mapping or sched.strategy)
+    rewriter.inline_block(op.body.block, InsertPoint.at_end(g.then), [g.item, g.gid])
+    _end_then(rewriter, g.then)
     if lanes > 1:
-        for feature_loop in _outermost_feature_loops(body):
-            _split_over_lanes(rewriter, feature_loop, lane.result, lanes, sched.tile or 1)
-    grid = loop.GridOp(blocks, sched.block_size, sched.strategy, body)
-    rewriter.replace_op(op, [*pre, grid], [])
-    return grid
+        _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
+    rewriter.replace_op(op, [*g.pre, g.op], [])
+    return g.op
+
+
+# ------------------------------------------------- a warp's lanes on one unit
+
+
+def _outermost_feature_loop_of(op: Operation) -> loop.ForFeatureOp | None:
+    found = None
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, loop.GridOp):
+        if isinstance(parent, loop.ForFeatureOp):
+            found = parent
+        parent = parent.parent_op()
+    return found
+
+
+def _scratch_access(index_value: SSAValue) -> tuple[SSAValue, SSAValue | None] | None:
+    """(region, leading index) of a scratch access `base + row-major offset`, as
+    convert-graph-to-loop's `linear` builds it; the region is the base's offset."""
+    owner = index_value.owner
+    if isinstance(owner, arith.AddiOp) and SCRATCH_BASE_ATTR in owner.attributes:
+        return owner.rhs, None  # a scalar region
+    if not (isinstance(owner, arith.AddiOp) and isinstance(owner.lhs.owner, arith.AddiOp)
+            and SCRATCH_BASE_ATTR in owner.lhs.owner.attributes):
+        return None
+    offset = owner.rhs
+    while isinstance(offset.owner, arith.AddiOp) and isinstance(offset.owner.lhs.owner, arith.MuliOp):
+        offset = offset.owner.lhs.owner.lhs
+    return owner.lhs.owner.rhs, offset
+
+
+def _check_feeds_only(load: memref.LoadOp, stores: set[Operation], refuse: Callable[[str], CompileError]) -> None:
+    """A shared buffer read where every lane runs the code may feed only the stores
+    lane 0 makes: what another lane reads there is not ordered with lane 0's writes."""
+    stack = [load.res]
+    while stack:
+        for use in stack.pop().uses:
+            user = use.operation
+            if user in stores:
+                continue
+            if isinstance(user, memref.LoadOp | memref.StoreOp | AtomicRmwOp | scf.ForOp | scf.IfOp | scf.YieldOp
+                          | loop.YieldOp | loop.ForFeatureOp | loop.WarpSumOp) or not user.results:
+                raise refuse(
+                    "a result row is read back where every lane of the warp runs the code, and what it feeds is not "
+                    "only lane 0's write of it"
+                )
+            stack.extend(user.results)
+
+
+def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, lanes: int, fn: func.FuncOp,
+                           kernel: str) -> None:
+    """Shares one unit's work among a warp's lanes, or refuses the kernel with the reason.
+
+    Every outermost feature loop is split over the lanes (lane-owned: a lane
+    computes the elements of the tiles it owns) unless it holds a dot
+    product: then the dot's sum is split over the lanes instead
+    (`loop.warp_sum`, a butterfly of shuffles) and every lane runs the loop
+    whole (replicated), so each lane's scratch slice holds every element of
+    the dot. Each lane's scratch slice is its own, so a scratch region is
+    sound when it is written only where replicated, or written and read only
+    in split loops at their own index (a lane reads back what it wrote);
+    writes to buffers shared by the lanes outside split loops are made by
+    lane 0 alone, and what the lanes read there may feed only those writes.
+    """
+    strategy = sched.strategy
+    fallback = strategy.replace("warp", "thread")
+    body = g.op.body.block
+    scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    reductions = [o for o in body.walk() if isinstance(o, scf.ForOp) and DOT_REDUCTION_ATTR in o.attributes]
+    outer = _outermost_feature_loops(body)
+    replicated_loops = {_outermost_feature_loop_of(r) for r in reductions} - {None}
+    split_loops = [o for o in outer if o not in replicated_loops]
+
+    def refuse(reason: str) -> CompileError:
+        return CompileError(f"kernel '{kernel}': map {strategy} is refused: {reason}; use map {fallback}")
+
+    def split_index(op: Operation) -> SSAValue | None:
+        """The index of the split loop op is in, None where every lane runs it."""
+        loop_op = _outermost_feature_loop_of(op)
+        return loop_op.body.block.args[0] if loop_op is not None and loop_op not in replicated_loops else None
+
+    accesses: dict[SSAValue, list[tuple[bool, SSAValue | None, SSAValue | None]]] = {}
+    shared: set[SSAValue] = set()
+    for o in body.walk():
+        if isinstance(o, memref.StoreOp | memref.LoadOp) and o.memref is scratch:
+            found = _scratch_access(o.indices[0])
+            if found is None:
+                raise refuse("a per-thread scratch access has an index map-threads cannot attribute to a region")
+            region, lead = found
+            accesses.setdefault(region, []).append((isinstance(o, memref.StoreOp), lead, split_index(o)))
+        elif isinstance(o, memref.StoreOp | AtomicRmwOp):
+            shared.add(o.memref)
+    for region, uses in accesses.items():
+        if all(split is None for is_store, _, split in uses if is_store):
+            continue  # replicated: every lane computes all of it in its own slice
+        for is_store, lead, split in uses:
+            if split is None or lead is not split:
+                raise refuse(
+                    "a value kept in per-thread scratch is " + ("written" if is_store else "read")
+                    + " at feature indices other than the ones a lane owns (the lanes split the feature loops; "
+                    "a vector-matrix product `@`, or a per-destination value read across the split axis, would "
+                    "need the lanes to exchange it)"
+                )
+    replicated_stores = [o for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)
+                         and o.memref is not scratch and split_index(o) is None]
+    for o in body.walk():
+        if isinstance(o, memref.LoadOp) and o.memref in shared and split_index(o) is None:
+            _check_feeds_only(o, set(replicated_stores), refuse)
+    for r in reductions:
+        init = r.iter_args[0].owner
+        if not (len(r.iter_args) == 1 and isinstance(init, arith.ConstantOp) and init.value.value.data == 0.0):
+            raise refuse("a dot product's sum does not start at 0")
+        block = r.body.block
+        terminator = block.last_op
+        assert isinstance(terminator, scf.YieldOp)
+        rewriter.replace_op(terminator, loop.YieldOp(*terminator.operands))
+        new_block = Block(arg_types=[index, r.results[0].type])
+        rewriter.inline_block(block, InsertPoint.at_end(new_block), list(new_block.args))
+        rewriter.replace_op(r, loop.WarpSumOp(r.ub, g.lane, new_block, r.results[0].type, lanes))
+    for o in replicated_stores:
+        # every lane reaches it with the same value: one of them writes it (an
+        # update made by every lane would be made 32 times)
+        zero = arith.ConstantOp(IntegerAttr(0, index))
+        first_lane = arith.CmpiOp(g.lane, zero, "eq")
+        then = Block()
+        rewriter.insert_op([zero, first_lane, scf.IfOp(first_lane, [], [then])], InsertPoint.before(o))
+        o.detach()
+        then.add_ops([o, scf.YieldOp()])
+    for feature_loop in split_loops:
+        _split_over_lanes(rewriter, feature_loop, g.lane, lanes, sched.tile or 1)
+
+
+# ------------------------------------------------------------ edge mappings
+
+
+def _destination_of(ops: list[Operation], position: SSAValue, num_vertices: SSAValue, indptr: SSAValue) -> SSAValue:
+    """The destination whose in-edges hold CSR position `position` (< E): the last v
+    with indptr[v] <= position, by a binary search of bit_length(V) halvings.
+
+    Empty destinations share their indptr value with the next one, and the
+    last of equal values is taken, so they are skipped. The search is a
+    counted loop with selects, no data-dependent exit: lanes of a warp stay
+    converged."""
+    zero = _const(ops, 0)
+    one = _const(ops, 1)
+    as_i64 = arith.IndexCastOp(num_vertices, i64)
+    leading = math.CountLeadingZerosOp(as_i64)
+    width = arith.ConstantOp(IntegerAttr(64, i64))
+    bits = arith.SubiOp(width, leading)
+    steps = arith.IndexCastOp(bits, index)
+    ops += [as_i64, leading, width, bits, steps]
+    body = Block(arg_types=[index, index, index])
+    _, lo, hi = body.args
+    total = arith.AddiOp(lo, hi)
+    mid = arith.DivUIOp(total, _const_in(body, 2))
+    start = memref.LoadOp.get(indptr, [mid])
+    start_index = arith.IndexCastOp(start, index)
+    at_or_before = arith.CmpiOp(start_index, position, "ule")
+    new_lo = arith.SelectOp(at_or_before, mid, lo)
+    new_hi = arith.SelectOp(at_or_before, hi, mid)
+    body.add_ops([total, mid, start, start_index, at_or_before, new_lo, new_hi, scf.YieldOp(new_lo, new_hi)])
+    search = scf.ForOp(zero, steps.result, one, [zero, num_vertices], body)
+    ops.append(search)
+    return search.results[0]
+
+
+def _const_in(block: Block, value: int) -> SSAValue:
+    op = arith.ConstantOp(IntegerAttr(value, index))
+    block.add_op(op)
+    return op.result
+
+
+def _depends_on(value: SSAValue, target: SSAValue) -> bool:
+    seen: set[SSAValue] = set()
+    stack = [value]
+    while stack:
+        x = stack.pop()
+        if x is target:
+            return True
+        if x in seen or not isinstance(x.owner, Operation):
+            continue
+        seen.add(x)
+        stack.extend(x.owner.operands)
+    return False
+
+
+_ATOMIC_OF = {arith.AddfOp: "fadd", arith.MaximumfOp: "fmaximum", arith.MinimumfOp: "fminimum"}
+
+
+def _atomic_updates(rewriter: Rewriter, body: Block, scratch: SSAValue, edge: SSAValue, kernel: str,
+                    strategy: str) -> None:
+    """In an edge grid's body: `buf[i] = buf[i] op x` on a shared buffer -> atomic_rmw;
+    any other store to a shared buffer must be at a row of the edge itself."""
+    for store in [o for o in body.walk() if isinstance(o, memref.StoreOp)]:
+        if store.memref is scratch:
+            continue  # this thread's own slice: per-edge temporaries (dot, @)
+        update = store.value.owner
+        kind = _ATOMIC_OF.get(type(update))  # type: ignore[arg-type]
+        if kind is not None and store.value.has_one_use():
+            assert isinstance(update, arith.FloatingPointLikeBinaryOperation)
+            for old, x in ((update.lhs, update.rhs), (update.rhs, update.lhs)):
+                load = old.owner
+                if (isinstance(load, memref.LoadOp) and load.memref is store.memref
+                        and load.indices[0] is store.indices[0] and old.has_one_use()):
+                    rewriter.replace_op(store, AtomicRmwOp(kind, x, store.memref, store.indices[0]), [])
+                    rewriter.erase_op(update)
+                    rewriter.erase_op(load)
+                    break
+            else:
+                kind = None
+        if kind is None and not _depends_on(store.indices[0], edge):
+            raise CompileError(
+                f"kernel '{kernel}': map {strategy} is refused: an edge writes a vertex row other than by a "
+                "sum / max / min update, which threads of several edges cannot share"
+            )
+
+
+def _has_stores(ops: list[Operation]) -> bool:
+    return any(isinstance(o, memref.StoreOp | AtomicRmwOp) for op in ops for o in op.walk())
+
+
+def _prune(block: Block, keep: Callable[[int, Operation], bool]) -> None:
+    """Erases the ops of block (but its terminator) that `keep(position, op)` rejects,
+    then the pure ones left unused."""
+    ops = list(block.ops)[:-1]
+    for i, op in reversed(list(enumerate(ops))):
+        if not keep(i, op):
+            op.detach()
+            op.erase()
+    for op in reversed(list(block.ops)[:-1]):
+        if isinstance(op, _PURE) and not any(r.uses for r in op.results):
+            op.detach()
+            op.erase()
+
+
+#: Ops a destination's work may drop from a grid when their results are unused.
+_PURE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.DivUIOp, arith.RemUIOp,
+         arith.IndexCastOp, arith.CmpiOp, arith.SIToFPOp, memref.LoadOp)
+
+
+def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str) -> list[loop.GridOp]:
+    """for_dst { before; for_in_edges { body }; after } -> vertex grid (before),
+    edge grid (body, atomics), vertex grid (after); grids with no effect are left out."""
+    strategy = sched.strategy
+    vertex_mapping = VERTEX_MAPPING_OF[strategy]
+    walks = [o for o in op.body.block.ops if isinstance(o, loop.ForInEdgesOp)]
+    if not walks:  # a phase of per-vertex work only
+        return [map_vertex(op, sched, lanes, fn, kernel, vertex_mapping, group=1)]
+    if len(walks) > 1:
+        raise CompileError(
+            f"kernel '{kernel}': map {strategy} is refused: each destination walks its in-edges {len(walks)} times "
+            "(as softmax does: the max and the sum of exponentials over every in-edge come before the weighted sum), and a "
+            "destination's values between walks would need per-destination device buffers; use map "
+            f"{vertex_mapping}"
+        )
+    scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    ops = list(op.body.block.ops)
+    at = ops.index(walks[0])
+    before = ops[:at]
+    if any(isinstance(o, memref.StoreOp) and o.memref is scratch for b in before for o in b.walk()):
+        raise CompileError(
+            f"kernel '{kernel}': map {strategy} is refused: an aggregation accumulates in per-thread scratch "
+            "(it is combined with other terms at the destination, as in gin's (1 + eps) * x[v] + sum(x[u]), "
+            "or divided by another aggregation), which threads of different edges cannot share; use map "
+            f"{vertex_mapping}"
+        )
+
+    def effect(o: Operation) -> bool:
+        return isinstance(o, loop.ForFeatureOp | loop.ForInEdgesOp) or _has_stores([o])
+
+    rewriter = Rewriter()
+    grids: list[loop.GridOp] = []
+    # before: the destination's initialisation, alone
+    first = op.clone()
+    _prune(first.body.block, lambda i, o: i < at)
+    # after: the finalisation (pure values of `before` recomputed)
+    last = op.clone()
+    _prune(last.body.block, lambda i, o: i > at or (i < at and not effect(o)))
+    # the edges: the walk's body, with the pure values of `before` it uses
+    edges = op.clone()
+    _prune(edges.body.block, lambda i, o: i == at or (i < at and not effect(o)))
+    for part in (first, edges, last):
+        rewriter.insert_op(part, InsertPoint.before(op))
+    rewriter.erase_op(op)
+
+    if _has_stores(list(first.body.block.ops)):
+        grids.append(map_vertex(first, sched, lanes, fn, kernel, vertex_mapping, group=1))
+    else:
+        rewriter.erase_op(first)
+
+    walk = next(o for o in edges.body.block.ops if isinstance(o, loop.ForInEdgesOp))
+    num_edges = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("num_edges")]
+    g = _build_grid(num_edges, sched.group, lanes, sched.block_size, strategy)
+    found: list[Operation] = []
+    v = _destination_of(found, g.item, edges.num_vertices, walk.indptr)
+    u_raw = memref.LoadOp.get(walk.src, [g.item])
+    u = arith.IndexCastOp(u_raw, index)
+    e_raw = memref.LoadOp.get(walk.eid, [g.item])
+    e = arith.IndexCastOp(e_raw, index)
+    g.then.add_ops([*found, u_raw, u, e_raw, e])
+    rewriter.inline_block(edges.body.block, InsertPoint.at_end(g.then), [v, g.gid])
+    walk_body = walk.body.block
+    rewriter.erase_op(walk_body.last_op)  # loop.yield
+    rewriter.inline_block(walk_body, InsertPoint.before(walk), [g.item, u.result, e.result])
+    rewriter.erase_op(walk)
+    _end_then(rewriter, g.then)
+    _atomic_updates(rewriter, g.then, scratch, e.result, kernel, strategy)
+    if lanes > 1:
+        _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
+    rewriter.replace_op(edges, [*g.pre, g.op], [])
+    grids.append(g.op)
+
+    if _has_stores(list(last.body.block.ops)):
+        grids.append(map_vertex(last, sched, lanes, fn, kernel, vertex_mapping, group=1))
+    else:
+        rewriter.erase_op(last)
+    return grids
 
 
 class MapThreadsPass(ModulePass):
@@ -177,33 +525,36 @@ class MapThreadsPass(ModulePass):
             sched = CudaSchedule.parse(text.data) if isinstance(text, StringAttr) else CudaSchedule()
             kernel = fn.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
-            if sched.strategy in _NOT_YET:
-                raise CompileError(f"kernel '{kernel}': map {sched.strategy} is refused: {_NOT_YET[sched.strategy]}")
             lanes = LANES[sched.strategy]
+            if sched.lanes is not None:
+                if lanes == 1:
+                    raise CompileError(
+                        f"kernel '{kernel}': map {sched.strategy} lanes {sched.lanes} is refused: a thread mapping "
+                        f"runs one thread per destination (or edge group); use map "
+                        f"{sched.strategy.replace('thread', 'warp')} lanes {sched.lanes}"
+                    )
+                lanes = sched.lanes
             if sched.tile is not None and lanes == 1:
                 raise CompileError(
                     f"kernel '{kernel}': map {sched.strategy} tile {sched.tile} is refused: "
-                    "with one thread per destination every thread runs the whole feature row, "
+                    "with one thread per destination (or edge) every thread runs the whole feature row, "
                     "there is nothing to tile over threads"
                 )
-            if lanes > 1 and record["scratch"]:
-                # Accumulators, dot, @ and softmax keep per-destination values in
-                # the thread's scratch. Splitting features over lanes is only
-                # sound when each lane reads back just what it wrote (a dot over
-                # the split axis needs a warp-shuffle reduction instead); that
-                # is not proven yet, so such kernels are refused, not guessed.
-                raise CompileError(
-                    f"kernel '{kernel}': map {sched.strategy} is refused: the kernel keeps per-destination "
-                    "values in per-thread scratch (accumulators, dot, @ or softmax), and splitting them over a "
-                    "warp's lanes needs warp-shuffle reductions the cuda lowering does not emit yet; "
-                    "use map thread_vertex"
-                )
+            grids: list[dict] = []
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
-                map_vertex(dst, sched, lanes)
+                if sched.strategy in VERTEX_MAPPING_OF:
+                    for grid in map_edges(dst, sched, lanes, fn, kernel):
+                        over_edges = grid.mapping.data == sched.strategy
+                        grids.append({"over": "E" if over_edges else "V", "group": sched.group if over_edges else 1})
+                else:
+                    map_vertex(dst, sched, lanes, fn, kernel)
+                    grids.append({"over": "V", "group": sched.group})
             if CUDA_MAP_ATTR in fn.attributes:
                 del fn.attributes[CUDA_MAP_ATTR]
             # the runtime sizes the grid (and one scratch slice per thread) from this
             record["grid"] = {"mapping": sched.strategy, "block_size": sched.block_size, "group": sched.group,
-                              "lanes": lanes}
+                              "lanes": lanes, "grids": grids,
+                              # False: the runtime may pick a mapping per graph (runtime/heuristic.py)
+                              "schedule_given": isinstance(text, StringAttr)}
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

@@ -24,6 +24,7 @@ import numpy as np
 
 from gnnc import abi
 from gnnc.errors import ArgumentError, ToolchainError
+from gnnc.runtime import heuristic
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
 
@@ -99,14 +100,46 @@ class CudaKernel:
             _check(cu, cu.cuModuleGetFunction(module.handle, name.encode()), f"cuModuleGetFunction({name})")
             for name in self._grid["phases"]
         ]
+        self._variants: dict[str, CudaKernel] = {}
+        self._refused: set[str] = set()
+
+    def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "CudaKernel | None":
+        """Without a `for cuda` schedule, the mapping the graph suggests
+        (heuristic.default_cuda_mappings), compiled once per mapping; the
+        first one the compiler accepts for this kernel."""
+        source = self._module.metadata.get("source")
+        if self._grid.get("schedule_given", True) or source is None:
+            return None
+        for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
+            if mapping == "thread_vertex" and self._grid["mapping"] == mapping and self._grid["group"] == 1:
+                return None
+            directive = f"map {mapping}"
+            if directive in self._refused:
+                continue
+            if directive not in self._variants:
+                from gnnc.api import compile as compile_kernels  # the compiler, only when a variant is needed
+                from gnnc.errors import CompileError
+
+                try:
+                    module = compile_kernels(source, target="cuda", arch=self._module.metadata["arch"],
+                                             kernels=[self.name], schedule=directive)
+                except CompileError:
+                    self._refused.add(directive)
+                    continue
+                self._variants[directive] = module.kernels[self.name]
+            return self._variants[directive]
+        return None
 
     def __call__(self, graph: Graph, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}")
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
+        chosen = self._default_variant(graph, dims)
+        if chosen is not None:
+            return chosen(graph, *args, out=out, **kwargs)
         cu = self._module.cu
-        blocks = abi.grid_blocks(self._grid, graph.num_vertices)
-        threads = max(1, blocks * self._grid["block_size"])
+        blocks = abi.grid_blocks(self._grid, graph.num_vertices, graph.num_edges)
+        threads = max(1, max(blocks, default=0) * self._grid["block_size"])
         per_thread = abi.scratch_slice_elements(
             sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
         )
@@ -128,9 +161,9 @@ class CudaKernel:
                       ctypes.c_int64(threads), ctypes.c_int64(1)]
             values += [ctypes.c_void_p(int(d.ptr)) for d in device]
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            if blocks:
-                for function in self._functions:  # phases, in order, on the default stream
-                    _check(cu, cu.cuLaunchKernel(function, blocks, 1, 1, self._grid["block_size"], 1, 1, 0, 0,
+            for function, n in zip(self._functions, blocks, strict=True):  # phases, in order, on the default stream
+                if n:
+                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, 0, 0,
                                                  ctypes.addressof(params), 0), "cuLaunchKernel")
             _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
             first_output = 9 + len(inputs)

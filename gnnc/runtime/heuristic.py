@@ -107,3 +107,72 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         if width is not None and VECTORIZE_MIN_ELEMENTS <= width and width * itemsize <= VECTORIZE_MAX_BYTES:
             return f"vectorize {width}"
     return None
+
+
+# ------------------------------------------------------------------ cuda
+
+#: A hub: this many in-edges at one destination ...
+CUDA_HUB_MIN_DEGREE = 1024
+#: ... and this many times the mean in-degree.
+CUDA_HUB_MIN_SKEW = 32.0
+#: Rows at least this wide keep a warp's 32 lanes busy on features.
+CUDA_WARP_MIN_ROW = 32
+#: Narrower rows still go to warps when each destination has this many in-edges.
+CUDA_WARP_MIN_MEAN_DEGREE = 16.0
+CUDA_WARP_MIN_ROW_DEEP = 8
+
+
+def default_cuda_mappings(graph: Any, row_elements: int) -> list[str]:
+    """The cuda thread mappings (`map` directives without `map`) to try for a kernel
+    without a `for cuda` schedule, best first.
+
+    uGrapher's observation, as a rule (not measured: this machine has no GPU,
+    so the thresholds are the papers' reasoning, not fits):
+
+    - a hub (an in-degree >= 1024 and >= 32x the mean) makes vertex mappings
+      wait on the one thread or warp that walks the hub's edges while the
+      rest of the grid idles; edge mappings spread its edges over the grid
+      (atomics on its row): warp_edge when rows are wide enough for the lanes
+      (>= 32 elements), else thread_edge;
+    - wide rows (>= 32 elements) keep a warp's lanes busy on features, and
+      the lanes' reads of a row coalesce: warp_vertex;
+    - rows of 8 to 31 elements with a mean in-degree >= 16: Seastar's
+      feature-adaptive groups, `warp_vertex lanes L` with L the row rounded up
+      to a power of two, so 32 / L destinations share a warp and few lanes idle;
+    - otherwise (narrow rows, few edges) a warp's lanes would mostly idle:
+      thread_vertex, one thread per destination.
+
+    Each list ends in thread_vertex, which every kernel compiles to; the
+    runtime takes the first mapping the compiler accepts for the kernel (an
+    edge mapping refuses softmax, a warp mapping `@`).
+    """
+    v, e = graph.num_vertices, graph.num_edges
+    if v == 0 or e == 0:
+        return ["thread_vertex"]
+    mean = e / v
+    degrees = graph.in_indptr[1:] - graph.in_indptr[:-1]
+    hub = int(degrees.max())
+    wide = row_elements >= CUDA_WARP_MIN_ROW
+    if hub >= CUDA_HUB_MIN_DEGREE and hub >= CUDA_HUB_MIN_SKEW * mean:
+        if wide:
+            return ["warp_edge", "thread_edge", "warp_vertex", "thread_vertex"]
+        return ["thread_edge", "thread_vertex"]
+    if wide:
+        return ["warp_vertex", "thread_vertex"]
+    if row_elements >= CUDA_WARP_MIN_ROW_DEEP and mean >= CUDA_WARP_MIN_MEAN_DEGREE:
+        lanes = 1 << (row_elements - 1).bit_length()
+        return [f"warp_vertex lanes {lanes}" if lanes < CUDA_WARP_MIN_ROW else "warp_vertex", "thread_vertex"]
+    return ["thread_vertex"]
+
+
+def row_elements(signature: Any, dims: dict[str, int]) -> int:
+    """The widest per-vertex or per-edge row a kernel reads or writes, in elements."""
+    widest = 0
+    for t in [*signature.params, *signature.results]:
+        if t.domain not in ("V", "E"):
+            continue
+        n = 1
+        for d in t.shape:
+            n *= d if isinstance(d, int) else dims[d]
+        widest = max(widest, n)
+    return widest

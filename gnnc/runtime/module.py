@@ -115,7 +115,8 @@ class Kernel:
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
-            n_threads = max(1, abi.grid_blocks(grid, graph.num_vertices) * grid["block_size"])
+            n_threads = max(1, max(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges), default=0)
+                            * grid["block_size"])
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
         groups = self._abi.get("groups")
         if self._abi.get("edge_order") == "hilbert":
@@ -189,6 +190,9 @@ class Kernel:
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "Kernel | None":
         """The variant the default heuristic picks for this call, if any (see runtime/heuristic.py)."""
+        grid = self._abi.get("grid")
+        if grid is not None:
+            return self._default_mapping_variant(graph, dims, grid)
         if (self._abi.get("schedule_given", True) or self._metadata.get("source") is None
                 or self._abi.get("grid") is not None or self._metadata.get("target", "cpu") != "cpu"):
             # a CPU variant would replace what a cuda emulation is there to check
@@ -208,6 +212,23 @@ class Kernel:
             # it runs as compiled, and the compiler is not asked again
             self._refused.add(directives)
             return None
+
+    def _default_mapping_variant(self, graph: Graph, dims: dict[str, int], grid: dict) -> "Kernel | None":
+        """A cuda emulation without a `for cuda` schedule runs the mapping the graph
+        suggests (heuristic.default_cuda_mappings), as the GPU runtime does."""
+        if grid.get("schedule_given", True) or self._metadata.get("source") is None:
+            return None
+        for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
+            if mapping == "thread_vertex" and grid["mapping"] == mapping and grid["group"] == 1:
+                return None  # what was compiled
+            directive = f"map {mapping}"
+            if directive in self._refused:
+                continue
+            try:
+                return self._variant(directive)
+            except CompileError:
+                self._refused.add(directive)  # this kernel cannot take that mapping: the next one
+        return None
 
     def _variant(self, schedule: Any) -> "Kernel":
         """This kernel compiled with another schedule (needs the compiler; cached)."""

@@ -35,7 +35,7 @@ from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gnnc.abi import INTERLEAVE_ATTR
-from gnnc.dialects.llvm_ext import LoadBufferOp, NvvmSregOp, PrefetchOp, StoreBufferOp
+from gnnc.dialects.llvm_ext import AtomicRmwOp, LoadBufferOp, NvvmSregOp, PrefetchOp, ShflBflyOp, StoreBufferOp
 from gnnc.errors import CompileError
 
 I1 = ir.IntType(1)
@@ -571,6 +571,32 @@ def _nvvm_sreg(t: FunctionTranslator, op: NvvmSregOp) -> None:
     t.set(op, [t.builder.zext(t.builder.call(fn, []), I64)])
 
 
+def _atomic_rmw(t: FunctionTranslator, op: AtomicRmwOp) -> None:
+    # monotonic: updates of one element need only be atomic among themselves;
+    # whatever reads them runs in a later launch (phase)
+    ptr, _, _ = _address(t, op.memref, [op.index])
+    t.builder.atomic_rmw(op.kind.data, ptr, t.get(op.value), "monotonic")
+    t.set(op, [])
+
+
+def _shfl_bfly(t: FunctionTranslator, op: ShflBflyOp) -> None:
+    b = t.builder
+    all_lanes, clamp = t.get(op.mask), ir.Constant(I32, 31)
+    offset = ir.Constant(I32, op.offset.value.data)
+    x = t.get(op.value)
+    if isinstance(x.type, ir.FloatType):
+        fn = t.intrinsic("llvm.nvvm.shfl.sync.bfly.f32", x.type, [I32, x.type, I32, I32])
+        t.set(op, [b.call(fn, [all_lanes, x, offset, clamp])])
+        return
+    # PTX shuffles 32-bit registers: a double moves as its two halves
+    fn = t.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
+    bits = b.bitcast(x, I64)
+    low = b.call(fn, [all_lanes, b.trunc(bits, I32), offset, clamp])
+    high = b.call(fn, [all_lanes, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), offset, clamp])
+    joined = b.or_(b.shl(b.zext(high, I64), ir.Constant(I64, 32)), b.zext(low, I64))
+    t.set(op, [b.bitcast(joined, x.type)])
+
+
 def _slot_address(t: FunctionTranslator, slots: SSAValue, index: SSAValue) -> ir.Value:
     # A slot is an i64; indexing it as `ptr` (also 8 bytes on 64-bit targets) lets the
     # pointer be stored and loaded as a pointer, without ptrtoint / inttoptr.
@@ -677,6 +703,8 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     math.ErfOp: _libm("erf"),
     math.Log1pOp: _libm("log1p"),
     math.ExpM1Op: _libm("expm1"),
+    # is_zero_poison false: ctlz(0) is the bit width
+    math.CountLeadingZerosOp: lambda t, op: t.set(op, [t.call_intrinsic("ctlz", [t.get(op.operand), ir.Constant(I1, 0)])]),
     math.AbsIOp: lambda t, op: t.set(op, [t.call_intrinsic("abs", [t.get(op.operand), ir.Constant(I1, 0)])]),
     memref.LoadOp: _load,
     memref.StoreOp: _store,
@@ -685,6 +713,8 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     LoadBufferOp: _load_buffer,
     StoreBufferOp: _store_buffer,
     NvvmSregOp: _nvvm_sreg,
+    AtomicRmwOp: _atomic_rmw,
+    ShflBflyOp: _shfl_bfly,
     llvm_dialect.AddressOfOp: _addressof,
     memref.ExtractAlignedPointerAsIndexOp: lambda t, op: t.set(op, [t.builder.ptrtoint(t.get(op.source), I64)]),
 }
