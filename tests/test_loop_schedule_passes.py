@@ -296,3 +296,24 @@ def test_tiles_sliced_into_vectors_match_reference(name, schedule, dims):
     want = getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name)(graph, **inputs)
     for threads in (1, 3):
         assert_matches(k(graph, threads=threads, **inputs), want, graph, np.float32)
+
+
+@pytest.mark.parametrize("pass_name, schedule, shows", [
+    ("tile-features", "tile features 4", 'by 4 dim "F"'),
+    ("partition-sources", "partition src 3", "loop.for_partition 3"),
+    ("order-destinations", "sort degree", "loop.dst_at"),
+    ("vectorize-rows", "vectorize 8", "scf.for"),
+])
+def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
+    proc = subprocess.run(
+        [sys.executable, "-m", "gnnc.cli", "compile", str(EXAMPLES / "gcn.gnn"), "--emit", "loop",
+         "--schedule", schedule, "--print-ir-after", pass_name],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    header = f"// -----// IR Dump After {pass_name} //----- //"
+    assert header in proc.stderr
+    dump = proc.stderr.split(header, 1)[1].split("// -----//", 1)[0]
+    assert shows in dump
+    listed = subprocess.run([sys.executable, "-m", "gnnc.cli", "passes"], capture_output=True, text=True, timeout=120)
+    assert re.search(rf"^\s+\d+\s+{pass_name}$", listed.stdout, re.M)

@@ -7,7 +7,7 @@ pass and the runtime's heuristic agree on which axis is a kernel's row.
 
 from __future__ import annotations
 
-from xdsl.dialects import func, scf
+from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -80,8 +80,6 @@ def check_row_split(directive: str, scope: Block, dim: str, splitting: str, piec
 
 def shift_axis(loops: list[loop.ForFeatureOp], extent: SSAValue, offset: SSAValue, width: SSAValue) -> None:
     """Loops over `extent` cover [offset, offset + width) instead of [0, extent)."""
-    from xdsl.dialects import arith
-
     for op in loops:
         if op.extent is not extent:
             continue
