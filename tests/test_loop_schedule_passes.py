@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
@@ -24,6 +26,7 @@ from gnnc import abi, compiler
 from gnnc.dialects import loop
 from gnnc.passes import pipeline
 from tests.helpers import assert_matches
+from tests.strategies import graphs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -317,3 +320,27 @@ def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
     assert shows in dump
     listed = subprocess.run([sys.executable, "-m", "gnnc.cli", "passes"], capture_output=True, text=True, timeout=120)
     assert re.search(rf"^\s+\d+\s+{pass_name}$", listed.stdout, re.M)
+
+
+@given(source=random_kernels(),
+       schedule=st.sampled_from(["tile features 2\nvectorize 2", "partition src 2\ntile features 4\nvectorize 2",
+                                 "tile features 3\nvectorize 2\nsort degree",
+                                 "group neighbors 2\ntile features 2\nvectorize 2"]),
+       graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), threads=st.integers(1, 3),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15)
+def test_random_kernels_tiled_and_sliced_match_reference(source, schedule, graph, f, threads, seed):
+    """The schedule passes compose: random kernels under tiles sliced into vectors either are refused or match."""
+    from tests.strategies import random_inputs
+
+    try:
+        module = gnnc.compile(source, schedule=schedule)
+    except gnnc.CompileError as exc:
+        assert any(d in str(exc) for d in ("partition src", "tile features", "vectorize", "group neighbors")), str(exc)
+        return
+    kernel = module.k
+    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    got = kernel(graph, threads=threads, **inputs)
+    want = gnnc.compile(source, target="reference").k(graph, **inputs)
+    assert_matches(got, want, graph, dtype)
