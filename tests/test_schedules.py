@@ -36,6 +36,7 @@ SCHEDULES = st.sampled_from([
     "order edges hilbert\nprefetch 2\ntile features 2",
     "vectorize 16",
     "vectorize 4\npartition src 2\nsort degree",
+    "tile features 8\nvectorize 4",
     "group neighbors 1",
     "group neighbors 4",
     "group neighbors 16\nvectorize 16",

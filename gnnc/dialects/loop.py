@@ -7,8 +7,17 @@ Every graph operator becomes the same three loops, nested:
         loop.for_feature   for f in range(extent)      (dense; tiling, vectors)
 
 Bodies hold scalar `arith` / `math` code and `memref` loads and stores on the
-kernel's flat buffers. Schedule passes rewrite the loops' `schedule`
-dictionaries and structure; `convert-loop-to-scf` lowers them to `scf.for`.
+kernel's flat buffers. The CPU schedule passes consume the loops' `schedule`
+dictionaries and rewrite the nest, so each dump shows what its schedule did:
+
+    loop.for_tile %F by 64 dim "F"     feature tiles around a sweep    (tile-features)
+      loop.for_partition 4               source partitions, barriers   (partition-sources)
+        loop.for_dst ...                   the destination sweep
+          %v = loop.dst_at %order[%pos]      position -> destination   (order-destinations,
+                                                                        hilbert-edge-order)
+
+`convert-loop-to-openmp` then only outlines and shares the sweep out among
+threads; `convert-loop-to-scf` lowers what is left to `scf.for`.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     StringAttr,
+    i64,
 )
 from xdsl.ir import Block, Dialect, Region, SSAValue
 from xdsl.irdl import (
@@ -68,9 +78,12 @@ def _check_body(op: IRDLOperation, region: Region, nargs: int) -> None:
 
 @irdl_op_definition
 class ForDstOp(IRDLOperation):
-    """For every destination vertex `v`: body(v, worker).
+    """For every position `v` in [0, num_vertices): body(v, worker).
 
-    Destinations come in contiguous blocks (`blocks` holds num_blocks + 1
+    A position is a destination vertex unless a schedule pass maps it to one
+    (`loop.dst_at` at the top of the body: a destination order, or the edges
+    of a Hilbert order, for which the positions number the edges).
+    Positions come in contiguous blocks (`blocks` holds num_blocks + 1
     boundaries, balanced by edge count by the runtime); up to `num_threads`
     workers take blocks dynamically. `worker` (in [0, num_threads)) selects a
     worker's slice of the per-thread scratch. One destination is always
@@ -192,6 +205,113 @@ class ForFeatureOp(IRDLOperation):
         _check_body(self, self.body, 1)
 
 
+def _check_sweep(op: IRDLOperation, region: Region, nargs: int) -> None:
+    """A sweep wrapper holds one destination sweep (maybe wrapped again) and pure index arithmetic.
+
+    Every worker of the parallel region runs the wrapper's iterations, so
+    anything besides the sweep must be side-effect free and cheap to repeat.
+    After convert-loop-to-openmp the sweep has become its worksharing code,
+    and the wrapper is just a loop every worker runs.
+    """
+    _check_body(op, region, nargs)
+    sweeps = [o for o in region.block.ops if isinstance(o, ForDstOp | ForTileOp | ForPartitionOp)]
+    if len(sweeps) > 1:
+        raise VerifyException(f"'{op.name}' body must hold one destination sweep, got {len(sweeps)}")
+    for inner in region.block.ops:
+        if sweeps and inner is not sweeps[0] and not isinstance(inner, YieldOp) and not inner.name.startswith("arith."):
+            raise VerifyException(f"'{op.name}' body may hold only the sweep and arith ops, got '{inner.name}'")
+
+
+@irdl_op_definition
+class ForTileOp(IRDLOperation):
+    """For every tile of a feature axis: body(start, width) for start = 0, size, 2 size, ... < extent
+    and width = min(size, extent - start).
+
+    FeatGraph's feature tiling (`tile-features`): the destination sweep
+    inside runs once per tile, and the feature loops over the axis cover only
+    [start, start + width), so a tile of every source row is what a sweep
+    gathers and stays in cache. Every worker runs all tiles; each tile's
+    destinations are shared out among them (tiles write disjoint columns, so
+    no barrier separates them).
+    """
+
+    name = "loop.for_tile"
+
+    extent = operand_def(IndexType)
+    size = prop_def(IntegerAttr[I64])
+    dim = opt_prop_def(StringAttr)
+    body = region_def("single_block")
+
+    assembly_format = "$extent `by` $size (`dim` $dim^)? attr-dict-with-keyword $body"
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, extent: SSAValue, size: int, body: Block, dim: str | None = None):
+        props: dict = {"size": IntegerAttr(size, i64)}
+        if dim is not None:
+            props["dim"] = StringAttr(dim)
+        super().__init__(operands=[extent], regions=[Region(body)], properties=props)
+
+    def verify_(self) -> None:
+        if self.size.value.data < 1:
+            raise VerifyException(f"'{self.name}' tile size must be positive, got {self.size.value.data}")
+        _check_sweep(self, self.body, 2)
+
+
+@irdl_op_definition
+class ForPartitionOp(IRDLOperation):
+    """For every source partition p in [0, count): body(p), with a barrier between partitions.
+
+    FeatGraph's 1-D source partitioning (`partition-sources`): the sweep
+    inside runs once per partition, its partitioned in-edge walk over the
+    in-CSR of partition p, whose sources fit in the cache. A destination's
+    accumulators carry over from one partition to the next (in acc_rows or
+    the output row), and another worker may take the destination then: all
+    workers finish a partition before any starts the next.
+    """
+
+    name = "loop.for_partition"
+
+    count = prop_def(IntegerAttr[I64])
+    body = region_def("single_block")
+
+    assembly_format = "$count attr-dict-with-keyword $body"
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, count: int, body: Block):
+        super().__init__(regions=[Region(body)], properties={"count": IntegerAttr(count, i64)})
+
+    def verify_(self) -> None:
+        if self.count.value.data < 1:
+            raise VerifyException(f"'{self.name}' needs at least one partition, got {self.count.value.data}")
+        _check_sweep(self, self.body, 1)
+
+
+@irdl_op_definition
+class DstAtOp(IRDLOperation):
+    """The destination at a position of the sweep: `order[position]`.
+
+    `order` is a permutation of the destinations (`sort degree`, `reorder
+    locality`) or the destinations of a Hilbert-ordered edge list.
+    """
+
+    name = "loop.dst_at"
+
+    order = operand_def(MemRefType)
+    position = operand_def(IndexType)
+    result = result_def(IndexType)
+
+    assembly_format = "$order `[` $position `]` attr-dict `:` type($order)"
+
+    def __init__(self, order: SSAValue, position: SSAValue):
+        super().__init__(operands=[order, position], result_types=[IndexType()])
+
+    def verify_(self) -> None:
+        t = self.order.type
+        assert isinstance(t, MemRefType)
+        if t.element_type != i64 or len(t.shape) != 1:
+            raise VerifyException(f"'{self.name}' reads a 1-D i64 buffer, got {t}")
+
+
 #: Threads in a warp on every NVIDIA GPU gnnc targets.
 WARP_SIZE = 32
 
@@ -287,4 +407,8 @@ class WarpSumOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' body must end with loop.yield of one {t}")
 
 
-Loop = Dialect("loop", [ForDstOp, ForInEdgesOp, ForFeatureOp, GridOp, WarpSumOp, YieldOp], [])
+Loop = Dialect(
+    "loop",
+    [ForDstOp, ForInEdgesOp, ForFeatureOp, ForTileOp, ForPartitionOp, DstAtOp, GridOp, WarpSumOp, YieldOp],
+    [],
+)

@@ -47,6 +47,7 @@ from xdsl.passes import ModulePass
 from gnnc.dialects import graph, loop
 from gnnc.errors import CompileError
 from gnnc.frontend import irgen
+from gnnc.passes.loop_structure import edge_walks, row_dim
 from gnnc.schedule import CpuSchedule
 from gnnc import abi
 
@@ -309,7 +310,14 @@ class KernelLowering:
         if self.group_size is not None:
             attrs += [readonly] * 5
         fn.arg_attrs = ArrayAttr(attrs)
-        fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(self.abi_record(), sort_keys=True))
+        record = self.abi_record()
+        # each phase's row axis and in-edge walk count, for the runtime's
+        # default heuristic (`runtime/heuristic.py`: `vectorize` pays only
+        # for a single walk over the in-edges), read before any schedule
+        # pass restructures the sweeps
+        phases = [o for o in entry.ops if isinstance(o, loop.ForDstOp)]
+        record["phases"] = [{"row_dim": row_dim(p), "edge_walks": edge_walks(p)} for p in phases]
+        fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
         # The cuda thread mapping travels to map-threads on the function; the
         # CPU pipeline has no use for it and leaves it as a plain attribute.
         attr = self.src_fn.attributes.get(irgen.SCHEDULE)

@@ -1,8 +1,9 @@
 """convert-loop-to-scf: the loop dialect's three loops become `scf.for`.
 
 `loop.for_in_edges` reads its bounds from the in-CSR offsets and, per
-position, the edge's source and user edge id; the other two loops are plain
-counted loops. Schedule dictionaries must have been consumed by the schedule
+position, the edge's source and user edge id; the other loops (destinations,
+features, feature tiles, source partitions) are plain counted loops, and
+`loop.dst_at` a load. Schedule dictionaries must have been consumed by the schedule
 passes before this point: a loop that still carries one is an error, so a
 schedule can never be dropped silently.
 """
@@ -46,13 +47,14 @@ def _to_scf_for(
     prelude: list[Operation],
     body: Block,
     per_iteration: PerIteration | None = None,
+    step: arith.ConstantOp | None = None,
 ) -> None:
     """Replaces op by `scf.for` over [lower, upper) running body.
 
     `per_iteration(iv)` returns ops to run at the top of each iteration and
     the values that stand for body's arguments (default: just iv).
     """
-    one = _const(1)
+    one = step or _const(1)
     new_body = Block(arg_types=[index])
     iv = new_body.args[0]
     ops, values = per_iteration(iv) if per_iteration else ([], [iv])
@@ -131,13 +133,50 @@ class LowerForInEdges(RewritePattern):
         )
 
 
+class LowerForTile(RewritePattern):
+    """loop.for_tile -> scf.for over [0, extent) by the tile size, width = min(size, extent - start)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: loop.ForTileOp, rewriter: PatternRewriter) -> None:
+        zero = _const(0)
+        step = _const(op.size.value.data)
+
+        def per_tile(start: SSAValue) -> tuple[list[Operation], list[SSAValue]]:
+            remaining = arith.SubiOp(op.extent, start)
+            width = arith.MinSIOp(remaining, step)
+            return [remaining, width], [start, width.result]
+
+        _to_scf_for(rewriter, op, zero.result, op.extent, [zero], op.body.block, per_tile, step)
+
+
+class LowerForPartition(RewritePattern):
+    """loop.for_partition -> scf.for over [0, count); the barrier is the worksharing's (convert-loop-to-openmp)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: loop.ForPartitionOp, rewriter: PatternRewriter) -> None:
+        zero, count = _const(0), _const(op.count.value.data)
+        _to_scf_for(rewriter, op, zero.result, count.result, [zero, count], op.body.block)
+
+
+class LowerDstAt(RewritePattern):
+    """loop.dst_at -> memref.load + index_cast."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: loop.DstAtOp, rewriter: PatternRewriter) -> None:
+        raw = memref.LoadOp.get(op.order, [op.position])
+        cast = arith.IndexCastOp(raw, index)
+        rewriter.replace(op, [raw, cast], [cast.result])
+
+
 class ConvertLoopToScfPass(ModulePass):
-    """Lowers loop.for_dst / for_in_edges / for_feature to scf.for."""
+    """Lowers the loop dialect's loops to scf.for and loop.dst_at to a load."""
 
     name = "convert-loop-to-scf"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([LowerForDst(), LowerForInEdges(), LowerForFeature()]),
+            GreedyRewritePatternApplier([
+                LowerForTile(), LowerForPartition(), LowerForDst(), LowerForInEdges(), LowerForFeature(), LowerDstAt(),
+            ]),
             apply_recursively=True,
         ).rewrite_module(op)

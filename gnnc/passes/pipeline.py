@@ -24,11 +24,16 @@ from gnnc.passes.deferred_division import DeferredDivisionPass
 from gnnc.passes.emulate_grid import EmulateGridPass
 from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
+from gnnc.passes.hilbert_edge_order import HilbertEdgeOrderPass
 from gnnc.passes.map_threads import MapThreadsPass
+from gnnc.passes.order_destinations import OrderDestinationsPass
+from gnnc.passes.partition_sources import PartitionSourcesPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
 from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
+from gnnc.passes.tile_features import TileFeaturesPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
 from gnnc.passes.unfuse_graph import UnfusePass
+from gnnc.passes.vectorize_rows import VectorizeRowsPass
 
 #: Every xDSL pass gnnc runs, by command-line name.
 PASSES: dict[str, type[ModulePass]] = {
@@ -44,6 +49,11 @@ PASSES: dict[str, type[ModulePass]] = {
         ConvertGraphToLoopPass,
         PrefetchNeighborsPass,
         SpecializeUnitDimsPass,
+        HilbertEdgeOrderPass,
+        OrderDestinationsPass,
+        PartitionSourcesPass,
+        TileFeaturesPass,
+        VectorizeRowsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
         ExpandExpPass,
@@ -52,6 +62,18 @@ PASSES: dict[str, type[ModulePass]] = {
         ConvertGridToNvvmPass,
     )
 }
+
+#: The CPU schedule passes, in the order they compose: the Hilbert edge list
+#: and the destination order decide what a sweep position is; partitions
+#: then split the in-edge walk, tiles the row, and vectorisation slices
+#: what is left of the row (a tile, or the whole row).
+CPU_SCHEDULE_PASSES: tuple[str, ...] = (
+    "hilbert-edge-order",
+    "order-destinations",
+    "partition-sources",
+    "tile-features",
+    "vectorize-rows",
+)
 
 #: frontend -> graph passes -> loop passes -> lowering, for the CPU target.
 CPU_PIPELINE: tuple[str, ...] = (
@@ -64,6 +86,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "convert-graph-to-loop",
     "prefetch-neighbors",
     "specialize-unit-dims",
+    *CPU_SCHEDULE_PASSES,
     "convert-loop-to-openmp",
     "convert-loop-to-scf",
 )
@@ -127,7 +150,8 @@ OPTIONAL_PASSES: frozenset[str] = frozenset(
      "annotate-fusion", "specialize-unit-dims"}
 )
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
-# consumes the schedule's `prefetch` entry, which must not be left unapplied.
+# consumes the schedule's `prefetch` entry, which must not be left unapplied;
+# so do the CPU schedule passes with theirs.
 
 #: Runs after the frontend when fusion is off (`--no-fusion`, ablation only).
 #: They go right before the lowering, after the optimisations, so that

@@ -19,9 +19,10 @@ F = 32 on R-MAT scale 16 (2 threads) ran in 9.3 ms with a literal head
 count of 1 against 11.5 ms with H given at run time (a hand-written numba
 loop with the head loop outside the edge loop: 9.4 ms).
 
-Destination loops whose schedule restructures the body later (partitions,
-Hilbert edge order, feature tiling, vectorised rows) are left alone: those
-transformations expect the body's loops directly in it.
+Destination loops whose schedule restructures the body later (the schedule
+passes after this one: hilbert-edge-order, partition-sources, tile-features,
+vectorize-rows) are left alone: those passes expect the body's loops directly
+in it.
 """
 
 from __future__ import annotations

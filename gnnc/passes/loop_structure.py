@@ -1,0 +1,146 @@
+"""Questions the CPU schedule passes ask about a loop nest, and where a kernel's buffers are.
+
+Shared by the schedule passes (`partition-sources`, `tile-features`,
+`vectorize-rows`, ...) and by convert-graph-to-loop's ABI record, so that a
+pass and the runtime's heuristic agree on which axis is a kernel's row.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Block, Operation, SSAValue
+
+from gnnc import abi
+from gnnc.dialects import loop
+from gnnc.errors import CompileError
+
+#: Schedule entries `convert-loop-to-openmp` implements itself (thread mapping).
+WORKSHARING_KEYS = ("parallel",)
+
+
+def row_dim(for_dst: loop.ForDstOp) -> str:
+    """The feature axis `tile features` and `vectorize` split: F if the kernel has one, else its innermost axis."""
+    dims = [op.dim.data for op in for_dst.walk() if isinstance(op, loop.ForFeatureOp) and op.dim is not None]
+    if "F" in dims:
+        return "F"
+    innermost = [
+        op.dim.data for op in for_dst.walk()
+        if isinstance(op, loop.ForFeatureOp) and op.dim is not None
+        and not any(isinstance(inner, loop.ForFeatureOp) for inner in op.body.block.walk())
+    ]
+    return max(set(innermost), key=innermost.count) if innermost else "F"
+
+
+def edge_walks(for_dst: loop.ForDstOp) -> int:
+    """In-edge loops per destination; a body versioned by specialize-unit-dims counts once."""
+    versioned = [op for op in for_dst.body.block.ops if isinstance(op, scf.IfOp) and op.false_region.blocks]
+    scope = versioned[0].false_region if versioned else for_dst.body
+    return sum(isinstance(op, loop.ForInEdgesOp) for op in scope.walk())
+
+
+def over_axis(op: Operation, dim: str) -> bool:
+    return isinstance(op, loop.ForFeatureOp) and op.dim is not None and op.dim.data == dim
+
+
+def axis_loops(scope: Operation | Block, dim: str) -> list[loop.ForFeatureOp]:
+    """Every loop.for_feature over axis `dim` inside scope, in program order."""
+    return [op for op in scope.walk() if over_axis(op, dim)]  # type: ignore[misc]
+
+
+def nests_axis(scope: Block, dim: str) -> bool:
+    """Whether a loop over feature axis `dim` encloses another: both would be sliced at one offset."""
+    return any(over_axis(op, dim) and any(over_axis(inner, dim) for inner in op.body.walk()) for op in scope.walk())
+
+
+def check_row_split(directive: str, scope: Block, dim: str, splitting: str, pieces: str) -> SSAValue:
+    """The extent of axis `dim` in scope, if its loops can be split into column ranges; else a CompileError.
+
+    Splitting runs a destination's work once per range of the axis, so the
+    axis must exist, no reduction may run along it (a dot or @ along it,
+    an `scf.for` up to its extent), and no loop over it may enclose another.
+    """
+    loops = axis_loops(scope, dim)
+    if not loops:
+        raise CompileError(f"{directive}: the kernel has no loop over a feature axis '{dim}'")
+    extent = loops[0].extent
+    for op in scope.walk():
+        if isinstance(op, scf.ForOp) and op.ub is extent:
+            raise CompileError(
+                f"{directive}: the kernel reduces over the feature axis '{dim}' "
+                f"(a dot or @ along it), which {splitting} would split"
+            )
+    if nests_axis(scope, dim):
+        raise CompileError(
+            f"{directive}: the kernel nests two loops over the feature axis '{dim}' (a @ along it, "
+            f"or a value of shape [{dim}, {dim}]), which {splitting} would cut down to diagonal {pieces}"
+        )
+    return extent
+
+
+def shift_axis(loops: list[loop.ForFeatureOp], extent: SSAValue, offset: SSAValue, width: SSAValue) -> None:
+    """Loops over `extent` cover [offset, offset + width) instead of [0, extent)."""
+    for op in loops:
+        if op.extent is not extent:
+            continue
+        inner = op.body.block
+        i = inner.args[0]
+        shifted = arith.AddiOp(i, offset)
+        inner.insert_op_before(shifted, inner.first_op)  # type: ignore[arg-type]
+        i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)
+        op.operands[0] = width
+
+
+def feature_depth(op: Operation) -> int:
+    """The deepest nest of loop.for_feature inside op: how wide the rows it gathers are."""
+    best = 0
+    for block in (b for r in op.regions for b in r.blocks):
+        for inner in block.ops:
+            depth = feature_depth(inner) + (1 if isinstance(inner, loop.ForFeatureOp) else 0)
+            best = max(best, depth)
+    return best
+
+
+def ancestors(op: Operation, stop: Block) -> list[Operation]:
+    """The ops enclosing op inside block `stop`, innermost first."""
+    found = []
+    parent = op.parent_op()
+    while parent is not None and parent.parent_block() is not None and stop.is_ancestor(parent):
+        found.append(parent)
+        parent = parent.parent_op()
+    return found
+
+
+def sweeps(fn: func.FuncOp) -> list[tuple[Operation, loop.ForDstOp]]:
+    """Each phase of a kernel: (its top-level op, maybe a tile or partition loop, and the destination sweep)."""
+    found = []
+    for op in fn.body.block.ops:
+        if isinstance(op, loop.ForDstOp | loop.ForTileOp | loop.ForPartitionOp):
+            inner = next(o for o in op.walk() if isinstance(o, loop.ForDstOp))
+            found.append((op, inner))
+    return found
+
+
+def take_schedule(for_dst: loop.ForDstOp, key: str):
+    """Removes entry `key` from the sweep's schedule and returns it (None if absent): the pass implements it."""
+    if for_dst.schedule is None or key not in for_dst.schedule.data:
+        return None
+    entries = dict(for_dst.schedule.data)
+    value = entries.pop(key)
+    for_dst.schedule = type(for_dst.schedule)(entries)
+    return value
+
+
+def schedule_text(for_dst: loop.ForDstOp, key: str) -> str | None:
+    value = for_dst.schedule.data.get(key) if for_dst.schedule is not None else None
+    return value.data if isinstance(value, StringAttr) else None
+
+
+def kernel_buffer(fn: func.FuncOp, name: str) -> SSAValue:
+    """One of the fixed graph arguments of a kernel (abi.GRAPH_ARGUMENTS), by name."""
+    return fn.body.block.args[abi.GRAPH_ARGUMENTS.index(name)]
+
+
+def trailing_buffers(fn: func.FuncOp, count: int) -> tuple[SSAValue, ...]:
+    """The last `count` arguments: a schedule's own arrays (partitions, Hilbert order; see abi.py)."""
+    return tuple(fn.body.block.args[-count:])

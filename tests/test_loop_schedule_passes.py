@@ -1,0 +1,346 @@
+"""Each CPU schedule pass alone, on the loop IR it receives in the pipeline.
+
+The input of a pass is the dump of the stage before it; the pass runs from
+that text (through xDSL's parser with gnnc's dialects, as `gnnc-opt` does),
+its output verifies, shows the schedule's structure, has consumed the
+schedule entry, and is what the compiler's own stage after the pass printed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from xdsl.dialects import func, scf
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+
+import gnnc
+from gnnc import abi, compiler
+from gnnc.dialects import loop
+from gnnc.passes import pipeline
+from tests.helpers import assert_matches
+from tests.strategies import graphs, random_kernels
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def stages(name: str, schedule: str) -> dict[str, str]:
+    source = (EXAMPLES / f"{name}.gnn").read_text()
+    options = compiler.CompileOptions(schedule=schedule)
+    return compiler.compile_source(source, f"{name}.gnn", options, stop_after="scf").stages
+
+
+class _Reached(Exception):
+    def __init__(self, text: str):
+        self.text = text
+
+
+def input_of(pass_name: str, source: str, schedule: str) -> str:
+    """The dump the pipeline hands to pass_name, got without running pass_name or anything after it."""
+    before = pipeline.CPU_PIPELINE[pipeline.CPU_PIPELINE.index(pass_name) - 1]
+
+    def observe(stage: str, text: str) -> None:
+        if stage == before:
+            raise _Reached(text)
+
+    try:
+        compiler.compile_source(source, "k.gnn", compiler.CompileOptions(schedule=schedule), observe, stop_after="scf")
+    except _Reached as reached:
+        return reached.text
+    raise AssertionError(f"the pipeline never reached {before}")
+
+
+def run_alone(pass_name: str, name: str, schedule: str) -> tuple[ModuleOp, str]:
+    """(the module after running pass_name alone on its pipeline input, the pipeline's own output text)."""
+    module = apply_alone(pass_name, (EXAMPLES / f"{name}.gnn").read_text(), schedule)
+    return module, stages(name, schedule)[pass_name]
+
+
+def apply_alone(pass_name: str, source: str, schedule: str) -> ModuleOp:
+    ctx = pipeline.make_context()
+    module = Parser(ctx, input_of(pass_name, source, schedule)).parse_module()
+    pipeline.PASSES[pass_name]().apply(ctx, module)
+    module.verify()
+    return module
+
+
+def kernel(module: ModuleOp) -> func.FuncOp:
+    return next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
+
+
+def schedule_keys(module: ModuleOp) -> set[str]:
+    return {k for op in module.walk() if isinstance(op, loop.ForDstOp) and op.schedule for k in op.schedule.data}
+
+
+def test_schedule_passes_run_between_the_lowering_and_the_outlining():
+    names = list(pipeline.CPU_PIPELINE)
+    at = [names.index(p) for p in pipeline.CPU_SCHEDULE_PASSES]
+    assert at == sorted(at)
+    assert names.index("convert-graph-to-loop") < at[0] and at[-1] < names.index("convert-loop-to-openmp")
+    for name in pipeline.CPU_SCHEDULE_PASSES:
+        assert pipeline.PASSES[name].name == name
+        # one module per pass, named as on the command line
+        assert pipeline.PASSES[name].__module__ == "gnnc.passes." + name.replace("-", "_")
+
+
+def test_tile_features_wraps_the_sweep_in_tiles():
+    module, pipeline_text = run_alone("tile-features", "gcn", "tile features 4")
+    assert str(module) == pipeline_text
+    fn = kernel(module)
+    tiles = [op for op in fn.body.block.ops if isinstance(op, loop.ForTileOp)]
+    assert len(tiles) == 1 and tiles[0].size.value.data == 4 and tiles[0].dim.data == "F"
+    start, width = tiles[0].body.block.args
+    features = [op for op in tiles[0].walk() if isinstance(op, loop.ForFeatureOp) and op.dim.data == "F"]
+    assert features and all(op.extent is width for op in features)
+    # every index of a tiled loop is offset by the tile's start
+    assert all(any(u.operation.name == "arith.addi" for u in op.body.block.args[0].uses) for op in features)
+    assert start.uses
+    assert "tile" not in schedule_keys(module)
+    assert 'loop.for_tile %' in pipeline_text and 'by 4 dim "F"' in pipeline_text
+
+
+def test_partition_sources_wraps_the_sweep_in_partitions():
+    module, pipeline_text = run_alone("partition-sources", "gcn", "partition src 3")
+    assert str(module) == pipeline_text
+    fn = kernel(module)
+    parts = [op for op in fn.body.block.ops if isinstance(op, loop.ForPartitionOp)]
+    assert len(parts) == 1 and parts[0].count.value.data == 3
+    (walk,) = [op for op in parts[0].walk() if isinstance(op, loop.ForInEdgesOp)]
+    part_indptr, part_src, part_eid = fn.body.block.args[-3:]
+    assert (walk.indptr, walk.src, walk.eid) == (part_indptr, part_src, part_eid)
+    # the walk starts at row p of part_indptr: p * (V + 1) + v
+    assert walk.dst.owner.name == "arith.addi"
+    assert "partition" not in schedule_keys(module)
+
+
+def test_vectorize_rows_slices_the_destination_row():
+    module, pipeline_text = run_alone("vectorize-rows", "gcn", "vectorize 4")
+    assert str(module) == pipeline_text
+    (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
+    body_ops = list(for_dst.body.block.ops)
+    slices = [op for op in body_ops if isinstance(op, scf.ForOp)]
+    tails = [op for op in body_ops if isinstance(op, scf.IfOp)]
+    assert len(slices) == 1 and len(tails) == 1
+    assert slices[0].step.owner.value.value.data == 4
+    full = [op for op in slices[0].walk() if isinstance(op, loop.ForFeatureOp)]
+    assert full and all(op.extent is slices[0].step for op in full)
+    # the in-edge walk runs once per slice and once for the tail
+    assert sum(isinstance(op, loop.ForInEdgesOp) for op in for_dst.walk()) == 2
+    assert "vectorize" not in schedule_keys(module)
+
+
+def test_order_destinations_maps_positions_through_dst_order():
+    module, pipeline_text = run_alone("order-destinations", "gcn", "sort degree")
+    assert str(module) == pipeline_text
+    fn = kernel(module)
+    (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
+    first = for_dst.body.block.first_op
+    assert isinstance(first, loop.DstAtOp)
+    assert first.order is fn.body.block.args[abi.GRAPH_ARGUMENTS.index("dst_order")]
+    position = for_dst.body.block.args[0]
+    assert [u.operation for u in position.uses] == [first]
+    assert "order" not in schedule_keys(module)
+    # the identity order needs no lookup
+    plain, _ = run_alone("order-destinations", "gcn", "parallel dst")
+    assert not any(isinstance(op, loop.DstAtOp) for op in plain.walk())
+
+
+def test_hilbert_edge_order_walks_one_edge_per_position():
+    module, pipeline_text = run_alone("hilbert-edge-order", "attention", "order edges hilbert")
+    assert str(module) == pipeline_text
+    fn = kernel(module)
+    (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
+    assert not any(isinstance(op, loop.ForInEdgesOp) for op in for_dst.walk())
+    first = for_dst.body.block.first_op
+    assert isinstance(first, loop.DstAtOp) and first.order is fn.body.block.args[-2]  # hilbert_dst
+    assert for_dst.num_vertices is fn.body.block.args[1]  # E positions
+    assert "edges" not in schedule_keys(module)
+
+
+DOT_ALONG_F = "kernel k(x: f32[V, F]) -> f32[V, F] {\n    out[v] = sum(dot(x[u], x[v]) * x[u])\n}\n"
+NO_FEATURES = "kernel k(w: f32[E]) -> f32[V] {\n    out[v] = sum(w[e])\n}\n"
+
+
+@pytest.mark.parametrize("pass_name, source, schedule, message", [
+    ("hilbert-edge-order", EXAMPLES / "gcn.gnn", "order edges hilbert", "order edges hilbert: needs an edge-wise kernel"),
+    ("tile-features", DOT_ALONG_F, "tile features 2", "tile features 2: the kernel reduces over the feature axis 'F'"),
+    ("vectorize-rows", DOT_ALONG_F, "vectorize 4", "vectorize 4: the kernel reduces over the feature axis 'F'"),
+    ("tile-features", NO_FEATURES, "tile features 4", "tile features 4: the kernel has no loop over a feature axis"),
+    ("vectorize-rows", EXAMPLES / "gat.gnn", "partition src 2\nvectorize 4", "vectorize 4: with partition src"),
+    ("partition-sources", NO_FEATURES.replace("sum(w[e])", "2 * deg_in(v)"), "partition src 2",
+     "partition src 2: the kernel walks no in-edges"),
+])
+def test_a_schedule_pass_refuses_what_it_cannot_apply(pass_name, source, schedule, message):
+    """The refusal comes from the pass that cannot apply the directive, run alone on its input."""
+    if isinstance(source, Path):
+        source = source.read_text()
+    with pytest.raises(gnnc.CompileError, match=message):
+        apply_alone(pass_name, source, schedule)
+
+
+def test_hilbert_and_a_destination_order_are_refused_together():
+    with pytest.raises(gnnc.CompileError, match="'order edges hilbert' and 'sort degree' cannot be combined"):
+        stages("attention", "order edges hilbert\nsort degree")
+
+
+def test_the_outliner_refuses_a_schedule_no_pass_applied():
+    text = stages("gcn", "tile features 4")
+    ctx = pipeline.make_context()
+    module = Parser(ctx, text["specialize-unit-dims"]).parse_module()
+    # skipping tile-features leaves its entry on the sweep
+    with pytest.raises(gnnc.CompileError, match="still carries schedule tile"):
+        pipeline.PASSES["convert-loop-to-openmp"]().apply(ctx, module)
+
+
+SCHEDULED = [
+    ("gcn", "partition src 2\ntile features 8\nsort degree\nvectorize 4"),
+    ("attention", "order edges hilbert\ntile features 2\nvectorize 2"),
+    ("gat", "reorder locality\ntile features 4\nvectorize 8"),
+    ("mlp_aggr", "partition src 3"),
+    ("sage_max", "group neighbors 3\ntile features 4\nsort degree"),
+]
+
+
+@pytest.mark.parametrize("name, schedule", SCHEDULED)
+def test_scheduled_stages_parse_back(name, schedule):
+    text = stages(name, schedule)
+    for stage in pipeline.CPU_PIPELINE:
+        module = Parser(pipeline.make_context(), text[stage]).parse_module()
+        module.verify()
+        assert str(module) == text[stage], stage
+    lowered = text["convert-loop-to-scf"]
+    assert "loop." not in lowered
+
+
+def test_sweep_wrappers_lower_sequentially():
+    """Without the outliner, convert-loop-to-scf runs tiles and partitions as plain loops."""
+    text = stages("gcn", "partition src 2\ntile features 8\nsort degree")
+    ctx = pipeline.make_context()
+    module = Parser(ctx, text["vectorize-rows"]).parse_module()
+    pipeline.PASSES["convert-loop-to-scf"]().apply(ctx, module)
+    module.verify()
+    assert not any(op.name.startswith("loop.") for op in module.walk())
+
+
+def test_gnnc_opt_runs_a_schedule_pass(tmp_path):
+    text = stages("gcn", "tile features 16")
+    path = tmp_path / "gcn.mlir"
+    path.write_text(text["partition-sources"])  # the input tile-features gets in the pipeline
+    proc = subprocess.run([sys.executable, "-m", "gnnc.opt", str(path), "-p", "tile-features"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == text["tile-features"].strip()
+    assert re.search(r"loop\.for_tile %\d+ by 16 dim \"F\"", proc.stdout)
+
+
+def test_loop_dialect_verifiers():
+    ctx = pipeline.make_context()
+    bad = """
+    func.func @k(%n: index, %b: memref<?xi64>) {
+      loop.for_partition 0 {
+      ^bb0(%p: index):
+        loop.for_dst %n blocks %b[%n] threads %n : memref<?xi64> {
+        ^bb1(%v: index, %w: index):
+          loop.yield
+        }
+        loop.yield
+      }
+      func.return
+    }
+    """
+    with pytest.raises(Exception, match="needs at least one partition"):
+        Parser(ctx, bad).parse_module().verify()
+    two = bad.replace("loop.for_partition 0", "loop.for_partition 2").replace(
+        "        loop.yield\n      }\n      func.return",
+        "        loop.for_dst %n blocks %b[%n] threads %n : memref<?xi64> {\n"
+        "        ^bb2(%v2: index, %w2: index):\n          loop.yield\n        }\n"
+        "        loop.yield\n      }\n      func.return",
+    )
+    with pytest.raises(Exception, match="one destination sweep, got 2"):
+        Parser(ctx, two).parse_module().verify()
+    side_effect = bad.replace("loop.for_partition 0 {\n      ^bb0(%p: index):",
+                              "loop.for_partition 2 {\n      ^bb0(%p: index):\n"
+                              "        %z = arith.constant 0 : index\n        memref.store %p, %b[%z] : memref<?xi64>")
+    with pytest.raises(Exception):
+        Parser(ctx, side_effect).parse_module().verify()
+    dst_at = """
+    func.func @k(%o: memref<?xf32>, %p: index) {
+      %v = loop.dst_at %o[%p] : memref<?xf32>
+      func.return
+    }
+    """
+    with pytest.raises(Exception, match="1-D i64 buffer"):
+        Parser(ctx, dst_at).parse_module().verify()
+
+
+@pytest.mark.parametrize("name, schedule, dims", [
+    ("gcn", "tile features 8\nvectorize 4", {"F": 17}),
+    ("gcn", "partition src 2\ntile features 8\nvectorize 4", {"F": 19}),
+    ("attention", "order edges hilbert\ntile features 2\nvectorize 2", {"H": 5, "D": 3}),
+])
+def test_tiles_sliced_into_vectors_match_reference(name, schedule, dims):
+    """tile-features then vectorize-rows: the slices of each tile (once an internal error)."""
+    from tests.strategies import random_inputs
+
+    rng = np.random.default_rng(7)
+    v = 60
+    src, dst = rng.integers(0, v, 400), rng.integers(0, v - 3, 400)
+    graph = gnnc.Graph.from_coo(np.concatenate([src, [4]]), np.concatenate([dst, [4]]), num_vertices=v)
+    module = gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule)
+    k = getattr(module, name)
+    inputs = random_inputs(k.signature, graph, dims, np.float32, 11)
+    want = getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name)(graph, **inputs)
+    for threads in (1, 3):
+        assert_matches(k(graph, threads=threads, **inputs), want, graph, np.float32)
+
+
+@pytest.mark.parametrize("pass_name, schedule, shows", [
+    ("tile-features", "tile features 4", 'by 4 dim "F"'),
+    ("partition-sources", "partition src 3", "loop.for_partition 3"),
+    ("order-destinations", "sort degree", "loop.dst_at"),
+    ("vectorize-rows", "vectorize 8", "scf.for"),
+])
+def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
+    proc = subprocess.run(
+        [sys.executable, "-m", "gnnc.cli", "compile", str(EXAMPLES / "gcn.gnn"), "--emit", "loop",
+         "--schedule", schedule, "--print-ir-after", pass_name],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    header = f"// -----// IR Dump After {pass_name} //----- //"
+    assert header in proc.stderr
+    dump = proc.stderr.split(header, 1)[1].split("// -----//", 1)[0]
+    assert shows in dump
+    listed = subprocess.run([sys.executable, "-m", "gnnc.cli", "passes"], capture_output=True, text=True, timeout=120)
+    assert re.search(rf"^\s+\d+\s+{pass_name}$", listed.stdout, re.M)
+
+
+@given(source=random_kernels(),
+       schedule=st.sampled_from(["tile features 2\nvectorize 2", "partition src 2\ntile features 4\nvectorize 2",
+                                 "tile features 3\nvectorize 2\nsort degree",
+                                 "group neighbors 2\ntile features 2\nvectorize 2"]),
+       graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), threads=st.integers(1, 3),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15)
+def test_random_kernels_tiled_and_sliced_match_reference(source, schedule, graph, f, threads, seed):
+    """The schedule passes compose: random kernels under tiles sliced into vectors either are refused or match."""
+    from tests.strategies import random_inputs
+
+    try:
+        module = gnnc.compile(source, schedule=schedule)
+    except gnnc.CompileError as exc:
+        assert any(d in str(exc) for d in ("partition src", "tile features", "vectorize", "group neighbors")), str(exc)
+        return
+    kernel = module.k
+    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    got = kernel(graph, threads=threads, **inputs)
+    want = gnnc.compile(source, target="reference").k(graph, **inputs)
+    assert_matches(got, want, graph, dtype)
