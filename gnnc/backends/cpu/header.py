@@ -53,6 +53,8 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
             args.append(f"{t} *{r['name']} /* {_shape_text(r['domain'], r['shape'])} */")
         for i, _ in enumerate(rec["temps"]):
             args.append(f"{t} *temp{i}")
+        if rec.get("source_sweep"):
+            args += ["const int64_t *src_meta /* num_src, source blocks */", "const int64_t *src_blocks"]
         if rec.get("partitions") or rec.get("groups"):
             args.append(f"{t} *acc_rows /* rows of {rec.get('acc_rows') or 'none'} */")
         if rec.get("partitions"):
