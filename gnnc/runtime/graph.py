@@ -320,6 +320,8 @@ class Graph:
         that is no destination has no in-edges, one that is no source no
         out-edges, so the padding is 0.
         """
+        if not self.bipartite:  # nothing to pad: the user-facing arrays serve
+            return self.deg_in(dtype), self.deg_out(dtype)
         return self._degree("in", dtype, padded=True), self._degree("out", dtype, padded=True)
 
     # ------------------------------------------------------------ statistics
