@@ -212,6 +212,10 @@ def test_constructors_take_a_shape():
         np.testing.assert_array_equal(g.deg_in(), [1, 2])
         assert g.out_indptr.shape == (6,) and g.in_indptr.shape == (3,)
         assert "5 sources, 2 destinations" in repr(g)
+        copy = gnnc.Graph(g)
+        assert (copy.num_src, copy.num_dst) == (5, 2)
+        with pytest.raises(GraphError, match=r"\(num_src, num_dst\) = \(5, 2\), not \(2, 2\)"):
+            gnnc.Graph(g, num_vertices=2)
     square = gnnc.Graph(ei, shape=(5, 5))
     assert not square.bipartite and square.num_vertices == 5
 
