@@ -2,7 +2,8 @@
 
 Every kernel `K` in a `.so` is a C function
 
-    void K(int64_t num_vertices, int64_t num_edges,
+    void K(int64_t num_vertices,      /* destinations (num_dst)               */
+           int64_t num_edges,
            int64_t num_threads,        /* workers; the scratch holds one slice each */
            int64_t num_blocks,
            const int64_t *dst_blocks,  /* num_blocks + 1 boundaries of positions  */
@@ -10,12 +11,17 @@ Every kernel `K` in a `.so` is a C function
            const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination */
            const int64_t *in_src,      /* E: source of the edge at a position   */
            const int64_t *in_eid,      /* E: the user's edge id at a position   */
-           const T *deg_in, const T *deg_out,   /* V each, as floats          */
+           const T *deg_in, const T *deg_out,   /* max(num_src, num_dst) each */
            const int64_t *dims,        /* the kernel's symbolic dims, in order  */
            T *scratch,                 /* num_threads x per-thread workspace    */
            const T *param_0, ...,      /* parameters, in declaration order      */
            T *result_0, ...,           /* results, in declaration order         */
-           T *temp_0, ...,             /* V- or E-sized buffers between phases  */
+           T *temp_0, ...,             /* V- or E-sized buffers between phases:
+                                          num_dst rows, or num_src for a temp
+                                          the record marks "rows": "src"      */
+           /* only with a source sweep (the record's "source_sweep"): */
+           const int64_t *src_meta,    /* 2: num_src, number of source blocks */
+           const int64_t *src_blocks,  /* blocks + 1 boundaries of source rows */
            /* only with `partition src K` or `group neighbors G`: */
            T *acc_rows,                /* rows x the record's acc_rows shapes: V
                                           rows (partitions), or one per split
@@ -48,7 +54,7 @@ for the identity order ignores it.
 from __future__ import annotations
 
 #: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.abi"

@@ -14,8 +14,11 @@ class ReferenceKernel:
     """A kernel evaluated by the numpy reference (float64), for checking."""
 
     def __init__(self, kernel: Any):
+        from gnnc.runtime.signature import KernelSignature
+
         self.kernel = kernel
         self.name = kernel.name
+        self.signature = KernelSignature.from_ast(kernel)
 
     def __call__(self, graph: Any, *args: Any, **kwargs: Any) -> Any:
         from gnnc import reference

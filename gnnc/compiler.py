@@ -133,6 +133,13 @@ def compile_source(
 
     ctx = pipeline.make_context()
     module = build_module(program, [k.name for k in kernels])
+    if options.target != "cpu":
+        # the lowering emits source sweeps for the CPU only (convert_graph_to_loop)
+        from xdsl.dialects.builtin import StringAttr
+
+        from gnnc.passes.convert_graph_to_loop import TARGET_ATTR
+
+        module.attributes[TARGET_ATTR] = StringAttr(options.target)
     record(pipeline.FRONTEND_STAGE, str(module))
     signatures = {k.name: KernelSignature.from_ast(k).to_dict() for k in kernels}
     result = CompileResult(metadata={}, stages=stages)

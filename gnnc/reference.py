@@ -17,6 +17,12 @@ DESIGN.md ("Values and arithmetic"):
 
 Parameters (graph type P) are kept with a leading axis of length 1, so that
 they broadcast against ``[E, ...]`` and ``[V, ...]`` values alike.
+
+On a bipartite graph a vertex expression has one row per destination; an
+input read at ``u`` is indexed by source ids, one read at ``v`` by
+destination ids (so one read at both has its destinations as its first rows,
+DGL's block convention), and ``deg_in(u)`` / ``deg_out(v)`` are 0 for an id
+that is no destination / no source.
 """
 
 from __future__ import annotations
@@ -68,11 +74,13 @@ class _Evaluator:
         self.src = graph.src
         self.dst = graph.dst
         self.E = graph.num_edges
-        self.V = graph.num_vertices
+        #: rows of a vertex expression: one per destination
+        self.V = graph.num_dst
         #: name -> (domain "V" / "E" / None, float64 array; parameters have a leading axis of 1)
         self.values = dict(params)
-        self.in_count = np.bincount(self.dst, minlength=self.V).astype(np.float64)
-        self.out_count = np.bincount(self.src, minlength=self.V).astype(np.float64)
+        ids = max(graph.num_src, graph.num_dst)
+        self.in_count = np.bincount(self.dst, minlength=ids).astype(np.float64)
+        self.out_count = np.bincount(self.src, minlength=ids).astype(np.float64)
 
     # -------------------------------------------------------------- statements
 
@@ -122,7 +130,7 @@ class _Evaluator:
         if mode == "vertex":
             if index != "v":
                 raise _ReferenceError(f"a vertex expression reads index {index}")
-            return arr
+            return arr[: self.V]
         return arr[self.src] if index == "u" else arr[self.dst]
 
     def index(self, e: Any, mode: str) -> np.ndarray:
@@ -195,7 +203,7 @@ class _Evaluator:
         return np.full((self.V,) + shape, fill, dtype=np.float64)
 
     def _empty_mask(self, ndim: int) -> np.ndarray:
-        return (self.in_count == 0).reshape((self.V,) + (1,) * (ndim - 1))
+        return (self.in_count[: self.V] == 0).reshape((self.V,) + (1,) * (ndim - 1))
 
     def aggregate(self, kind: str, values: np.ndarray) -> np.ndarray:
         shape = values.shape[1:]
@@ -204,7 +212,7 @@ class _Evaluator:
             np.add.at(total, self.dst, values)
             if kind == "sum":
                 return total
-            count = self.in_count.reshape((self.V,) + (1,) * len(shape))
+            count = self.in_count[: self.V].reshape((self.V,) + (1,) * len(shape))
             return np.where(count > 0, total / np.maximum(count, 1.0), 0.0)
         if kind in ("max", "min"):
             # np.maximum.at propagates NaN (np.fmax would drop it)

@@ -2,6 +2,7 @@
 
     conv = gnnc.torch.kernel("examples/gcn.gnn", "gcn")
     out = conv(graph, x, w)          # graph: gnnc.Graph or a 2 x E edge_index tensor
+    out = conv(edge_index, x, w, size=(num_src, num_dst))   # a bipartite block, as PyG's size=
     out.sum().backward()             # gradient kernels, generated and compiled on first use
 
 Tensors cross into the kernels without copies (CPU tensors share memory with
@@ -28,15 +29,28 @@ from gnnc.errors import ArgumentError, CompileError
 _GRAPHS: dict[int, tuple[weakref.ref, gnnc.Graph]] = {}
 
 
-def as_graph(graph: Any, num_vertices: int | None = None) -> gnnc.Graph:
-    """A `gnnc.Graph` for a Graph or an edge_index tensor (converted once per tensor)."""
+def as_graph(graph: Any, num_vertices: int | None = None, size: Any = None) -> gnnc.Graph:
+    """A `gnnc.Graph` for a Graph or an edge_index tensor (converted once per tensor).
+
+    `size=(num_src, num_dst)` makes a bipartite graph (PyG's `size`, DGL's
+    blocks); `num_vertices=n` a square one of n vertices.
+    """
     if isinstance(graph, gnnc.Graph):
+        if size is not None and (graph.num_src, graph.num_dst) != tuple(int(n) for n in size):
+            raise ArgumentError(f"the graph has (num_src, num_dst) = {(graph.num_src, graph.num_dst)}, not size={tuple(size)}")
         return graph
     if isinstance(graph, torch.Tensor):
         entry = _GRAPHS.get(id(graph))
         cached = entry[1] if entry is not None and entry[0]() is graph else None
-        if cached is None or (num_vertices is not None and cached.num_vertices != num_vertices):
-            cached = gnnc.Graph.from_edge_index(graph.detach().cpu(), num_vertices)
+        if size is not None:
+            size = tuple(int(n) for n in size)
+        stale = cached is not None and (
+            (num_vertices is not None and (cached.num_src, cached.num_dst) != (num_vertices, num_vertices))
+            or (size is not None and (cached.num_src, cached.num_dst) != size)
+            or (num_vertices is None and size is None and cached.bipartite)
+        )
+        if cached is None or stale:
+            cached = gnnc.Graph.from_edge_index(graph.detach().cpu(), num_vertices, shape=size)
             key = id(graph)
             _GRAPHS[key] = (weakref.ref(graph, lambda _: _GRAPHS.pop(key, None)), cached)
         return cached
@@ -86,11 +100,12 @@ class Kernel:
             self._backward[dtype] = compile_grad(self._sources[dtype], self.name, **self.options)
         return self._backward[dtype]
 
-    def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None) -> torch.Tensor:
+    def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None,
+                 size: Any = None) -> torch.Tensor:
         if len(inputs) != len(self.params):
             raise ArgumentError(f"{self.name} takes {len(self.params)} inputs ({', '.join(self.params)}), "
                                 f"got {len(inputs)}")
-        return _KernelFunction.apply(self, as_graph(graph, num_vertices), *inputs)
+        return _KernelFunction.apply(self, as_graph(graph, num_vertices, size), *inputs)
 
 
 def _dtype_name(inputs: tuple[torch.Tensor, ...]) -> str:

@@ -370,10 +370,10 @@ def test_reserved_parameter_names(name):
         lambda: gnnc.Graph.from_csr(np.array([0, 2, 1, 3]), np.array([0, 1, 2])),
         lambda: gnnc.Graph.from_csr(np.array([0, 1, 2]), np.array([0, 9]), num_vertices=2),
         lambda: gnnc.Graph.from_csr(np.array([1, 2, 3]), np.array([0, 1, 0])),
-        lambda: gnnc.Graph.from_scipy(sp.csr_matrix(np.ones((2, 3)))),
+        lambda: gnnc.Graph.from_coo([0, 2], [1, 0], shape=(2, 3)),
     ],
     ids=["edge-index-high", "edge-index-negative", "coo-high", "csr-decreasing", "csr-indices-high",
-         "csr-not-from-zero", "scipy-not-square"],
+         "csr-not-from-zero", "bipartite-src-high"],
 )  # fmt: skip
 def test_bad_graphs_are_graph_errors(build):
     with pytest.raises(GraphError):

@@ -94,9 +94,9 @@ def test_scipy_drops_explicit_zeros_and_keeps_order():
     np.testing.assert_array_equal(np.stack([g.src, g.dst]), [[0, 1, 1], [1, 0, 1]])
 
 
-def test_scipy_must_be_square():
-    with pytest.raises(GraphError, match=r"square.*\(3, 4\)"):
-        Graph.from_scipy(sp.csr_matrix((3, 4)))
+def test_scipy_non_square_is_bipartite():
+    g = Graph.from_scipy(sp.csr_matrix((3, 4)))
+    assert (g.num_src, g.num_dst, g.num_edges, g.bipartite) == (3, 4, 0, True)
     with pytest.raises(GraphError, match="scipy sparse"):
         Graph.from_scipy(np.eye(3))
 

@@ -12,6 +12,12 @@ softmax-weighted values stay inside one destination's iteration instead of
 materialising edge-sized arrays. Edge results are stored in the first in-edge
 loop where their inputs are known; vertex results after the last loop.
 
+A vertex value read at sources that depends on nothing but inputs and
+parameters (`x[u] @ W` hoisted by transform-before-gather) is computed in a
+*source sweep* instead, over every source row (`num_src` of them, which on a
+bipartite graph differ from the destinations), before the first phase; the
+CPU target only (`SOURCE_SWEEP_TARGETS`): the cuda grids have no such sweep.
+
 Elementwise expressions are never materialised: each is evaluated element by
 element inside the `loop.for_feature` nest of its consumer. `dot` and `@`
 results are computed once per edge (or destination) into per-thread scratch,
@@ -65,6 +71,13 @@ DOT_REDUCTION_ATTR = "gnnc.dot_reduction"
 #: Marks the index op giving the base of a per-thread scratch region, so that
 #: map-threads can tell which region an access is in and at which index.
 SCRATCH_BASE_ATTR = "gnnc.scratch_base"
+
+#: builtin.module attribute naming the compile target (set by the compiler).
+TARGET_ATTR = "gnnc.target"
+
+#: Targets whose lowering emits source sweeps (see the module doc). A module
+#: without TARGET_ATTR (gnnc-opt on a hand-written file) is lowered for the CPU.
+SOURCE_SWEEP_TARGETS = ("cpu",)
 
 REORDERABLE = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC, arith.FastMathFlag.ALLOW_CONTRACT])
 
@@ -179,8 +192,36 @@ class _Context:
     computed: dict[SSAValue, tuple[SSAValue, SSAValue]] = field(default_factory=dict)
 
 
+def _pure_vertex_map(value: SSAValue) -> bool:
+    """Whether value is computed from inputs, degrees and parameters at one vertex alone."""
+    t = value.type
+    if not isinstance(t, graph.ValueType) or t.kind not in ("D", "P"):
+        return False
+    seen: set[SSAValue] = set()
+    todo = [value]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        op = x.owner
+        if isinstance(op, graph.GatherOp):
+            if isinstance(op.tensor.owner, graph.MaterializeOp) or op.site.data not in ("dst", "param"):
+                return False
+            continue
+        if isinstance(op, (graph.AggregateOp, graph.EdgeSoftmaxOp)):
+            return False
+        if isinstance(op, Operation):
+            todo.extend(op.operands)
+    return True
+
+
+def _read_at_src(m: graph.MaterializeOp) -> bool:
+    return any(isinstance(use.operation, graph.GatherOp) and use.operation.site.data == "src" for use in m.result.uses)
+
+
 class KernelLowering:
-    def __init__(self, fn: func.FuncOp):
+    def __init__(self, fn: func.FuncOp, source_sweeps: bool = True):
         self.src_fn = fn
         result_types = fn.attributes[irgen.RESULT_TYPES]
         assert isinstance(result_types, ArrayAttr)
@@ -191,6 +232,9 @@ class KernelLowering:
         self.ret = fn.body.block.last_op
         assert isinstance(self.ret, func.ReturnOp)
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
+        # computed over source rows before the phases (see the module doc)
+        self.swept = [m for m in self.materializes
+                      if source_sweeps and _read_at_src(m) and _pure_vertex_map(m.operand)]
         self.dim_names = self._collect_dims()
         self.scratch_shapes: list[list[Dim]] = []
         self.temp_shapes: list[dict] = []
@@ -222,6 +266,9 @@ class KernelLowering:
             given = "partition src" if self.partitions is not None else "order edges hilbert"
             raise CompileError(f"'group neighbors' and '{given}' cannot be combined: choose one")
         n_temps = len(self.materializes)
+        if self.swept:
+            # src_meta (num_src, number of source blocks), src_blocks; see abi.py
+            arg_types += [ibuf] * 2
         n_before_extras = len(arg_types)
         if self.partitions is not None or self.group_size is not None:
             # per-row accumulators that outlive one destination visit: per
@@ -241,6 +288,8 @@ class KernelLowering:
         self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
         self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
         self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types):][:n_temps]))
+        if self.swept:
+            self.src_meta, self.src_blocks = rest[n_params + len(self.result_types) + n_temps:][:2]
         extras = list(entry.args[n_before_extras:])
         self.acc_rows = extras.pop(0) if self.partitions is not None or self.group_size is not None else None
         if self.group_size is not None:
@@ -270,9 +319,18 @@ class KernelLowering:
             self.num_groups = self.em.pre(arith.IndexCastOp(
                 self.em.pre(memref.LoadOp.get(self.group_meta, [self.em.index_const(1)])), index))
 
+        if self.swept:
+            self.num_src = self.em.pre(arith.IndexCastOp(
+                self.em.pre(memref.LoadOp.get(self.src_meta, [self.em.index_const(0)])), index))
+            self.num_src_blocks = self.em.pre(arith.IndexCastOp(
+                self.em.pre(memref.LoadOp.get(self.src_meta, [self.em.index_const(1)])), index))
+
         body = Block()
         with self.em.nested(body):
-            for phase_sinks in self._phases():
+            phases = self._phases()
+            if self.swept_sinks:
+                self._emit_source_sweep(self.swept_sinks)
+            for phase_sinks in phases:
                 self._emit_phase(phase_sinks)
         # scratch_slice_elements(top) of abi.py: whole cache lines plus one
         line = self.em.index_const(abi.CACHE_LINE_BYTES // (8 if isinstance(self.elem, Float64Type) else 4))
@@ -303,6 +361,8 @@ class KernelLowering:
         readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
         attrs = [DictionaryAttr({})] * 4 + [readonly] * 7 + [readonly, noalias]
         attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
+        if self.swept:
+            attrs += [readonly] * 2
         if self.acc_rows is not None:
             attrs.append(noalias)
         if self.partitions is not None or self.edge_order is not None:
@@ -335,6 +395,7 @@ class KernelLowering:
             "edge_order": self.edge_order,
             "groups": self.group_size,
             "acc_rows": self.acc_row_shapes,
+            "source_sweep": bool(self.swept),
             # False: nobody wrote a CPU schedule, so the runtime's default
             # heuristic may pick one per call (runtime/heuristic.py)
             "schedule_given": any(k.startswith("cpu.") for k in self._schedule_entries()),
@@ -452,11 +513,20 @@ class KernelLowering:
         sinks: list[_Sink] = []
         for value, name, rtype, buf in zip(self.ret.operands, self.result_names, self.result_types, self.result_buf):
             sinks.append(_Sink(value, buf, rtype.domain.data, rtype.shape, name))
+        swept: list[_Sink] = []
         for m in self.materializes:
             t = m.result.type
             assert isinstance(t, graph.TensorType)
-            self.temp_shapes.append({"domain": t.domain.data, "shape": list(t.shape)})
-            sinks.append(_Sink(m.operand, self.temp_buf[m], t.domain.data, t.shape, "materialized"))
+            temp = {"domain": t.domain.data, "shape": list(t.shape)}
+            sink = _Sink(m.operand, self.temp_buf[m], t.domain.data, t.shape, "materialized")
+            if m in self.swept:
+                temp["rows"] = "src"  # one per source, not per destination
+                swept.append(sink)
+            else:
+                if _read_at_src(m):
+                    temp["read_at_src"] = True  # per destination: the runtime needs a square graph
+                sinks.append(sink)
+            self.temp_shapes.append(temp)
         phase_of: dict[SSAValue, int] = {}
 
         def phase(v: SSAValue) -> int:
@@ -474,7 +544,24 @@ class KernelLowering:
         by_phase: dict[int, list[_Sink]] = {}
         for s in sinks:
             by_phase.setdefault(phase(s.value), []).append(s)
+        self.swept_sinks = swept
         return [by_phase[p] for p in sorted(by_phase)]
+
+    def _emit_source_sweep(self, sinks: list[_Sink]) -> None:
+        """Source rows [0, num_src) in the runtime's src_blocks, in id order: no in-edges walked."""
+        schedule = dict(self.loop_schedule().data)
+        schedule["parallel"] = StringAttr("sources")
+        schedule["order"] = StringAttr("identity")
+        for key in ("partition", "edges", "vectorize", "tile"):
+            schedule.pop(key, None)
+        body = Block(arg_types=[index, index])
+        row, worker = body.args
+        with self.em.nested(body):
+            self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
+            self._emit_destination(row, sinks, None)
+            self.em.op(loop.YieldOp())
+        self.em.op(loop.ForDstOp(self.num_src, self.src_blocks, self.num_src_blocks, self.num_threads, body,
+                                 DictionaryAttr(schedule)))
 
     def _emit_phase(self, sinks: list[_Sink]) -> None:
         schedule = self.loop_schedule()
@@ -1110,7 +1197,9 @@ class ConvertGraphToLoopPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and irgen.RESULT_NAMES in fn.attributes:
-                new = KernelLowering(fn).build()
+                target = op.attributes.get(TARGET_ATTR)
+                sweeps = not isinstance(target, StringAttr) or target.data in SOURCE_SWEEP_TARGETS
+                new = KernelLowering(fn, source_sweeps=sweeps).build()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase()

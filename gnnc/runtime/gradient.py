@@ -2,6 +2,12 @@
 
 This module imports no compiler: it gets a loaded module (compiled or the
 reference) and the list of gradient kernels `frontend.grad` generated.
+
+On a bipartite graph (DGL's block convention: destinations are the first
+sources) an input read at both sides has num_src rows, yet a gradient kernel
+may read it only where the forward kernel read destinations (at `u` of the
+reversed graph, num_dst rows): it gets the leading rows. A gradient part per
+destination (num_dst rows) of such an input adds into its leading rows.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import numpy as np
 
 from gnnc.errors import ArgumentError
 from gnnc.runtime.graph import Graph
+from gnnc.runtime.signature import vertex_rows
 
 
 class Gradient:
@@ -44,11 +51,42 @@ class Gradient:
         grads: dict[str, np.ndarray] = {}
         for name, wrt, reverse, reduce in self.kernels:
             g = graph.reversed() if reverse else graph
-            part = getattr(self.module, name)(g, threads=threads, **named) if threads is not None \
-                else getattr(self.module, name)(g, **named)
+            kernel = getattr(self.module, name)
+            inputs = _leading_rows(kernel, g, named) if graph.bipartite else named
+            part = kernel(g, threads=threads, **inputs) if threads is not None else kernel(g, **inputs)
             if reduce:  # one partial gradient per vertex of a parameter
                 part = np.asarray(part.sum(axis=0, dtype=part.dtype))
-            grads[wrt] = part if wrt not in grads else grads[wrt] + part
+            if wrt in grads and grads[wrt].shape != part.shape:
+                # parts of a block-convention input: one per source, one per destination
+                big, small = (grads[wrt], part) if grads[wrt].shape[0] >= part.shape[0] else (part, grads[wrt])
+                total = big.copy()
+                total[: small.shape[0]] += small
+                grads[wrt] = total
+            else:
+                grads[wrt] = part if wrt not in grads else grads[wrt] + part
+        if graph.bipartite:
+            for wrt, g in grads.items():
+                given = np.asarray(named[wrt]) if wrt in named else None
+                if given is not None and given.ndim and g.ndim and g.shape[0] < given.shape[0]:
+                    padded = np.zeros((given.shape[0],) + g.shape[1:], dtype=g.dtype)
+                    padded[: g.shape[0]] = g
+                    grads[wrt] = padded
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))
         return grads
+
+
+def _leading_rows(kernel: Any, graph: Graph, named: dict) -> dict:
+    """The inputs with vertex tensors cut to the rows `kernel` reads on `graph` (see the module doc)."""
+    signature = getattr(kernel, "signature", None)
+    if signature is None:
+        return named
+    fitted = dict(named)
+    for p in signature.params:
+        value = named.get(p.name)
+        if p.domain != "V" or value is None or not hasattr(value, "shape") or not value.shape:
+            continue
+        rows = vertex_rows(p, graph)
+        if value.shape[0] not in rows and value.shape[0] > max(rows):
+            fitted[p.name] = value[: max(rows)]
+    return fitted

@@ -4,6 +4,15 @@
     graph = gnnc.Graph.from_coo(src, dst, num_vertices=5)
     graph = gnnc.Graph.from_csr(indptr, indices)   # CSR by source, as DGL's ('csr', ...)
     graph = gnnc.Graph.from_scipy(A)          # A[u, v] != 0 is the edge u -> v
+    block = gnnc.Graph(edge_index, shape=(num_src, num_dst))   # bipartite
+
+A graph has ``num_src`` sources and ``num_dst`` destinations. Without a
+``shape`` they are one vertex set (``num_src == num_dst == num_vertices``);
+with ``shape=(num_src, num_dst)`` (or a non-square scipy matrix) sources and
+destinations are counted separately, as DGL's blocks for mini-batch training:
+source ids are checked against ``num_src``, destination ids against
+``num_dst``. ``num_vertices`` is ``num_dst``, the rows of a kernel's vertex
+results. docs/language.md says how kernels read vertex tensors on such a graph.
 
 An edge id is the edge's position in what the user gave (an ``edge_index``
 column, a COO position, a position in CSR ``indices``, the ``A.tocoo()``
@@ -134,14 +143,17 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
 
 
 class Graph:
-    """A directed graph with ``num_vertices`` vertices and edges ``src[i] -> dst[i]``.
+    """A directed graph with edges ``src[i] -> dst[i]``, ``num_src`` sources and ``num_dst`` destinations.
 
     ``Graph(obj)`` accepts a scipy sparse matrix or array, a ``2 x E``
-    ``edge_index`` (numpy array or torch tensor), or a ``(src, dst)`` pair.
-    All arrays are int64, C-contiguous and read-only.
+    ``edge_index`` (numpy array or torch tensor), or a ``(src, dst)`` pair;
+    ``num_vertices=n`` gives a square graph of ``n`` vertices,
+    ``shape=(num_src, num_dst)`` a bipartite one. All arrays are int64,
+    C-contiguous and read-only.
     """
 
-    num_vertices: int
+    num_src: int
+    num_dst: int
     num_edges: int
     src: np.ndarray
     dst: np.ndarray
@@ -151,19 +163,20 @@ class Graph:
     #: Per-graph preprocessing data (partitions, permutations, ...), by plan name.
     plans: dict
 
-    def __init__(self, obj: Any, num_vertices: int | None = None):
+    def __init__(self, obj: Any, num_vertices: int | None = None, *, shape: Any = None):
         if isinstance(obj, Graph):
-            if num_vertices is not None and num_vertices != obj.num_vertices:
-                raise GraphError(f"the graph has {obj.num_vertices} vertices, not num_vertices={num_vertices}")
-            self._build(obj.src, obj.dst, obj.num_vertices, checked=True)
+            sizes = _sizes(num_vertices, shape)
+            if sizes is not None and sizes != (obj.num_src, obj.num_dst):
+                raise GraphError(f"the graph has shape (num_src, num_dst) = {(obj.num_src, obj.num_dst)}, not {sizes}")
+            self._build(obj.src, obj.dst, obj.num_src, obj.num_dst, checked=True)
         elif _is_scipy_sparse(obj):
-            if num_vertices is not None:
-                raise GraphError("num_vertices cannot be given with a scipy matrix: its shape decides it")
+            if num_vertices is not None or shape is not None:
+                raise GraphError("num_vertices cannot be given with a scipy matrix: its shape decides it (so does shape=)")
             self._build(*_coo_from_scipy(obj))
         elif isinstance(obj, (tuple, list)) and len(obj) == 2:
-            self._build(*_coo_from_coo(obj[0], obj[1], num_vertices))
+            self._build(*_coo_from_coo(obj[0], obj[1], num_vertices, shape))
         elif isinstance(obj, (np.ndarray, list)) or _is_torch_tensor(obj):
-            self._build(*_coo_from_edge_index(obj, num_vertices))
+            self._build(*_coo_from_edge_index(obj, num_vertices, shape))
         else:
             raise GraphError(
                 f"cannot build a Graph from {type(obj).__name__}: give a 2 x E edge_index, a (src, dst) "
@@ -173,63 +186,83 @@ class Graph:
     # ------------------------------------------------------------ constructors
 
     @classmethod
-    def from_edge_index(cls, edge_index: Any, num_vertices: int | None = None) -> Graph:
+    def from_edge_index(cls, edge_index: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
         """From a ``2 x E`` array or tensor: row 0 sources, row 1 destinations (as PyG)."""
-        return cls._new(*_coo_from_edge_index(edge_index, num_vertices))
+        return cls._new(*_coo_from_edge_index(edge_index, num_vertices, shape))
 
     @classmethod
-    def from_coo(cls, src: Any, dst: Any, num_vertices: int | None = None) -> Graph:
+    def from_coo(cls, src: Any, dst: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
         """From COO arrays: edge ``i`` is ``src[i] -> dst[i]``."""
-        return cls._new(*_coo_from_coo(src, dst, num_vertices))
+        return cls._new(*_coo_from_coo(src, dst, num_vertices, shape))
 
     @classmethod
-    def from_csr(cls, indptr: Any, indices: Any, num_vertices: int | None = None) -> Graph:
+    def from_csr(cls, indptr: Any, indices: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
         """From a CSR grouped by source (as DGL's ``('csr', ...)``).
 
         Row ``u`` lists the destinations ``indices[indptr[u]:indptr[u+1]]``;
-        an edge's id is its position in ``indices``.
+        an edge's id is its position in ``indices``. With
+        ``shape=(num_src, num_dst)`` indptr has ``num_src + 1`` entries.
         """
-        return cls._new(*_coo_from_csr(indptr, indices, num_vertices))
+        return cls._new(*_coo_from_csr(indptr, indices, num_vertices, shape))
 
     @classmethod
     def from_scipy(cls, matrix: Any) -> Graph:
-        """From a square scipy sparse matrix: ``A[u, v] != 0`` is the edge ``u -> v``.
+        """From a scipy sparse matrix: ``A[u, v] != 0`` is the edge ``u -> v``.
 
-        Edge ids follow ``A.tocoo()`` order after dropping explicitly stored
-        zeros; entries stored twice in a COO matrix are two edges.
+        A square matrix gives a square graph; a ``num_src x num_dst`` one a
+        bipartite graph. Edge ids follow ``A.tocoo()`` order after dropping
+        explicitly stored zeros; entries stored twice in a COO matrix are two
+        edges.
         """
         return cls._new(*_coo_from_scipy(matrix))
 
     @classmethod
-    def _new(cls, src: np.ndarray, dst: np.ndarray, n: int) -> Graph:
+    def _new(cls, src: np.ndarray, dst: np.ndarray, n_src: int, n_dst: int) -> Graph:
         graph = cls.__new__(cls)
-        graph._build(src, dst, n)
+        graph._build(src, dst, n_src, n_dst)
         return graph
 
-    def _build(self, src: np.ndarray, dst: np.ndarray, n: int, checked: bool = False) -> None:
+    def _build(self, src: np.ndarray, dst: np.ndarray, n_src: int, n_dst: int, checked: bool = False) -> None:
         if not checked:
-            _check_range(src, n, "source id src", "num_vertices")
-            _check_range(dst, n, "destination id dst", "num_vertices")
-        self.num_vertices = int(n)
+            square = n_src == n_dst
+            _check_range(src, n_src, "source id src", "num_vertices" if square else "num_src")
+            _check_range(dst, n_dst, "destination id dst", "num_vertices" if square else "num_dst")
+        self.num_src = int(n_src)
+        self.num_dst = int(n_dst)
         self.num_edges = int(src.shape[0])
         self.src = _readonly(src)
         self.dst = _readonly(dst)
-        self.in_indptr, self.in_src, self.in_eid = _csr_by(self.dst, self.src, self.num_vertices)
+        self.in_indptr, self.in_src, self.in_eid = _csr_by(self.dst, self.src, self.num_dst)
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._reversed: Graph | None = None
         self._degrees: dict[tuple[str, np.dtype], np.ndarray] = {}
         self.plans = {}
 
+    @property
+    def num_vertices(self) -> int:
+        """The destinations (the rows of a kernel's vertex results); every vertex of a square graph."""
+        return self.num_dst
+
+    @property
+    def bipartite(self) -> bool:
+        """Whether sources and destinations are counted separately (num_src != num_dst)."""
+        return self.num_src != self.num_dst
+
+    @property
+    def num_ids(self) -> int:
+        """max(num_src, num_dst): the vertex ids either side may use."""
+        return max(self.num_src, self.num_dst)
+
     # --------------------------------------------------------------- out-CSR
 
     def _out_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._out is None:
-            self._out = _csr_by(self.src, self.dst, self.num_vertices)
+            self._out = _csr_by(self.src, self.dst, self.num_src)
         return self._out
 
     @property
     def out_indptr(self) -> np.ndarray:
-        """V + 1 offsets of the out-edges of each source (computed on first use)."""
+        """num_src + 1 offsets of the out-edges of each source (computed on first use)."""
         return self._out_csr()[0]
 
     @property
@@ -245,37 +278,51 @@ class Graph:
     def reversed(self) -> Graph:
         """The graph with every edge turned around, same edge ids (built once, cached).
 
+        Sources and destinations swap sides (num_src and num_dst too).
         Gradient kernels that sum over out-edges run on it as in-edge aggregations.
         """
         if self._reversed is None:
             rev = Graph.__new__(Graph)
-            rev._build(self.dst, self.src, self.num_vertices, checked=True)
+            rev._build(self.dst, self.src, self.num_dst, self.num_src, checked=True)
             rev._reversed = self
             self._reversed = rev
         return self._reversed
 
     # --------------------------------------------------------------- degrees
 
-    def _degree(self, direction: str, dtype: Any) -> np.ndarray:
+    def _degree(self, direction: str, dtype: Any, padded: bool = False) -> np.ndarray:
         dt = _float_dtype(dtype)
-        key = (direction, dt)
+        key = (direction, dt, padded)
         deg = self._degrees.get(key)
         if deg is None:
+            n = self.num_ids if padded else self.num_dst if direction == "in" else self.num_src
             if direction == "in":
-                counts = np.diff(self.in_indptr)
+                counts = np.zeros(n, dtype=np.int64)
+                counts[: self.num_dst] = np.diff(self.in_indptr)
             else:
-                counts = np.bincount(self.src, minlength=self.num_vertices)
+                counts = np.bincount(self.src, minlength=n)
             deg = _readonly(counts.astype(dt))
             self._degrees[key] = deg
         return deg
 
     def deg_in(self, dtype: Any = np.float64) -> np.ndarray:
-        """In-degree of every vertex as floats (self loops and duplicates count)."""
+        """In-degree of every destination as floats (self loops and duplicates count)."""
         return self._degree("in", dtype)
 
     def deg_out(self, dtype: Any = np.float64) -> np.ndarray:
-        """Out-degree of every vertex as floats (self loops and duplicates count)."""
+        """Out-degree of every source as floats (self loops and duplicates count)."""
         return self._degree("out", dtype)
+
+    def kernel_degrees(self, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(deg_in, deg_out) over every id either side may use (num_ids each), as kernels read them.
+
+        ``deg_in(u)`` and ``deg_out(v)`` read them at the other side: an id
+        that is no destination has no in-edges, one that is no source no
+        out-edges, so the padding is 0.
+        """
+        if not self.bipartite:  # nothing to pad: the user-facing arrays serve
+            return self.deg_in(dtype), self.deg_out(dtype)
+        return self._degree("in", dtype, padded=True), self._degree("out", dtype, padded=True)
 
     # ------------------------------------------------------------ statistics
 
@@ -286,14 +333,17 @@ class Graph:
         v = self.num_vertices
         return {
             "num_vertices": v,
+            **({"num_src": self.num_src} if self.bipartite else {}),
             "num_edges": self.num_edges,
             "deg_mean": float(deg.mean()) if v else 0.0,
             "deg_std": float(deg.std()) if v else 0.0,
             "deg_max": int(deg.max()) if v else 0,
-            "out_deg_max": int(out_deg.max()) if v else 0,
+            "out_deg_max": int(out_deg.max()) if self.num_src else 0,
         }
 
     def __repr__(self) -> str:
+        if self.bipartite:
+            return f"<gnnc.Graph {self.num_src} sources, {self.num_dst} destinations, {self.num_edges} edges>"
         return f"<gnnc.Graph {self.num_vertices} vertices, {self.num_edges} edges>"
 
 
@@ -306,17 +356,38 @@ def _default_n(n: int | None, *id_arrays: np.ndarray) -> int:
     return max((int(a.max()) + 1 for a in id_arrays if a.size), default=0)
 
 
-def _coo_from_coo(src: Any, dst: Any, num_vertices: Any) -> tuple[np.ndarray, np.ndarray, int]:
+def _sizes(num_vertices: Any, shape: Any) -> tuple[int, int] | None:
+    """(num_src, num_dst) from ``num_vertices=`` or ``shape=``, or None when neither is given."""
     n = _count(num_vertices, "num_vertices")
+    if shape is None:
+        return None if n is None else (n, n)
+    if n is not None:
+        raise GraphError("give num_vertices (a square graph) or shape=(num_src, num_dst) (a bipartite one), not both")
+    if _is_torch_tensor(shape) or isinstance(shape, np.ndarray):
+        shape = tuple(np.asarray(shape).tolist())
+    if not isinstance(shape, (tuple, list)) or len(shape) != 2:
+        raise GraphError(f"shape must be a pair (num_src, num_dst), got {shape!r}")
+    return _count(shape[0], "num_src"), _count(shape[1], "num_dst")  # type: ignore[return-value]
+
+
+def _with_sizes(s: np.ndarray, d: np.ndarray, sizes: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray, int, int]:
+    if sizes is None:
+        n = _default_n(None, s, d)
+        return s, d, n, n
+    return s, d, sizes[0], sizes[1]
+
+
+def _coo_from_coo(src: Any, dst: Any, num_vertices: Any, shape: Any = None) -> tuple[np.ndarray, np.ndarray, int, int]:
+    sizes = _sizes(num_vertices, shape)
     s = _ids(src, "src", 1)
     d = _ids(dst, "dst", 1)
     if s.shape[0] != d.shape[0]:
         raise GraphError(f"src and dst must have the same length, got {s.shape[0]} and {d.shape[0]}")
-    return s, d, _default_n(n, s, d)
+    return _with_sizes(s, d, sizes)
 
 
-def _coo_from_edge_index(edge_index: Any, num_vertices: Any) -> tuple[np.ndarray, np.ndarray, int]:
-    n = _count(num_vertices, "num_vertices")
+def _coo_from_edge_index(edge_index: Any, num_vertices: Any, shape: Any = None) -> tuple[np.ndarray, np.ndarray, int, int]:
+    sizes = _sizes(num_vertices, shape)
     arr = _to_numpy(edge_index, "edge_index")
     if arr.ndim != 2 or arr.shape[0] != 2:
         hint = " (it looks like E x 2: pass edge_index.T)" if arr.ndim == 2 and arr.shape[1] == 2 else ""
@@ -325,11 +396,11 @@ def _coo_from_edge_index(edge_index: Any, num_vertices: Any) -> tuple[np.ndarray
         )
     ids = _ids(arr, "edge_index", 2)
     s, d = ids[0].copy(), ids[1].copy()
-    return s, d, _default_n(n, s, d)
+    return _with_sizes(s, d, sizes)
 
 
-def _coo_from_csr(indptr: Any, indices: Any, num_vertices: Any) -> tuple[np.ndarray, np.ndarray, int]:
-    n = _count(num_vertices, "num_vertices")
+def _coo_from_csr(indptr: Any, indices: Any, num_vertices: Any, shape: Any = None) -> tuple[np.ndarray, np.ndarray, int, int]:
+    sizes = _sizes(num_vertices, shape)
     ptr = _ids(indptr, "indptr", 1)
     idx = _ids(indices, "indices", 1)
     if ptr.shape[0] == 0:
@@ -349,21 +420,23 @@ def _coo_from_csr(indptr: Any, indices: Any, num_vertices: Any) -> tuple[np.ndar
             f"indptr[-1] = {int(ptr[-1])} must equal len(indices) = {idx.shape[0]}"
         )
     rows = ptr.shape[0] - 1
-    if n is None:
+    if sizes is None:
         n = max(rows, int(idx.max()) + 1 if idx.size else 0)
-    elif n < rows:
-        raise GraphError(f"num_vertices = {n} is less than the {rows} rows of indptr (len(indptr) - 1)")
+        sizes = (n, n)
+    elif sizes[0] < rows:
+        what = "num_vertices" if sizes[0] == sizes[1] else "num_src"
+        raise GraphError(f"{what} = {sizes[0]} is less than the {rows} rows of indptr (len(indptr) - 1)")
     src = np.repeat(np.arange(rows, dtype=np.int64), steps)
-    _check_range(idx, n, "indices", "num_vertices")
-    return src, idx, n
+    _check_range(idx, sizes[1], "indices", "num_vertices" if sizes[0] == sizes[1] else "num_dst")
+    return src, idx, sizes[0], sizes[1]
 
 
-def _coo_from_scipy(matrix: Any) -> tuple[np.ndarray, np.ndarray, int]:
+def _coo_from_scipy(matrix: Any) -> tuple[np.ndarray, np.ndarray, int, int]:
     if not _is_scipy_sparse(matrix):
         raise GraphError(f"from_scipy needs a scipy sparse matrix or array, got {type(matrix).__name__}")
     shape = matrix.shape
-    if len(shape) != 2 or shape[0] != shape[1]:
-        raise GraphError(f"the adjacency matrix must be square (V x V), got shape {shape}")
+    if len(shape) != 2:
+        raise GraphError(f"the adjacency matrix must be 2-D (num_src x num_dst), got shape {shape}")
     coo = matrix.tocoo()
     data = np.asarray(coo.data)
     keep = data != 0
@@ -373,4 +446,4 @@ def _coo_from_scipy(matrix: Any) -> tuple[np.ndarray, np.ndarray, int]:
         row, col = row[keep], col[keep]
     src = _ids(row, "row", 1)
     dst = _ids(col, "col", 1)
-    return src, dst, int(shape[0])
+    return src, dst, int(shape[0]), int(shape[1])

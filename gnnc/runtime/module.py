@@ -58,6 +58,16 @@ def _as_graph(graph: Any) -> Graph:
     )
 
 
+def _check_bipartite(name: str, record: dict, graph: Graph) -> None:
+    """Refuses what a kernel cannot run on a bipartite graph (prepare_call checked the rows)."""
+    if any(t.get("read_at_src") for t in record["temps"]):
+        raise ArgumentError(
+            f"{name}: this compiled kernel computes a vertex value per destination and reads it at sources "
+            f"(a cuda mapping has no source sweep), so it needs a square graph; the graph has "
+            f"{graph.num_src} sources and {graph.num_dst} destinations"
+        )
+
+
 class Kernel:
     """One compiled kernel: `kernel(graph, *inputs, out=None, **named_inputs)`."""
 
@@ -75,6 +85,7 @@ class Kernel:
             raise ToolchainError(f"the shared object lacks the symbol {record['symbol']}") from exc
         n_buffers = len(abi.GRAPH_ARGUMENTS) - 4 + len(self.signature.params) + len(self.signature.results)
         n_buffers += len(self._abi["temps"])
+        n_buffers += 2 if self._abi.get("source_sweep") else 0
         n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
         n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") else 0
         n_buffers += 5 if self._abi.get("groups") else 0
@@ -112,6 +123,8 @@ class Kernel:
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> Any:
         """Calls the native kernel on checked arguments (`prepare_call`'s)."""
+        if graph.bipartite:
+            _check_bipartite(self.name, self._abi, graph)
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
@@ -130,11 +143,15 @@ class Kernel:
             sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
         )
         scratch = np.empty(per_thread * n_threads, dtype=self._dtype)
-        rows = {"V": graph.num_vertices, "E": graph.num_edges}
+        rows = {"V": graph.num_dst, "E": graph.num_edges, "src": graph.num_src}
         temps = [
-            np.empty(max(1, rows[t["domain"]] * _size(t["shape"], dims)), dtype=self._dtype)
+            np.empty(max(1, rows[t.get("rows", t["domain"])] * _size(t["shape"], dims)), dtype=self._dtype)
             for t in self._abi["temps"]
         ]
+        sweep = []
+        if self._abi.get("source_sweep"):
+            src_blocks = plans.source_blocks(graph, n_threads)
+            sweep = [np.array([graph.num_src, src_blocks.shape[0] - 1], dtype=np.int64), src_blocks]
         partition = []
         acc_rows = []
         row_stride = sum(_size(s, dims) for s in self._abi.get("acc_rows", []))
@@ -153,10 +170,11 @@ class Kernel:
             acc_rows = [np.empty(max(1, n_groups * row_stride), dtype=self._dtype)]
             # an empty array has no storage: every pointer the kernel may read must be valid
             grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
+        deg_in, deg_out = graph.kernel_degrees(self._dtype)
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
-            graph.deg_in(self._dtype), graph.deg_out(self._dtype),
-            dims_array, scratch, *inputs, *outputs, *temps, *acc_rows, *partition, *grouping,
+            _nonempty(deg_in), _nonempty(deg_out),
+            dims_array, scratch, *inputs, *outputs, *temps, *sweep, *acc_rows, *partition, *grouping,
         ]
         self._function(
             graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,

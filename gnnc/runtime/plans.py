@@ -162,6 +162,22 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
     return _cached(graph, key, compute)
 
 
+def source_blocks(graph: Any, threads: int) -> np.ndarray:
+    """Boundaries of even blocks of the ``num_src`` source rows, for a kernel's source sweep.
+
+    A source sweep computes a value per source row (``x[u] @ W`` hoisted
+    out of the in-edge loops); every row costs the same, so the blocks are
+    even, as many as ``block_count_for`` would give that many rows.
+    """
+    threads = _positive(threads, "threads")
+    rows = graph.num_src
+    n = max(1, min(rows, BLOCKS_PER_THREAD * threads, -(-(rows * 8) // MIN_BLOCK_WORK))) if rows else 0
+    return _cached(
+        graph, ("source_blocks", n),
+        lambda: _readonly(np.linspace(0, rows, n + 1).round().astype(np.int64)),
+    )
+
+
 def _is_identity(graph: Any, order: np.ndarray) -> bool:
     return order is graph.plans.get(("identity_order",))
 
@@ -224,7 +240,7 @@ def locality_order(graph: Any, num_hashes: int = 4, seed: int = 0) -> np.ndarray
         a = rng.integers(0, 2**64, num_hashes, dtype=np.uint64, endpoint=False) | np.uint64(1)
         b = rng.integers(0, 2**64, num_hashes, dtype=np.uint64, endpoint=False)
         # multiply-shift hashing, wrapping mod 2**64; the top 32 bits are the hash
-        ids = np.arange(v, dtype=np.uint64)[:, None]
+        ids = np.arange(graph.num_src, dtype=np.uint64)[:, None]  # in-neighbours are sources
         vertex_hash = ((ids * a[None, :] + b[None, :]) >> np.uint64(32)).astype(np.uint32)
         # non-empty rows have strictly increasing starts, so reduceat's segments
         # are exactly their in-edge ranges (empty rows in between add nothing)
@@ -301,7 +317,7 @@ def hilbert_edge_order(graph: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         e = graph.num_edges
-        k = max(1, (max(graph.num_vertices, 2) - 1).bit_length())
+        k = max(1, (max(graph.num_src, graph.num_dst, 2) - 1).bit_length())
         d = _hilbert_index(graph.src, graph.dst, k)
         bits = max(1, e.bit_length())
         if 2 * k + bits <= 62:
@@ -441,9 +457,10 @@ def source_partitions(graph: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     k = _positive(k, "k")
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        v, e = graph.num_vertices, graph.num_edges
-        out_deg = np.bincount(graph.src, minlength=v)
-        bounds = _split_prefix(_prefix(out_deg) + np.arange(v + 1, dtype=np.int64), k)
+        # sources are split (num_src of them); each partition's in-CSR is by destination (num_dst)
+        v, e, n_src = graph.num_dst, graph.num_edges, graph.num_src
+        out_deg = np.bincount(graph.src, minlength=n_src)
+        bounds = _split_prefix(_prefix(out_deg) + np.arange(n_src + 1, dtype=np.int64), k)
         part_of = np.repeat(np.arange(k, dtype=np.int64), np.diff(bounds))
         # in-CSR order is (dst, eid); a stable sort by partition alone keeps it
         # within each partition. Small integer keys sort by radix.
@@ -493,5 +510,5 @@ def default_partition_count(graph: Any, feature_bytes_per_vertex: int, llc_bytes
         llc_bytes = last_level_cache_bytes()
     row = _positive(feature_bytes_per_vertex, "feature_bytes_per_vertex")
     budget = max(1, _positive(llc_bytes, "llc_bytes") // 2)
-    v = graph.num_vertices
+    v = graph.num_src  # the rows partitions split are the sources
     return max(1, min(max(v, 1), -(-(v * row) // budget)))

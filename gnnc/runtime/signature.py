@@ -10,10 +10,17 @@ JSON-able form::
                  {"name": "alpha", "domain": "E", "shape": ["H"]}],
      "single_result": false}
 
-``domain`` ``"V"`` / ``"E"`` means a leading axis of ``num_vertices`` /
-``num_edges`` that ``shape`` does not list; ``null`` is a parameter (its
-``shape`` is the full shape). Shape entries are ints or symbolic names bound
-at the call.
+``domain`` ``"V"`` / ``"E"`` means a leading axis of vertices / edges that
+``shape`` does not list; ``null`` is a parameter (its ``shape`` is the full
+shape). Shape entries are ints or symbolic names bound at the call. A vertex
+input also lists the ``sides`` its kernel reads it at (``"src"`` for
+``x[u]``, ``"dst"`` for ``x[v]``), which decide its rows on a bipartite
+graph (docs/language.md, "Bipartite graphs"): ``num_src`` when read at
+sources (DGL's block convention when read at both: destinations are the
+first ``num_dst`` sources), ``num_dst`` when read only at destinations,
+either when never read. Vertex results have ``num_dst`` rows.
+``values_read_at_src`` names the kernel's own vertex values read at ``u``:
+they exist only per destination, so such a kernel needs a square graph.
 
 ``prepare_call`` is shared by the native runtime and the numpy reference: it
 binds the arguments to parameters, checks dtypes, ranks, leading axes and
@@ -49,13 +56,18 @@ class TensorSig:
     name: str
     domain: str | None
     shape: tuple[Dim, ...]
+    #: where the kernel reads a vertex input: a subset of ("src", "dst"), in that order
+    sides: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, record: dict) -> TensorSig:
-        return cls(record["name"], record.get("domain"), tuple(record.get("shape", ())))
+        return cls(record["name"], record.get("domain"), tuple(record.get("shape", ())), tuple(record.get("sides", ())))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "domain": self.domain, "shape": list(self.shape)}
+        record = {"name": self.name, "domain": self.domain, "shape": list(self.shape)}
+        if self.sides:
+            record["sides"] = list(self.sides)
+        return record
 
     def describe(self) -> str:
         """The declared type without its dtype: ``[V, H, F]``, ``[D1, 64]``, ``scalar``."""
@@ -70,6 +82,8 @@ class KernelSignature:
     params: tuple[TensorSig, ...]
     results: tuple[TensorSig, ...]
     single_result: bool
+    #: the kernel's own vertex values it reads at `u` (a square graph only)
+    values_read_at_src: tuple[str, ...] = ()
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -87,16 +101,20 @@ class KernelSignature:
             params=tuple(TensorSig.from_dict(p) for p in record["params"]),
             results=tuple(TensorSig.from_dict(r) for r in record["results"]),
             single_result=bool(record["single_result"]),
+            values_read_at_src=tuple(record.get("values_read_at_src", ())),
         )
 
     def to_dict(self) -> dict:
-        return {
+        record = {
             "name": self.name,
             "dtype": self.dtype,
             "params": [p.to_dict() for p in self.params],
             "results": [r.to_dict() for r in self.results],
             "single_result": self.single_result,
         }
+        if self.values_read_at_src:
+            record["values_read_at_src"] = list(self.values_read_at_src)
+        return record
 
     @classmethod
     def from_ast(cls, kernel: Any) -> KernelSignature:
@@ -105,16 +123,43 @@ class KernelSignature:
         if dtype is None:  # an unchecked tree: every declared type has the same dtype once checked
             typed = [p.type for p in kernel.params] + [r.type for r in kernel.results]
             dtype = typed[0].dtype if typed else "f32"
+        reads = _vertex_reads(kernel)
+        params = {p.name for p in kernel.params}
+        side_of = {"u": "src", "v": "dst"}
         return cls(
             name=kernel.name,
             dtype=dtype,
-            params=tuple(TensorSig(p.name, p.type.domain, tuple(p.type.shape)) for p in kernel.params),
+            params=tuple(
+                TensorSig(p.name, p.type.domain, tuple(p.type.shape),
+                          tuple(side_of[i] for i in "uv" if (p.name, i) in reads) if p.type.domain == "V" else ())
+                for p in kernel.params
+            ),
             results=tuple(TensorSig(r.name, r.type.domain, tuple(r.type.shape)) for r in kernel.results),
             single_result=bool(kernel.single_result),
+            values_read_at_src=tuple(sorted({n for n, i in reads if i == "u" and n not in params})),
         )
 
     def describe(self) -> str:
         return f"{self.name}({', '.join(p.name for p in self.params)})"
+
+
+def _vertex_reads(kernel: Any) -> set[tuple[str, str]]:
+    """Every (name, index) a kernel's body reads as `name[u]` / `name[v]` (duck-typed AST walk)."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(e: Any) -> None:
+        index = getattr(e, "index", None)
+        if type(e).__name__ == "Index" and index in ("u", "v"):
+            found.add((e.name, index))
+        for child in ("operand", "lhs", "rhs"):
+            if hasattr(e, child):
+                walk(getattr(e, child))
+        for arg in getattr(e, "args", ()) or ():
+            walk(arg)
+
+    for definition in kernel.body:
+        walk(definition.value)
+    return found
 
 
 # ------------------------------------------------------------------ arguments
@@ -219,11 +264,8 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
         raise ArgumentError(
             f"{what}: expected {lead + len(p.shape)} axes {p.describe()}, got shape {tuple(arr.shape)}"
         )
-    if p.domain == "V" and arr.shape[0] != graph.num_vertices:
-        raise ArgumentError(
-            f"{what}: its leading axis (V) has {arr.shape[0]} entries but the graph has "
-            f"{graph.num_vertices} vertices"
-        )
+    if p.domain == "V":
+        _check_vertex_rows(what, p, arr.shape[0], graph)
     if p.domain == "E" and arr.shape[0] != graph.num_edges:
         raise ArgumentError(
             f"{what}: its leading axis (E) has {arr.shape[0]} entries but the graph has "
@@ -238,6 +280,40 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
             )
     # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
     return arr if arr.flags.c_contiguous else np.array(arr, order="C")
+
+
+def vertex_rows(p: TensorSig, graph: Any) -> tuple[int, ...]:
+    """The row counts a vertex input may have on `graph` (see the module doc)."""
+    if "src" in p.sides:
+        return (graph.num_src,)
+    if "dst" in p.sides:
+        return (graph.num_dst,)
+    return tuple(sorted({graph.num_src, graph.num_dst}))
+
+
+def _check_vertex_rows(what: str, p: TensorSig, rows: int, graph: Any) -> None:
+    if not graph.bipartite:
+        if rows != graph.num_vertices:
+            raise ArgumentError(
+                f"{what}: its leading axis (V) has {rows} entries but the graph has {graph.num_vertices} vertices"
+            )
+        return
+    if p.sides == ("src", "dst") and graph.num_dst > graph.num_src:
+        raise ArgumentError(
+            f"{what} is read at both u and v, so on a bipartite graph destinations must be the first "
+            f"sources (DGL's block convention), but the graph has {graph.num_dst} destinations and only "
+            f"{graph.num_src} sources"
+        )
+    allowed = vertex_rows(p, graph)
+    if rows not in allowed:
+        where = {("src",): "read at u: one row per source", ("dst",): "read at v: one row per destination",
+                 ("src", "dst"): "read at u and v: one row per source, destinations first"}.get(
+                     p.sides, "never read: a row per source or per destination")
+        raise ArgumentError(
+            f"{what}: its leading axis (V) has {rows} entries but the bipartite graph needs "
+            f"{' or '.join(map(str, allowed))} ({where}; the graph has {graph.num_src} sources, "
+            f"{graph.num_dst} destinations)"
+        )
 
 
 def _result_shape(sig: KernelSignature, r: TensorSig, graph: Any, dims: dict[str, int]) -> tuple[int, ...]:
@@ -307,6 +383,13 @@ def prepare_call(
     ones, in result order; ``dims`` maps each symbolic dimension to its size.
     """
     bound = _bind_args(sig, tuple(args), dict(kwargs))
+    if graph.bipartite and sig.values_read_at_src:
+        raise ArgumentError(
+            f"{sig.name} reads its vertex value{'s' if len(sig.values_read_at_src) > 1 else ''} "
+            f"{', '.join(repr(n) for n in sig.values_read_at_src)} at u, but a vertex value exists only at "
+            f"destinations: on a bipartite graph ({graph.num_src} sources, {graph.num_dst} destinations) "
+            "sources have none; call it on a square graph"
+        )
     dims = _Dims()
     inputs = [_convert_input(sig, p, bound[p.name], graph, dims) for p in sig.params]
     given = _given_outputs(sig, out)

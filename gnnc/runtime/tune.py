@@ -45,7 +45,7 @@ import numpy as np
 
 from gnnc.errors import ArgumentError, GnncError
 from gnnc.runtime import heuristic, predictor
-from gnnc.runtime.signature import prepare_call
+from gnnc.runtime.signature import prepare_call, vertex_rows
 from gnnc.runtime.tuning_cache import TuningCache, entry_key, kernel_key, machine_key, usable_cores
 
 #: A sample is at least this long (several calls of a fast kernel).
@@ -122,10 +122,11 @@ def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) 
     if unused:
         raise ArgumentError(f"kernel {sig.name} has no size named {', '.join(unused)} (its sizes: {', '.join(needed) or 'none'})")
     rng = np.random.default_rng(seed)
-    rows = {"V": graph.num_vertices, "E": graph.num_edges, None: None}
     out = []
     for p in sig.params:
-        shape = ([rows[p.domain]] if p.domain else []) + [d if isinstance(d, int) else dims[d] for d in p.shape]
+        # a vertex input's rows depend on where the kernel reads it (bipartite graphs)
+        lead = [vertex_rows(p, graph)[0]] if p.domain == "V" else [graph.num_edges] if p.domain == "E" else []
+        shape = lead + [d if isinstance(d, int) else dims[d] for d in p.shape]
         arr = rng.standard_normal(shape).astype(sig.numpy_dtype) * 0.5
         out.append(arr if shape else float(arr))
     return out

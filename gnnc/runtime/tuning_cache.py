@@ -88,7 +88,9 @@ def _three_digits(x: float) -> str:
 def graph_key(signature: dict) -> str:
     """The graph part of a key: sizes exact, degree statistics to three digits."""
     return (
-        f"V={signature['num_vertices']},E={signature['num_edges']},"
+        f"V={signature['num_vertices']},"
+        + (f"S={signature['num_src']}," if "num_src" in signature else "")
+        + f"E={signature['num_edges']},"
         f"mean={_three_digits(signature['deg_mean'])},std={_three_digits(signature['deg_std'])},"
         f"max={signature['deg_max']}"
     )

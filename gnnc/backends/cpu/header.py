@@ -48,11 +48,16 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
             f"const {t} *deg_in", f"const {t} *deg_out", "const int64_t *dims", f"{t} *scratch",
         ]
         for p in k["params"]:
-            args.append(f"const {t} *{p['name']} /* {_shape_text(p['domain'], p['shape'])} */")
+            # the side a vertex input is read at decides its rows on a bipartite graph
+            rows = {("src",): ", num_src rows", ("dst",): ", num_dst rows",
+                    ("src", "dst"): ", num_src rows (destinations first)"}.get(tuple(p.get("sides", ())), "")
+            args.append(f"const {t} *{p['name']} /* {_shape_text(p['domain'], p['shape'])}{rows} */")
         for r in k["results"]:
             args.append(f"{t} *{r['name']} /* {_shape_text(r['domain'], r['shape'])} */")
         for i, _ in enumerate(rec["temps"]):
             args.append(f"{t} *temp{i}")
+        if rec.get("source_sweep"):
+            args += ["const int64_t *src_meta /* num_src, source blocks */", "const int64_t *src_blocks"]
         if rec.get("partitions") or rec.get("groups"):
             args.append(f"{t} *acc_rows /* rows of {rec.get('acc_rows') or 'none'} */")
         if rec.get("partitions"):
