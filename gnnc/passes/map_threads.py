@@ -33,6 +33,21 @@ max and the sum of exponentials before the weighted sum) and per-destination
 values kept in per-thread scratch (an aggregation combined with other terms
 at `v`, as in gin) would need per-destination device buffers that the
 runtime does not provide yet.
+
+`hybrid K` (FeatGraph's hybrid partitioning, any mapping): the rows of the up
+to K sources of highest out-degree are kept in each block's shared memory.
+The runtime ranks the sources once per graph (`plans.hybrid_sources`) and
+passes two arrays after the kernel's others: `hybrid_hot` (K', then the K'
+staged sources by slot) and `hybrid_slot` (per vertex its slot, -1 for
+none); K' is K capped by the 48 KB a block may use. A grid whose edges read
+source rows (`x[u]`, any V-leading buffer it does not write) starts with
+every thread of the block copying a strided share of the K' rows of each
+such buffer into shared memory (`llvm_ext.shared_memory`, coalesced: thread
+t copies elements t, t + block_size, ...), then `llvm_ext.barrier`; an edge
+then reads `x[u]` from shared memory when `slot[u] >= 0`, else from global
+memory. The shared layout is, per staged buffer in order, K' rows of its
+row size; the record lists the row sizes of each launch (`shared`), from
+which the runtime sizes the launch's dynamic shared memory.
 """
 
 from __future__ import annotations
@@ -43,14 +58,26 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc import abi
 from gnnc.dialects import loop
-from gnnc.dialects.llvm_ext import AtomicRmwOp
+from gnnc.dialects.llvm_ext import AtomicRmwOp, BarrierOp, SharedMemoryOp
 from gnnc.errors import CompileError
 from gnnc.passes.convert_graph_to_loop import CUDA_MAP_ATTR, DOT_REDUCTION_ATTR, SCRATCH_BASE_ATTR
 from gnnc.schedule import CudaSchedule
@@ -433,9 +460,11 @@ _PURE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.DivUI
          arith.IndexCastOp, arith.CmpiOp, arith.SIToFPOp, memref.LoadOp)
 
 
-def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str) -> list[loop.GridOp]:
+def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str,
+              sources: dict[loop.GridOp, list[SSAValue]] | None = None) -> list[loop.GridOp]:
     """for_dst { before; for_in_edges { body }; after } -> vertex grid (before),
-    edge grid (body, atomics), vertex grid (after); grids with no effect are left out."""
+    edge grid (body, atomics), vertex grid (after); grids with no effect are left out.
+    `sources`, if given, gets the edge grid's source vertex value."""
     strategy = sched.strategy
     vertex_mapping = VERTEX_MAPPING_OF[strategy]
     walks = [o for o in op.body.block.ops if isinstance(o, loop.ForInEdgesOp)]
@@ -504,12 +533,212 @@ def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncO
         _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
     rewriter.replace_op(edges, [*g.pre, g.op], [])
     grids.append(g.op)
+    if sources is not None:
+        sources[g.op] = [u.result]
 
     if _has_stores(list(last.body.block.ops)):
         grids.append(map_vertex(last, sched, lanes, fn, kernel, vertex_mapping, group=1))
     else:
         rewriter.erase_op(last)
     return grids
+
+
+# ------------------------------------------------ hybrid partitioning (FeatGraph)
+
+
+#: The arguments a `hybrid K` kernel takes after all others (see the module docstring).
+HYBRID_ARGUMENTS = ("hybrid_hot", "hybrid_slot")
+
+
+def _factors(value: SSAValue, dims: SSAValue, dim_names: list[str]) -> list[int | str] | None:
+    """`value` as a product of constants and kernel dims (`[2, "F"]`), None when it is
+    not one: the row size of a staged buffer, which the runtime recomputes from
+    the dims to size the shared memory."""
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return [owner.value.value.data]
+    if isinstance(owner, arith.MuliOp):
+        lhs, rhs = _factors(owner.lhs, dims, dim_names), _factors(owner.rhs, dims, dim_names)
+        return None if lhs is None or rhs is None else lhs + rhs
+    if isinstance(owner, arith.IndexCastOp) and isinstance(owner.input.owner, memref.LoadOp):
+        load = owner.input.owner
+        position = load.indices[0].owner
+        if load.memref is dims and isinstance(position, arith.ConstantOp):
+            return [dim_names[position.value.value.data]]
+    return None
+
+
+def _normal(factors: list[int | str]) -> tuple[int | str, ...]:
+    constant = 1
+    for f in factors:
+        if isinstance(f, int):
+            constant *= f
+    names = sorted(f for f in factors if isinstance(f, str))
+    return tuple(([constant] if constant != 1 else []) + names)
+
+
+class _HybridStaging:
+    """Stages the hot sources' rows of one kernel's grids in shared memory."""
+
+    def __init__(self, fn: func.FuncOp, record: dict, kernel: str, strategy: str, limit: int):
+        self.fn, self.kernel, self.strategy, self.limit = fn, kernel, strategy, limit
+        self.dim_names: list[str] = record["dims"]
+        args = fn.body.block.args
+        self.dims = args[abi.GRAPH_ARGUMENTS.index("dims")]
+        self.first_data = len(abi.GRAPH_ARGUMENTS)
+        self.data_args = len(args)  # params, results, temps, ...: what a grid may stage
+        self.hot: SSAValue | None = None
+        self.slot: SSAValue | None = None
+        self.staged_any = False
+
+    def _arguments(self) -> tuple[SSAValue, SSAValue]:
+        if self.hot is None:
+            fn = self.fn
+            block = fn.body.block
+            table = MemRefType(i64, [DYNAMIC_INDEX])
+            self.hot = block.insert_arg(table, len(block.args))
+            self.slot = block.insert_arg(table, len(block.args))
+            fn.function_type = FunctionType.from_lists([a.type for a in block.args], fn.function_type.outputs.data)
+            readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
+            if fn.arg_attrs is not None:
+                fn.arg_attrs = ArrayAttr([*fn.arg_attrs.data, readonly, readonly])
+        assert self.slot is not None
+        return self.hot, self.slot
+
+    def stage(self, grid: loop.GridOp, sources: list[SSAValue]) -> list[list[int | str]]:
+        """Rewrites the grid's reads of source rows (`buf[u * S + rest]`, u in
+        `sources`) to read shared memory for staged sources, and prepends the
+        block's staging loops and barrier; returns the staged row sizes."""
+        body = grid.body.block
+        written = {o.memref for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)}
+        reads: list[tuple[memref.LoadOp, SSAValue, tuple, SSAValue | None]] = []
+        regions: dict[tuple, BlockArgument] = {}
+        for load in [o for o in body.walk() if isinstance(o, memref.LoadOp)]:
+            buf = load.memref
+            if not (isinstance(buf, BlockArgument) and buf.owner is self.fn.body.block
+                    and self.first_data <= buf.index < self.data_args and buf not in written):
+                continue
+            index_value = load.indices[0]
+            owner = index_value.owner
+            rest: SSAValue | None = None
+            if index_value in sources:
+                u, factors = index_value, []
+            elif isinstance(owner, arith.MuliOp) and owner.lhs in sources:
+                u, factors = owner.lhs, _factors(owner.rhs, self.dims, self.dim_names)
+            elif (isinstance(owner, arith.AddiOp) and isinstance(owner.lhs.owner, arith.MuliOp)
+                  and owner.lhs.owner.lhs in sources):
+                u, factors, rest = owner.lhs.owner.lhs, _factors(owner.lhs.owner.rhs, self.dims, self.dim_names), owner.rhs
+            else:
+                continue
+            if factors is None:
+                continue
+            key = (buf.index, _normal(factors))
+            regions.setdefault(key, buf)
+            reads.append((load, u, key, rest))
+        if not reads:
+            return []
+        self.staged_any = True
+        hot, slot_table = self._arguments()
+        element = next(iter(regions.values())).type
+        assert isinstance(element, MemRefType)
+
+        # before the grid: K', each region's row size and offset, the shared buffer
+        pre: list[Operation] = []
+        c0, c1 = _const(pre, 0), _const(pre, 1)
+        k_raw = memref.LoadOp.get(hot, [c0])
+        k = arith.IndexCastOp(k_raw, index)
+        pre += [k_raw, k]
+        row_size: dict[tuple, SSAValue] = {}
+        offset: dict[tuple, SSAValue] = {}
+        elements = c0
+        for key in regions:
+            size = _const(pre, 1)
+            for f in key[1]:
+                if isinstance(f, int):
+                    factor = _const(pre, f)
+                else:
+                    position = _const(pre, self.dim_names.index(f))
+                    raw = memref.LoadOp.get(self.dims, [position])
+                    cast = arith.IndexCastOp(raw, index)
+                    pre += [raw, cast]
+                    factor = cast.result
+                product = arith.MuliOp(size, factor)
+                pre.append(product)
+                size = product.result
+            start = arith.MuliOp(k, elements)
+            total = arith.AddiOp(elements, size)
+            pre += [start, total]
+            row_size[key], offset[key], elements = size, start.result, total.result
+        shared_elements = arith.MuliOp(k, elements)
+        shared = SharedMemoryOp(shared_elements, MemRefType(element.element_type, [DYNAMIC_INDEX]))
+        pre += [shared_elements, shared]
+        Rewriter.insert_op(pre, InsertPoint.before(grid))
+
+        # the block's threads copy the K' rows of each region, then wait for each other
+        staging: list[Operation] = []
+        thread = body.args[1]
+        step = _const(staging, grid.block_size.value.data)
+        for key, buf in regions.items():
+            count = arith.MuliOp(k, row_size[key])
+            copy = Block(arg_types=[index])
+            i = copy.args[0]
+            row = arith.DivUIOp(i, row_size[key])
+            column = arith.RemUIOp(i, row_size[key])
+            position = arith.AddiOp(row, c1)
+            source_raw = memref.LoadOp.get(hot, [position])
+            source = arith.IndexCastOp(source_raw, index)
+            base = arith.MuliOp(source, row_size[key])
+            at = arith.AddiOp(base, column)
+            value = memref.LoadOp.get(buf, [at])
+            into = arith.AddiOp(offset[key], i)
+            copy.add_ops([row, column, position, source_raw, source, base, at, value, into,
+                          memref.StoreOp.get(value, shared.result, [into]), scf.YieldOp()])
+            staging += [count, scf.ForOp(thread, count, step, [], copy)]
+        staging.append(BarrierOp())
+        Rewriter.insert_op(staging, InsertPoint.at_start(body))
+
+        # each source's slot, once where it is defined
+        slots: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}
+        for u in {u: None for _, u, _, _ in reads}:
+            zero64 = arith.ConstantOp(IntegerAttr(0, i64))
+            raw = memref.LoadOp.get(slot_table, [u])
+            is_hot = arith.CmpiOp(raw, zero64, "sge")
+            slot = arith.IndexCastOp(raw, index)
+            ops = [zero64, raw, is_hot, slot]
+            if isinstance(u, BlockArgument):
+                Rewriter.insert_op(ops, InsertPoint.at_start(u.owner))
+            else:
+                Rewriter.insert_op(ops, InsertPoint.after(u.owner))
+            slots[u] = (is_hot.result, slot.result)
+        for load, u, key, rest in reads:
+            is_hot, slot = slots[u]
+            then = Block()
+            row_base = arith.MuliOp(slot, row_size[key])
+            start = arith.AddiOp(offset[key], row_base)
+            then.add_ops([row_base, start])
+            at = start
+            if rest is not None:
+                at = arith.AddiOp(start, rest)
+                then.add_op(at)
+            staged = memref.LoadOp.get(shared.result, [at])
+            then.add_ops([staged, scf.YieldOp(staged)])
+            otherwise = Block()
+            global_load = memref.LoadOp.get(load.memref, list(load.indices))
+            otherwise.add_ops([global_load, scf.YieldOp(global_load)])
+            choice = scf.IfOp(is_hot, [load.res.type], [then], [otherwise])
+            Rewriter().replace_op(load, choice, [choice.results[0]])
+        return [list(key[1]) for key in regions]
+
+    def check_used(self) -> None:
+        if not self.staged_any:
+            raise CompileError(
+                f"kernel '{self.kernel}': map {self.strategy} hybrid {self.limit} is refused: its edges read no "
+                "source rows (x[u] of a vertex tensor) that shared memory could hold"
+            )
+
+
+def _walk_sources(grid: loop.GridOp) -> list[SSAValue]:
+    return [w.body.block.args[1] for w in grid.walk() if isinstance(w, loop.ForInEdgesOp)]
 
 
 class MapThreadsPass(ModulePass):
@@ -541,20 +770,33 @@ class MapThreadsPass(ModulePass):
                     "there is nothing to tile over threads"
                 )
             grids: list[dict] = []
+            staging = (_HybridStaging(fn, record, kernel, sched.strategy, sched.hybrid)
+                       if sched.hybrid is not None else None)
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
+                mapped: list[tuple[loop.GridOp, dict]] = []
+                edge_sources: dict[loop.GridOp, list[SSAValue]] = {}
                 if sched.strategy in VERTEX_MAPPING_OF:
-                    for grid in map_edges(dst, sched, lanes, fn, kernel):
+                    for grid in map_edges(dst, sched, lanes, fn, kernel, edge_sources):
                         over_edges = grid.mapping.data == sched.strategy
-                        grids.append({"over": "E" if over_edges else "V", "group": sched.group if over_edges else 1})
+                        mapped.append((grid, {"over": "E" if over_edges else "V",
+                                              "group": sched.group if over_edges else 1}))
                 else:
-                    map_vertex(dst, sched, lanes, fn, kernel)
-                    grids.append({"over": "V", "group": sched.group})
+                    grid = map_vertex(dst, sched, lanes, fn, kernel)
+                    edge_sources[grid] = _walk_sources(grid)
+                    mapped.append((grid, {"over": "V", "group": sched.group}))
+                for grid, launch in mapped:
+                    if staging is not None:
+                        # the rows each launch keeps in shared memory, per hot source
+                        launch["shared"] = staging.stage(grid, edge_sources.get(grid, []))
+                    grids.append(launch)
+            if staging is not None:
+                staging.check_used()
             if CUDA_MAP_ATTR in fn.attributes:
                 del fn.attributes[CUDA_MAP_ATTR]
             # the runtime sizes the grid (and one scratch slice per thread) from this
             record["grid"] = {"mapping": sched.strategy, "block_size": sched.block_size, "group": sched.group,
-                              "lanes": lanes, "grids": grids,
+                              "lanes": lanes, "grids": grids, "hybrid": sched.hybrid,
                               # False: the runtime may pick a mapping per graph (runtime/heuristic.py)
                               "schedule_given": isinstance(text, StringAttr)}
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

@@ -146,6 +146,13 @@ class CudaKernel:
         rows = {"V": graph.num_vertices, "E": graph.num_edges}
         temps = [np.empty(max(1, rows[t["domain"]] * _size(t["shape"], dims)), dtype=self._dtype)
                  for t in self._abi["temps"]]
+        hybrid: list[np.ndarray] = []
+        shared_bytes = [0] * len(blocks)
+        if self._grid.get("hybrid"):
+            from gnnc.runtime.module import hybrid_plan
+
+            hot, slot, shared_bytes = hybrid_plan(graph, self._grid, dims, np.dtype(self._dtype).itemsize)
+            hybrid = [hot, slot]
         identity = np.arange(graph.num_vertices, dtype=np.int64)
         host = [
             np.array([0, graph.num_vertices], dtype=np.int64),  # dst_blocks: grids do not use them
@@ -153,7 +160,7 @@ class CudaKernel:
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
             np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64),
             np.empty(per_thread * threads, dtype=self._dtype),
-            *inputs, *outputs, *temps,
+            *inputs, *outputs, *temps, *hybrid,
         ]
         device = [_DeviceBuffer(cu, np.ascontiguousarray(h)) for h in host]
         try:
@@ -161,9 +168,11 @@ class CudaKernel:
                       ctypes.c_int64(threads), ctypes.c_int64(1)]
             values += [ctypes.c_void_p(int(d.ptr)) for d in device]
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            for function, n in zip(self._functions, blocks, strict=True):  # phases, in order, on the default stream
+            # phases, in order, on the default stream; a hybrid launch with the
+            # dynamic shared memory its staged rows take
+            for function, n, shared in zip(self._functions, blocks, shared_bytes, strict=True):
                 if n:
-                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, 0, 0,
+                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, shared, 0,
                                                  ctypes.addressof(params), 0), "cuLaunchKernel")
             _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
             first_output = 9 + len(inputs)

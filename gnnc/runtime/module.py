@@ -58,6 +58,19 @@ def _as_graph(graph: Any) -> Graph:
     )
 
 
+def hybrid_plan(graph: Graph, grid: dict, dims: dict[str, int], itemsize: int
+                ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid: the sources
+    staged in shared memory (plans.hybrid_sources) and what each launch needs."""
+    rows = abi.hybrid_row_elements(grid, dims)
+    widest = max(rows, default=0) * itemsize
+    try:
+        hot, slot = plans.hybrid_sources(graph, grid["hybrid"], widest, abi.SHARED_MEMORY_BYTES)
+    except ArgumentError as exc:
+        raise ArgumentError(f"map {grid['mapping']} hybrid {grid['hybrid']}: {exc}") from None
+    return hot, slot, [int(hot[0]) * r * itemsize for r in rows]
+
+
 class Kernel:
     """One compiled kernel: `kernel(graph, *inputs, out=None, **named_inputs)`."""
 
@@ -78,6 +91,7 @@ class Kernel:
         n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
         n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") else 0
         n_buffers += 5 if self._abi.get("groups") else 0
+        n_buffers += 2 if (self._abi.get("grid") or {}).get("hybrid") else 0
         self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
 
@@ -153,10 +167,14 @@ class Kernel:
             acc_rows = [np.empty(max(1, n_groups * row_stride), dtype=self._dtype)]
             # an empty array has no storage: every pointer the kernel may read must be valid
             grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
+        hybrid = []
+        if grid is not None and grid.get("hybrid"):
+            # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
+            hybrid = list(hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
-            dims_array, scratch, *inputs, *outputs, *temps, *acc_rows, *partition, *grouping,
+            dims_array, scratch, *inputs, *outputs, *temps, *acc_rows, *partition, *grouping, *hybrid,
         ]
         self._function(
             graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,

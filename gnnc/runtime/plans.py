@@ -40,6 +40,7 @@ __all__ = [
     "locality_order",
     "neighbor_groups",
     "source_partitions",
+    "hybrid_sources",
 ]
 
 #: A block below this much work (in-edges + vertices) is not worth a task of its own.
@@ -495,3 +496,36 @@ def default_partition_count(graph: Any, feature_bytes_per_vertex: int, llc_bytes
     budget = max(1, _positive(llc_bytes, "llc_bytes") // 2)
     v = graph.num_vertices
     return max(1, min(max(v, 1), -(-(v * row) // budget)))
+
+
+# ------------------------------------------------ hybrid partitioning (cuda)
+
+
+def hybrid_sources(graph: Any, k: int, row_bytes: int, budget_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """FeatGraph's hybrid partitioning for `map ... hybrid k`: (hot, slot).
+
+    The sources are ranked by out-degree (ties by id); the first k' get a
+    slot, k' = k capped by the sources with out-edges and by what fits in
+    `budget_bytes` at `row_bytes` per source. `hot` is [k', source of slot 0,
+    ..., source of slot k' - 1]; `slot[u]` is u's slot, -1 for a source read
+    from global memory. A row wider than the budget is an ArgumentError.
+    """
+    k = _positive(k, "hybrid source count")
+    if row_bytes > budget_bytes:
+        raise ArgumentError(
+            f"one source's rows take {row_bytes} bytes, more than the {budget_bytes // 1024} KB of "
+            "shared memory a block may use; use the mapping without hybrid (or narrower rows)"
+        )
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        v = graph.num_vertices
+        out_degree = np.bincount(np.asarray(graph.in_src, dtype=np.int64), minlength=v)[:v]
+        fits = budget_bytes // row_bytes if row_bytes else k
+        count = min(k, fits, int(np.count_nonzero(out_degree)))
+        ranked = np.argsort(-out_degree, kind="stable")[:count]
+        slot = np.full(v, -1, dtype=np.int64)
+        slot[ranked] = np.arange(count, dtype=np.int64)
+        # an empty graph still needs a slot table the kernel may point at
+        return _readonly(np.concatenate([[count], ranked])), _readonly(slot if v else np.full(1, -1))
+
+    return _cached(graph, ("hybrid_sources", k, row_bytes, budget_bytes), compute)
