@@ -9,6 +9,8 @@ scratch slice) is checked on any machine.
 from __future__ import annotations
 
 import functools
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -405,3 +407,136 @@ def test_random_kernels_under_every_mapping(tmp_path_factory, source, mapping, g
     dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
     inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
     assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph, dtype)
+
+
+# ------------------------------------------------ hybrid partitioning (FeatGraph)
+
+#: mappings with `hybrid K`: the hot sources' rows staged in shared memory per block
+HYBRID_MAPPINGS = st.sampled_from(["map thread_vertex hybrid {k}", "map thread_vertex group 3 hybrid {k}",
+                                   "map warp_vertex tile 2 hybrid {k}", "map warp_vertex lanes 8 hybrid {k}",
+                                   "map thread_edge group 2 hybrid {k}", "map warp_edge lanes 4 hybrid {k}"])
+HYBRID_NAMES = ["attention", "gat", "gcn", "gcn_norm", "gin", "mlp_aggr", "sage_max", "sage_mean"]
+
+
+@functools.cache
+def emulated_with(name: str, mapping: str):
+    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation", schedule=mapping)
+
+
+@pytest.mark.parametrize("name", HYBRID_NAMES)
+@given(graph=graphs(), mapping=HYBRID_MAPPINGS, k=st.sampled_from([1, 2, 5, 64]), f=st.sampled_from([1, 3, 17, 40]),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
+def test_hybrid_matches_reference(name, graph, mapping, k, f, seed):
+    mapping = mapping.format(k=k)
+    try:
+        kernel = getattr(emulated_with(name, mapping), name)
+    except gnnc.CompileError as exc:  # what the mapping refuses without hybrid, it refuses with it
+        assert f"map {mapping.split()[1]} is refused: " in str(exc) and "hybrid" not in str(exc).split(":")[1]
+        return
+    dims = {d: f for d in ("F", "D", "D1", "D2")} | {"H": 2}
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
+    assert_matches(kernel(graph, **inputs), getattr(reference(name), name)(graph, **inputs), graph, np.float32)
+
+
+def _hybrid_hub_graph(v: int = 900, seed: int = 0) -> gnnc.Graph:
+    # a few sources of high out-degree, over several blocks of destinations / edges
+    rng = np.random.default_rng(seed)
+    n = 4000
+    src = np.where(rng.random(n) < 0.5, rng.integers(0, 6, n), rng.integers(0, v, n))
+    return gnnc.Graph.from_coo(src, rng.integers(0, v, n), num_vertices=v)
+
+
+@pytest.mark.parametrize("mapping", ["map thread_vertex hybrid 8", "map warp_vertex group 2 hybrid 8",
+                                     "map thread_edge hybrid 8", "map warp_edge group 3 hybrid 8"])
+@pytest.mark.parametrize("f", [1, 33, 5000])
+def test_hybrid_over_several_blocks_and_a_capped_k(mapping, f):
+    # F = 5000 f32: 20 000 bytes a row, two rows fit in 48 KB, so K' = 2 < 8
+    from gnnc import abi
+    from gnnc.runtime.module import hybrid_plan
+
+    graph = _hybrid_hub_graph()
+    kernel = emulated_with("gcn", mapping).gcn
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, np.float32, f)
+    assert_matches(kernel(graph, **inputs), reference("gcn").gcn(graph, **inputs), graph, np.float32)
+    hot, slot, shared = hybrid_plan(graph, kernel._abi["grid"], {"F": f}, 4)
+    assert hot[0] == (2 if f == 5000 else 8) and max(shared) <= abi.SHARED_MEMORY_BYTES
+    hubs = set(range(6))  # half of the edges leave one of them
+    assert (set(hot[1:7]) == hubs if hot[0] >= 6 else set(hot[1:]) <= hubs) and np.count_nonzero(slot >= 0) == hot[0]
+
+
+def test_hybrid_plan_ranks_sources_by_out_degree():
+    from gnnc.runtime import plans
+
+    # out-degrees: 3 -> 3 edges, 1 -> 2, 0 -> 2 (ties by id: 0 before 1), 2 -> 0
+    graph = gnnc.Graph.from_coo(np.array([3, 1, 3, 0, 1, 3, 0]), np.array([0, 0, 1, 2, 2, 2, 3]), num_vertices=4)
+    hot, slot = plans.hybrid_sources(graph, 2, 8, 48 << 10)
+    assert hot.tolist() == [2, 3, 0] and slot.tolist() == [1, -1, -1, 0]
+    hot, slot = plans.hybrid_sources(graph, 10, 8, 48 << 10)  # only the 3 sources with out-edges
+    assert hot.tolist() == [3, 3, 0, 1] and slot.tolist() == [1, 2, -1, 0]
+    hot, _ = plans.hybrid_sources(graph, 10, 20 << 10, 48 << 10)  # two rows of 20 KB fit
+    assert hot[0] == 2
+    empty = gnnc.Graph.from_coo(np.zeros(0), np.zeros(0), num_vertices=0)
+    assert plans.hybrid_sources(empty, 4, 8, 48 << 10)[0].tolist() == [0]
+    with pytest.raises(gnnc.ArgumentError, match="more than the 48 KB"):
+        plans.hybrid_sources(graph, 2, 49 << 10, 48 << 10)
+
+
+def test_hybrid_row_wider_than_shared_memory_is_a_clear_error():
+    graph = _hybrid_hub_graph()
+    kernel = emulated_with("gcn", "map thread_vertex hybrid 4").gcn
+    inputs = random_inputs(kernel.signature, graph, {"F": 13000}, np.float32, 0)
+    with pytest.raises(gnnc.ArgumentError, match=r"map thread_vertex hybrid 4: one source's rows take 52000 bytes, "
+                                                 r"more than the 48 KB"):
+        kernel(graph, **inputs)
+
+
+def test_hybrid_stages_then_waits_then_computes():
+    src = (EXAMPLES / "gat.gnn").read_text()
+    opts = compiler.CompileOptions(target="cuda-emulation", schedule="map warp_vertex hybrid 16")
+    stages = compiler.compile_source(src, options=opts, stop_after="scf").stages
+    mapped = stages["map-threads"]
+    assert mapped.count("llvm_ext.barrier") == 1 and "llvm_ext.shared_memory" in mapped
+    grid = json.loads(re.search(r'gnnc.abi = "(.*?)"\}', mapped).group(1).replace("\\22", '"'))["grid"]
+    assert grid["hybrid"] == 16 and grid["grids"] == [{"group": 1, "over": "V", "shared": [["H"], ["F", "H"]]}]
+    emulated_ir = stages["emulate-grid"]
+    # MCUDA: the block's thread loop split at the barrier, the shared memory one stack buffer
+    assert "llvm_ext" not in emulated_ir.replace("llvm_ext.atomic_rmw", "")
+    assert "memref.alloca" in emulated_ir
+
+
+def test_hybrid_needs_the_barrier(tmp_path, monkeypatch):
+    # without the barrier the emulation runs a thread's edges before the other
+    # threads have staged their share of the rows, and the result is wrong:
+    # the emulation checks the barrier, not only the index arithmetic
+    from xdsl.dialects import arith
+    from xdsl.dialects.builtin import IndexType, IntegerAttr
+
+    from gnnc.passes import map_threads
+
+    v = 40
+    graph = gnnc.Graph.from_coo(np.zeros(v, dtype=np.int64), np.arange(v), num_vertices=v)  # source 0 is hot
+    x = np.random.default_rng(7).random((v, 64), dtype=np.float32) + 1
+    w = np.ones(v, np.float32)
+    want = reference("gcn").gcn(graph, x=x, w=w)
+    np.testing.assert_allclose(emulated_with("gcn", "map thread_vertex hybrid 1").gcn(graph, x=x, w=w), want, rtol=1e-6)
+    path = tmp_path / "gcn.gnn"
+    path.write_text((EXAMPLES / "gcn.gnn").read_text() + f"\n# {tmp_path.name}\n")  # not the cached compile
+    monkeypatch.setattr(map_threads, "BarrierOp", lambda: arith.ConstantOp(IntegerAttr(0, IndexType())))
+    kernel = gnnc.compile(path, target="cuda-emulation", schedule="map thread_vertex hybrid 1").gcn
+    assert not np.allclose(kernel(graph, x=x, w=w), want)
+
+
+def test_hybrid_refuses_a_kernel_without_source_rows(tmp_path):
+    path = tmp_path / "s.gnn"
+    path.write_text("kernel s(w: f32[E]) -> f32[V] { out[v] = sum(w[e]) }\n")
+    with pytest.raises(gnnc.CompileError, match="map thread_vertex hybrid 4 is refused: its edges read no source rows"):
+        gnnc.compile(path, target="cuda-emulation", schedule="map thread_vertex hybrid 4")
+
+
+@pytest.mark.parametrize("directive, reason", [("map thread_vertex hybrid 0", "positive integer"),
+                                               ("map thread_vertex hybrid", "needs a positive integer"),
+                                               ("map warp_vertex hybrid 2 hybrid 3", "given twice")])
+def test_bad_hybrid_directives(directive, reason):
+    with pytest.raises(gnnc.GnncError, match=reason):
+        emulated_with("gcn", directive)

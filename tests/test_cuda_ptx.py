@@ -26,7 +26,10 @@ ARCHS = ("sm_75", "sm_80", "sm_90")
 #: every implemented mapping, with and without vertex grouping and feature tiling
 MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
             "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4",
-            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2")
+            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2",
+            # FeatGraph's hybrid partitioning: hot sources' rows in shared memory, bar.sync
+            "map thread_vertex hybrid 8", "map warp_vertex lanes 8 hybrid 4", "map thread_edge group 2 hybrid 8",
+            "map warp_edge tile 2 hybrid 4")
 #: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
 REFUSED = {
     "warp_vertex": {"mlp_aggr"},
@@ -155,3 +158,22 @@ def test_passes_lists_the_cuda_stages():
     listed = [line.split()[1] for line in proc.stdout.splitlines()[1:]]
     assert listed == pipeline.all_stage_names("cuda")
     assert listed.index("map-threads") < listed.index("convert-grid-to-nvvm") < listed.index("emit-ptx")
+
+
+@pytest.mark.parametrize("name, mapping", [("gcn", "map thread_vertex hybrid 8"), ("gat", "map warp_vertex hybrid 4"),
+                                           ("sage_mean", "map warp_edge hybrid 2")])
+def test_hybrid_stages_rows_in_shared_memory(name, mapping):
+    # the block's dynamic shared memory (.extern .shared), the cooperative copy
+    # into it, one bar.sync before the edges read it; the two hybrid arrays last
+    result = nvvm(name, mapping)
+    ir_text = result.stages["translate-to-nvvm"]
+    assert '@"gnnc_shared" = external addrspace(3) global [0 x i8]' in ir_text
+    assert "llvm.nvvm.barrier.cta.sync.aligned.all" in ir_text
+    grid = result.metadata["kernels"][0]["abi"]["grid"]
+    assert grid["hybrid"] == int(mapping.split()[-1]) and any(launch["shared"] for launch in grid["grids"])
+    for arch in ARCHS:
+        _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+        assert ".extern .shared .align 16 .b8 gnnc_shared[];" in ptx and "st.shared" in ptx
+        assert "\tbar.sync \t0;" in ptx
+        if shutil.which("ptxas"):
+            codegen.ptxas(ptx, arch)
