@@ -453,7 +453,7 @@ def _hybrid_hub_graph(v: int = 900, seed: int = 0) -> gnnc.Graph:
 def test_hybrid_over_several_blocks_and_a_capped_k(mapping, f):
     # F = 5000 f32: 20 000 bytes a row, two rows fit in 48 KB, so K' = 2 < 8
     from gnnc import abi
-    from gnnc.runtime.module import hybrid_plan
+    from gnnc.runtime.plans import hybrid_plan
 
     graph = _hybrid_hub_graph()
     kernel = emulated_with("gcn", mapping).gcn

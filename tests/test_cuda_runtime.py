@@ -68,3 +68,107 @@ def test_real_kernels_on_the_gpu_match_the_reference(name, mapping):
     kernel = getattr(module, name)
     inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 1)
     assert_matches(kernel(graph, **inputs), getattr(reference, name)(graph, **inputs), graph, np.float32)
+
+
+# ---------------------------------------------- device arrays (no GPU needed to check them)
+
+
+class FakeDeviceArray:
+    """An object in device memory as CuPy or Numba describe one (never dereferenced here)."""
+
+    def __init__(self, shape, typestr="<f4", ptr=0x7F0000000000, strides=None, readonly=False, stream=None):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, readonly),
+                                         "strides": strides, "version": 3, "stream": stream}
+
+
+def _signature(name: str):
+    result = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
+                                     options=compiler.CompileOptions(target="cuda"), stop_after="nvvm")
+    return cuda_runtime.KernelSignature.from_dict(result.metadata["kernels"][0])
+
+
+GRAPH = gnnc.Graph.from_coo(np.array([0, 1, 2, 2]), np.array([1, 2, 0, 1]), num_vertices=3)
+
+
+def test_device_inputs_are_borrowed_after_the_host_checks():
+    sig = _signature("gcn")
+    x = FakeDeviceArray((3, 17))
+    call = cuda_runtime.bind_call(sig, GRAPH, (x,), {"w": np.ones(4, np.float32)})
+    view = call.inputs[0]
+    assert isinstance(view, cuda_runtime.DeviceView) and view.ptr == 0x7F0000000000 and view.shape == (3, 17)
+    assert isinstance(call.inputs[1], np.ndarray) and call.dims == {"F": 17}
+    # no out=: the result is allocated on the device, like the first device input
+    assert call.outputs == [cuda_runtime.ON_DEVICE] and call.template is x
+    # an all-host call keeps host results
+    host = cuda_runtime.bind_call(sig, GRAPH, (np.ones((3, 5), np.float32), np.ones(4, np.float32)), {})
+    assert isinstance(host.outputs[0], np.ndarray) and host.outputs[0].shape == (3, 5) and host.template is None
+
+
+@pytest.mark.parametrize("x, message", [
+    (FakeDeviceArray((3, 17), "<f8"), "input 'x' of gcn: expected float32, got float64"),
+    (FakeDeviceArray((4, 17)), r"leading axis \(V\) has 4 entries but the graph has 3 vertices"),
+    (FakeDeviceArray((3, 17, 2)), r"expected 2 axes \[V, F\]"),
+    (FakeDeviceArray((3, 17), strides=(4, 12)), "not C-contiguous.*does not copy device arrays"),
+])
+def test_bad_device_inputs_are_refused_like_host_ones(x, message):
+    with pytest.raises(gnnc.ArgumentError, match=message):
+        cuda_runtime.bind_call(_signature("gcn"), GRAPH, (x, np.ones(4, np.float32)), {})
+
+
+def test_device_outputs_are_checked_and_written_in_place():
+    sig = _signature("gcn")
+    x, w = FakeDeviceArray((3, 8)), FakeDeviceArray((4,), ptr=0x7F0000100000)
+    out = FakeDeviceArray((3, 8), ptr=0x7F0000200000)
+    call = cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=out)
+    assert call.outputs[0].ptr == 0x7F0000200000 and call.outputs[0].owner is out
+    for bad, message in [(FakeDeviceArray((3, 9), ptr=0x7F0000200000), r"expected shape \(3, 8\), got \(3, 9\)"),
+                         (FakeDeviceArray((3, 8), "<f8", ptr=0x7F0000200000), "expected float32, got float64"),
+                         (FakeDeviceArray((3, 8), ptr=0x7F0000200000, readonly=True), "read-only"),
+                         (FakeDeviceArray((3, 8), ptr=0x7F0000000010), "overlaps another device array")]:
+        with pytest.raises(gnnc.ArgumentError, match=message):
+            cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=bad)
+    # a host out= beside device inputs is checked as on the CPU, and copied back
+    host_out = np.empty((3, 8), np.float32)
+    assert cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=host_out).outputs[0] is host_out
+
+
+def test_stand_ins_for_device_arrays_take_no_memory():
+    # a 1 GB device array is checked through reserved, untouched address space
+    v = 1 << 12
+    graph = gnnc.Graph.from_coo(np.arange(v), np.arange(v), num_vertices=v)
+    x = FakeDeviceArray((v, 1 << 16))
+    call = cuda_runtime.bind_call(_signature("gcn"), graph, (x, np.ones(v, np.float32)), {})
+    assert call.dims == {"F": 1 << 16}
+
+
+def test_dlpack_capsules_are_read():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    view = cuda_runtime._from_dlpack(t, "x")
+    assert view.ptr == t.data_ptr() and view.shape == (3, 4) and view.dtype == np.float32 and view.c_contiguous
+    assert not cuda_runtime._from_dlpack(t.T, "x").c_contiguous
+    assert cuda_runtime.device_view(t, "x") is None  # a CPU tensor is host data
+
+    class CudaDLPack:  # a DLPack producer on a CUDA device (its capsule borrowed from a CPU tensor here)
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):
+            return t.__dlpack__()
+
+    call = cuda_runtime.bind_call(_signature("gcn"), GRAPH, (CudaDLPack(), np.ones(4, np.float32)), {})
+    assert call.inputs[0].ptr == t.data_ptr() and call.dims == {"F": 4}
+    half = torch.zeros((3, 4), dtype=torch.float16)
+
+    class HalfDLPack(CudaDLPack):
+        def __dlpack__(self, stream=None):
+            return half.__dlpack__()
+
+    with pytest.raises(gnnc.ArgumentError, match="expected float32, got float16"):
+        cuda_runtime.bind_call(_signature("gcn"), GRAPH, (HalfDLPack(), np.ones(4, np.float32)), {})
+
+
+def test_a_cpu_kernel_given_a_device_array_says_so():
+    module = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emulation")
+    with pytest.raises(gnnc.ArgumentError, match="runs on the CPU but got a CUDA device array"):
+        module.gcn(GRAPH, x=FakeDeviceArray((3, 4)), w=np.ones(4, np.float32))

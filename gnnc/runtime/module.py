@@ -18,6 +18,7 @@ import numpy as np
 from gnnc import abi
 from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
 from gnnc.runtime import heuristic, native, plans
+from gnnc.runtime.cuda import is_device_array
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
 
@@ -58,17 +59,15 @@ def _as_graph(graph: Any) -> Graph:
     )
 
 
-def hybrid_plan(graph: Graph, grid: dict, dims: dict[str, int], itemsize: int
-                ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid: the sources
-    staged in shared memory (plans.hybrid_sources) and what each launch needs."""
-    rows = abi.hybrid_row_elements(grid, dims)
-    widest = max(rows, default=0) * itemsize
-    try:
-        hot, slot = plans.hybrid_sources(graph, grid["hybrid"], widest, abi.SHARED_MEMORY_BYTES)
-    except ArgumentError as exc:
-        raise ArgumentError(f"map {grid['mapping']} hybrid {grid['hybrid']}: {exc}") from None
-    return hot, slot, [int(hot[0]) * r * itemsize for r in rows]
+def _refuse_device_arrays(sig: KernelSignature, args: tuple, kwargs: dict, out: Any) -> None:
+    """A CUDA device array given to a CPU kernel: one clear error, not a dtype complaint."""
+    outs = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else [out]
+    for value in [*args, *kwargs.values(), *outs]:
+        if is_device_array(value):
+            raise ArgumentError(
+                f"{sig.describe()} runs on the CPU but got a CUDA device array ({type(value).__name__}); "
+                "copy it to the host (.cpu(), .get(), .copy_to_host()) or compile with target='cuda'"
+            )
 
 
 class Kernel:
@@ -117,6 +116,7 @@ class Kernel:
             return self._call_auto(graph, args, kwargs, out, threads)
         if schedule is not None:
             return self._variant(schedule)(graph, *args, out=out, threads=threads, **kwargs)
+        _refuse_device_arrays(self.signature, args, kwargs, out)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         n_threads = resolve_threads(threads)
         chosen = self._default_variant(graph, dims)
@@ -170,7 +170,7 @@ class Kernel:
         hybrid = []
         if grid is not None and grid.get("hybrid"):
             # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
-            hybrid = list(hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
+            hybrid = list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gnnc import abi
 from gnnc.errors import ArgumentError
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "locality_order",
     "neighbor_groups",
     "source_partitions",
+    "hybrid_plan",
     "hybrid_sources",
 ]
 
@@ -529,3 +531,15 @@ def hybrid_sources(graph: Any, k: int, row_bytes: int, budget_bytes: int) -> tup
         return _readonly(np.concatenate([[count], ranked])), _readonly(slot if v else np.full(1, -1))
 
     return _cached(graph, ("hybrid_sources", k, row_bytes, budget_bytes), compute)
+
+
+def hybrid_plan(graph: Any, grid: dict, dims: dict[str, int], itemsize: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid record: the
+    sources staged in shared memory (hybrid_sources) and what each launch needs."""
+    rows = abi.hybrid_row_elements(grid, dims)
+    widest = max(rows, default=0) * itemsize
+    try:
+        hot, slot = hybrid_sources(graph, grid["hybrid"], widest, abi.SHARED_MEMORY_BYTES)
+    except ArgumentError as exc:
+        raise ArgumentError(f"map {grid['mapping']} hybrid {grid['hybrid']}: {exc}") from None
+    return hot, slot, [int(hot[0]) * r * itemsize for r in rows]
