@@ -34,6 +34,9 @@ Every kernel `K` in a `.so` is a C function
            const int64_t *group_dst,      /* n: each group's destination      */
            const int64_t *group_bounds,   /* 2n: in-CSR positions [lo, hi)    */
            const int64_t *group_offsets); /* V + 1: each destination's groups */
+           /* cuda only, with an edge mapping whose destinations keep
+              accumulators (gin's sum beside (1 + eps) * x[v]): */
+           T *dst_scratch,             /* V x one scratch slice            */
            /* cuda only, with `map ... hybrid K` (runtime/plans.py,
               hybrid_sources): */
            const int64_t *hybrid_hot,  /* 1 + K': K', the staged sources    */

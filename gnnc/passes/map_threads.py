@@ -27,12 +27,15 @@ per-vertex work around its edge walk runs in vertex grids of its own, one
 thread (warp) per destination: initialising the rows (0, -inf, +inf) before
 the edge grid, and after it dividing means, setting the rows of vertices
 with no in-edges to 0 and storing vertex results. Each grid is a launch of
-its own, which orders them. What cannot be split this way is refused with
-the reason: several walks over one destination's edges (softmax needs the
-max and the sum of exponentials before the weighted sum) and per-destination
-values kept in per-thread scratch (an aggregation combined with other terms
-at `v`, as in gin) would need per-destination device buffers that the
-runtime does not provide yet.
+its own, which orders them. An aggregation kept in per-thread scratch
+because it is combined with other terms at `v` (gin's sum beside
+(1 + eps) * x[v], a quotient of two sums) moves to the destination's row of
+`dst_scratch`, a scratch slice per vertex the runtime passes after the
+temps: edge threads update it with atomics, the vertex launch after the
+edges reads it. A destination that walks its edges several times (softmax:
+the max, then the exponentials' sum beside the weighted sum, then the
+normalised weights) becomes an edge launch per walk with vertex launches
+between them, the values between walks kept in `dst_scratch` too.
 
 `hybrid K` (FeatGraph's hybrid partitioning, any mapping): the rows of the up
 to K sources of highest out-degree are kept in each block's shared memory.
@@ -325,8 +328,18 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
                 )
     replicated_stores = [o for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)
                          and o.memref is not scratch and split_index(o) is None]
+    # regions of per-destination scratch rows (an edge mapping's dst_scratch) this grid writes:
+    # a region it only reads may be read by every lane
+    written_regions = set()
+    for o in body.walk():
+        if isinstance(o, memref.StoreOp | AtomicRmwOp) and o.memref is not scratch:
+            found = _scratch_access(o.indices[0] if isinstance(o, memref.StoreOp) else o.index)
+            written_regions.add((o.memref, found[0] if found is not None else None))
     for o in body.walk():
         if isinstance(o, memref.LoadOp) and o.memref in shared and split_index(o) is None:
+            found = _scratch_access(o.indices[0])
+            if found is not None and (o.memref, found[0]) not in written_regions:
+                continue
             _check_feeds_only(o, set(replicated_stores), refuse)
     for r in reductions:
         init = r.iter_args[0].owner
@@ -460,86 +473,125 @@ _PURE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.DivUI
          arith.IndexCastOp, arith.CmpiOp, arith.SIToFPOp, memref.LoadOp)
 
 
+def _accumulator_regions(op: loop.ForDstOp, scratch: SSAValue) -> set[SSAValue]:
+    """The scratch regions a destination writes outside its edge walks: the
+    accumulators of aggregations combined with other terms at v (gin's sum beside
+    (1 + eps) * x[v], a quotient of two sums) and the values between walks
+    (softmax's max, sum and reciprocal)."""
+    regions: set[SSAValue] = set()
+    tops = list(op.body.block.ops)
+    if not any(isinstance(top, loop.ForInEdgesOp) for top in tops):
+        return regions  # a vertex phase: one thread per destination anyway
+    for top in tops:
+        if isinstance(top, loop.ForInEdgesOp):
+            continue
+        for o in top.walk():
+            if isinstance(o, memref.StoreOp) and o.memref is scratch:
+                found = _scratch_access(o.indices[0])
+                if found is not None:
+                    regions.add(found[0])
+    return regions
+
+
+def _move_accumulators_to_destinations(op: loop.ForDstOp, scratch: SSAValue, dst_scratch: SSAValue, kernel: str,
+                                       strategy: str) -> None:
+    """Moves a destination's accumulator regions from the worker's scratch slice to
+    the destination's row of `dst_scratch` (V rows of a scratch slice each), so
+    that threads of its edges update them with atomics and the vertex launch
+    after the edges reads them; per-edge temporaries stay in the thread's slice."""
+    regions = _accumulator_regions(op, scratch)
+    v = op.body.block.args[0]
+    for base in [o for o in op.body.walk() if isinstance(o, arith.AddiOp) and SCRATCH_BASE_ATTR in o.attributes]:
+        if base.rhs not in regions:
+            continue
+        worker_base = base.lhs.owner
+        if not isinstance(worker_base, arith.MuliOp):
+            raise CompileError(f"kernel '{kernel}': map {strategy} is refused: a scratch region's base is not "
+                               "a worker's slice map-threads can move to the destination's row")
+        row = arith.MuliOp(v, worker_base.rhs)
+        Rewriter.insert_op(row, InsertPoint.before(base))
+        base.operands = [row.result, base.rhs]
+    for o in list(op.body.walk()):
+        if isinstance(o, memref.LoadOp | memref.StoreOp) and o.memref is scratch:
+            found = _scratch_access(o.indices[0])
+            if found is None:
+                raise CompileError(f"kernel '{kernel}': map {strategy} is refused: a per-thread scratch access "
+                                   "has an index map-threads cannot attribute to a region")
+            if found[0] in regions:
+                o.operands = [dst_scratch if operand is scratch else operand for operand in o.operands]
+
+
 def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str,
-              sources: dict[loop.GridOp, list[SSAValue]] | None = None) -> list[loop.GridOp]:
-    """for_dst { before; for_in_edges { body }; after } -> vertex grid (before),
-    edge grid (body, atomics), vertex grid (after); grids with no effect are left out.
-    `sources`, if given, gets the edge grid's source vertex value."""
+              sources: dict[loop.GridOp, list[SSAValue]] | None = None,
+              dst_scratch: SSAValue | None = None) -> list[loop.GridOp]:
+    """for_dst { s0; walk 1; s1; ...; walk n; sn } -> vertex grid (s0), edge grid (walk 1,
+    atomics), vertex grid (s1), ..., vertex grid (sn); vertex grids with no effect are
+    left out. Each grid recomputes the pure values of the segments before it.
+    `sources`, if given, gets each edge grid's source vertex value."""
     strategy = sched.strategy
     vertex_mapping = VERTEX_MAPPING_OF[strategy]
     walks = [o for o in op.body.block.ops if isinstance(o, loop.ForInEdgesOp)]
     if not walks:  # a phase of per-vertex work only
         return [map_vertex(op, sched, lanes, fn, kernel, vertex_mapping, group=1)]
-    if len(walks) > 1:
-        raise CompileError(
-            f"kernel '{kernel}': map {strategy} is refused: each destination walks its in-edges {len(walks)} times "
-            "(as softmax does: the max and the sum of exponentials over every in-edge come before the weighted sum), and a "
-            "destination's values between walks would need per-destination device buffers; use map "
-            f"{vertex_mapping}"
-        )
-    scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    scratch = scratch_of(fn)
+    if _accumulator_regions(op, scratch):
+        assert dst_scratch is not None, "map-threads adds dst_scratch before mapping a kernel that needs it"
+        _move_accumulators_to_destinations(op, scratch, dst_scratch, kernel, strategy)
     ops = list(op.body.block.ops)
-    at = ops.index(walks[0])
-    before = ops[:at]
-    if any(isinstance(o, memref.StoreOp) and o.memref is scratch for b in before for o in b.walk()):
-        raise CompileError(
-            f"kernel '{kernel}': map {strategy} is refused: an aggregation accumulates in per-thread scratch "
-            "(it is combined with other terms at the destination, as in gin's (1 + eps) * x[v] + sum(x[u]), "
-            "or divided by another aggregation), which threads of different edges cannot share; use map "
-            f"{vertex_mapping}"
-        )
+    at = [ops.index(w) for w in walks]
+    starts = [-1, *at]  # segment k holds the ops strictly between starts[k] and ends[k]
+    ends = [*at, len(ops)]
 
     def effect(o: Operation) -> bool:
         return isinstance(o, loop.ForFeatureOp | loop.ForInEdgesOp) or _has_stores([o])
 
     rewriter = Rewriter()
-    grids: list[loop.GridOp] = []
-    # before: the destination's initialisation, alone
-    first = op.clone()
-    _prune(first.body.block, lambda i, o: i < at)
-    # after: the finalisation (pure values of `before` recomputed)
-    last = op.clone()
-    _prune(last.body.block, lambda i, o: i > at or (i < at and not effect(o)))
-    # the edges: the walk's body, with the pure values of `before` it uses
-    edges = op.clone()
-    _prune(edges.body.block, lambda i, o: i == at or (i < at and not effect(o)))
-    for part in (first, edges, last):
+    parts: list[tuple[str, loop.ForDstOp]] = []
+    for k in range(len(walks) + 1):
+        # segment k: the destination's work between walks, the pure values before it recomputed
+        segment = op.clone()
+        _prune(segment.body.block, lambda i, o, k=k: starts[k] < i < ends[k] or (i < starts[k] and not effect(o)))
+        parts.append(("V", segment))
+        if k < len(walks):
+            # walk k + 1's body, with the pure values before it
+            edges = op.clone()
+            _prune(edges.body.block, lambda i, o, k=k: i == at[k] or (i < at[k] and not effect(o)))
+            parts.append(("E", edges))
+    for _, part in parts:
         rewriter.insert_op(part, InsertPoint.before(op))
     rewriter.erase_op(op)
 
-    if _has_stores(list(first.body.block.ops)):
-        grids.append(map_vertex(first, sched, lanes, fn, kernel, vertex_mapping, group=1))
-    else:
-        rewriter.erase_op(first)
-
-    walk = next(o for o in edges.body.block.ops if isinstance(o, loop.ForInEdgesOp))
+    grids: list[loop.GridOp] = []
     num_edges = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("num_edges")]
-    g = _build_grid(num_edges, sched.group, lanes, sched.block_size, strategy)
-    found: list[Operation] = []
-    v = _destination_of(found, g.item, edges.num_vertices, walk.indptr)
-    u_raw = memref.LoadOp.get(walk.src, [g.item])
-    u = arith.IndexCastOp(u_raw, index)
-    e_raw = memref.LoadOp.get(walk.eid, [g.item])
-    e = arith.IndexCastOp(e_raw, index)
-    g.then.add_ops([*found, u_raw, u, e_raw, e])
-    rewriter.inline_block(edges.body.block, InsertPoint.at_end(g.then), [v, g.gid])
-    walk_body = walk.body.block
-    rewriter.erase_op(walk_body.last_op)  # loop.yield
-    rewriter.inline_block(walk_body, InsertPoint.before(walk), [g.item, u.result, e.result])
-    rewriter.erase_op(walk)
-    _end_then(rewriter, g.then)
-    _atomic_updates(rewriter, g.then, scratch, e.result, kernel, strategy)
-    if lanes > 1:
-        _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
-    rewriter.replace_op(edges, [*g.pre, g.op], [])
-    grids.append(g.op)
-    if sources is not None:
-        sources[g.op] = [u.result]
-
-    if _has_stores(list(last.body.block.ops)):
-        grids.append(map_vertex(last, sched, lanes, fn, kernel, vertex_mapping, group=1))
-    else:
-        rewriter.erase_op(last)
+    for over, part in parts:
+        if over == "V":
+            if _has_stores(list(part.body.block.ops)):
+                grids.append(map_vertex(part, sched, lanes, fn, kernel, vertex_mapping, group=1))
+            else:
+                rewriter.erase_op(part)
+            continue
+        walk = next(o for o in part.body.block.ops if isinstance(o, loop.ForInEdgesOp))
+        g = _build_grid(num_edges, sched.group, lanes, sched.block_size, strategy)
+        found: list[Operation] = []
+        v = _destination_of(found, g.item, part.num_vertices, walk.indptr)
+        u_raw = memref.LoadOp.get(walk.src, [g.item])
+        u = arith.IndexCastOp(u_raw, index)
+        e_raw = memref.LoadOp.get(walk.eid, [g.item])
+        e = arith.IndexCastOp(e_raw, index)
+        g.then.add_ops([*found, u_raw, u, e_raw, e])
+        rewriter.inline_block(part.body.block, InsertPoint.at_end(g.then), [v, g.gid])
+        walk_body = walk.body.block
+        rewriter.erase_op(walk_body.last_op)  # loop.yield
+        rewriter.inline_block(walk_body, InsertPoint.before(walk), [g.item, u.result, e.result])
+        rewriter.erase_op(walk)
+        _end_then(rewriter, g.then)
+        _atomic_updates(rewriter, g.then, scratch, e.result, kernel, strategy)
+        if lanes > 1:
+            _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
+        rewriter.replace_op(part, [*g.pre, g.op], [])
+        grids.append(g.op)
+        if sources is not None:
+            sources[g.op] = [u.result]
     return grids
 
 
@@ -593,15 +645,9 @@ class _HybridStaging:
 
     def _arguments(self) -> tuple[SSAValue, SSAValue]:
         if self.hot is None:
-            fn = self.fn
-            block = fn.body.block
             table = MemRefType(i64, [DYNAMIC_INDEX])
-            self.hot = block.insert_arg(table, len(block.args))
-            self.slot = block.insert_arg(table, len(block.args))
-            fn.function_type = FunctionType.from_lists([a.type for a in block.args], fn.function_type.outputs.data)
-            readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
-            if fn.arg_attrs is not None:
-                fn.arg_attrs = ArrayAttr([*fn.arg_attrs.data, readonly, readonly])
+            self.hot = _append_argument(self.fn, table, readonly=True)
+            self.slot = _append_argument(self.fn, table, readonly=True)
         assert self.slot is not None
         return self.hot, self.slot
 
@@ -737,6 +783,21 @@ class _HybridStaging:
             )
 
 
+def scratch_of(fn: func.FuncOp) -> SSAValue:
+    return fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+
+
+def _append_argument(fn: func.FuncOp, arg_type: MemRefType, readonly: bool) -> SSAValue:
+    """A new last argument of the kernel (a buffer the runtime passes after the others)."""
+    block = fn.body.block
+    arg = block.insert_arg(arg_type, len(block.args))
+    fn.function_type = FunctionType.from_lists([a.type for a in block.args], fn.function_type.outputs.data)
+    attrs = {"llvm.noalias": UnitAttr()} | ({"llvm.readonly": UnitAttr()} if readonly else {})
+    if fn.arg_attrs is not None:
+        fn.arg_attrs = ArrayAttr([*fn.arg_attrs.data, DictionaryAttr(attrs)])
+    return arg
+
+
 def _walk_sources(grid: loop.GridOp) -> list[SSAValue]:
     return [w.body.block.args[1] for w in grid.walk() if isinstance(w, loop.ForInEdgesOp)]
 
@@ -772,12 +833,17 @@ class MapThreadsPass(ModulePass):
             grids: list[dict] = []
             staging = (_HybridStaging(fn, record, kernel, sched.strategy, sched.hybrid)
                        if sched.hybrid is not None else None)
+            dst_scratch = None
+            if sched.strategy in VERTEX_MAPPING_OF and any(
+                    _accumulator_regions(dst, scratch_of(fn)) for dst in fn.walk() if isinstance(dst, loop.ForDstOp)):
+                # the accumulators edge threads share: one scratch slice per destination
+                dst_scratch = _append_argument(fn, scratch_of(fn).type, readonly=False)
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
                 mapped: list[tuple[loop.GridOp, dict]] = []
                 edge_sources: dict[loop.GridOp, list[SSAValue]] = {}
                 if sched.strategy in VERTEX_MAPPING_OF:
-                    for grid in map_edges(dst, sched, lanes, fn, kernel, edge_sources):
+                    for grid in map_edges(dst, sched, lanes, fn, kernel, edge_sources, dst_scratch):
                         over_edges = grid.mapping.data == sched.strategy
                         mapped.append((grid, {"over": "E" if over_edges else "V",
                                               "group": sched.group if over_edges else 1}))
@@ -797,6 +863,8 @@ class MapThreadsPass(ModulePass):
             # the runtime sizes the grid (and one scratch slice per thread) from this
             record["grid"] = {"mapping": sched.strategy, "block_size": sched.block_size, "group": sched.group,
                               "lanes": lanes, "grids": grids, "hybrid": sched.hybrid,
+                              # V scratch slices, one per destination, after the temps
+                              "dst_scratch": dst_scratch is not None,
                               # False: the runtime may pick a mapping per graph (runtime/heuristic.py)
                               "schedule_given": isinstance(text, StringAttr)}
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

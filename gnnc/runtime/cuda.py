@@ -497,6 +497,8 @@ class CudaKernel:
             first_output = len(buffers)
             buffers += [_argument_buffer(cu, r) for r in results]
             buffers += [_DeviceBuffer(cu, None, n * itemsize) for n in workspace[1:]]
+            if self._grid.get("dst_scratch"):  # an edge mapping's per-destination accumulators
+                buffers.append(_DeviceBuffer(cu, None, per_thread * graph.num_vertices * itemsize))
             buffers += [_DeviceBuffer(cu, h) for h in hybrid]
             values = [ctypes.c_int64(graph.num_vertices), ctypes.c_int64(graph.num_edges),
                       ctypes.c_int64(threads), ctypes.c_int64(1)]

@@ -90,6 +90,7 @@ class Kernel:
         n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
         n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") else 0
         n_buffers += 5 if self._abi.get("groups") else 0
+        n_buffers += 1 if (self._abi.get("grid") or {}).get("dst_scratch") else 0
         n_buffers += 2 if (self._abi.get("grid") or {}).get("hybrid") else 0
         self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
@@ -167,14 +168,17 @@ class Kernel:
             acc_rows = [np.empty(max(1, n_groups * row_stride), dtype=self._dtype)]
             # an empty array has no storage: every pointer the kernel may read must be valid
             grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
-        hybrid = []
+        cuda_extra = []
+        if grid is not None and grid.get("dst_scratch"):
+            # an edge mapping's per-destination accumulators: a scratch slice per vertex
+            cuda_extra.append(np.empty(max(1, per_thread * graph.num_vertices), dtype=self._dtype))
         if grid is not None and grid.get("hybrid"):
             # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
-            hybrid = list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
+            cuda_extra += list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             graph.deg_in(self._dtype), graph.deg_out(self._dtype),
-            dims_array, scratch, *inputs, *outputs, *temps, *acc_rows, *partition, *grouping, *hybrid,
+            dims_array, scratch, *inputs, *outputs, *temps, *acc_rows, *partition, *grouping, *cuda_extra,
         ]
         self._function(
             graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,
