@@ -172,3 +172,114 @@ def test_a_cpu_kernel_given_a_device_array_says_so():
     module = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emulation")
     with pytest.raises(gnnc.ArgumentError, match="runs on the CPU but got a CUDA device array"):
         module.gcn(GRAPH, x=FakeDeviceArray((3, 4)), w=np.ones(4, np.float32))
+
+
+class FakeDriver:
+    """The driver calls CudaModule / CudaKernel make, on host memory: allocations are
+    real buffers, launches are recorded with their arguments read back through
+    the parameter array (as many as the PTX entry declares)."""
+
+    class CUresult:
+        class CUDA_SUCCESS:
+            name = "CUDA_SUCCESS"
+
+    def __init__(self, ptx: str):
+        import re
+
+        ok = self.CUresult.CUDA_SUCCESS
+        self.ok = ok
+        self.params = {m.group(1): len(re.findall(r"\.param ", m.group(2)))
+                       for m in re.finditer(r"\.entry (\w+)\(\n(.*?)\)", ptx, re.S)}
+        self.memory: dict[int, ctypes.Array] = {}
+        self.launches: list[dict] = []
+
+    def cuDeviceGet(self, i):
+        return self.ok, 0
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        return self.ok, "ctx"
+
+    def cuCtxSetCurrent(self, ctx):
+        return (self.ok,)
+
+    def cuModuleLoadData(self, data):
+        return self.ok, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        return self.ok, name.decode()
+
+    def cuMemAlloc(self, n):
+        buf = ctypes.create_string_buffer(n)
+        self.memory[ctypes.addressof(buf)] = buf
+        return self.ok, ctypes.addressof(buf)
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (self.ok,)
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (self.ok,)
+
+    def cuMemFree(self, ptr):
+        self.memory.pop(int(ptr), None)
+        return (self.ok,)
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        n = self.params[function]
+        slots = (ctypes.c_void_p * n).from_address(params)
+        values = [ctypes.c_uint64.from_address(slots[i]).value for i in range(n)]
+        self.launches.append({"function": function, "blocks": gx, "threads": bx, "shared": shared,
+                              "values": values, "live": set(self.memory)})
+        return (self.ok,)
+
+    def cuCtxSynchronize(self):
+        return (self.ok,)
+
+    def cuStreamSynchronize(self, stream):
+        return (self.ok,)
+
+
+import ctypes  # noqa: E402  (beside the fake driver that uses it)
+
+
+@pytest.mark.parametrize("name, mapping, dims", [("gin", "map thread_edge hybrid 4", {"F": 6}),
+                                                 ("gat", "map warp_edge hybrid 2", {"H": 2, "F": 3}),
+                                                 ("gcn", "map thread_vertex", {"F": 5})])
+def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypatch, name, mapping, dims):
+    # no GPU: a fake driver checks the launches' arguments against the PTX
+    result = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
+                                     options=compiler.CompileOptions(target="cuda", schedule=mapping))
+    path = tmp_path / f"{name}.ptx"
+    path.write_text(result.ptx)
+    fake = FakeDriver(result.ptx)
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: fake)
+    kernel = getattr(cuda_runtime.CudaModule(path), name)
+    rng = np.random.default_rng(0)
+    graph = gnnc.Graph.from_coo(rng.integers(0, 5, 60), rng.integers(0, 40, 60), num_vertices=40)
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, 0)
+    first = next(iter(inputs))
+    device_input = FakeDeviceArray(inputs[first].shape, ptr=0x7F0000000000)  # borrowed, never read by the fake
+    inputs[first] = device_input
+    got = kernel(graph, **inputs)
+    grid = kernel._abi["grid"]
+    assert [launch["function"] for launch in fake.launches] == [
+        p for p, n in zip(grid["phases"], cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n]
+    for launch in fake.launches:
+        values = launch["values"]
+        assert values[:4] == [40, 60, values[2], 1] and launch["threads"] == 256
+        buffers = values[4:]
+        # every buffer argument is one the call allocated, or the borrowed device input
+        assert all(b in launch["live"] or b == 0x7F0000000000 for b in buffers), buffers
+        assert buffers.count(0x7F0000000000) == 1
+        assert launch["live"] <= set(buffers)  # and nothing allocated goes unpassed: the counts agree
+    if grid.get("hybrid"):
+        from gnnc.runtime import plans
+
+        _, _, shared = plans.hybrid_plan(graph, grid, dims, 4)
+        assert [launch["shared"] for launch in fake.launches] == [s for s, n in zip(
+            shared, cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n] and max(shared) > 0
+    # a device input: the results were allocated on the device, and stay there
+    results = got.values() if isinstance(got, dict) else [got]
+    assert all(isinstance(r, cuda_runtime.DeviceArray) for r in results)
+    assert all(r.copy_to_host().shape == r.shape for r in results)
