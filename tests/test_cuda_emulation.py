@@ -601,3 +601,26 @@ def test_softmax_runs_as_edge_launches_between_vertex_launches():
     graph = _hub_graph()
     inputs = random_inputs(kernel.signature, graph, {"H": 2, "F": 5}, np.float32, 3)
     assert_matches(kernel(graph, **inputs), reference("gat").gat(graph, **inputs), graph, np.float32)
+
+
+#: a vertex's x[v] @ W kept in the thread's scratch within one vertex launch,
+#: beside an accumulator that must outlive the edge launch (found by the random
+#: kernels: moving the temporary to the shared per-destination row raced the lanes)
+TEMPORARY_BESIDE_ACCUMULATOR = """
+kernel k(x: f32[V, F], W: f32[F, F]) -> f32[V, F] {
+    h[v] = sum(x[u])
+    out[v] = sum(tanh(h[u]) * tanh(x[u] @ W)) + h[v]
+}
+"""
+
+
+def test_edge_mappings_keep_one_launch_temporaries_per_thread(tmp_path):
+    path = tmp_path / "k.gnn"
+    path.write_text(TEMPORARY_BESIDE_ACCUMULATOR)
+    with pytest.raises(gnnc.CompileError, match="map warp_edge is refused: .*feature indices other than"):
+        gnnc.compile(path, target="cuda-emulation", schedule="map warp_edge")
+    kernel = gnnc.compile(path, target="cuda-emulation", schedule="map thread_edge").k
+    for graph in (gnnc.Graph.from_coo(np.zeros(300, int), np.zeros(300, int), num_vertices=1), _hub_graph()):
+        inputs = random_inputs(kernel.signature, graph, {"F": 3}, np.float32, 0)
+        assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph,
+                       np.float32)

@@ -172,7 +172,7 @@ def test_hybrid_stages_rows_in_shared_memory(name, mapping):
     assert grid["hybrid"] == int(mapping.split()[-1]) and any(launch["shared"] for launch in grid["grids"])
     for arch in ARCHS:
         _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
-        assert ".extern .shared .align 16 .b8 gnnc_shared[];" in ptx and "st.shared" in ptx
+        assert ".extern .shared .align 16 .b8 gnnc_shared[];" in ptx and "st.shared" in ptx and "ld.shared" in ptx
         assert "\tbar.sync \t0;" in ptx
         if shutil.which("ptxas"):
             codegen.ptxas(ptx, arch)

@@ -48,7 +48,9 @@ every thread of the block copying a strided share of the K' rows of each
 such buffer into shared memory (`llvm_ext.shared_memory`, coalesced: thread
 t copies elements t, t + block_size, ...), then `llvm_ext.barrier`; an edge
 then reads `x[u]` from shared memory when `slot[u] >= 0`, else from global
-memory. The shared layout is, per staged buffer in order, K' rows of its
+memory (the code after the slot is emitted once for each case, so that
+each version's loads have one address space). The shared layout is, per
+staged buffer in order, K' rows of its
 row size; the record lists the row sizes of each launch (`shared`), from
 which the runtime sizes the launch's dynamic shared memory.
 """
@@ -328,18 +330,32 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
                 )
     replicated_stores = [o for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)
                          and o.memref is not scratch and split_index(o) is None]
-    # regions of per-destination scratch rows (an edge mapping's dst_scratch) this grid writes:
-    # a region it only reads may be read by every lane
-    written_regions = set()
+    # per-destination rows (an edge mapping's dst_scratch), which the lanes of a
+    # group share: a region this grid only reads, any lane may read; one it
+    # writes only outside split loops (lane 0 does) it must not read back; else
+    # every access must be in a split loop at the lane's own index
+    destination_regions: dict[tuple, list[tuple[bool, SSAValue | None, SSAValue | None]]] = {}
     for o in body.walk():
-        if isinstance(o, memref.StoreOp | AtomicRmwOp) and o.memref is not scratch:
-            found = _scratch_access(o.indices[0] if isinstance(o, memref.StoreOp) else o.index)
-            written_regions.add((o.memref, found[0] if found is not None else None))
+        if isinstance(o, memref.StoreOp | memref.LoadOp | AtomicRmwOp) and o.memref is not scratch:
+            found = _scratch_access(o.index if isinstance(o, AtomicRmwOp) else o.indices[0])
+            if found is not None:
+                destination_regions.setdefault((o.memref, found[0]), []).append(
+                    (not isinstance(o, memref.LoadOp), found[1], split_index(o)))
+    for uses in destination_regions.values():
+        stores = [use for use in uses if use[0]]
+        if not stores or all(split is not None and lead is split for _, lead, split in uses):
+            continue
+        if all(split is None for _, _, split in stores) and len(stores) == len(uses):
+            continue
+        raise refuse(
+            "a per-destination value the lanes share is written and read at feature indices other than the ones "
+            "a lane owns"
+        )
     for o in body.walk():
         if isinstance(o, memref.LoadOp) and o.memref in shared and split_index(o) is None:
             found = _scratch_access(o.indices[0])
-            if found is not None and (o.memref, found[0]) not in written_regions:
-                continue
+            if found is not None:
+                continue  # a per-destination row: checked above
             _check_feeds_only(o, set(replicated_stores), refuse)
     for r in reductions:
         init = r.iter_args[0].owner
@@ -474,23 +490,32 @@ _PURE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.DivUI
 
 
 def _accumulator_regions(op: loop.ForDstOp, scratch: SSAValue) -> set[SSAValue]:
-    """The scratch regions a destination writes outside its edge walks: the
-    accumulators of aggregations combined with other terms at v (gin's sum beside
+    """The scratch regions that outlive a launch once an edge mapping cuts a destination's
+    work at its edge walks: written outside the walks and used in a walk or in
+    more than one stretch between walks. These are the accumulators of
+    aggregations combined with other terms at v (gin's sum beside
     (1 + eps) * x[v], a quotient of two sums) and the values between walks
-    (softmax's max, sum and reciprocal)."""
-    regions: set[SSAValue] = set()
+    (softmax's max, sum and reciprocal); a temporary used within one stretch
+    (a vertex's x[v] @ W) stays in the thread's slice."""
     tops = list(op.body.block.ops)
     if not any(isinstance(top, loop.ForInEdgesOp) for top in tops):
-        return regions  # a vertex phase: one thread per destination anyway
+        return set()  # a vertex phase: one thread per destination anyway
+    written: set[SSAValue] = set()
+    places: dict[SSAValue, set[int | str]] = {}
+    stretch = 0
     for top in tops:
         if isinstance(top, loop.ForInEdgesOp):
-            continue
+            stretch += 1
         for o in top.walk():
-            if isinstance(o, memref.StoreOp) and o.memref is scratch:
+            if isinstance(o, memref.StoreOp | memref.LoadOp) and o.memref is scratch:
                 found = _scratch_access(o.indices[0])
-                if found is not None:
-                    regions.add(found[0])
-    return regions
+                if found is None:
+                    continue
+                region = found[0]
+                places.setdefault(region, set()).add("walk" if isinstance(top, loop.ForInEdgesOp) else stretch)
+                if isinstance(o, memref.StoreOp) and not isinstance(top, loop.ForInEdgesOp):
+                    written.add(region)
+    return {r for r in written if len(places[r]) > 1 or "walk" in places[r]}
 
 
 def _move_accumulators_to_destinations(op: loop.ForDstOp, scratch: SSAValue, dst_scratch: SSAValue, kernel: str,
@@ -743,8 +768,10 @@ class _HybridStaging:
         staging.append(BarrierOp())
         Rewriter.insert_op(staging, InsertPoint.at_start(body))
 
-        # each source's slot, once where it is defined
-        slots: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}
+        # each source's slot, once where it is defined; then the code after it
+        # twice: reading staged rows (shared memory) or the others (global),
+        # so each version's loads have one address space (ld.shared /
+        # ld.global, where one load of either would be a generic ld)
         for u in {u: None for _, u, _, _ in reads}:
             zero64 = arith.ConstantOp(IntegerAttr(0, i64))
             raw = memref.LoadOp.get(slot_table, [u])
@@ -755,24 +782,38 @@ class _HybridStaging:
                 Rewriter.insert_op(ops, InsertPoint.at_start(u.owner))
             else:
                 Rewriter.insert_op(ops, InsertPoint.after(u.owner))
-            slots[u] = (is_hot.result, slot.result)
-        for load, u, key, rest in reads:
-            is_hot, slot = slots[u]
-            then = Block()
-            row_base = arith.MuliOp(slot, row_size[key])
-            start = arith.AddiOp(offset[key], row_base)
-            then.add_ops([row_base, start])
-            at = start
-            if rest is not None:
-                at = arith.AddiOp(start, rest)
-                then.add_op(at)
-            staged = memref.LoadOp.get(shared.result, [at])
-            then.add_ops([staged, scf.YieldOp(staged)])
-            otherwise = Block()
-            global_load = memref.LoadOp.get(load.memref, list(load.indices))
-            otherwise.add_ops([global_load, scf.YieldOp(global_load)])
-            choice = scf.IfOp(is_hot, [load.res.type], [then], [otherwise])
-            Rewriter().replace_op(load, choice, [choice.results[0]])
+            scope = slot.parent_block()
+            assert scope is not None and scope.last_op is not None
+            terminator = scope.last_op
+            after = list(scope.ops)
+            after = after[after.index(slot) + 1:-1]
+            if terminator.operands or terminator.results:
+                raise CompileError(f"kernel '{self.kernel}': map {self.strategy} hybrid {self.limit}: internal "
+                                   "error: an edge walk yields values")
+            global_version = Block()
+            mapper: dict[SSAValue, SSAValue] = {}
+            for o in after:
+                global_version.add_op(o.clone(value_mapper=mapper))
+            global_version.add_op(scf.YieldOp())
+            staged_version = Block()
+            for o in after:
+                o.detach()
+                staged_version.add_op(o)
+            staged_version.add_op(scf.YieldOp())
+            Rewriter.insert_op(scf.IfOp(is_hot.result, [], [staged_version], [global_version]),
+                               InsertPoint.before(terminator))
+            for load, source, key, rest in reads:
+                if source is not u:
+                    continue
+                row_base = arith.MuliOp(slot, row_size[key])
+                first = arith.AddiOp(offset[key], row_base)
+                new_ops: list[Operation] = [row_base, first]
+                at = first
+                if rest is not None:
+                    at = arith.AddiOp(first, rest)
+                    new_ops.append(at)
+                staged = memref.LoadOp.get(shared.result, [at])
+                Rewriter().replace_op(load, [*new_ops, staged], [staged.res])
         return [list(key[1]) for key in regions]
 
     def check_used(self) -> None:
