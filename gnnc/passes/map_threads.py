@@ -15,7 +15,10 @@ warp_vertex (uGrapher): the 32 lanes of warp `w = g / 32` handle the `group`
 destinations `w * group + k`; every outermost feature loop is split over the
 lanes in tiles of `tile` (default 1) consecutive indices, round robin, so a
 lane owns the same feature elements in every loop of a destination and no
-lane reads what another wrote. Kernels with per-thread scratch are refused.
+lane reads what another wrote. A loop writing per-thread scratch only at the
+index of a loop inside it (a vector-matrix product) is interchanged with it
+first, so the lanes split the written axis; what still reads scratch at
+another lane's indices is refused.
 
 thread_edge / warp_edge (uGrapher): thread (warp) `g` handles the `group`
 consecutive in-CSR positions `g * group + k`; an edge finds its destination
@@ -274,6 +277,63 @@ def _check_feeds_only(load: memref.LoadOp, stores: set[Operation], refuse: Calla
             stack.extend(user.results)
 
 
+def _interchange_for_lanes(op: loop.ForFeatureOp, scratch: SSAValue) -> bool:
+    """for i { pure(i); for j { t[j] = t[j] + f(i, j) } } -> for j { for i { pure(i); ... } },
+    where the loop writes scratch only at the inner index: the lanes then split j and
+    each owns its t[j] (a vector-matrix product `x @ W`, whose sum over i keeps
+    its order). Returns whether it did."""
+    i = op.body.block.args[0]
+    ops = list(op.body.block.ops)[:-1]
+    if not ops or not isinstance(ops[-1], loop.ForFeatureOp):
+        return False
+    inner = ops[-1]
+    j = inner.body.block.args[0]
+    if inner.extent.owner is not None and _inside(inner.extent, op):
+        return False
+    written: set[SSAValue] = set()
+    for o in inner.walk():
+        if isinstance(o, AtomicRmwOp):
+            return False
+        if isinstance(o, memref.StoreOp):
+            found = _scratch_access(o.indices[0]) if o.memref is scratch else None
+            if found is None or found[1] is not j:
+                return False
+            written.add(found[0])
+    if not written:
+        return False
+    for o in ops[:-1]:
+        if o.regions or not isinstance(o, _PURE + (arith.MulfOp, arith.AddfOp, arith.SubfOp)):
+            return False
+        if isinstance(o, memref.LoadOp) and o.memref is scratch:
+            found = _scratch_access(o.indices[0])
+            if found is None or found[0] in written:
+                return False
+    inner_body = Block(arg_types=[index])
+    new_i = inner_body.args[0]
+    outer_body = Block(arg_types=[index])
+    new_j = outer_body.args[0]
+    mapper: dict[SSAValue, SSAValue] = {i: new_i, j: new_j}
+    for o in ops[:-1]:
+        inner_body.add_op(o.clone(value_mapper=mapper))
+    for o in inner.body.block.ops:
+        inner_body.add_op(o.clone(value_mapper=mapper))
+    dim_i = op.dim.data if op.dim is not None else None
+    dim_j = inner.dim.data if inner.dim is not None else None
+    outer_body.add_ops([loop.ForFeatureOp(op.extent, inner_body, dim_i), loop.YieldOp()])
+    Rewriter().replace_op(op, loop.ForFeatureOp(inner.extent, outer_body, dim_j), [])
+    return True
+
+
+def _inside(value: SSAValue, op: Operation) -> bool:
+    owner = value.owner
+    parent = owner.parent_op() if isinstance(owner, Operation) else owner.parent_op()
+    while parent is not None:
+        if parent is op:
+            return True
+        parent = parent.parent_op()
+    return False
+
+
 def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, lanes: int, fn: func.FuncOp,
                            kernel: str) -> None:
     """Shares one unit's work among a warp's lanes, or refuses the kernel with the reason.
@@ -293,6 +353,9 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
     fallback = strategy.replace("warp", "thread")
     body = g.op.body.block
     scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    for candidate in _outermost_feature_loops(body):
+        if not any(isinstance(o, scf.ForOp) and DOT_REDUCTION_ATTR in o.attributes for o in candidate.walk()):
+            _interchange_for_lanes(candidate, scratch)
     reductions = [o for o in body.walk() if isinstance(o, scf.ForOp) and DOT_REDUCTION_ATTR in o.attributes]
     outer = _outermost_feature_loops(body)
     replicated_loops = {_outermost_feature_loop_of(r) for r in reductions} - {None}

@@ -144,7 +144,7 @@ def default_cuda_mappings(graph: Any, row_elements: int) -> list[str]:
 
     Each list ends in thread_vertex, which every kernel compiles to; the
     runtime takes the first mapping the compiler accepts for the kernel (a
-    warp mapping refuses `@`).
+    warp mapping refuses a chain of two `@`).
     """
     v, e = graph.num_vertices, graph.num_edges
     if v == 0 or e == 0:
