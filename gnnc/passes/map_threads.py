@@ -609,6 +609,32 @@ def _move_accumulators_to_destinations(op: loop.ForDstOp, scratch: SSAValue, dst
                 o.operands = [dst_scratch if operand is scratch else operand for operand in o.operands]
 
 
+def _location(buf: SSAValue, index_value: SSAValue) -> tuple[SSAValue, SSAValue | None]:
+    found = _scratch_access(index_value)
+    return buf, found[0] if found is not None else None
+
+
+def _check_recomputed_reads(ops: list[Operation], limits: list[int], kernel: str, strategy: str) -> None:
+    """A launch recomputes the top-level reads of the stretches before it: each must
+    still read what it read in place, so nothing between it and the launch may
+    have written there (the buffer, or the region of a per-destination row)."""
+    for limit in limits:
+        for p, load in enumerate(ops[:limit]):
+            if not isinstance(load, memref.LoadOp):
+                continue
+            where = _location(load.memref, load.indices[0])
+            for later in ops[p + 1:limit]:
+                for o in later.walk():
+                    if isinstance(o, memref.StoreOp | AtomicRmwOp):
+                        index_value = o.index if isinstance(o, AtomicRmwOp) else o.indices[0]
+                        written = _location(o.memref, index_value)
+                        if written[0] is where[0] and (where[1] is None or written[1] is None or written[1] is where[1]):
+                            raise CompileError(
+                                f"kernel '{kernel}': map {strategy} is refused: a value a destination reads before "
+                                "its edge walk is overwritten before a later launch that would read it again"
+                            )
+
+
 def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str,
               sources: dict[loop.GridOp, list[SSAValue]] | None = None,
               dst_scratch: SSAValue | None = None) -> list[loop.GridOp]:
@@ -633,6 +659,7 @@ def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncO
     def effect(o: Operation) -> bool:
         return isinstance(o, loop.ForFeatureOp | loop.ForInEdgesOp) or _has_stores([o])
 
+    _check_recomputed_reads(ops, [*starts[1:], *at[1:]], kernel, strategy)
     rewriter = Rewriter()
     parts: list[tuple[str, loop.ForDstOp]] = []
     for k in range(len(walks) + 1):
