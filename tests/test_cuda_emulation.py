@@ -300,7 +300,8 @@ def test_unknown_target_is_refused():
 
 @pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 2"), ("mlp_aggr", "map thread_vertex"),
                                            ("mlp_aggr", "map thread_edge group 2"), ("sage_max", "map warp_edge tile 2"),
-    ("attention", "map warp_vertex"), ("attention", "map warp_edge group 2")])
+    ("attention", "map warp_vertex"), ("attention", "map warp_edge group 2"), ("gat", "map warp_vertex hybrid 4"),
+    ("gin", "map thread_edge hybrid 2"), ("mlp_aggr", "map warp_vertex")])
 def test_every_cuda_emulation_stage_parses_back(name, mapping):
     path = EXAMPLES / f"{name}.gnn"
     opts = compiler.CompileOptions(target="cuda-emulation", schedule=mapping)

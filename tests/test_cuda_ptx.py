@@ -104,7 +104,7 @@ def test_bad_arch_is_refused():
 
 
 @pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 4"), ("mlp_aggr", "map thread_vertex group 4"),
-                                           ("sage_max", "map thread_edge group 2")])
+                                           ("sage_max", "map thread_edge group 2"), ("gat", "map warp_edge hybrid 2")])
 def test_every_cuda_stage_parses_back(name, mapping):
     result = nvvm(name, mapping)
     for stage in [pipeline.FRONTEND_STAGE, *pipeline.CUDA_PIPELINE]:
