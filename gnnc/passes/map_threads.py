@@ -395,20 +395,24 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
                          and o.memref is not scratch and split_index(o) is None]
     # per-destination rows (an edge mapping's dst_scratch), which the lanes of a
     # group share: a region this grid only reads, any lane may read; one it
-    # writes only outside split loops (lane 0 does) it must not read back; else
-    # every access must be in a split loop at the lane's own index
-    destination_regions: dict[tuple, list[tuple[bool, SSAValue | None, SSAValue | None]]] = {}
+    # writes only outside split loops (lane 0 does) it may read there only to
+    # feed those writes; else every access must be in a split loop at the
+    # lane's own index
+    destination_regions: dict[tuple, list[tuple[Operation, SSAValue | None, SSAValue | None]]] = {}
     for o in body.walk():
         if isinstance(o, memref.StoreOp | memref.LoadOp | AtomicRmwOp) and o.memref is not scratch:
             found = _scratch_access(o.index if isinstance(o, AtomicRmwOp) else o.indices[0])
             if found is not None:
-                destination_regions.setdefault((o.memref, found[0]), []).append(
-                    (not isinstance(o, memref.LoadOp), found[1], split_index(o)))
+                destination_regions.setdefault((o.memref, found[0]), []).append((o, found[1], split_index(o)))
     for uses in destination_regions.values():
-        stores = [use for use in uses if use[0]]
-        if not stores or all(split is not None and lead is split for _, lead, split in uses):
+        if all(isinstance(o, memref.LoadOp) for o, _, _ in uses):
             continue
-        if all(split is None for _, _, split in stores) and len(stores) == len(uses):
+        if all(split is not None and lead is split for _, lead, split in uses):
+            continue
+        if all(split is None for _, _, split in uses):
+            for o, _, _ in uses:
+                if isinstance(o, memref.LoadOp):
+                    _check_feeds_only(o, set(replicated_stores), refuse)
             continue
         raise refuse(
             "a per-destination value the lanes share is written and read at feature indices other than the ones "
@@ -614,24 +618,33 @@ def _location(buf: SSAValue, index_value: SSAValue) -> tuple[SSAValue, SSAValue 
     return buf, found[0] if found is not None else None
 
 
-def _check_recomputed_reads(ops: list[Operation], limits: list[int], kernel: str, strategy: str) -> None:
-    """A launch recomputes the top-level reads of the stretches before it: each must
-    still read what it read in place, so nothing between it and the launch may
-    have written there (the buffer, or the region of a per-destination row)."""
-    for limit in limits:
-        for p, load in enumerate(ops[:limit]):
+def _check_recomputed_reads(ops: list[Operation], parts: list[tuple[range, int]], kernel: str, strategy: str) -> None:
+    """A launch recomputes the top-level reads of the stretches before it that its own
+    ops (positions `own`, after `limit`) use: each must still read what it read in
+    place, so nothing between it and the launch may have written there (the
+    buffer, or the region of a per-destination row)."""
+    position = {o: i for i, o in enumerate(ops)}
+    for own, limit in parts:
+        needed: set[Operation] = set()
+        stack = [operand for i in own for o in ops[i].walk() for operand in o.operands]
+        while stack:
+            owner = stack.pop().owner
+            if isinstance(owner, Operation) and position.get(owner, limit) < limit and owner not in needed:
+                needed.add(owner)
+                stack.extend(operand for o in owner.walk() for operand in o.operands)
+        for load in needed:
             if not isinstance(load, memref.LoadOp):
                 continue
             where = _location(load.memref, load.indices[0])
-            for later in ops[p + 1:limit]:
+            for later in ops[position[load] + 1:limit]:
                 for o in later.walk():
                     if isinstance(o, memref.StoreOp | AtomicRmwOp):
                         index_value = o.index if isinstance(o, AtomicRmwOp) else o.indices[0]
                         written = _location(o.memref, index_value)
                         if written[0] is where[0] and (where[1] is None or written[1] is None or written[1] is where[1]):
                             raise CompileError(
-                                f"kernel '{kernel}': map {strategy} is refused: a value a destination reads before "
-                                "its edge walk is overwritten before a later launch that would read it again"
+                                f"kernel '{kernel}': map {strategy} is refused: a value a destination reads "
+                                "between its edge walks is overwritten before a later launch that would read it again"
                             )
 
 
@@ -659,7 +672,8 @@ def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncO
     def effect(o: Operation) -> bool:
         return isinstance(o, loop.ForFeatureOp | loop.ForInEdgesOp) or _has_stores([o])
 
-    _check_recomputed_reads(ops, [*starts[1:], *at[1:]], kernel, strategy)
+    _check_recomputed_reads(ops, [(range(starts[k] + 1, ends[k]), starts[k]) for k in range(1, len(walks) + 1)]
+                            + [(range(a, a + 1), a) for a in at], kernel, strategy)
     rewriter = Rewriter()
     parts: list[tuple[str, loop.ForDstOp]] = []
     for k in range(len(walks) + 1):
