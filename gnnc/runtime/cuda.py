@@ -361,7 +361,10 @@ class DeviceArray:
     def __del__(self) -> None:
         ptr = getattr(self, "_ptr", None)
         if ptr is not None:
-            self._cu.cuMemFree(ptr)
+            try:
+                self._cu.cuMemFree(ptr)
+            except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
+                pass
 
 
 def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
