@@ -40,6 +40,13 @@ Every kernel `K` in a `.so` is a C function
            const int64_t *group_dst,      /* n: each group's destination      */
            const int64_t *group_bounds,   /* 2n: in-CSR positions [lo, hi)    */
            const int64_t *group_offsets); /* V + 1: each destination's groups */
+           /* cuda only, with an edge mapping whose destinations keep
+              accumulators (gin's sum beside (1 + eps) * x[v]): */
+           T *dst_scratch,             /* V x one scratch slice            */
+           /* cuda only, with `map ... hybrid K` (runtime/plans.py,
+              hybrid_sources): */
+           const int64_t *hybrid_hot,  /* 1 + K': K', the staged sources    */
+           const int64_t *hybrid_slot);   /* V: each source's slot, or -1   */
 
 with T = float or double. All arrays are C-contiguous, row-major, and never
 alias each other (the kernels are compiled with `noalias`). Scalars are passed
@@ -116,3 +123,21 @@ def grid_blocks(grid: dict, num_vertices: int, num_edges: int = 0) -> list[int]:
         units = -(-counts[launch["over"]] // launch["group"])
         blocks.append(-(-units * grid.get("lanes", 1) // grid["block_size"]))
     return blocks
+
+
+#: Shared memory a block may use without an opt-in (every architecture gnnc
+#: targets): the budget of `map ... hybrid K`'s staged rows.
+SHARED_MEMORY_BYTES = 48 << 10
+
+
+def _product(factors: list, dims: dict[str, int]) -> int:
+    n = 1
+    for f in factors:
+        n *= f if isinstance(f, int) else dims[f]
+    return n
+
+
+def hybrid_row_elements(grid: dict, dims: dict[str, int]) -> list[int]:
+    """Per launch of a `hybrid` grid, the shared-memory elements one staged source takes."""
+    launches = grid.get("grids") or []
+    return [sum(_product(row, dims) for row in launch.get("shared", [])) for launch in launches]

@@ -99,7 +99,7 @@ CUDA_BLOCK_SIZE = 256
 
 @dataclass(frozen=True)
 class CudaSchedule:
-    """The cuda thread mapping of one kernel (`map STRATEGY [group G] [tile T] [lanes L]`)."""
+    """The cuda thread mapping of one kernel (`map STRATEGY [group G] [tile T] [lanes L] [hybrid K]`)."""
 
     strategy: str = "thread_vertex"
     #: vertices (or edges) per thread / warp (uGrapher's grouping)
@@ -110,6 +110,9 @@ class CudaSchedule:
     #: lanes per destination (edge group) of a warp mapping: Seastar's
     #: feature-adaptive groups, 32 // lanes destinations per warp; None for 32
     lanes: int | None = None
+    #: FeatGraph's hybrid partitioning: each block keeps the rows of up to K
+    #: sources of highest out-degree in shared memory; None for none
+    hybrid: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> "CudaSchedule":
@@ -125,9 +128,9 @@ class CudaSchedule:
         options: dict[str, int] = {}
         rest = words[1:]
         if len(rest) % 2:
-            raise CompileError(f"map {text}: each option takes one value (group G, tile T, lanes L)")
+            raise CompileError(f"map {text}: each option takes one value (group G, tile T, lanes L, hybrid K)")
         for key, value in zip(rest[::2], rest[1::2]):
-            if key not in ("group", "tile", "lanes") or key in options:
+            if key not in ("group", "tile", "lanes", "hybrid") or key in options:
                 raise CompileError(f"map {text}: unknown or repeated option {key!r}")
             if not value.isdigit() or int(value) < 1:
                 raise CompileError(f"map {text}: {key} must be a positive integer, got {value!r}")
@@ -135,4 +138,5 @@ class CudaSchedule:
         lanes = options.get("lanes")
         if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
             raise CompileError(f"map {text}: lanes must be a power of two up to 32, got {lanes}")
-        return cls(strategy=words[0], group=options.get("group", 1), tile=options.get("tile"), lanes=lanes)
+        return cls(strategy=words[0], group=options.get("group", 1), tile=options.get("tile"), lanes=lanes,
+                   hybrid=options.get("hybrid"))

@@ -337,3 +337,21 @@ def test_cuda_mappings_without_a_source_sweep_refuse_bipartite_graphs():
     square = gnnc.Graph.from_coo([0, 4, 2], [1, 0, 1], num_vertices=5)
     assert_matches(_emulated("mlp_aggr").mlp_aggr(square, x, w),
                    reference.evaluate(_kernel("mlp_aggr")[1], square, x, w), square, np.float32)
+
+
+@pytest.mark.parametrize("mapping", ["map thread_vertex hybrid 4", "map warp_edge hybrid 4"])
+def test_hybrid_slots_cover_every_source_of_a_bipartite_graph(mapping):
+    # more sources than destinations, and the busiest sources have ids beyond num_dst:
+    # the slot table must be indexed by source id, not sized by the destinations
+    from gnnc.runtime import plans
+
+    rng = np.random.default_rng(7)
+    n_src, n_dst, n = 40, 6, 300
+    src = np.where(rng.random(n) < 0.6, rng.integers(30, 34, n), rng.integers(0, n_src, n))
+    graph = gnnc.Graph.from_coo(src, rng.integers(0, n_dst, n), shape=(n_src, n_dst))
+    hot, slot = plans.hybrid_sources(graph, 4, 16, 48 << 10)
+    assert slot.shape == (n_src,) and set(hot[1:].tolist()) == {30, 31, 32, 33}
+    key, kernel = _kernel("gcn")
+    compiled = gnnc.compile(_program(key)[1], target="cuda-emulation", schedule=mapping).gcn
+    args = _inputs(kernel, graph, np.random.default_rng(1))
+    assert_matches(compiled(graph, **args), reference.evaluate(kernel, graph, **args), graph, np.float32)

@@ -1,4 +1,4 @@
-"""The cuda target: every example under every implemented mapping assembles with ptxas.
+"""The cuda target: every example under every implemented mapping assembles with ptxas (none is refused).
 
 CUDA 13's ptxas takes sm_75 and newer; where ptxas is absent the assembly
 tests are skipped with that reason (the PTX is still generated and checked).
@@ -26,13 +26,10 @@ ARCHS = ("sm_75", "sm_80", "sm_90")
 #: every implemented mapping, with and without vertex grouping and feature tiling
 MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
             "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4",
-            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2")
-#: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
-REFUSED = {
-    "warp_vertex": {"mlp_aggr"},
-    "thread_edge": {"gin", "gat"},
-    "warp_edge": {"gin", "gat", "mlp_aggr"},
-}
+            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2",
+            # FeatGraph's hybrid partitioning: hot sources' rows in shared memory, bar.sync
+            "map thread_vertex hybrid 8", "map warp_vertex lanes 8 hybrid 4", "map thread_edge group 2 hybrid 8",
+            "map warp_edge tile 2 hybrid 4")
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
 
 
@@ -45,10 +42,6 @@ def nvvm(name: str, mapping: str) -> compiler.CompileResult:
 @pytest.mark.parametrize("mapping", MAPPINGS)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
-    if name in REFUSED.get(mapping.split()[1], ()):
-        with pytest.raises(gnnc.CompileError, match=f"map {mapping.split()[1]} is refused"):
-            nvvm(name, mapping)
-        return
     ir_text = nvvm(name, mapping).stages["translate-to-nvvm"]
     assert "define ptx_kernel void @\"gnnc_" in ir_text
     for arch in ARCHS:
@@ -111,7 +104,7 @@ def test_bad_arch_is_refused():
 
 
 @pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 4"), ("mlp_aggr", "map thread_vertex group 4"),
-                                           ("sage_max", "map thread_edge group 2")])
+                                           ("sage_max", "map thread_edge group 2"), ("gat", "map warp_edge hybrid 2")])
 def test_every_cuda_stage_parses_back(name, mapping):
     result = nvvm(name, mapping)
     for stage in [pipeline.FRONTEND_STAGE, *pipeline.CUDA_PIPELINE]:
@@ -155,3 +148,22 @@ def test_passes_lists_the_cuda_stages():
     listed = [line.split()[1] for line in proc.stdout.splitlines()[1:]]
     assert listed == pipeline.all_stage_names("cuda")
     assert listed.index("map-threads") < listed.index("convert-grid-to-nvvm") < listed.index("emit-ptx")
+
+
+@pytest.mark.parametrize("name, mapping", [("gcn", "map thread_vertex hybrid 8"), ("gat", "map warp_vertex hybrid 4"),
+                                           ("sage_mean", "map warp_edge hybrid 2")])
+def test_hybrid_stages_rows_in_shared_memory(name, mapping):
+    # the block's dynamic shared memory (.extern .shared), the cooperative copy
+    # into it, one bar.sync before the edges read it; the two hybrid arrays last
+    result = nvvm(name, mapping)
+    ir_text = result.stages["translate-to-nvvm"]
+    assert '@"gnnc_shared" = external addrspace(3) global [0 x i8]' in ir_text
+    assert "llvm.nvvm.barrier.cta.sync.aligned.all" in ir_text
+    grid = result.metadata["kernels"][0]["abi"]["grid"]
+    assert grid["hybrid"] == int(mapping.split()[-1]) and any(launch["shared"] for launch in grid["grids"])
+    for arch in ARCHS:
+        _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+        assert ".extern .shared .align 16 .b8 gnnc_shared[];" in ptx and "st.shared" in ptx and "ld.shared" in ptx
+        assert "\tbar.sync \t0;" in ptx
+        if shutil.which("ptxas"):
+            codegen.ptxas(ptx, arch)

@@ -68,3 +68,218 @@ def test_real_kernels_on_the_gpu_match_the_reference(name, mapping):
     kernel = getattr(module, name)
     inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 1)
     assert_matches(kernel(graph, **inputs), getattr(reference, name)(graph, **inputs), graph, np.float32)
+
+
+# ---------------------------------------------- device arrays (no GPU needed to check them)
+
+
+class FakeDeviceArray:
+    """An object in device memory as CuPy or Numba describe one (never dereferenced here)."""
+
+    def __init__(self, shape, typestr="<f4", ptr=0x7F0000000000, strides=None, readonly=False, stream=None):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, readonly),
+                                         "strides": strides, "version": 3, "stream": stream}
+
+
+def _signature(name: str):
+    result = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
+                                     options=compiler.CompileOptions(target="cuda"), stop_after="nvvm")
+    return cuda_runtime.KernelSignature.from_dict(result.metadata["kernels"][0])
+
+
+GRAPH = gnnc.Graph.from_coo(np.array([0, 1, 2, 2]), np.array([1, 2, 0, 1]), num_vertices=3)
+
+
+def test_device_inputs_are_borrowed_after_the_host_checks():
+    sig = _signature("gcn")
+    x = FakeDeviceArray((3, 17))
+    call = cuda_runtime.bind_call(sig, GRAPH, (x,), {"w": np.ones(4, np.float32)})
+    view = call.inputs[0]
+    assert isinstance(view, cuda_runtime.DeviceView) and view.ptr == 0x7F0000000000 and view.shape == (3, 17)
+    assert isinstance(call.inputs[1], np.ndarray) and call.dims == {"F": 17}
+    # no out=: the result is allocated on the device, like the first device input
+    assert call.outputs == [cuda_runtime.ON_DEVICE] and call.template is x
+    # an all-host call keeps host results
+    host = cuda_runtime.bind_call(sig, GRAPH, (np.ones((3, 5), np.float32), np.ones(4, np.float32)), {})
+    assert isinstance(host.outputs[0], np.ndarray) and host.outputs[0].shape == (3, 5) and host.template is None
+
+
+@pytest.mark.parametrize("x, message", [
+    (FakeDeviceArray((3, 17), "<f8"), "input 'x' of gcn: expected float32, got float64"),
+    (FakeDeviceArray((4, 17)), r"leading axis \(V\) has 4 entries but the graph has 3 vertices"),
+    (FakeDeviceArray((3, 17, 2)), r"expected 2 axes \[V, F\]"),
+    (FakeDeviceArray((3, 17), strides=(4, 12)), "not C-contiguous.*does not copy device arrays"),
+])
+def test_bad_device_inputs_are_refused_like_host_ones(x, message):
+    with pytest.raises(gnnc.ArgumentError, match=message):
+        cuda_runtime.bind_call(_signature("gcn"), GRAPH, (x, np.ones(4, np.float32)), {})
+
+
+def test_device_outputs_are_checked_and_written_in_place():
+    sig = _signature("gcn")
+    x, w = FakeDeviceArray((3, 8)), FakeDeviceArray((4,), ptr=0x7F0000100000)
+    out = FakeDeviceArray((3, 8), ptr=0x7F0000200000)
+    call = cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=out)
+    assert call.outputs[0].ptr == 0x7F0000200000 and call.outputs[0].owner is out
+    for bad, message in [(FakeDeviceArray((3, 9), ptr=0x7F0000200000), r"expected shape \(3, 8\), got \(3, 9\)"),
+                         (FakeDeviceArray((3, 8), "<f8", ptr=0x7F0000200000), "expected float32, got float64"),
+                         (FakeDeviceArray((3, 8), ptr=0x7F0000200000, readonly=True), "read-only"),
+                         (FakeDeviceArray((3, 8), ptr=0x7F0000000010), "overlaps another device array")]:
+        with pytest.raises(gnnc.ArgumentError, match=message):
+            cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=bad)
+    # a host out= beside device inputs is checked as on the CPU, and copied back
+    host_out = np.empty((3, 8), np.float32)
+    assert cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=host_out).outputs[0] is host_out
+
+
+def test_stand_ins_for_device_arrays_take_no_memory():
+    # a 1 GB device array is checked through reserved, untouched address space
+    v = 1 << 12
+    graph = gnnc.Graph.from_coo(np.arange(v), np.arange(v), num_vertices=v)
+    x = FakeDeviceArray((v, 1 << 16))
+    call = cuda_runtime.bind_call(_signature("gcn"), graph, (x, np.ones(v, np.float32)), {})
+    assert call.dims == {"F": 1 << 16}
+
+
+def test_dlpack_capsules_are_read():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    view = cuda_runtime._from_dlpack(t, "x")
+    assert view.ptr == t.data_ptr() and view.shape == (3, 4) and view.dtype == np.float32 and view.c_contiguous
+    assert not cuda_runtime._from_dlpack(t.T, "x").c_contiguous
+    assert cuda_runtime.device_view(t, "x") is None  # a CPU tensor is host data
+
+    class CudaDLPack:  # a DLPack producer on a CUDA device (its capsule borrowed from a CPU tensor here)
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):
+            return t.__dlpack__()
+
+    call = cuda_runtime.bind_call(_signature("gcn"), GRAPH, (CudaDLPack(), np.ones(4, np.float32)), {})
+    assert call.inputs[0].ptr == t.data_ptr() and call.dims == {"F": 4}
+    half = torch.zeros((3, 4), dtype=torch.float16)
+
+    class HalfDLPack(CudaDLPack):
+        def __dlpack__(self, stream=None):
+            return half.__dlpack__()
+
+    with pytest.raises(gnnc.ArgumentError, match="expected float32, got float16"):
+        cuda_runtime.bind_call(_signature("gcn"), GRAPH, (HalfDLPack(), np.ones(4, np.float32)), {})
+
+
+def test_a_cpu_kernel_given_a_device_array_says_so():
+    module = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emulation")
+    with pytest.raises(gnnc.ArgumentError, match="runs on the CPU but got a CUDA device array"):
+        module.gcn(GRAPH, x=FakeDeviceArray((3, 4)), w=np.ones(4, np.float32))
+
+
+class FakeDriver:
+    """The driver calls CudaModule / CudaKernel make, on host memory: allocations are
+    real buffers, launches are recorded with their arguments read back through
+    the parameter array (as many as the PTX entry declares)."""
+
+    class CUresult:
+        class CUDA_SUCCESS:
+            name = "CUDA_SUCCESS"
+
+    def __init__(self, ptx: str):
+        import re
+
+        ok = self.CUresult.CUDA_SUCCESS
+        self.ok = ok
+        self.params = {m.group(1): len(re.findall(r"\.param ", m.group(2)))
+                       for m in re.finditer(r"\.entry (\w+)\(\n(.*?)\)", ptx, re.S)}
+        self.memory: dict[int, ctypes.Array] = {}
+        self.launches: list[dict] = []
+
+    def cuDeviceGet(self, i):
+        return self.ok, 0
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        return self.ok, "ctx"
+
+    def cuCtxSetCurrent(self, ctx):
+        return (self.ok,)
+
+    def cuModuleLoadData(self, data):
+        return self.ok, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        return self.ok, name.decode()
+
+    def cuMemAlloc(self, n):
+        buf = ctypes.create_string_buffer(n)
+        self.memory[ctypes.addressof(buf)] = buf
+        return self.ok, ctypes.addressof(buf)
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (self.ok,)
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (self.ok,)
+
+    def cuMemFree(self, ptr):
+        self.memory.pop(int(ptr), None)
+        return (self.ok,)
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        n = self.params[function]
+        slots = (ctypes.c_void_p * n).from_address(params)
+        values = [ctypes.c_uint64.from_address(slots[i]).value for i in range(n)]
+        self.launches.append({"function": function, "blocks": gx, "threads": bx, "shared": shared,
+                              "values": values, "live": set(self.memory)})
+        return (self.ok,)
+
+    def cuCtxSynchronize(self):
+        return (self.ok,)
+
+    def cuStreamSynchronize(self, stream):
+        return (self.ok,)
+
+
+import ctypes  # noqa: E402  (beside the fake driver that uses it)
+
+
+@pytest.mark.parametrize("name, mapping, dims", [("gin", "map thread_edge hybrid 4", {"F": 6}),
+                                                 ("gat", "map warp_edge hybrid 2", {"H": 2, "F": 3}),
+                                                 ("gcn", "map thread_vertex", {"F": 5})])
+def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypatch, name, mapping, dims):
+    # no GPU: a fake driver checks the launches' arguments against the PTX
+    result = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
+                                     options=compiler.CompileOptions(target="cuda", schedule=mapping))
+    path = tmp_path / f"{name}.ptx"
+    path.write_text(result.ptx)
+    fake = FakeDriver(result.ptx)
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: fake)
+    kernel = getattr(cuda_runtime.CudaModule(path), name)
+    rng = np.random.default_rng(0)
+    graph = gnnc.Graph.from_coo(rng.integers(0, 5, 60), rng.integers(0, 40, 60), num_vertices=40)
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, 0)
+    first = next(iter(inputs))
+    device_input = FakeDeviceArray(inputs[first].shape, ptr=0x7F0000000000)  # borrowed, never read by the fake
+    inputs[first] = device_input
+    got = kernel(graph, **inputs)
+    grid = kernel._abi["grid"]
+    assert [launch["function"] for launch in fake.launches] == [
+        p for p, n in zip(grid["phases"], cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n]
+    for launch in fake.launches:
+        values = launch["values"]
+        assert values[:4] == [40, 60, values[2], 1] and launch["threads"] == 256
+        buffers = values[4:]
+        # every buffer argument is one the call allocated, or the borrowed device input
+        assert all(b in launch["live"] or b == 0x7F0000000000 for b in buffers), buffers
+        assert buffers.count(0x7F0000000000) == 1
+        assert launch["live"] <= set(buffers)  # and nothing allocated goes unpassed: the counts agree
+    if grid.get("hybrid"):
+        from gnnc.runtime import plans
+
+        _, _, shared = plans.hybrid_plan(graph, grid, dims, 4)
+        assert [launch["shared"] for launch in fake.launches] == [s for s, n in zip(
+            shared, cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n] and max(shared) > 0
+    # a device input: the results were allocated on the device, and stay there
+    results = got.values() if isinstance(got, dict) else [got]
+    assert all(isinstance(r, cuda_runtime.DeviceArray) for r in results)
+    assert all(r.copy_to_host().shape == r.shape for r in results)

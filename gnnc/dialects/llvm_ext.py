@@ -9,6 +9,8 @@ upstream structured counterpart, each mapping to one LLVM intrinsic.
     %b = llvm_ext.load_buffer %closure[%c0] : memref<?xi64> -> memref<?xf32>
     llvm_ext.atomic_rmw "fadd" %out[%i], %x : memref<?xf32>, f32
     %y = llvm_ext.shfl_bfly %x, 16 : i32 mask %m : f32
+    %s = llvm_ext.shared_memory %n : memref<?xf32>
+    llvm_ext.barrier
 
 Function addresses (for GOMP_parallel's outlined body) use the upstream
 `llvm.mlir.addressof @fn : !llvm.ptr`, which the translation also handles.
@@ -216,6 +218,8 @@ class ShflBflyOp(IRDLOperation):
     32-bit `mask` take part (they must all reach it):
 
         %y = llvm_ext.shfl_bfly %x, 16 : i32 mask %m : f32
+    %s = llvm_ext.shared_memory %n : memref<?xf32>
+    llvm_ext.barrier
 
     translated to `llvm.nvvm.shfl.sync.bfly.f32` (an f64 moves as two i32 halves)."""
 
@@ -243,10 +247,59 @@ class ShflBflyOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' moves an f32 or f64 to a result of its type")
 
 
-LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp, AtomicRmwOp, ShflBflyOp], [])
+@irdl_op_definition
+class SharedMemoryOp(IRDLOperation):
+    """The block's dynamic shared memory as a buffer of at least `size` elements:
+
+        %s = llvm_ext.shared_memory %n : memref<?xf32>
+
+    translated to the address of `@gnnc_shared`, an `external addrspace(3)`
+    array (PTX `.extern .shared`), cast to a generic pointer (LLVM's address
+    space inference turns its loads and stores back into ld.shared /
+    st.shared). Its size is the launch's: the runtime passes at least `size`
+    elements' bytes to cuLaunchKernel. Every block has its own; the CPU
+    emulation, which runs blocks one after another, allocates one buffer of
+    `size` elements instead (`emulate-grid`)."""
+
+    name = "llvm_ext.shared_memory"
+
+    size = operand_def(IndexType())
+    result = result_def(MemRefType)
+
+    assembly_format = "$size attr-dict `:` type($result)"
+
+    def __init__(self, size: SSAValue | Operation, result_type: MemRefType):
+        super().__init__(operands=[size], result_types=[result_type])
+
+    def verify_(self) -> None:
+        result_type = self.result.type
+        assert isinstance(result_type, MemRefType)
+        if result_type.get_num_dims() != 1 or not isinstance(result_type.element_type, Float32Type | Float64Type):
+            raise VerifyException(f"'{self.name}' is a 1-D buffer of f32 or f64, got {result_type}")
+
+
+@irdl_op_definition
+class BarrierOp(IRDLOperation):
+    """Every thread of the block waits here until all of them have arrived, and
+    their shared-memory writes before it are visible to all after it
+    (`llvm.nvvm.barrier.cta.sync.aligned.all(0)`, PTX `bar.sync 0`). Every
+    thread of the block must reach it, so it stands only at the top level of
+    a `loop.grid`'s body, where the CPU emulation splits the thread loop
+    (MCUDA): all threads run up to it, then all run on."""
+
+    name = "llvm_ext.barrier"
+
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__()
+
+
+LlvmExt = Dialect("llvm_ext", [PrefetchOp, LoadBufferOp, StoreBufferOp, NvvmSregOp, AtomicRmwOp, ShflBflyOp,
+                               SharedMemoryOp, BarrierOp], [])
 
 #: The dialect object under its IR name, as `xdsl.dialects` spells its own.
 llvm_ext = LlvmExt
 
-__all__ = ["ATOMIC_KINDS", "AtomicRmwOp", "LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp", "ShflBflyOp", "StoreBufferOp",
-           "llvm_ext"]
+__all__ = ["ATOMIC_KINDS", "AtomicRmwOp", "BarrierOp", "LlvmExt", "LoadBufferOp", "NvvmSregOp", "PrefetchOp",
+           "SharedMemoryOp", "ShflBflyOp", "StoreBufferOp", "llvm_ext"]

@@ -28,7 +28,8 @@ from gnnc.frontend import ast
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group"},
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
-                                                      "map warp_edge", "map group", "map tile", "map lanes"}}
+                                                      "map warp_edge", "map group", "map tile", "map lanes",
+                                                      "map hybrid"}}
 
 _F32_MAX = 3.4028234663852886e38
 
@@ -61,7 +62,8 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
 MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size",
-               "lanes": "the lanes per destination or edge group, a power of two up to 32"}
+               "lanes": "the lanes per destination or edge group, a power of two up to 32",
+               "hybrid": "the most high-degree sources whose rows each block keeps in shared memory"}
 DIRECTIVES = {"cpu": set(CPU_DIRECTIVES), "cuda": {"map"}}
 
 
@@ -225,7 +227,7 @@ class _Checker:
             option = words[i]
             if option not in MAP_OPTIONS:
                 raise self.error(
-                    f"unexpected '{option}' in 'map' (options: group G, tile T, lanes L)", locs[i]
+                    f"unexpected '{option}' in 'map' (options: group G, tile T, lanes L, hybrid K)", locs[i]
                 )
             if option in seen:
                 raise self.error(f"'{option}' is given twice in 'map'", locs[i])

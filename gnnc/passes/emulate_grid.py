@@ -1,20 +1,28 @@
 """emulate-grid: a cuda grid becomes two loops, blocks then threads, on the CPU.
 
-Threads of a grid have no barriers; they share memory only through atomics
+Between barriers, threads of a grid share memory only through atomics
 (`llvm_ext.atomic_rmw`, the edge mappings' destination updates), and one
 thread's atomic update, run alone, is the plain update. So running threads
 one after another is one valid schedule of the GPU's execution; the body's
 index arithmetic is unchanged, which is what the emulation tests check
 against the reference. The atomics stay atomics: the CPU backend translates
 them too, so the emulation also runs their compare-and-swap loops.
+
+A block barrier (`llvm_ext.barrier`, at the top level of a grid's body) is
+modelled as MCUDA does: the thread loop is split there, so every thread of
+the block runs the code before it, then every thread the code after it. No
+value may cross a barrier (each thread would need its own copy); the
+grid's builder keeps the code before a barrier self-contained. A block's
+shared memory (`llvm_ext.shared_memory`) becomes one stack buffer: blocks run
+one after another, so they can use the same one.
 """
 
 from __future__ import annotations
 
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerAttr, ModuleOp
-from xdsl.ir import Block
+from xdsl.dialects.builtin import DYNAMIC_INDEX, FloatAttr, IndexType, IntegerAttr, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -25,26 +33,60 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc.dialects import loop
+from gnnc.dialects.llvm_ext import BarrierOp, SharedMemoryOp
+from gnnc.errors import CompileError
 
 index = IndexType()
 
 
 class EmulateGrid(RewritePattern):
-    """loop.grid -> scf.for over blocks { scf.for over threads { body } }."""
+    """loop.grid -> scf.for over blocks { scf.for over threads { body } }, one thread
+    loop per stretch of the body between barriers."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: loop.GridOp, rewriter: PatternRewriter) -> None:
         zero = arith.ConstantOp(IntegerAttr(0, index))
         one = arith.ConstantOp(IntegerAttr(1, index))
         size = arith.ConstantOp(IntegerAttr(op.block_size.value.data, index))
-        thread_body = Block(arg_types=[index])
+        body = op.body.block
+        for nested in body.walk():
+            if isinstance(nested, BarrierOp) and nested.parent_block() is not body:
+                raise CompileError("internal error: a block barrier inside control flow of a grid "
+                                   "(every thread of the block must reach it)")
         block_body = Block(arg_types=[index])
-        rewriter.inline_block(op.body.block, InsertPoint.at_end(thread_body), [block_body.args[0], thread_body.args[0]])
-        terminator = thread_body.last_op
-        assert isinstance(terminator, loop.YieldOp)
-        rewriter.replace_op(terminator, scf.YieldOp())
-        block_body.add_ops([scf.ForOp(zero, size, one, [], thread_body), scf.YieldOp()])
+        stretches: list[list[Operation]] = [[]]
+        for o in list(body.ops)[:-1]:
+            if isinstance(o, BarrierOp):
+                stretches.append([])
+            else:
+                stretches[-1].append(o)
+        stretch_of = {o: i for i, stretch in enumerate(stretches) for o in stretch}
+        for i, stretch in enumerate(stretches):
+            for o in stretch:
+                for nested in o.walk():
+                    if any(stretch_of.get(operand.owner, i) != i for operand in nested.operands):
+                        raise CompileError("internal error: a value crosses a block barrier of a grid")
+        block_id, thread_id = body.args
+        for stretch in stretches:
+            thread_body = Block(arg_types=[index])
+            _replace_uses_within(thread_id, thread_body.args[0], stretch)
+            for o in stretch:
+                o.detach()
+            thread_body.add_ops([*stretch, scf.YieldOp()])
+            block_body.add_op(scf.ForOp(zero, size, one, [], thread_body))
+        block_id.replace_all_uses_with(block_body.args[0])
+        block_body.add_op(scf.YieldOp())
         rewriter.replace_op(op, [zero, one, size, scf.ForOp(zero, op.num_blocks, one, [], block_body)], [])
+
+
+def _replace_uses_within(value: SSAValue, new: SSAValue, ops: list[Operation]) -> None:
+    inside = {nested for o in ops for nested in o.walk()}
+    value.replace_uses_with_if(new, lambda use: use.operation in inside)
+
+
+def _lower_shared_memory(op: SharedMemoryOp, rewriter: Rewriter) -> None:
+    alloca = memref.AllocaOp.get(op.result.type.element_type, shape=[DYNAMIC_INDEX], dynamic_sizes=[op.size])
+    rewriter.replace_op(op, alloca, [alloca.memref])
 
 
 def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
@@ -111,4 +153,6 @@ class EmulateGridPass(ModulePass):
         rewriter = Rewriter()
         for warp_sum in [o for o in op.walk() if isinstance(o, loop.WarpSumOp)]:
             _lower_warp_sum(warp_sum, rewriter)
+        for shared in [o for o in op.walk() if isinstance(o, SharedMemoryOp)]:
+            _lower_shared_memory(shared, rewriter)
         PatternRewriteWalker(EmulateGrid(), apply_recursively=False).rewrite_module(op)

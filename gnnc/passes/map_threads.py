@@ -15,7 +15,10 @@ warp_vertex (uGrapher): the 32 lanes of warp `w = g / 32` handle the `group`
 destinations `w * group + k`; every outermost feature loop is split over the
 lanes in tiles of `tile` (default 1) consecutive indices, round robin, so a
 lane owns the same feature elements in every loop of a destination and no
-lane reads what another wrote. Kernels with per-thread scratch are refused.
+lane reads what another wrote. A loop writing per-thread scratch only at the
+index of a loop inside it (a vector-matrix product) is interchanged with it
+first, so the lanes split the written axis; what still reads scratch at
+another lane's indices is refused.
 
 thread_edge / warp_edge (uGrapher): thread (warp) `g` handles the `group`
 consecutive in-CSR positions `g * group + k`; an edge finds its destination
@@ -27,12 +30,32 @@ per-vertex work around its edge walk runs in vertex grids of its own, one
 thread (warp) per destination: initialising the rows (0, -inf, +inf) before
 the edge grid, and after it dividing means, setting the rows of vertices
 with no in-edges to 0 and storing vertex results. Each grid is a launch of
-its own, which orders them. What cannot be split this way is refused with
-the reason: several walks over one destination's edges (softmax needs the
-max and the sum of exponentials before the weighted sum) and per-destination
-values kept in per-thread scratch (an aggregation combined with other terms
-at `v`, as in gin) would need per-destination device buffers that the
-runtime does not provide yet.
+its own, which orders them. An aggregation kept in per-thread scratch
+because it is combined with other terms at `v` (gin's sum beside
+(1 + eps) * x[v], a quotient of two sums) moves to the destination's row of
+`dst_scratch`, a scratch slice per vertex the runtime passes after the
+temps: edge threads update it with atomics, the vertex launch after the
+edges reads it. A destination that walks its edges several times (softmax:
+the max, then the exponentials' sum beside the weighted sum, then the
+normalised weights) becomes an edge launch per walk with vertex launches
+between them, the values between walks kept in `dst_scratch` too.
+
+`hybrid K` (FeatGraph's hybrid partitioning, any mapping): the rows of the up
+to K sources of highest out-degree are kept in each block's shared memory.
+The runtime ranks the sources once per graph (`plans.hybrid_sources`) and
+passes two arrays after the kernel's others: `hybrid_hot` (K', then the K'
+staged sources by slot) and `hybrid_slot` (per vertex its slot, -1 for
+none); K' is K capped by the 48 KB a block may use. A grid whose edges read
+source rows (`x[u]`, any V-leading buffer it does not write) starts with
+every thread of the block copying a strided share of the K' rows of each
+such buffer into shared memory (`llvm_ext.shared_memory`, coalesced: thread
+t copies elements t, t + block_size, ...), then `llvm_ext.barrier`; an edge
+then reads `x[u]` from shared memory when `slot[u] >= 0`, else from global
+memory (the code after the slot is emitted once for each case, so that
+each version's loads have one address space). The shared layout is, per
+staged buffer in order, K' rows of its
+row size; the record lists the row sizes of each launch (`shared`), from
+which the runtime sizes the launch's dynamic shared memory.
 """
 
 from __future__ import annotations
@@ -43,14 +66,26 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc import abi
 from gnnc.dialects import loop
-from gnnc.dialects.llvm_ext import AtomicRmwOp
+from gnnc.dialects.llvm_ext import AtomicRmwOp, BarrierOp, SharedMemoryOp
 from gnnc.errors import CompileError
 from gnnc.passes.convert_graph_to_loop import CUDA_MAP_ATTR, DOT_REDUCTION_ATTR, SCRATCH_BASE_ATTR
 from gnnc.schedule import CudaSchedule
@@ -242,6 +277,63 @@ def _check_feeds_only(load: memref.LoadOp, stores: set[Operation], refuse: Calla
             stack.extend(user.results)
 
 
+def _interchange_for_lanes(op: loop.ForFeatureOp, scratch: SSAValue) -> bool:
+    """for i { pure(i); for j { t[j] = t[j] + f(i, j) } } -> for j { for i { pure(i); ... } },
+    where the loop writes scratch only at the inner index: the lanes then split j and
+    each owns its t[j] (a vector-matrix product `x @ W`, whose sum over i keeps
+    its order). Returns whether it did."""
+    i = op.body.block.args[0]
+    ops = list(op.body.block.ops)[:-1]
+    if not ops or not isinstance(ops[-1], loop.ForFeatureOp):
+        return False
+    inner = ops[-1]
+    j = inner.body.block.args[0]
+    if inner.extent.owner is not None and _inside(inner.extent, op):
+        return False
+    written: set[SSAValue] = set()
+    for o in inner.walk():
+        if isinstance(o, AtomicRmwOp):
+            return False
+        if isinstance(o, memref.StoreOp):
+            found = _scratch_access(o.indices[0]) if o.memref is scratch else None
+            if found is None or found[1] is not j:
+                return False
+            written.add(found[0])
+    if not written:
+        return False
+    for o in ops[:-1]:
+        if o.regions or not isinstance(o, _PURE + (arith.MulfOp, arith.AddfOp, arith.SubfOp)):
+            return False
+        if isinstance(o, memref.LoadOp) and o.memref is scratch:
+            found = _scratch_access(o.indices[0])
+            if found is None or found[0] in written:
+                return False
+    inner_body = Block(arg_types=[index])
+    new_i = inner_body.args[0]
+    outer_body = Block(arg_types=[index])
+    new_j = outer_body.args[0]
+    mapper: dict[SSAValue, SSAValue] = {i: new_i, j: new_j}
+    for o in ops[:-1]:
+        inner_body.add_op(o.clone(value_mapper=mapper))
+    for o in inner.body.block.ops:
+        inner_body.add_op(o.clone(value_mapper=mapper))
+    dim_i = op.dim.data if op.dim is not None else None
+    dim_j = inner.dim.data if inner.dim is not None else None
+    outer_body.add_ops([loop.ForFeatureOp(op.extent, inner_body, dim_i), loop.YieldOp()])
+    Rewriter().replace_op(op, loop.ForFeatureOp(inner.extent, outer_body, dim_j), [])
+    return True
+
+
+def _inside(value: SSAValue, op: Operation) -> bool:
+    owner = value.owner
+    parent = owner.parent_op() if isinstance(owner, Operation) else owner.parent_op()
+    while parent is not None:
+        if parent is op:
+            return True
+        parent = parent.parent_op()
+    return False
+
+
 def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, lanes: int, fn: func.FuncOp,
                            kernel: str) -> None:
     """Shares one unit's work among a warp's lanes, or refuses the kernel with the reason.
@@ -261,6 +353,9 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
     fallback = strategy.replace("warp", "thread")
     body = g.op.body.block
     scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    for candidate in _outermost_feature_loops(body):
+        if not any(isinstance(o, scf.ForOp) and DOT_REDUCTION_ATTR in o.attributes for o in candidate.walk()):
+            _interchange_for_lanes(candidate, scratch)
     reductions = [o for o in body.walk() if isinstance(o, scf.ForOp) and DOT_REDUCTION_ATTR in o.attributes]
     outer = _outermost_feature_loops(body)
     replicated_loops = {_outermost_feature_loop_of(r) for r in reductions} - {None}
@@ -298,8 +393,36 @@ def _distribute_over_lanes(rewriter: Rewriter, g: _Grid, sched: CudaSchedule, la
                 )
     replicated_stores = [o for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)
                          and o.memref is not scratch and split_index(o) is None]
+    # per-destination rows (an edge mapping's dst_scratch), which the lanes of a
+    # group share: a region this grid only reads, any lane may read; one it
+    # writes only outside split loops (lane 0 does) it may read there only to
+    # feed those writes; else every access must be in a split loop at the
+    # lane's own index
+    destination_regions: dict[tuple, list[tuple[Operation, SSAValue | None, SSAValue | None]]] = {}
+    for o in body.walk():
+        if isinstance(o, memref.StoreOp | memref.LoadOp | AtomicRmwOp) and o.memref is not scratch:
+            found = _scratch_access(o.index if isinstance(o, AtomicRmwOp) else o.indices[0])
+            if found is not None:
+                destination_regions.setdefault((o.memref, found[0]), []).append((o, found[1], split_index(o)))
+    for uses in destination_regions.values():
+        if all(isinstance(o, memref.LoadOp) for o, _, _ in uses):
+            continue
+        if all(split is not None and lead is split for _, lead, split in uses):
+            continue
+        if all(split is None for _, _, split in uses):
+            for o, _, _ in uses:
+                if isinstance(o, memref.LoadOp):
+                    _check_feeds_only(o, set(replicated_stores), refuse)
+            continue
+        raise refuse(
+            "a per-destination value the lanes share is written and read at feature indices other than the ones "
+            "a lane owns"
+        )
     for o in body.walk():
         if isinstance(o, memref.LoadOp) and o.memref in shared and split_index(o) is None:
+            found = _scratch_access(o.indices[0])
+            if found is not None:
+                continue  # a per-destination row: checked above
             _check_feeds_only(o, set(replicated_stores), refuse)
     for r in reductions:
         init = r.iter_args[0].owner
@@ -433,83 +556,395 @@ _PURE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.DivUI
          arith.IndexCastOp, arith.CmpiOp, arith.SIToFPOp, memref.LoadOp)
 
 
-def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str) -> list[loop.GridOp]:
-    """for_dst { before; for_in_edges { body }; after } -> vertex grid (before),
-    edge grid (body, atomics), vertex grid (after); grids with no effect are left out."""
+def _accumulator_regions(op: loop.ForDstOp, scratch: SSAValue) -> set[SSAValue]:
+    """The scratch regions that outlive a launch once an edge mapping cuts a destination's
+    work at its edge walks: written outside the walks and used in a walk or in
+    more than one stretch between walks. These are the accumulators of
+    aggregations combined with other terms at v (gin's sum beside
+    (1 + eps) * x[v], a quotient of two sums) and the values between walks
+    (softmax's max, sum and reciprocal); a temporary used within one stretch
+    (a vertex's x[v] @ W) stays in the thread's slice."""
+    tops = list(op.body.block.ops)
+    if not any(isinstance(top, loop.ForInEdgesOp) for top in tops):
+        return set()  # a vertex phase: one thread per destination anyway
+    written: set[SSAValue] = set()
+    places: dict[SSAValue, set[int | str]] = {}
+    stretch = 0
+    for top in tops:
+        if isinstance(top, loop.ForInEdgesOp):
+            stretch += 1
+        for o in top.walk():
+            if isinstance(o, memref.StoreOp | memref.LoadOp) and o.memref is scratch:
+                found = _scratch_access(o.indices[0])
+                if found is None:
+                    continue
+                region = found[0]
+                places.setdefault(region, set()).add("walk" if isinstance(top, loop.ForInEdgesOp) else stretch)
+                if isinstance(o, memref.StoreOp) and not isinstance(top, loop.ForInEdgesOp):
+                    written.add(region)
+    return {r for r in written if len(places[r]) > 1 or "walk" in places[r]}
+
+
+def _move_accumulators_to_destinations(op: loop.ForDstOp, scratch: SSAValue, dst_scratch: SSAValue, kernel: str,
+                                       strategy: str) -> None:
+    """Moves a destination's accumulator regions from the worker's scratch slice to
+    the destination's row of `dst_scratch` (V rows of a scratch slice each), so
+    that threads of its edges update them with atomics and the vertex launch
+    after the edges reads them; per-edge temporaries stay in the thread's slice."""
+    regions = _accumulator_regions(op, scratch)
+    v = op.body.block.args[0]
+    for base in [o for o in op.body.walk() if isinstance(o, arith.AddiOp) and SCRATCH_BASE_ATTR in o.attributes]:
+        if base.rhs not in regions:
+            continue
+        worker_base = base.lhs.owner
+        if not isinstance(worker_base, arith.MuliOp):
+            raise CompileError(f"kernel '{kernel}': map {strategy} is refused: a scratch region's base is not "
+                               "a worker's slice map-threads can move to the destination's row")
+        row = arith.MuliOp(v, worker_base.rhs)
+        Rewriter.insert_op(row, InsertPoint.before(base))
+        base.operands = [row.result, base.rhs]
+    for o in list(op.body.walk()):
+        if isinstance(o, memref.LoadOp | memref.StoreOp) and o.memref is scratch:
+            found = _scratch_access(o.indices[0])
+            if found is None:
+                raise CompileError(f"kernel '{kernel}': map {strategy} is refused: a per-thread scratch access "
+                                   "has an index map-threads cannot attribute to a region")
+            if found[0] in regions:
+                o.operands = [dst_scratch if operand is scratch else operand for operand in o.operands]
+
+
+def _location(buf: SSAValue, index_value: SSAValue) -> tuple[SSAValue, SSAValue | None]:
+    found = _scratch_access(index_value)
+    return buf, found[0] if found is not None else None
+
+
+def _check_recomputed_reads(ops: list[Operation], parts: list[tuple[range, int]], kernel: str, strategy: str) -> None:
+    """A launch recomputes the top-level reads of the stretches before it that its own
+    ops (positions `own`, after `limit`) use: each must still read what it read in
+    place, so nothing between it and the launch may have written there (the
+    buffer, or the region of a per-destination row)."""
+    position = {o: i for i, o in enumerate(ops)}
+    for own, limit in parts:
+        needed: set[Operation] = set()
+        stack = [operand for i in own for o in ops[i].walk() for operand in o.operands]
+        while stack:
+            owner = stack.pop().owner
+            if isinstance(owner, Operation) and position.get(owner, limit) < limit and owner not in needed:
+                needed.add(owner)
+                stack.extend(operand for o in owner.walk() for operand in o.operands)
+        for load in needed:
+            if not isinstance(load, memref.LoadOp):
+                continue
+            where = _location(load.memref, load.indices[0])
+            for later in ops[position[load] + 1:limit]:
+                for o in later.walk():
+                    if isinstance(o, memref.StoreOp | AtomicRmwOp):
+                        index_value = o.index if isinstance(o, AtomicRmwOp) else o.indices[0]
+                        written = _location(o.memref, index_value)
+                        if written[0] is where[0] and (where[1] is None or written[1] is None or written[1] is where[1]):
+                            raise CompileError(
+                                f"kernel '{kernel}': map {strategy} is refused: a value a destination reads "
+                                "between its edge walks is overwritten before a later launch that would read it again"
+                            )
+
+
+def map_edges(op: loop.ForDstOp, sched: CudaSchedule, lanes: int, fn: func.FuncOp, kernel: str,
+              sources: dict[loop.GridOp, list[SSAValue]] | None = None,
+              dst_scratch: SSAValue | None = None) -> list[loop.GridOp]:
+    """for_dst { s0; walk 1; s1; ...; walk n; sn } -> vertex grid (s0), edge grid (walk 1,
+    atomics), vertex grid (s1), ..., vertex grid (sn); vertex grids with no effect are
+    left out. Each grid recomputes the pure values of the segments before it.
+    `sources`, if given, gets each edge grid's source vertex value."""
     strategy = sched.strategy
     vertex_mapping = VERTEX_MAPPING_OF[strategy]
     walks = [o for o in op.body.block.ops if isinstance(o, loop.ForInEdgesOp)]
     if not walks:  # a phase of per-vertex work only
         return [map_vertex(op, sched, lanes, fn, kernel, vertex_mapping, group=1)]
-    if len(walks) > 1:
-        raise CompileError(
-            f"kernel '{kernel}': map {strategy} is refused: each destination walks its in-edges {len(walks)} times "
-            "(as softmax does: the max and the sum of exponentials over every in-edge come before the weighted sum), and a "
-            "destination's values between walks would need per-destination device buffers; use map "
-            f"{vertex_mapping}"
-        )
-    scratch = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+    scratch = scratch_of(fn)
+    if _accumulator_regions(op, scratch):
+        assert dst_scratch is not None, "map-threads adds dst_scratch before mapping a kernel that needs it"
+        _move_accumulators_to_destinations(op, scratch, dst_scratch, kernel, strategy)
     ops = list(op.body.block.ops)
-    at = ops.index(walks[0])
-    before = ops[:at]
-    if any(isinstance(o, memref.StoreOp) and o.memref is scratch for b in before for o in b.walk()):
-        raise CompileError(
-            f"kernel '{kernel}': map {strategy} is refused: an aggregation accumulates in per-thread scratch "
-            "(it is combined with other terms at the destination, as in gin's (1 + eps) * x[v] + sum(x[u]), "
-            "or divided by another aggregation), which threads of different edges cannot share; use map "
-            f"{vertex_mapping}"
-        )
+    at = [ops.index(w) for w in walks]
+    starts = [-1, *at]  # segment k holds the ops strictly between starts[k] and ends[k]
+    ends = [*at, len(ops)]
 
     def effect(o: Operation) -> bool:
         return isinstance(o, loop.ForFeatureOp | loop.ForInEdgesOp) or _has_stores([o])
 
+    _check_recomputed_reads(ops, [(range(starts[k] + 1, ends[k]), starts[k]) for k in range(1, len(walks) + 1)]
+                            + [(range(a, a + 1), a) for a in at], kernel, strategy)
     rewriter = Rewriter()
-    grids: list[loop.GridOp] = []
-    # before: the destination's initialisation, alone
-    first = op.clone()
-    _prune(first.body.block, lambda i, o: i < at)
-    # after: the finalisation (pure values of `before` recomputed)
-    last = op.clone()
-    _prune(last.body.block, lambda i, o: i > at or (i < at and not effect(o)))
-    # the edges: the walk's body, with the pure values of `before` it uses
-    edges = op.clone()
-    _prune(edges.body.block, lambda i, o: i == at or (i < at and not effect(o)))
-    for part in (first, edges, last):
+    parts: list[tuple[str, loop.ForDstOp]] = []
+    for k in range(len(walks) + 1):
+        # segment k: the destination's work between walks, the pure values before it recomputed
+        segment = op.clone()
+        _prune(segment.body.block, lambda i, o, k=k: starts[k] < i < ends[k] or (i < starts[k] and not effect(o)))
+        parts.append(("V", segment))
+        if k < len(walks):
+            # walk k + 1's body, with the pure values before it
+            edges = op.clone()
+            _prune(edges.body.block, lambda i, o, k=k: i == at[k] or (i < at[k] and not effect(o)))
+            parts.append(("E", edges))
+    for _, part in parts:
         rewriter.insert_op(part, InsertPoint.before(op))
     rewriter.erase_op(op)
 
-    if _has_stores(list(first.body.block.ops)):
-        grids.append(map_vertex(first, sched, lanes, fn, kernel, vertex_mapping, group=1))
-    else:
-        rewriter.erase_op(first)
-
-    walk = next(o for o in edges.body.block.ops if isinstance(o, loop.ForInEdgesOp))
+    grids: list[loop.GridOp] = []
     num_edges = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("num_edges")]
-    g = _build_grid(num_edges, sched.group, lanes, sched.block_size, strategy)
-    found: list[Operation] = []
-    v = _destination_of(found, g.item, edges.num_vertices, walk.indptr)
-    u_raw = memref.LoadOp.get(walk.src, [g.item])
-    u = arith.IndexCastOp(u_raw, index)
-    e_raw = memref.LoadOp.get(walk.eid, [g.item])
-    e = arith.IndexCastOp(e_raw, index)
-    g.then.add_ops([*found, u_raw, u, e_raw, e])
-    rewriter.inline_block(edges.body.block, InsertPoint.at_end(g.then), [v, g.gid])
-    walk_body = walk.body.block
-    rewriter.erase_op(walk_body.last_op)  # loop.yield
-    rewriter.inline_block(walk_body, InsertPoint.before(walk), [g.item, u.result, e.result])
-    rewriter.erase_op(walk)
-    _end_then(rewriter, g.then)
-    _atomic_updates(rewriter, g.then, scratch, e.result, kernel, strategy)
-    if lanes > 1:
-        _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
-    rewriter.replace_op(edges, [*g.pre, g.op], [])
-    grids.append(g.op)
-
-    if _has_stores(list(last.body.block.ops)):
-        grids.append(map_vertex(last, sched, lanes, fn, kernel, vertex_mapping, group=1))
-    else:
-        rewriter.erase_op(last)
+    for over, part in parts:
+        if over == "V":
+            if _has_stores(list(part.body.block.ops)):
+                grids.append(map_vertex(part, sched, lanes, fn, kernel, vertex_mapping, group=1))
+            else:
+                rewriter.erase_op(part)
+            continue
+        walk = next(o for o in part.body.block.ops if isinstance(o, loop.ForInEdgesOp))
+        g = _build_grid(num_edges, sched.group, lanes, sched.block_size, strategy)
+        found: list[Operation] = []
+        v = _destination_of(found, g.item, part.num_vertices, walk.indptr)
+        u_raw = memref.LoadOp.get(walk.src, [g.item])
+        u = arith.IndexCastOp(u_raw, index)
+        e_raw = memref.LoadOp.get(walk.eid, [g.item])
+        e = arith.IndexCastOp(e_raw, index)
+        g.then.add_ops([*found, u_raw, u, e_raw, e])
+        rewriter.inline_block(part.body.block, InsertPoint.at_end(g.then), [v, g.gid])
+        walk_body = walk.body.block
+        rewriter.erase_op(walk_body.last_op)  # loop.yield
+        rewriter.inline_block(walk_body, InsertPoint.before(walk), [g.item, u.result, e.result])
+        rewriter.erase_op(walk)
+        _end_then(rewriter, g.then)
+        _atomic_updates(rewriter, g.then, scratch, e.result, kernel, strategy)
+        if lanes > 1:
+            _distribute_over_lanes(rewriter, g, sched, lanes, fn, kernel)
+        rewriter.replace_op(part, [*g.pre, g.op], [])
+        grids.append(g.op)
+        if sources is not None:
+            sources[g.op] = [u.result]
     return grids
+
+
+# ------------------------------------------------ hybrid partitioning (FeatGraph)
+
+
+#: The arguments a `hybrid K` kernel takes after all others (see the module docstring).
+HYBRID_ARGUMENTS = ("hybrid_hot", "hybrid_slot")
+
+
+def _factors(value: SSAValue, dims: SSAValue, dim_names: list[str]) -> list[int | str] | None:
+    """`value` as a product of constants and kernel dims (`[2, "F"]`), None when it is
+    not one: the row size of a staged buffer, which the runtime recomputes from
+    the dims to size the shared memory."""
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return [owner.value.value.data]
+    if isinstance(owner, arith.MuliOp):
+        lhs, rhs = _factors(owner.lhs, dims, dim_names), _factors(owner.rhs, dims, dim_names)
+        return None if lhs is None or rhs is None else lhs + rhs
+    if isinstance(owner, arith.IndexCastOp) and isinstance(owner.input.owner, memref.LoadOp):
+        load = owner.input.owner
+        position = load.indices[0].owner
+        if load.memref is dims and isinstance(position, arith.ConstantOp):
+            return [dim_names[position.value.value.data]]
+    return None
+
+
+def _normal(factors: list[int | str]) -> tuple[int | str, ...]:
+    constant = 1
+    for f in factors:
+        if isinstance(f, int):
+            constant *= f
+    names = sorted(f for f in factors if isinstance(f, str))
+    return tuple(([constant] if constant != 1 else []) + names)
+
+
+class _HybridStaging:
+    """Stages the hot sources' rows of one kernel's grids in shared memory."""
+
+    def __init__(self, fn: func.FuncOp, record: dict, kernel: str, strategy: str, limit: int):
+        self.fn, self.kernel, self.strategy, self.limit = fn, kernel, strategy, limit
+        self.dim_names: list[str] = record["dims"]
+        args = fn.body.block.args
+        self.dims = args[abi.GRAPH_ARGUMENTS.index("dims")]
+        self.first_data = len(abi.GRAPH_ARGUMENTS)
+        self.data_args = len(args)  # params, results, temps, ...: what a grid may stage
+        self.hot: SSAValue | None = None
+        self.slot: SSAValue | None = None
+        self.staged_any = False
+
+    def _arguments(self) -> tuple[SSAValue, SSAValue]:
+        if self.hot is None:
+            table = MemRefType(i64, [DYNAMIC_INDEX])
+            self.hot = _append_argument(self.fn, table, readonly=True)
+            self.slot = _append_argument(self.fn, table, readonly=True)
+        assert self.slot is not None
+        return self.hot, self.slot
+
+    def stage(self, grid: loop.GridOp, sources: list[SSAValue]) -> list[list[int | str]]:
+        """Rewrites the grid's reads of source rows (`buf[u * S + rest]`, u in
+        `sources`) to read shared memory for staged sources, and prepends the
+        block's staging loops and barrier; returns the staged row sizes."""
+        body = grid.body.block
+        written = {o.memref for o in body.walk() if isinstance(o, memref.StoreOp | AtomicRmwOp)}
+        reads: list[tuple[memref.LoadOp, SSAValue, tuple, SSAValue | None]] = []
+        regions: dict[tuple, BlockArgument] = {}
+        for load in [o for o in body.walk() if isinstance(o, memref.LoadOp)]:
+            buf = load.memref
+            if not (isinstance(buf, BlockArgument) and buf.owner is self.fn.body.block
+                    and self.first_data <= buf.index < self.data_args and buf not in written):
+                continue
+            index_value = load.indices[0]
+            owner = index_value.owner
+            rest: SSAValue | None = None
+            if index_value in sources:
+                u, factors = index_value, []
+            elif isinstance(owner, arith.MuliOp) and owner.lhs in sources:
+                u, factors = owner.lhs, _factors(owner.rhs, self.dims, self.dim_names)
+            elif (isinstance(owner, arith.AddiOp) and isinstance(owner.lhs.owner, arith.MuliOp)
+                  and owner.lhs.owner.lhs in sources):
+                u, factors, rest = owner.lhs.owner.lhs, _factors(owner.lhs.owner.rhs, self.dims, self.dim_names), owner.rhs
+            else:
+                continue
+            if factors is None:
+                continue
+            key = (buf.index, _normal(factors))
+            regions.setdefault(key, buf)
+            reads.append((load, u, key, rest))
+        if not reads:
+            return []
+        self.staged_any = True
+        hot, slot_table = self._arguments()
+        element = next(iter(regions.values())).type
+        assert isinstance(element, MemRefType)
+
+        # before the grid: K', each region's row size and offset, the shared buffer
+        pre: list[Operation] = []
+        c0, c1 = _const(pre, 0), _const(pre, 1)
+        k_raw = memref.LoadOp.get(hot, [c0])
+        k = arith.IndexCastOp(k_raw, index)
+        pre += [k_raw, k]
+        row_size: dict[tuple, SSAValue] = {}
+        offset: dict[tuple, SSAValue] = {}
+        elements = c0
+        for key in regions:
+            size = _const(pre, 1)
+            for f in key[1]:
+                if isinstance(f, int):
+                    factor = _const(pre, f)
+                else:
+                    position = _const(pre, self.dim_names.index(f))
+                    raw = memref.LoadOp.get(self.dims, [position])
+                    cast = arith.IndexCastOp(raw, index)
+                    pre += [raw, cast]
+                    factor = cast.result
+                product = arith.MuliOp(size, factor)
+                pre.append(product)
+                size = product.result
+            start = arith.MuliOp(k, elements)
+            total = arith.AddiOp(elements, size)
+            pre += [start, total]
+            row_size[key], offset[key], elements = size, start.result, total.result
+        shared_elements = arith.MuliOp(k, elements)
+        shared = SharedMemoryOp(shared_elements, MemRefType(element.element_type, [DYNAMIC_INDEX]))
+        pre += [shared_elements, shared]
+        Rewriter.insert_op(pre, InsertPoint.before(grid))
+
+        # the block's threads copy the K' rows of each region, then wait for each other
+        staging: list[Operation] = []
+        thread = body.args[1]
+        step = _const(staging, grid.block_size.value.data)
+        for key, buf in regions.items():
+            count = arith.MuliOp(k, row_size[key])
+            copy = Block(arg_types=[index])
+            i = copy.args[0]
+            row = arith.DivUIOp(i, row_size[key])
+            column = arith.RemUIOp(i, row_size[key])
+            position = arith.AddiOp(row, c1)
+            source_raw = memref.LoadOp.get(hot, [position])
+            source = arith.IndexCastOp(source_raw, index)
+            base = arith.MuliOp(source, row_size[key])
+            at = arith.AddiOp(base, column)
+            value = memref.LoadOp.get(buf, [at])
+            into = arith.AddiOp(offset[key], i)
+            copy.add_ops([row, column, position, source_raw, source, base, at, value, into,
+                          memref.StoreOp.get(value, shared.result, [into]), scf.YieldOp()])
+            staging += [count, scf.ForOp(thread, count, step, [], copy)]
+        staging.append(BarrierOp())
+        Rewriter.insert_op(staging, InsertPoint.at_start(body))
+
+        # each source's slot, once where it is defined; then the code after it
+        # twice: reading staged rows (shared memory) or the others (global),
+        # so each version's loads have one address space (ld.shared /
+        # ld.global, where one load of either would be a generic ld)
+        for u in {u: None for _, u, _, _ in reads}:
+            zero64 = arith.ConstantOp(IntegerAttr(0, i64))
+            raw = memref.LoadOp.get(slot_table, [u])
+            is_hot = arith.CmpiOp(raw, zero64, "sge")
+            slot = arith.IndexCastOp(raw, index)
+            ops = [zero64, raw, is_hot, slot]
+            if isinstance(u, BlockArgument):
+                Rewriter.insert_op(ops, InsertPoint.at_start(u.owner))
+            else:
+                Rewriter.insert_op(ops, InsertPoint.after(u.owner))
+            scope = slot.parent_block()
+            assert scope is not None and scope.last_op is not None
+            terminator = scope.last_op
+            after = list(scope.ops)
+            after = after[after.index(slot) + 1:-1]
+            if terminator.operands or terminator.results:
+                raise CompileError(f"kernel '{self.kernel}': map {self.strategy} hybrid {self.limit}: internal "
+                                   "error: an edge walk yields values")
+            global_version = Block()
+            mapper: dict[SSAValue, SSAValue] = {}
+            for o in after:
+                global_version.add_op(o.clone(value_mapper=mapper))
+            global_version.add_op(scf.YieldOp())
+            staged_version = Block()
+            for o in after:
+                o.detach()
+                staged_version.add_op(o)
+            staged_version.add_op(scf.YieldOp())
+            Rewriter.insert_op(scf.IfOp(is_hot.result, [], [staged_version], [global_version]),
+                               InsertPoint.before(terminator))
+            for load, source, key, rest in reads:
+                if source is not u:
+                    continue
+                row_base = arith.MuliOp(slot, row_size[key])
+                first = arith.AddiOp(offset[key], row_base)
+                new_ops: list[Operation] = [row_base, first]
+                at = first
+                if rest is not None:
+                    at = arith.AddiOp(first, rest)
+                    new_ops.append(at)
+                staged = memref.LoadOp.get(shared.result, [at])
+                Rewriter().replace_op(load, [*new_ops, staged], [staged.res])
+        return [list(key[1]) for key in regions]
+
+    def check_used(self) -> None:
+        if not self.staged_any:
+            raise CompileError(
+                f"kernel '{self.kernel}': map {self.strategy} hybrid {self.limit} is refused: its edges read no "
+                "source rows (x[u] of a vertex tensor) that shared memory could hold"
+            )
+
+
+def scratch_of(fn: func.FuncOp) -> SSAValue:
+    return fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
+
+
+def _append_argument(fn: func.FuncOp, arg_type: MemRefType, readonly: bool) -> SSAValue:
+    """A new last argument of the kernel (a buffer the runtime passes after the others)."""
+    block = fn.body.block
+    arg = block.insert_arg(arg_type, len(block.args))
+    fn.function_type = FunctionType.from_lists([a.type for a in block.args], fn.function_type.outputs.data)
+    attrs = {"llvm.noalias": UnitAttr()} | ({"llvm.readonly": UnitAttr()} if readonly else {})
+    if fn.arg_attrs is not None:
+        fn.arg_attrs = ArrayAttr([*fn.arg_attrs.data, DictionaryAttr(attrs)])
+    return arg
+
+
+def _walk_sources(grid: loop.GridOp) -> list[SSAValue]:
+    return [w.body.block.args[1] for w in grid.walk() if isinstance(w, loop.ForInEdgesOp)]
 
 
 class MapThreadsPass(ModulePass):
@@ -541,20 +976,40 @@ class MapThreadsPass(ModulePass):
                     "there is nothing to tile over threads"
                 )
             grids: list[dict] = []
+            staging = (_HybridStaging(fn, record, kernel, sched.strategy, sched.hybrid)
+                       if sched.hybrid is not None else None)
+            dst_scratch = None
+            if sched.strategy in VERTEX_MAPPING_OF and any(
+                    _accumulator_regions(dst, scratch_of(fn)) for dst in fn.walk() if isinstance(dst, loop.ForDstOp)):
+                # the accumulators edge threads share: one scratch slice per destination
+                dst_scratch = _append_argument(fn, scratch_of(fn).type, readonly=False)
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
+                mapped: list[tuple[loop.GridOp, dict]] = []
+                edge_sources: dict[loop.GridOp, list[SSAValue]] = {}
                 if sched.strategy in VERTEX_MAPPING_OF:
-                    for grid in map_edges(dst, sched, lanes, fn, kernel):
+                    for grid in map_edges(dst, sched, lanes, fn, kernel, edge_sources, dst_scratch):
                         over_edges = grid.mapping.data == sched.strategy
-                        grids.append({"over": "E" if over_edges else "V", "group": sched.group if over_edges else 1})
+                        mapped.append((grid, {"over": "E" if over_edges else "V",
+                                              "group": sched.group if over_edges else 1}))
                 else:
-                    map_vertex(dst, sched, lanes, fn, kernel)
-                    grids.append({"over": "V", "group": sched.group})
+                    grid = map_vertex(dst, sched, lanes, fn, kernel)
+                    edge_sources[grid] = _walk_sources(grid)
+                    mapped.append((grid, {"over": "V", "group": sched.group}))
+                for grid, launch in mapped:
+                    if staging is not None:
+                        # the rows each launch keeps in shared memory, per hot source
+                        launch["shared"] = staging.stage(grid, edge_sources.get(grid, []))
+                    grids.append(launch)
+            if staging is not None:
+                staging.check_used()
             if CUDA_MAP_ATTR in fn.attributes:
                 del fn.attributes[CUDA_MAP_ATTR]
             # the runtime sizes the grid (and one scratch slice per thread) from this
             record["grid"] = {"mapping": sched.strategy, "block_size": sched.block_size, "group": sched.group,
-                              "lanes": lanes, "grids": grids,
+                              "lanes": lanes, "grids": grids, "hybrid": sched.hybrid,
+                              # V scratch slices, one per destination, after the temps
+                              "dst_scratch": dst_scratch is not None,
                               # False: the runtime may pick a mapping per graph (runtime/heuristic.py)
                               "schedule_given": isinstance(text, StringAttr)}
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

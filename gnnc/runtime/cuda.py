@@ -8,6 +8,21 @@ and copies the results back. The bindings are the optional extra
 `gnnc[cuda]`; without them, without a driver, or without a GPU, loading
 raises one ToolchainError naming what is missing.
 
+Device arrays are borrowed, not copied: an object with
+`__cuda_array_interface__` (CuPy, Numba, PyTorch CUDA tensors) or a DLPack
+producer on a CUDA device (`__dlpack__` / `__dlpack_device__`) is passed to
+the kernel by its pointer, after the same dtype, shape and dimension checks
+as a host array (`bind_call`), and must be C-contiguous (a device array is
+never copied behind the caller's back). `out=` device arrays are written in
+place. Where any input is a device array and a result has no `out=`, the
+result is allocated on the device and returned there: a torch tensor on the
+input's device when that input is a torch tensor, a CuPy array for CuPy,
+else a `DeviceArray` (which has `__cuda_array_interface__`, so
+`cupy.asarray` / `numba.cuda.as_cuda_array` take it, and `.copy_to_host()`).
+Host results of an all-host call stay numpy arrays. Kernels launch on the
+legacy default stream; a producer's CUDA Array Interface stream is
+synchronised first.
+
 Like the CPU runtime this imports neither xDSL nor llvmlite.
 """
 
@@ -15,7 +30,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -24,9 +41,9 @@ import numpy as np
 
 from gnnc import abi
 from gnnc.errors import ArgumentError, ToolchainError
-from gnnc.runtime import heuristic
+from gnnc.runtime import heuristic, plans
 from gnnc.runtime.graph import Graph
-from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
+from gnnc.runtime.signature import KernelSignature, _bind_args, _given_outputs, check_bipartite, pack_results, prepare_call
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 
@@ -71,10 +88,15 @@ def read_metadata(text: str) -> dict:
 
 
 class _DeviceBuffer:
-    def __init__(self, cu: Any, host: np.ndarray):
-        self.cu, self.nbytes = cu, max(1, host.nbytes)
+    """Device memory for one call: a copy of `host`, or `nbytes` of workspace."""
+
+    def __init__(self, cu: Any, host: np.ndarray | None, nbytes: int = 0):
+        if host is not None:
+            host = np.ascontiguousarray(host)
+            nbytes = host.nbytes
+        self.cu, self.nbytes = cu, max(1, nbytes)
         self.ptr = _check(cu, cu.cuMemAlloc(self.nbytes), "cuMemAlloc")
-        if host.nbytes:
+        if host is not None and host.nbytes:
             _check(cu, cu.cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
 
     def copy_to(self, host: np.ndarray) -> None:
@@ -83,6 +105,314 @@ class _DeviceBuffer:
 
     def free(self) -> None:
         self.cu.cuMemFree(self.ptr)
+
+
+# ------------------------------------------------------------ device arrays
+
+#: DLPack device types whose memory a kernel can address: CUDA and CUDA managed.
+_DLPACK_CUDA_DEVICES = (2, 13)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+@dataclass
+class DeviceView:
+    """A borrowed array in device memory: where it is and what it holds.
+    `owner` keeps the producer's object (or DLPack capsule) alive while in use."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    #: in bytes, None for C-contiguous
+    strides: tuple[int, ...] | None
+    readonly: bool
+    owner: Any
+    #: the producer's stream (CUDA Array Interface), None for the default one
+    stream: int | None = None
+    device: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(prod(self.shape)) * self.dtype.itemsize
+
+    @property
+    def c_contiguous(self) -> bool:
+        if self.strides is None:
+            return True
+        expected = self.dtype.itemsize
+        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if size > 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+
+def _is_torch(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
+
+
+def _from_interface(obj: Any, interface: dict, what: str) -> DeviceView:
+    if interface.get("mask") is not None:
+        raise ArgumentError(f"{what} is a masked device array; gnnc kernels take plain arrays")
+    try:
+        dtype = np.dtype(interface["typestr"])
+        ptr, readonly = interface["data"]
+        shape = tuple(int(n) for n in interface["shape"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArgumentError(f"{what} has a malformed __cuda_array_interface__ ({exc})") from None
+    strides = interface.get("strides")
+    stream = interface.get("stream")
+    return DeviceView(int(ptr or 0), shape, dtype, tuple(int(s) for s in strides) if strides is not None else None,
+                      bool(readonly), obj, stream=int(stream) if stream is not None else None)
+
+
+def _from_dlpack(obj: Any, what: str) -> DeviceView:
+    capsule = obj.__dlpack__()
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    try:
+        address = get_pointer(capsule, b"dltensor")
+    except ValueError:
+        raise ArgumentError(f"{what}: its __dlpack__ did not return an unconsumed DLPack capsule") from None
+    tensor = _DLManagedTensor.from_address(address).dl_tensor
+    code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
+    kinds = {0: "i", 1: "u", 2: "f"}
+    if code not in kinds or lanes != 1:
+        raise ArgumentError(f"{what} has DLPack element type code {code}, {bits} bits x {lanes}; "
+                            "gnnc kernels take float32 or float64")
+    dtype = np.dtype(f"{kinds[code]}{bits // 8}")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = (tuple(tensor.strides[i] * dtype.itemsize for i in range(tensor.ndim))
+               if bool(tensor.strides) else None)
+    # the capsule stays unconsumed in `owner`: its destructor releases the tensor
+    return DeviceView((tensor.data or 0) + tensor.byte_offset, shape, dtype, strides, False, (obj, capsule),
+                      device=tensor.device.device_id)
+
+
+def _interface(obj: Any) -> Any:
+    if _is_torch(obj):
+        if getattr(getattr(obj, "device", None), "type", "cpu") != "cuda":
+            return None
+        obj = obj.detach()  # torch refuses the interface of a tensor that requires grad
+    try:
+        return getattr(obj, "__cuda_array_interface__", None)
+    except Exception:  # noqa: BLE001 - a producer refusing (a CPU tensor): host data
+        return None
+
+
+def _on_cuda_dlpack_device(obj: Any) -> bool:
+    dlpack_device = getattr(obj, "__dlpack_device__", None)
+    if dlpack_device is None or not hasattr(obj, "__dlpack__"):
+        return False
+    device_type, _ = dlpack_device()
+    return int(device_type) in _DLPACK_CUDA_DEVICES
+
+
+def is_device_array(obj: Any) -> bool:
+    """Whether `obj` lives in CUDA device memory (nothing is taken from it)."""
+    if isinstance(obj, np.ndarray):
+        return False
+    if _is_torch(obj):
+        return getattr(getattr(obj, "device", None), "type", "cpu") == "cuda"
+    return isinstance(_interface(obj), dict) or _on_cuda_dlpack_device(obj)
+
+
+def device_view(obj: Any, what: str) -> DeviceView | None:
+    """The device array `obj` is, or None for host data (numpy, lists, CPU tensors)."""
+    if isinstance(obj, np.ndarray):
+        return None
+    interface = _interface(obj)
+    if isinstance(interface, dict):
+        return _from_interface(obj, interface, what)
+    if _is_torch(obj):
+        return None
+    if _on_cuda_dlpack_device(obj):
+        return _from_dlpack(obj, what)
+    return None
+
+
+def _stand_in(view: DeviceView) -> np.ndarray:
+    """A host array of the view's shape and dtype for the argument checks: reserved
+    address space (never touched, so it costs no memory) that overlaps no other array."""
+    if view.nbytes == 0:
+        return np.empty(view.shape, dtype=view.dtype)
+    reserved = mmap.mmap(-1, view.nbytes, prot=mmap.PROT_READ)
+    return np.frombuffer(reserved, dtype=view.dtype).reshape(view.shape)
+
+
+#: Marks a result to be allocated on the device (a device call without its out=).
+ON_DEVICE = "on-device"
+
+
+@dataclass
+class BoundCall:
+    """A checked call: inputs and outputs are host arrays or DeviceViews (outputs
+    also ON_DEVICE); `template` is the first device input, which device results follow."""
+
+    inputs: list
+    outputs: list
+    dims: dict[str, int]
+    template: Any = None
+
+
+def _overlap(a: DeviceView, b: DeviceView) -> bool:
+    return a.nbytes > 0 and b.nbytes > 0 and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
+def bind_call(sig: KernelSignature, graph: Graph, args: tuple, kwargs: dict, out: Any = None) -> BoundCall:
+    """Checks a call whose arrays may live on the device, as `prepare_call` checks host
+    arrays (its checks run on stand-ins of the device arrays); needs no driver."""
+    bound = _bind_args(sig, tuple(args), dict(kwargs))
+    views: dict[str, DeviceView] = {}
+    template = None
+    for p in sig.params:
+        what = f"input '{p.name}' of {sig.name}"
+        view = device_view(bound[p.name], what)
+        if view is None:
+            continue
+        if not view.c_contiguous:
+            raise ArgumentError(f"{what} is a device array that is not C-contiguous (strides {view.strides}); "
+                                "gnnc does not copy device arrays: pass a contiguous one (.contiguous(), "
+                                "cupy.ascontiguousarray)")
+        template = bound[p.name] if template is None else template
+        views[p.name] = view
+        bound[p.name] = _stand_in(view)
+    given = _given_outputs(sig, out)
+    device_outs: dict[str, DeviceView] = {}
+    for name, value in list(given.items()):
+        what = f"out= for result '{name}' of {sig.name}"
+        view = device_view(value, what)
+        if view is None:
+            continue
+        if not view.c_contiguous:
+            raise ArgumentError(f"{what} must be C-contiguous, got strides {view.strides}")
+        if view.readonly:
+            raise ArgumentError(f"{what} is read-only")
+        device_outs[name] = view
+        del given[name]
+    inputs, outputs, dims = prepare_call(sig, graph, (), bound, out=given)
+    inputs = [views.get(p.name, arr) for p, arr in zip(sig.params, inputs)]
+    results: list = []
+    for r, arr in zip(sig.results, outputs):
+        view = device_outs.get(r.name)
+        if view is None:
+            results.append(ON_DEVICE if views and r.name not in given else arr)
+            continue
+        what = f"out= for result '{r.name}' of {sig.name}"
+        if view.dtype != sig.numpy_dtype:
+            raise ArgumentError(f"{what}: expected {sig.numpy_dtype}, got {view.dtype}")
+        if view.shape != arr.shape:
+            raise ArgumentError(f"{what}: expected shape {arr.shape}, got {view.shape}")
+        results.append(view)
+    device = [v for v in (*views.values(), *device_outs.values())]
+    for i, r in enumerate(sig.results):
+        view = device_outs.get(r.name)
+        for other in device:
+            if view is not None and other is not view and _overlap(view, other):
+                raise ArgumentError(f"out= for result '{r.name}' of {sig.name} overlaps another device array "
+                                    "of the call (the kernels assume no aliasing: pass a separate array)")
+    if template is None and device_outs:
+        template = next(iter(device_outs.values())).owner
+    return BoundCall(inputs, results, dims, template)
+
+
+class DeviceArray:
+    """A result gnnc allocated on the device (cuMemAlloc), freed with the object.
+
+    It has `__cuda_array_interface__` (version 3), so CuPy, Numba or PyTorch
+    can take it without a copy; `.copy_to_host()` gives a numpy array."""
+
+    def __init__(self, cu: Any, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self._cu = cu
+        self._ptr = _check(cu, cu.cuMemAlloc(max(1, self.nbytes)), "cuMemAlloc")
+
+    @property
+    def nbytes(self) -> int:
+        return int(prod(self.shape)) * self.dtype.itemsize
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (int(self._ptr), False),
+                "strides": None, "version": 3}
+
+    def copy_to_host(self) -> np.ndarray:
+        host = np.empty(self.shape, dtype=self.dtype)
+        if self.nbytes:
+            _check(self._cu, self._cu.cuMemcpyDtoH(host.ctypes.data, self._ptr, self.nbytes), "cuMemcpyDtoH")
+        return host
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None:
+            try:
+                self._cu.cuMemFree(ptr)
+            except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
+                pass
+
+
+def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """A device result: of the template's library and device when it is torch or CuPy."""
+    if _is_torch(template):
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name), device=template.device)
+    if type(template).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype=dtype)
+    return DeviceArray(cu, shape, dtype)
+
+
+class _Borrowed:
+    """A device array the caller owns: its pointer, nothing to copy or free."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def copy_to(self, host: np.ndarray) -> None:  # pragma: no cover - never asked: the result stays on the device
+        raise AssertionError("a borrowed device array is not copied back")
+
+    def free(self) -> None:
+        pass
+
+
+def _argument_buffer(cu: Any, value: Any) -> "_DeviceBuffer | _Borrowed":
+    """An input or result on the device: borrowed where it lives there, else a copy."""
+    if isinstance(value, np.ndarray):
+        return _DeviceBuffer(cu, value)
+    view = value if isinstance(value, DeviceView) else device_view(value, "a device result")
+    assert view is not None
+    return _Borrowed(view.ptr)
+
+
+def _original(value: Any) -> Any:
+    """What the caller sees of a device result: the object it passed (out=) or got."""
+    if isinstance(value, DeviceView):
+        owner = value.owner
+        return owner[0] if isinstance(owner, tuple) else owner
+    return value
+
+
+def _result_shape(r: Any, graph: Graph, dims: dict[str, int]) -> tuple[int, ...]:
+    lead = {"V": (graph.num_vertices,), "E": (graph.num_edges,), None: ()}[r.domain]
+    return lead + tuple(d if isinstance(d, int) else dims[d] for d in r.shape)
 
 
 class CudaKernel:
@@ -133,46 +463,67 @@ class CudaKernel:
     def __call__(self, graph: Graph, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}")
-        inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
+        call = bind_call(self.signature, graph, args, kwargs, out=out)
+        dims = call.dims
         chosen = self._default_variant(graph, dims)
         if chosen is not None:
             return chosen(graph, *args, out=out, **kwargs)
+        if graph.bipartite:
+            check_bipartite(self.name, self._abi, graph)
         cu = self._module.cu
+        itemsize = np.dtype(self._dtype).itemsize
         blocks = abi.grid_blocks(self._grid, graph.num_vertices, graph.num_edges)
         threads = max(1, max(blocks, default=0) * self._grid["block_size"])
-        per_thread = abi.scratch_slice_elements(
-            sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
-        )
+        per_thread = abi.scratch_slice_elements(sum(_size(s, dims) for s in self._abi["scratch"]), itemsize)
         rows = {"V": graph.num_vertices, "E": graph.num_edges}
-        temps = [np.empty(max(1, rows[t["domain"]] * _size(t["shape"], dims)), dtype=self._dtype)
-                 for t in self._abi["temps"]]
+        workspace = [per_thread * threads] + [rows[t["domain"]] * _size(t["shape"], dims) for t in self._abi["temps"]]
+        hybrid: list[np.ndarray] = []
+        shared_bytes = [0] * len(blocks)
+        if self._grid.get("hybrid"):
+            hot, slot, shared_bytes = plans.hybrid_plan(graph, self._grid, dims, itemsize)
+            hybrid = [hot, slot]
         identity = np.arange(graph.num_vertices, dtype=np.int64)
-        host = [
+        graph_arrays = [
             np.array([0, graph.num_vertices], dtype=np.int64),  # dst_blocks: grids do not use them
             identity, graph.in_indptr, graph.in_src, graph.in_eid,
-            graph.deg_in(self._dtype), graph.deg_out(self._dtype),
+            *graph.kernel_degrees(self._dtype),
             np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64),
-            np.empty(per_thread * threads, dtype=self._dtype),
-            *inputs, *outputs, *temps,
         ]
-        device = [_DeviceBuffer(cu, np.ascontiguousarray(h)) for h in host]
+        results = [_allocate_like(cu, call.template, _result_shape(r, graph, dims), self._dtype) if o is ON_DEVICE
+                   else o for r, o in zip(self.signature.results, call.outputs)]
+        for view in [*call.inputs, *call.outputs]:
+            if isinstance(view, DeviceView) and view.stream not in (None, 1, 2):  # not a default stream
+                _check(cu, cu.cuStreamSynchronize(view.stream), "cuStreamSynchronize")
+        buffers: list = []
         try:
+            buffers += [_DeviceBuffer(cu, h) for h in graph_arrays]
+            buffers.append(_DeviceBuffer(cu, None, workspace[0] * itemsize))  # scratch: never read before written
+            buffers += [_argument_buffer(cu, a) for a in call.inputs]
+            first_output = len(buffers)
+            buffers += [_argument_buffer(cu, r) for r in results]
+            buffers += [_DeviceBuffer(cu, None, n * itemsize) for n in workspace[1:]]
+            if self._grid.get("dst_scratch"):  # an edge mapping's per-destination accumulators
+                buffers.append(_DeviceBuffer(cu, None, per_thread * graph.num_vertices * itemsize))
+            buffers += [_DeviceBuffer(cu, h) for h in hybrid]
             values = [ctypes.c_int64(graph.num_vertices), ctypes.c_int64(graph.num_edges),
                       ctypes.c_int64(threads), ctypes.c_int64(1)]
-            values += [ctypes.c_void_p(int(d.ptr)) for d in device]
+            values += [ctypes.c_void_p(int(b.ptr)) for b in buffers]
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            for function, n in zip(self._functions, blocks, strict=True):  # phases, in order, on the default stream
+            # phases, in order, on the default stream; a hybrid launch with the
+            # dynamic shared memory its staged rows take
+            for function, n, shared in zip(self._functions, blocks, shared_bytes, strict=True):
                 if n:
-                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, 0, 0,
+                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, shared, 0,
                                                  ctypes.addressof(params), 0), "cuLaunchKernel")
             _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
-            first_output = 9 + len(inputs)
-            for i, arr in enumerate(outputs):
-                device[first_output + i].copy_to(arr)
+            for i, result in enumerate(results):
+                if isinstance(result, np.ndarray):
+                    buffers[first_output + i].copy_to(result)
         finally:
-            for d in device:
-                d.free()
-        return pack_results(self.signature, outputs)
+            for b in buffers:
+                b.free()
+        given = [r if isinstance(r, np.ndarray) else _original(r) for r in results]
+        return pack_results(self.signature, given)
 
 
 class CudaModule:

@@ -143,8 +143,8 @@ def default_cuda_mappings(graph: Any, row_elements: int) -> list[str]:
       thread_vertex, one thread per destination.
 
     Each list ends in thread_vertex, which every kernel compiles to; the
-    runtime takes the first mapping the compiler accepts for the kernel (an
-    edge mapping refuses softmax, a warp mapping `@`).
+    runtime takes the first mapping the compiler accepts for the kernel (a
+    warp mapping refuses a chain of two `@`).
     """
     v, e = graph.num_vertices, graph.num_edges
     if v == 0 or e == 0:

@@ -18,8 +18,9 @@ import numpy as np
 from gnnc import abi
 from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
 from gnnc.runtime import heuristic, native, plans
+from gnnc.runtime.cuda import is_device_array
 from gnnc.runtime.graph import Graph
-from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
+from gnnc.runtime.signature import KernelSignature, check_bipartite, pack_results, prepare_call
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 #: Schedules `schedule="auto"` tries before it runs the kernel as compiled.
@@ -58,14 +59,15 @@ def _as_graph(graph: Any) -> Graph:
     )
 
 
-def _check_bipartite(name: str, record: dict, graph: Graph) -> None:
-    """Refuses what a kernel cannot run on a bipartite graph (prepare_call checked the rows)."""
-    if any(t.get("read_at_src") for t in record["temps"]):
-        raise ArgumentError(
-            f"{name}: this compiled kernel computes a vertex value per destination and reads it at sources "
-            f"(a cuda mapping has no source sweep), so it needs a square graph; the graph has "
-            f"{graph.num_src} sources and {graph.num_dst} destinations"
-        )
+def _refuse_device_arrays(sig: KernelSignature, args: tuple, kwargs: dict, out: Any) -> None:
+    """A CUDA device array given to a CPU kernel: one clear error, not a dtype complaint."""
+    outs = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else [out]
+    for value in [*args, *kwargs.values(), *outs]:
+        if is_device_array(value):
+            raise ArgumentError(
+                f"{sig.describe()} runs on the CPU but got a CUDA device array ({type(value).__name__}); "
+                "copy it to the host (.cpu(), .get(), .copy_to_host()) or compile with target='cuda'"
+            )
 
 
 class Kernel:
@@ -89,6 +91,8 @@ class Kernel:
         n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
         n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") else 0
         n_buffers += 5 if self._abi.get("groups") else 0
+        n_buffers += 1 if (self._abi.get("grid") or {}).get("dst_scratch") else 0
+        n_buffers += 2 if (self._abi.get("grid") or {}).get("hybrid") else 0
         self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
         self._function.restype = None
 
@@ -114,6 +118,7 @@ class Kernel:
             return self._call_auto(graph, args, kwargs, out, threads)
         if schedule is not None:
             return self._variant(schedule)(graph, *args, out=out, threads=threads, **kwargs)
+        _refuse_device_arrays(self.signature, args, kwargs, out)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         n_threads = resolve_threads(threads)
         chosen = self._default_variant(graph, dims)
@@ -124,7 +129,7 @@ class Kernel:
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> Any:
         """Calls the native kernel on checked arguments (`prepare_call`'s)."""
         if graph.bipartite:
-            _check_bipartite(self.name, self._abi, graph)
+            check_bipartite(self.name, self._abi, graph)
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
@@ -170,11 +175,18 @@ class Kernel:
             acc_rows = [np.empty(max(1, n_groups * row_stride), dtype=self._dtype)]
             # an empty array has no storage: every pointer the kernel may read must be valid
             grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
+        cuda_extra = []
+        if grid is not None and grid.get("dst_scratch"):
+            # an edge mapping's per-destination accumulators: a scratch slice per vertex
+            cuda_extra.append(np.empty(max(1, per_thread * graph.num_vertices), dtype=self._dtype))
+        if grid is not None and grid.get("hybrid"):
+            # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
+            cuda_extra += list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
         deg_in, deg_out = graph.kernel_degrees(self._dtype)
         buffers = [
             blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
             _nonempty(deg_in), _nonempty(deg_out),
-            dims_array, scratch, *inputs, *outputs, *temps, *sweep, *acc_rows, *partition, *grouping,
+            dims_array, scratch, *inputs, *outputs, *temps, *sweep, *acc_rows, *partition, *grouping, *cuda_extra,
         ]
         self._function(
             graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gnnc import abi
 from gnnc.errors import ArgumentError
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "locality_order",
     "neighbor_groups",
     "source_partitions",
+    "hybrid_plan",
+    "hybrid_sources",
 ]
 
 #: A block below this much work (in-edges + vertices) is not worth a task of its own.
@@ -512,3 +515,48 @@ def default_partition_count(graph: Any, feature_bytes_per_vertex: int, llc_bytes
     budget = max(1, _positive(llc_bytes, "llc_bytes") // 2)
     v = graph.num_src  # the rows partitions split are the sources
     return max(1, min(max(v, 1), -(-(v * row) // budget)))
+
+
+# ------------------------------------------------ hybrid partitioning (cuda)
+
+
+def hybrid_sources(graph: Any, k: int, row_bytes: int, budget_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """FeatGraph's hybrid partitioning for `map ... hybrid k`: (hot, slot).
+
+    The sources are ranked by out-degree (ties by id); the first k' get a
+    slot, k' = k capped by the sources with out-edges and by what fits in
+    `budget_bytes` at `row_bytes` per source. `hot` is [k', source of slot 0,
+    ..., source of slot k' - 1]; `slot[u]` is u's slot, -1 for a source read
+    from global memory. A row wider than the budget is an ArgumentError.
+    """
+    k = _positive(k, "hybrid source count")
+    if row_bytes > budget_bytes:
+        raise ArgumentError(
+            f"one source's rows take {row_bytes} bytes, more than the {budget_bytes // 1024} KB of "
+            "shared memory a block may use; use the mapping without hybrid (or narrower rows)"
+        )
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        v = graph.num_src  # slots are per source (a bipartite graph has its own count)
+        out_degree = np.bincount(np.asarray(graph.in_src, dtype=np.int64), minlength=v)[:v]
+        fits = budget_bytes // row_bytes if row_bytes else k
+        count = min(k, fits, int(np.count_nonzero(out_degree)))
+        ranked = np.argsort(-out_degree, kind="stable")[:count]
+        slot = np.full(v, -1, dtype=np.int64)
+        slot[ranked] = np.arange(count, dtype=np.int64)
+        # an empty graph still needs a slot table the kernel may point at
+        return _readonly(np.concatenate([[count], ranked])), _readonly(slot if v else np.full(1, -1))
+
+    return _cached(graph, ("hybrid_sources", k, row_bytes, budget_bytes), compute)
+
+
+def hybrid_plan(graph: Any, grid: dict, dims: dict[str, int], itemsize: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid record: the
+    sources staged in shared memory (hybrid_sources) and what each launch needs."""
+    rows = abi.hybrid_row_elements(grid, dims)
+    widest = max(rows, default=0) * itemsize
+    try:
+        hot, slot = hybrid_sources(graph, grid["hybrid"], widest, abi.SHARED_MEMORY_BYTES)
+    except ArgumentError as exc:
+        raise ArgumentError(f"map {grid['mapping']} hybrid {grid['hybrid']}: {exc}") from None
+    return hot, slot, [int(hot[0]) * r * itemsize for r in rows]

@@ -35,7 +35,16 @@ from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gnnc.abi import INTERLEAVE_ATTR
-from gnnc.dialects.llvm_ext import AtomicRmwOp, LoadBufferOp, NvvmSregOp, PrefetchOp, ShflBflyOp, StoreBufferOp
+from gnnc.dialects.llvm_ext import (
+    AtomicRmwOp,
+    BarrierOp,
+    LoadBufferOp,
+    NvvmSregOp,
+    PrefetchOp,
+    SharedMemoryOp,
+    ShflBflyOp,
+    StoreBufferOp,
+)
 from gnnc.errors import CompileError
 
 I1 = ir.IntType(1)
@@ -597,6 +606,31 @@ def _shfl_bfly(t: FunctionTranslator, op: ShflBflyOp) -> None:
     t.set(op, [b.bitcast(joined, x.type)])
 
 
+#: The block's dynamic shared memory (`.extern .shared`), shared by every kernel of a module.
+SHARED_MEMORY_SYMBOL = "gnnc_shared"
+_SHARED_ADDRSPACE = 3
+
+
+def _shared_memory(t: FunctionTranslator, op: SharedMemoryOp) -> None:
+    if t.module.triple != NVPTX_TRIPLE:
+        raise CompileError(f"@{t.name}: llvm_ext.shared_memory exists on the GPU only (emulate-grid replaces it on the CPU)")
+    shared = t.module.globals.get(SHARED_MEMORY_SYMBOL)
+    if shared is None:
+        shared = ir.GlobalVariable(t.module, ir.ArrayType(ir.IntType(8), 0), SHARED_MEMORY_SYMBOL,
+                                   addrspace=_SHARED_ADDRSPACE)
+        shared.linkage = "external"
+        shared.align = 16
+    t.set(op, [t.builder.addrspacecast(shared, PTR)])
+
+
+def _barrier(t: FunctionTranslator, op: BarrierOp) -> None:
+    if t.module.triple != NVPTX_TRIPLE:
+        raise CompileError(f"@{t.name}: llvm_ext.barrier exists on the GPU only (emulate-grid splits the threads there)")
+    fn = t.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [I32])
+    t.builder.call(fn, [ir.Constant(I32, 0)])
+    t.set(op, [])
+
+
 def _slot_address(t: FunctionTranslator, slots: SSAValue, index: SSAValue) -> ir.Value:
     # A slot is an i64; indexing it as `ptr` (also 8 bytes on 64-bit targets) lets the
     # pointer be stored and loaded as a pointer, without ptrtoint / inttoptr.
@@ -715,6 +749,8 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     NvvmSregOp: _nvvm_sreg,
     AtomicRmwOp: _atomic_rmw,
     ShflBflyOp: _shfl_bfly,
+    SharedMemoryOp: _shared_memory,
+    BarrierOp: _barrier,
     llvm_dialect.AddressOfOp: _addressof,
     memref.ExtractAlignedPointerAsIndexOp: lambda t, op: t.set(op, [t.builder.ptrtoint(t.get(op.source), I64)]),
 }
