@@ -113,6 +113,7 @@ def compile_grad(
         raise CompileError(f"{kernel}: no input has a gradient kernel")
     module = compile(grad.source, target=target, **options)
     return Gradient(
-        module, kernel, [(k.name, k.wrt, k.reverse, k.reduce) for k in grad.kernels],
+        module, kernel, [(k.name, k.wrt, k.reverse, k.reduce, k.inputs) for k in grad.kernels],
         [p.name for p in forward.params], grad.constant, grad.skipped,
+        [r.name for r in forward.results], grad.gouts, "edge_id(e)" in grad.source,
     )

@@ -291,6 +291,26 @@ class DegreeOp(IRDLOperation):
             raise VerifyException(f"graph.degree at {self.site.data} gives a scalar {expected} value")
 
 
+@irdl_op_definition
+class EdgeIdOp(IRDLOperation):
+    """`edge_id(e)`: the edge's id as a float (E); argmax gradients compare it with a saved id."""
+
+    name = "graph.edge_id"
+
+    result = result_def(ValueType)
+
+    assembly_format = "attr-dict `:` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, element_type: Attribute):
+        super().__init__(result_types=[ValueType("E", element_type, ())])
+
+    def verify_(self) -> None:
+        rtype = _value_type(self.result)
+        if rtype.kind != "E" or rtype.shape != ():
+            raise VerifyException("graph.edge_id gives a scalar E value")
+
+
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
 
 
@@ -338,7 +358,7 @@ class BinaryOp(IRDLOperation):
             raise VerifyException(f"graph.binary result must be {gtype} {list(shape)}")
 
 
-UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "leaky_relu")
+UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "leaky_relu", "step")
 
 
 @irdl_op_definition
@@ -439,14 +459,16 @@ class MatVecOp(IRDLOperation):
             raise VerifyException("graph.matvec result must be [..., N] of the vector's graph type")
 
 
-AGGREGATE_KINDS = ("sum", "mean", "max", "min")
+AGGREGATE_KINDS = ("sum", "mean", "max", "min", "argmax", "argmin")
 
 
 @irdl_op_definition
 class AggregateOp(IRDLOperation):
     """Reduces an edge value over each destination's in-edges (graph type A).
 
-    Empty in-edge sets give 0 for every kind; max/min propagate NaN.
+    Empty in-edge sets give 0 for sum, mean, max and min; max/min propagate NaN.
+    argmax/argmin give the id (a float) of the lowest-id in-edge attaining the
+    max/min per element, or of the first NaN; -1 without in-edges.
     """
 
     name = "graph.aggregate"
@@ -541,6 +563,7 @@ Graph = Dialect(
         GatherOp,
         ConstantOp,
         DegreeOp,
+        EdgeIdOp,
         BinaryOp,
         UnaryOp,
         DotOp,

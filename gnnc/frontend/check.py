@@ -367,6 +367,9 @@ class _KernelChecker:
             e.gtype = "S" if e.index == "u" else "D"
             e.shape = ()
             self.leaf_in_mode(e, mode, f"deg_{e.direction}({e.index})")
+        elif isinstance(e, ast.EdgeId):
+            e.gtype, e.shape = "E", ()
+            self.leaf_in_mode(e, mode, "edge_id(e)")
         elif isinstance(e, ast.Unary):
             self.expr(e.operand, mode)
             e.gtype, e.shape = e.operand.gtype, e.operand.shape

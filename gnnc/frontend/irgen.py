@@ -134,6 +134,9 @@ class _KernelBuilder:
     def expr_Aggregate(self, e: ast.Aggregate) -> SSAValue:
         return self.add(graph.AggregateOp(e.kind, self.expr(e.operand)))
 
+    def expr_EdgeId(self, e: ast.EdgeId) -> SSAValue:
+        return self.add(graph.EdgeIdOp(self.elem))
+
     def expr_Degree(self, e: ast.Degree) -> SSAValue:
         site = "src" if e.index == "u" else "dst"
         return self.add(graph.DegreeOp(e.direction, site, self.elem))

@@ -1,7 +1,11 @@
-"""Running generated gradient kernels: each on the forward or the reversed graph, summed per input.
+"""Running generated gradient kernels: stages first, each on the forward or the reversed graph.
 
 This module imports no compiler: it gets a loaded module (compiled or the
-reference) and the list of gradient kernels `frontend.grad` generated.
+reference) and the list of gradient kernels `frontend.grad` generated, in
+the order they run. A kernel's result is a part of a forward input's
+gradient or of an intermediate (`st0__`: a softmax's weights, an argmax's
+edge ids, a vertex value's adjoint) that later kernels take as an input;
+parts of one target are summed.
 """
 
 from __future__ import annotations
@@ -13,22 +17,43 @@ import numpy as np
 from gnnc.errors import ArgumentError
 from gnnc.runtime.graph import Graph
 
+#: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
+_F32_EXACT = 2**24
+
 
 class Gradient:
     """`grad(graph, *inputs, gout=..., **named)` -> {input name: gradient}.
 
     `gout` is the gradient of the loss with respect to the forward kernel's
-    result. Inputs the result does not depend on get zeros.
+    result; for a kernel with several results, a dict {result name: gradient}
+    (a result left out counts as zeros). Inputs the results do not depend on
+    get zeros.
     """
 
-    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool]],
-                 params: list[str], constant: list[str], skipped: list[str]):
+    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
+                 params: list[str], constant: list[str], skipped: list[str],
+                 results: list[str] | None = None, gouts: list[str] | None = None, uses_edge_ids: bool = False):
         self.module = module
         self.name = kernel
         self.kernels = kernels
         self.params = params
         self.constant = constant
         self.skipped = skipped
+        self.results = results or ["out"]
+        self.gouts = gouts or ["gout__"]
+        self.uses_edge_ids = uses_edge_ids
+
+    def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
+        if len(self.results) == 1:
+            if isinstance(gout, dict):
+                gout = gout.get(self.results[0])
+            return {self.gouts[0]: gout}
+        if not isinstance(gout, dict):
+            raise ArgumentError(f"{self.name} has results {', '.join(self.results)}: pass gout as a dict of them")
+        unknown = [k for k in gout if k not in self.results]
+        if unknown:
+            raise ArgumentError(f"{self.name}: gout names unknown results {', '.join(unknown)}")
+        return {g: gout.get(r) for r, g in zip(self.results, self.gouts)}
 
     def __call__(self, graph: Graph, *args: Any, gout: Any, threads: int | None = None, **kwargs: Any) -> dict:
         if not isinstance(graph, Graph):
@@ -40,15 +65,32 @@ class Gradient:
             if key in named:
                 raise ArgumentError(f"{self.name}: input '{key}' given twice")
         named.update(kwargs)
-        named["gout__"] = gout
-        grads: dict[str, np.ndarray] = {}
-        for name, wrt, reverse, reduce in self.kernels:
+        gouts = self._gouts(gout, named)
+        missing = [r for r, g in zip(self.results, self.gouts) if gouts[g] is None]
+        if missing:
+            raise ArgumentError(f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result "
+                                "the loss does not use)")
+        named.update(gouts)
+        if self.uses_edge_ids and graph.num_edges > _F32_EXACT and self._dtype(named) == np.float32:
+            raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
+                                f"below 2^24 edges; this graph has {graph.num_edges}: use float64")
+        values: dict[str, np.ndarray] = {}
+        for name, wrt, reverse, reduce, inputs in self.kernels:
             g = graph.reversed() if reverse else graph
-            part = getattr(self.module, name)(g, threads=threads, **named) if threads is not None \
-                else getattr(self.module, name)(g, **named)
+            call = dict(named)
+            call.update({n: values[n] for n in inputs})
+            kernel = getattr(self.module, name)
+            part = kernel(g, threads=threads, **call) if threads is not None else kernel(g, **call)
             if reduce:  # one partial gradient per vertex of a parameter
                 part = np.asarray(part.sum(axis=0, dtype=part.dtype))
-            grads[wrt] = part if wrt not in grads else grads[wrt] + part
+            values[wrt] = part if wrt not in values else values[wrt] + part
+        grads = {k: v for k, v in values.items() if k in self.params}
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))
         return grads
+
+    def _dtype(self, named: dict) -> Any:
+        for p in self.params:
+            if p in named:
+                return np.asarray(named[p]).dtype
+        return np.float32
