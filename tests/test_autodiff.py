@@ -194,3 +194,244 @@ def test_cli_grad_dumps_gradient_kernels(capsys):
     assert 'graph.aggregate "argmax"' in dump and "graph.edge_id" in dump and '"step"' in dump
     assert main(["compile", "--grad", str(EXAMPLES / "mlp_aggr.gnn"), "--emit", "graph"]) == 1
     assert "'@' is not differentiated yet" in capsys.readouterr().err
+
+
+# ------------------------------------- non-smooth operations: hand-written subgradients
+#
+# Conventions (as torch where it has one): relu'(0) = 0, leaky_relu'(0) = slope,
+# abs'(0) = 0, max(a, b) and min(a, b) give a tie to a; a max / min aggregation
+# gives each element's gradient to the lowest-id in-edge attaining it, or to
+# the first NaN. Inputs on a grid of halves put many values exactly on the kinks.
+
+ELEMENTWISE = """
+kernel ew(x: f64[V, F], z: f64[V, F]) -> f64[V, F] {
+    out[v] = sum(relu(x[u] - z[v]) + 2 * leaky_relu(x[u] - z[v], 0.1) + 3 * abs(x[u] - z[v])
+                 + 5 * max(x[u], z[v]) + 7 * min(x[u], z[v])) + relu(z[v])
+}
+"""
+
+
+def _grid(rng, shape):
+    return rng.integers(-2, 3, shape) / 2.0
+
+
+@pytest.mark.parametrize("target", ["cpu", "reference"])
+def test_elementwise_subgradients_at_the_kinks(target):
+    rng = np.random.default_rng(5)
+    x, z = _grid(rng, (5, 3)), _grid(rng, (5, 3))
+    gout = rng.normal(size=(5, 3))
+    got = compile_grad(ELEMENTWISE, "ew", target=target)(GRAPH, x, z, gout=gout)
+    xs, zd, g = x[GRAPH.src], z[GRAPH.dst], gout[GRAPH.dst]
+    a = xs - zd
+    d_a = (a > 0) + 2 * np.where(a > 0, 1.0, 0.1) + 3 * np.sign(a)
+    dx_edge = g * (d_a + 5 * (xs >= zd) + 7 * (xs <= zd))
+    dz_edge = g * (-d_a + 5 * (zd > xs) + 7 * (zd < xs))
+    want_x, want_z = np.zeros_like(x), gout * (z > 0)
+    np.add.at(want_x, GRAPH.src, dx_edge)
+    np.add.at(want_z, GRAPH.dst, dz_edge)
+    np.testing.assert_allclose(got["x"], want_x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["z"], want_z, rtol=1e-12, atol=1e-12)
+
+
+def test_a_nan_input_gives_a_nan_gradient_through_relu():
+    x = np.array([[np.nan], [1.0], [-1.0], [0.0], [2.0]])
+    src = "kernel r(x: f64[V, F]) -> f64[V, F] {\n    out[v] = relu(x[v])\n}\n"
+    got = compile_grad(src, "r")(GRAPH, x, gout=np.ones((5, 1)))["x"]
+    np.testing.assert_array_equal(got[:, 0], [np.nan, 1.0, 0.0, 0.0, 1.0])
+
+
+MAXES = """
+kernel sage_max(x: f64[V, F]) -> f64[V, F] {
+    out[v] = max(x[u])
+}
+kernel weighted_min(x: f64[V, F], w: f64[E]) -> f64[V, F] {
+    out[v] = min(x[u] * w[e]) + x[v]
+}
+"""
+
+
+def _by_hand_selected(graph, values, gout, kind):
+    """The adjoint of each edge value of a max / min aggregation: gout of its destination where it was chosen."""
+    adj = np.zeros_like(values)
+    for v in range(graph.num_vertices):
+        edges = [e for e in range(graph.num_edges) if graph.dst[e] == v]  # increasing ids
+        for idx in np.ndindex(values.shape[1:]):
+            column = [values[(e,) + idx] for e in edges]
+            if not column:
+                continue
+            nans = [i for i, c in enumerate(column) if np.isnan(c)]
+            best = max(column) if kind == "max" else min(column)
+            chosen = nans[0] if nans else column.index(best)
+            adj[(edges[chosen],) + idx] = gout[(v,) + idx]
+    return adj
+
+
+def _check_maxes(graph, x, w, gout, dtype=np.float64):
+    source = MAXES if dtype == np.float64 else MAXES.replace("f64", "f32")
+    a_max = _by_hand_selected(graph, x[graph.src].astype(np.float64), gout.astype(np.float64), "max")
+    want_max = np.zeros(x.shape)
+    np.add.at(want_max, graph.src, a_max)
+    values = x[graph.src].astype(np.float64) * w[:, None]
+    a_min = _by_hand_selected(graph, values, gout.astype(np.float64), "min")
+    want_x = gout.astype(np.float64).copy()
+    np.add.at(want_x, graph.src, a_min * w[:, None])
+    want_w = np.sum(a_min * x[graph.src], axis=1)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for target in ("cpu", "reference"):
+        got = compile_grad(source, "sage_max", target=target)(graph, x, gout=gout)
+        np.testing.assert_allclose(got["x"], want_max, rtol=tol, atol=tol)
+        got = compile_grad(source, "weighted_min", target=target)(graph, x, w, gout=gout)
+        np.testing.assert_allclose(got["x"], want_x, rtol=tol, atol=tol)
+        np.testing.assert_allclose(got["w"], want_w, rtol=tol, atol=tol)
+        assert target == "reference" or got["x"].dtype == dtype
+
+
+def test_max_min_aggregation_gradients_go_to_the_first_attaining_edge():
+    rng = np.random.default_rng(7)
+    x = rng.integers(-1, 2, (5, 3)).astype(np.float64)  # ties; 0->1 twice ties by construction
+    w = rng.integers(-1, 2, 8).astype(np.float64)
+    _check_maxes(GRAPH, x, w, rng.normal(size=(5, 3)))
+
+
+def test_max_aggregation_gradient_goes_to_the_first_nan():
+    x = np.array([[1.0], [np.nan], [np.nan], [0.0], [3.0]])
+    got = compile_grad(MAXES, "sage_max")(GRAPH, x, gout=np.arange(1.0, 6.0)[:, None])["x"]
+    # by hand, destination by destination (in-edges by id, source in brackets):
+    # 0 <- 2 (2: NaN), 7 (3): edge 2, from vertex 2, carries gout[0] = 1
+    # 1 <- 0 (0), 4 (3), 5 (0), 6 (2: NaN): edge 6, from vertex 2, carries gout[1] = 2
+    # 2 <- 1 (1: NaN), 3 (2: NaN): the first NaN, edge 1 from vertex 1, carries gout[2] = 3
+    want = np.array([[0.0], [3.0], [1.0 + 2.0], [0.0], [0.0]])
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=min(8, settings().max_examples))
+@given(graph=graphs(max_vertices=10, max_edges=30), f=st.sampled_from([1, 3]), seed=st.integers(0, 2**31 - 1),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_max_min_gradients_on_random_graphs(graph, f, seed, dtype):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-1, 2, (graph.num_vertices, f)).astype(dtype)
+    w = rng.integers(-1, 2, graph.num_edges).astype(dtype)
+    gout = rng.normal(size=(graph.num_vertices, f)).astype(dtype)
+    _check_maxes(graph, x, w, gout, dtype)
+
+
+# ------------------------------------------------- softmax, GAT, staged kernels
+
+GAT = """
+kernel gat1(h: f64[V, H, F], el: f64[V, H], er: f64[V, H]) -> f64[V, H, F] {
+    s[e]   = leaky_relu(el[u] + er[v], 0.2)
+    out[v] = sum(softmax(s[e]) * h[u])
+}
+kernel gat2(h: f64[V, H, F], el: f64[V, H], er: f64[V, H]) -> (out: f64[V, H, F], alpha: f64[E, H]) {
+    s[e]     = leaky_relu(el[u] + er[v], 0.2)
+    alpha[e] = softmax(s[e])
+    out[v]   = sum(alpha[e] * h[u])
+}
+kernel two_hop(x: f64[V, F]) -> f64[V, F] {
+    h[v]   = mean(x[u])
+    out[v] = sum(h[u] * x[v]) + h[v] * h[v]
+}
+kernel quotient(x: f64[V, F], w: f64[E]) -> f64[V, F] {
+    out[v] = sum(w[e] * x[u]) / (1 + sum(w[e] * w[e])) + max(tanh(x[u]) * w[e])
+}
+"""
+
+
+def _numeric(forward, graph, args, gouts, name, h=1e-6):
+    grad = np.zeros_like(args[name])
+    for i in range(grad.size):
+        plus = {k: v.copy() for k, v in args.items()}
+        minus = {k: v.copy() for k, v in args.items()}
+        plus[name].reshape(-1)[i] += h
+        minus[name].reshape(-1)[i] -= h
+        a, b = forward(graph, **plus), forward(graph, **minus)
+        a, b = (a, b) if isinstance(a, dict) else ({"out": a}, {"out": b})
+        grad.reshape(-1)[i] = sum(np.sum((a[k] - b[k]) * gouts[k]) for k in a) / (2 * h)
+    return grad
+
+
+@pytest.mark.parametrize("name", ["gat1", "gat2", "two_hop", "quotient"])
+def test_staged_gradients_match_finite_differences(name):
+    """Smooth away from ties and kinks (continuous random inputs): central differences apply."""
+    kernel = parse_and_check(GAT).kernel(name)
+    rng = np.random.default_rng(11)
+    args = _inputs(kernel, rng, {"F": 3, "H": 2})
+    args = {k: v - 0.85 for k, v in args.items()}  # both signs: leaky_relu's two slopes
+    forward = getattr(gnnc.compile(GAT, target="reference"), name)
+    result = forward(GRAPH, **args)
+    result = result if isinstance(result, dict) else {"out": result}
+    gouts = {k: rng.normal(size=v.shape) for k, v in result.items()}
+    gout = gouts if len(gouts) > 1 else gouts["out"]
+    compiled = compile_grad(GAT, name)(GRAPH, gout=gout, **args)
+    reference = compile_grad(GAT, name, target="reference")(GRAPH, gout=gout, **args)
+    for p in args:
+        np.testing.assert_allclose(reference[p], _numeric(forward, GRAPH, args, gouts, p), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
+
+
+def test_gat_gradient_by_hand():
+    """d s = alpha * (g - sum over the destination's in-edges of alpha * g), g = <gout[v], h[u]> per head."""
+    kernel = parse_and_check(GAT).kernel("gat1")
+    rng = np.random.default_rng(2)
+    args = {k: v - 0.85 for k, v in _inputs(kernel, rng, {"F": 3, "H": 2}).items()}
+    h, el, er = args["h"], args["el"], args["er"]
+    gout = rng.normal(size=h.shape)
+    src, dst, V = GRAPH.src, GRAPH.dst, GRAPH.num_vertices
+    pre = el[src] + er[dst]
+    s = np.where(pre > 0, pre, 0.2 * pre)
+    peak = np.full((V, 2), -np.inf)
+    np.maximum.at(peak, dst, s)
+    ex = np.exp(s - peak[dst])
+    z = np.zeros((V, 2))
+    np.add.at(z, dst, ex)
+    alpha = ex / z[dst]
+    g = np.sum(gout[dst] * h[src], axis=-1)
+    c = np.zeros((V, 2))
+    np.add.at(c, dst, alpha * g)
+    ds = alpha * (g - c[dst]) * np.where(pre > 0, 1.0, 0.2)
+    want = {"h": np.zeros_like(h), "el": np.zeros_like(el), "er": np.zeros_like(er)}
+    np.add.at(want["h"], src, alpha[..., None] * gout[dst])
+    np.add.at(want["el"], src, ds)
+    np.add.at(want["er"], dst, ds)
+    got = compile_grad(GAT, "gat1")(GRAPH, h, el, er, gout=gout)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
+
+
+def test_gat_stages_are_per_edge_and_head_never_per_feature():
+    from gnnc.frontend.grad import gradient_program
+
+    grad = gradient_program(parse_and_check(GAT).kernel("gat1"))
+    stages = [k for k in grad.kernels if k.wrt.endswith("__")]
+    assert stages and all(not k.reverse for k in stages)
+    assert "-> f64[E, H] {" in grad.source and "-> f64[E, H, F]" not in grad.source
+    # the reversed-graph kernels read the softmax weights saved on the forward graph
+    assert all("softmax" not in piece for piece in grad.source.split("kernel ")[1:] if "__grad_" in piece)
+
+
+@settings(max_examples=min(6, settings().max_examples))
+@given(graph=graphs(max_vertices=10, max_edges=30), seed=st.integers(0, 2**31 - 1),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_gat_gradients_on_random_graphs(graph, seed, dtype):
+    """Compiled against the reference's gradients (empty graphs, isolated vertices, duplicates, H = F = 1 too)."""
+    rng = np.random.default_rng(seed)
+    n, H, F = graph.num_vertices, int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    args = {"h": rng.normal(size=(n, H, F)), "el": rng.normal(size=(n, H)), "er": rng.normal(size=(n, H))}
+    source = GAT if dtype == np.float64 else GAT.replace("f64", "f32")
+    args = {k: v.astype(dtype) for k, v in args.items()}
+    gouts = {"out": rng.normal(size=(n, H, F)).astype(dtype), "alpha": rng.normal(size=(graph.num_edges, H)).astype(dtype)}
+    got = compile_grad(source, "gat2")(graph, gout=gouts, **args)
+    want = compile_grad(source, "gat2", target="reference")(graph, gout=gouts, **args)
+    from tests.helpers import assert_matches
+
+    for k in args:
+        assert_matches(got[k], want[k], graph, dtype)
+
+
+def test_several_results_need_a_gout_dict():
+    grad = compile_grad(GAT, "gat2", target="reference")
+    h, el = np.ones((5, 1, 1)), np.ones((5, 1))
+    with pytest.raises(gnnc.ArgumentError, match="pass gout as a dict"):
+        grad(GRAPH, h, el, el, gout=np.ones((5, 1, 1)))
+    with pytest.raises(gnnc.ArgumentError, match="no gout for result alpha"):
+        grad(GRAPH, h, el, el, gout={"out": np.ones((5, 1, 1))})

@@ -71,14 +71,16 @@ class Gradient:
             raise ArgumentError(f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result "
                                 "the loss does not use)")
         named.update(gouts)
-        if self.uses_edge_ids and graph.num_edges > _F32_EXACT and self._dtype(named) == np.float32:
+        if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
             raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
                                 f"below 2^24 edges; this graph has {graph.num_edges}: use float64")
         values: dict[str, np.ndarray] = {}
+        dtype = self._dtype(named)
         for name, wrt, reverse, reduce, inputs in self.kernels:
             g = graph.reversed() if reverse else graph
             call = dict(named)
-            call.update({n: values[n] for n in inputs})
+            # the reference module returns float64 whatever the kernel's type: intermediates take it back
+            call.update({n: values[n].astype(dtype, copy=False) for n in inputs})
             kernel = getattr(self.module, name)
             part = kernel(g, threads=threads, **call) if threads is not None else kernel(g, **call)
             if reduce:  # one partial gradient per vertex of a parameter
