@@ -2,6 +2,7 @@
 
     conv = gnnc.torch.kernel("examples/gcn.gnn", "gcn")
     out = conv(graph, x, w)          # graph: gnnc.Graph or a 2 x E edge_index tensor
+                                     # (a tuple of tensors for a kernel with several results)
     out.sum().backward()             # gradient kernels, generated and compiled on first use
 
 Tensors cross into the kernels without copies (CPU tensors share memory with
@@ -62,9 +63,8 @@ class Kernel:
             kernel = program.kernel(name)
         except KeyError:
             raise CompileError(f"no kernel named {name} in {self.file}") from None
-        if len(kernel.results) != 1:
-            raise CompileError(f"{name}: gnnc.torch supports kernels with one result for now")
         self.name = name
+        self.results = [r.name for r in kernel.results]
         self.params = [p.name for p in kernel.params]
         self.options = options
         self._sources = {kernel.dtype: source}
@@ -86,7 +86,8 @@ class Kernel:
             self._backward[dtype] = compile_grad(self._sources[dtype], self.name, **self.options)
         return self._backward[dtype]
 
-    def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None) -> torch.Tensor:
+    def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None) -> Any:
+        """The result, or a tuple of the results in signature order for a kernel with several."""
         if len(inputs) != len(self.params):
             raise ArgumentError(f"{self.name} takes {len(self.params)} inputs ({', '.join(self.params)}), "
                                 f"got {len(inputs)}")
@@ -104,16 +105,18 @@ def _dtype_name(inputs: tuple[torch.Tensor, ...]) -> str:
 
 class _KernelFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, op: Kernel, graph: gnnc.Graph, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, op: Kernel, graph: gnnc.Graph, *inputs: torch.Tensor) -> Any:
         dtype = _dtype_name(inputs)
         arrays = [_numpy(t) for t in inputs]
         out = op.forward_kernel(dtype)(graph, *arrays)
         ctx.op, ctx.graph, ctx.dtype = op, graph, dtype
         ctx.save_for_backward(*inputs)
-        return torch.from_numpy(out)
+        if len(op.results) == 1:
+            return torch.from_numpy(out)
+        return tuple(torch.from_numpy(out[r]) for r in op.results)
 
     @staticmethod
-    def backward(ctx: Any, gout: torch.Tensor) -> tuple:
+    def backward(ctx: Any, *gouts: torch.Tensor) -> tuple:
         inputs = ctx.saved_tensors
         wanted = [i for i, need in enumerate(ctx.needs_input_grad[2:]) if need]
         grad = ctx.op.gradient(ctx.dtype)
@@ -122,7 +125,11 @@ class _KernelFunction(torch.autograd.Function):
                 raise CompileError(f"{ctx.op.name}: the gradient of '{ctx.op.params[i]}' (a parameter without a V "
                                    "or E axis) is not generated yet; pass it without requires_grad")
         arrays = [_numpy(t) for t in inputs]
-        grads = grad(ctx.graph, *arrays, gout=_numpy(gout))
+        if len(gouts) == 1:
+            gout: Any = _numpy(gouts[0])
+        else:  # autograd gives zeros for a result the loss does not use
+            gout = {r: _numpy(g) for r, g in zip(ctx.op.results, gouts)}
+        grads = grad(ctx.graph, *arrays, gout=gout)
         result: list[torch.Tensor | None] = [None, None]
         for i, name in enumerate(ctx.op.params):
             result.append(torch.from_numpy(grads[name]) if i in wanted and name in grads else None)
