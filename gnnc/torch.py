@@ -119,6 +119,8 @@ class _KernelFunction(torch.autograd.Function):
     def backward(ctx: Any, *gouts: torch.Tensor) -> tuple:
         inputs = ctx.saved_tensors
         wanted = [i for i, need in enumerate(ctx.needs_input_grad[2:]) if need]
+        if not wanted:  # e.g. a first layer's kernel on the raw features
+            return (None,) * (2 + len(inputs))
         grad = ctx.op.gradient(ctx.dtype)
         for i in wanted:
             if ctx.op.params[i] in grad.skipped:

@@ -22,10 +22,32 @@ A parameter without a V/E axis (`eps`) gets a vertex kernel of partial
 gradients (each destination: its in-edges' terms and its own), which the
 runtime sums.
 
-Not differentiated yet (a `CompileError` says so): `@`, `softmax`, `max`/`min`
-aggregations and the non-smooth elementwise functions (they need argmax
-bookkeeping or a step function the language lacks), vertex values read by a
-later statement, and kernels with several results.
+Values that depend on a destination's whole in-edge set cannot be
+recomputed inside another aggregation or on the reversed graph, so they
+become *intermediates*: a stage kernel on the forward graph writes them to a
+V or E tensor (`st0__`) that later kernels take as an input, and the runtime
+runs the kernels in order (`runtime.gradient`). That gives, all as fused
+kernels of the same pipeline:
+
+- `softmax`: d s = alpha * (g - sum_in(alpha * g)); alpha is saved per edge
+  (and head: [E, H], never per feature) and the per-destination sum is a
+  stage: gat_conv's gradient is five kernels, these two stages, then one
+  each for h, el and er;
+- `max` / `min` aggregations: a stage `argmax(...)` / `argmin(...)` keeps,
+  per destination and element, the id of the in-edge that won (the lowest
+  id on a tie, the first NaN); the gradient kernels pass the gradient to the
+  edge with `step(0.5 - abs(edge_id(e) - id[v]))`. A [V, F] tensor of ids,
+  no E x F mask. In float32 ids are exact below 2^24 edges (checked);
+- aggregates read elsewhere (`sum(a) / sum(b)`), vertex values read by
+  later statements (their forward values and their adjoints are stages),
+  and several results (`gout_NAME__` per result);
+- the non-smooth elementwise functions, through the `step` builtin (step(0)
+  = 0, step(NaN) = NaN): relu'(0) = 0, leaky_relu'(0) = slope, abs'(0) = 0
+  (as torch), `max(a, b)` / `min(a, b)` give a tie to `a`. A NaN operand
+  of these gives a NaN gradient.
+
+Not differentiated yet (a `CompileError` says so): `@` (the gradient w.r.t.
+the matrix needs an outer product per edge).
 """
 
 from __future__ import annotations
