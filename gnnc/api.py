@@ -115,5 +115,5 @@ def compile_grad(
     return Gradient(
         module, kernel, [(k.name, k.wrt, k.reverse, k.reduce, k.inputs) for k in grad.kernels],
         [p.name for p in forward.params], grad.constant, grad.skipped,
-        [r.name for r in forward.results], grad.gouts, "edge_id(e)" in grad.source,
+        [r.name for r in forward.results], grad.gouts, "edge_id(e)" in grad.source, grad.transposes,
     )

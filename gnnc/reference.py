@@ -185,6 +185,11 @@ class _Evaluator:
             if a.shape[1:] != b.shape[1:] or a.ndim < 2:
                 raise _ReferenceError(f"dot of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
             return np.sum(a * b, axis=-1)
+        if f == "outer":
+            a, b = self.expr(e.args[0], mode), self.expr(e.args[1], mode)
+            if a.ndim < 2 or b.ndim < 2 or a.shape[1:-1] != b.shape[1:-1]:
+                raise _ReferenceError(f"outer of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
+            return a[..., :, None] * b[..., None, :]
         if f == "softmax":
             if mode != "edge":
                 raise _ReferenceError("softmax in a vertex expression")

@@ -32,6 +32,7 @@ CASES = {
     "gat_conv": lambda: (_input((V, 2, 3)), (_input((V, 2), False) - 0.7).requires_grad_(),
                          (_input((V, 2), False) - 0.7).requires_grad_()),
     "sage_max": lambda: (_input((V, 3)),),
+    "mlp_aggr": lambda: ((_input((V, 3), False) - 0.6).requires_grad_(), (_input((3, 2), False) - 0.6).requires_grad_()),
 }
 
 
@@ -105,6 +106,6 @@ def test_errors_are_gnnc_errors():
         op(EDGE_INDEX, x.float(), eps, num_vertices=V)
     with pytest.raises(gnnc.ArgumentError, match="takes 2 inputs"):
         op(EDGE_INDEX, x, num_vertices=V)
-    mlp = gt.kernel(EXAMPLES / "mlp_aggr.gnn", "mlp_aggr")
+    heads = gt.kernel("kernel k(y: f32[V, H, K], W: f32[K, N]) -> f32[V, H, N] {\n    out[v] = sum(y[u] @ W)\n}\n", "k")
     with pytest.raises(gnnc.CompileError, match="not differentiated yet"):
-        mlp(EDGE_INDEX, _input((V, 2)), _input((2, 3)), num_vertices=V).sum().backward()
+        heads(EDGE_INDEX, _input((V, 2, 2)), _input((2, 3)), num_vertices=V).sum().backward()

@@ -429,6 +429,34 @@ class DotOp(IRDLOperation):
 
 
 @irdl_op_definition
+class OuterOp(IRDLOperation):
+    """`outer(a, b)`: [..., K] and [..., N] give [..., K, N] (the gradient of `@` w.r.t. its matrix)."""
+
+    name = "graph.outer"
+
+    lhs = operand_def(ValueType)
+    rhs = operand_def(ValueType)
+    result = result_def(ValueType)
+
+    assembly_format = "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        a, b = _value_type(lhs), _value_type(rhs)
+        gtype = join_graph_types(a.kind, b.kind) or "E"
+        super().__init__(operands=[lhs, rhs], result_types=[ValueType(gtype, a.element_type, a.shape + b.shape[-1:])])
+
+    def verify_(self) -> None:
+        _check_elem(self, self.lhs, self.rhs)
+        a, b, r = _value_type(self.lhs), _value_type(self.rhs), _value_type(self.result)
+        if not a.shape or not b.shape or a.shape[:-1] != b.shape[:-1]:
+            raise VerifyException(f"graph.outer needs [..., K] and [..., N], got {list(a.shape)} and {list(b.shape)}")
+        gtype = join_graph_types(a.kind, b.kind)
+        if gtype is None or (r.kind, r.shape) != (gtype, a.shape + b.shape[-1:]):
+            raise VerifyException("graph.outer result must be [..., K, N] and join the graph types")
+
+
+@irdl_op_definition
 class MatVecOp(IRDLOperation):
     """`a @ W`: `a` of shape [..., K] times a parameter matrix [K, N] gives [..., N]."""
 
@@ -567,6 +595,7 @@ Graph = Dialect(
         BinaryOp,
         UnaryOp,
         DotOp,
+        OuterOp,
         MatVecOp,
         AggregateOp,
         EdgeSoftmaxOp,

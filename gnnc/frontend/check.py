@@ -559,6 +559,17 @@ class _KernelChecker:
             b = e.args[1]
             e.shape = self.broadcast(ashape, b.shape or (), e.loc, f)
             e.gtype = self.combine(a, b, e.loc)
+        elif f == "outer":
+            b = e.args[1]
+            bshape = b.shape or ()
+            if not ashape or not bshape or ashape[:-1] != bshape[:-1]:
+                raise self.error(
+                    f"outer needs operands [..., K] and [..., N] with the same leading axes, got "
+                    f"{_fmt_shape(ashape)} and {_fmt_shape(bshape)}",
+                    e.loc,
+                )
+            e.shape = ashape + bshape[-1:]
+            e.gtype = self.combine(a, b, e.loc)
         elif f == "dot":
             b = e.args[1]
             bshape = b.shape or ()

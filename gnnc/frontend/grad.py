@@ -46,8 +46,12 @@ kernels of the same pipeline:
   (as torch), `max(a, b)` / `min(a, b)` give a tie to `a`. A NaN operand
   of these gives a NaN gradient.
 
-Not differentiated yet (a `CompileError` says so): `@` (the gradient w.r.t.
-the matrix needs an outer product per edge).
+`a @ W`: d a = adj @ W^T, where W^T (`W_T__`) is an input the runtime
+transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
+computes it, one [K, N] partial per destination summed by the runtime (so
+V x K x N floats of partials). Not differentiated yet (a `CompileError` says
+so): d W when `a` has leading axes (`[H, K] @ W`), whose sum over heads the
+language cannot write.
 """
 
 from __future__ import annotations
@@ -95,6 +99,8 @@ class GradProgram:
     skipped: list[str]
     #: The incoming gradients' parameter names, one per result, in result order.
     gouts: list[str] = field(default_factory=list)
+    #: Matrices W of `a @ W` whose transpose (`W_T__`) the kernels take; the runtime makes it.
+    transposes: list[str] = field(default_factory=list)
 
 
 def _fmt_type(t: ast.TensorType) -> str:
@@ -119,6 +125,16 @@ def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
         # `adj * 0 + 1` is a ones tensor of adj's shape; dot with it sums the last axis
         adj = f"dot({adj}, (({adj}) * 0.0 + 1.0))"
     return adj
+
+
+def transpose_name(matrix: str) -> str:
+    return f"{matrix}_T__"
+
+
+def _walk(e: ast.Expr):
+    yield e
+    for c in _children(e):
+        yield from _walk(c)
 
 
 def _children(e: ast.Expr) -> list[ast.Expr]:
@@ -154,6 +170,12 @@ class _Builder:
         self.signature = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in kernel.params)
         for r in kernel.results:
             self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
+        params = {p.name: p for p in kernel.params}
+        self.transposes = sorted({e.rhs.name for d in kernel.body for e in _walk(d.value)
+                                  if isinstance(e, ast.Binary) and e.op == "@"})  # type: ignore[attr-defined]
+        for w in self.transposes:
+            k, n = params[w].type.shape
+            self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, None, (n, k))}"
         self.pieces: list[str] = []
         self.kernels: list[GradKernel] = []
         self.stage_types: dict[str, str] = {}
@@ -362,7 +384,14 @@ class _Differentiator:
         a, b = e.lhs, e.rhs
         ta, tb = self.text(a), self.text(b)
         if e.op == "@":
-            raise self.fail(e, "'@'")
+            # d a = adj @ W^T (a kernel input the runtime transposes); d W = sum of outer(a, adj)
+            assert isinstance(b, ast.Name)
+            self.back(a, f"(({adj}) @ {transpose_name(b.name)})", ctx)
+            if self.depends(b):
+                if len(a.shape or ()) != 1:
+                    raise self.fail(e, "the gradient of '@' w.r.t. its matrix for an operand with leading axes")
+                self.contributions.append(("p", ctx, f"outer({ta}, {adj})"))
+            return
         if e.op == "+":
             parts = (adj, adj)
         elif e.op == "-":
@@ -451,7 +480,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         except SourceError as exc:
             raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
     gouts = [gout_name(kernel, r.name) for r in kernel.results]
-    return GradProgram(kernel.name, source, builder.kernels, constant, skipped, gouts)
+    return GradProgram(kernel.name, source, builder.kernels, constant, skipped, gouts, builder.transposes)
 
 
 def gradient_source(source: str, file: str, kernels: list[str] | None = None) -> str:

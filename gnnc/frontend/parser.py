@@ -37,7 +37,7 @@ from gnnc.frontend.lexer import Token, tokenize
 MAX_NESTING = 100
 
 #: Functions taking expressions as arguments (besides aggregations).
-CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "softmax"}
+CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "outer", "softmax"}
 DEGREE_FUNCTIONS = {"deg_in": "in", "deg_out": "out"}
 
 

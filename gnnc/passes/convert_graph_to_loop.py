@@ -1056,6 +1056,10 @@ class KernelLowering:
             return self.em.op(cls(lhs, rhs))
         if isinstance(op, graph.UnaryOp):
             return self._unary(op, self.value_at(op.operand, idx, ctx))
+        if isinstance(op, graph.OuterOp):
+            lhs = self.value_at(op.lhs, idx[:-1], ctx)
+            rhs = self.value_at(op.rhs, idx[:-2] + idx[-1:], ctx)
+            return self.em.op(arith.MulfOp(lhs, rhs))
         if isinstance(op, graph.AggregateOp):
             acc = self.acc[(op, "agg")]
             return self.load(acc.buffer, self.linear(acc.base, acc.shape, idx))

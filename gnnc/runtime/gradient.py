@@ -32,7 +32,8 @@ class Gradient:
 
     def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
                  params: list[str], constant: list[str], skipped: list[str],
-                 results: list[str] | None = None, gouts: list[str] | None = None, uses_edge_ids: bool = False):
+                 results: list[str] | None = None, gouts: list[str] | None = None, uses_edge_ids: bool = False,
+                 transposes: list[str] | None = None):
         self.module = module
         self.name = kernel
         self.kernels = kernels
@@ -42,6 +43,7 @@ class Gradient:
         self.results = results or ["out"]
         self.gouts = gouts or ["gout__"]
         self.uses_edge_ids = uses_edge_ids
+        self.transposes = transposes or []
 
     def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
         if len(self.results) == 1:
@@ -71,6 +73,10 @@ class Gradient:
             raise ArgumentError(f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result "
                                 "the loss does not use)")
         named.update(gouts)
+        for w in self.transposes:  # `a @ W` backwards is `adj @ W^T`
+            if w not in named:
+                raise ArgumentError(f"{self.name}: input '{w}' is missing")
+            named[f"{w}_T__"] = np.ascontiguousarray(np.swapaxes(np.asarray(named[w]), 0, 1))
         if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
             raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
                                 f"below 2^24 edges; this graph has {graph.num_edges}: use float64")

@@ -1,4 +1,4 @@
-"""step, edge_id, argmax and argmin (what generated gradients of relu, abs, max and min use): compiled = reference."""
+"""step, edge_id, argmax, argmin and outer (what generated gradients of relu, abs, max, min and @ use): compiled = reference."""
 
 from __future__ import annotations
 
@@ -102,3 +102,21 @@ def test_argmax_argmin_match_the_reference_on_random_graphs(graph, f, seed, dtyp
     want = gnnc.compile(source, target="reference").best(graph, x, w)
     assert_matches(got, want, graph, dtype)
     np.testing.assert_array_equal(want["lo"], _by_hand_arg(graph, x[graph.src].astype(np.float64), "min"))
+
+
+def test_outer_matches_the_reference_and_numpy():
+    source = """
+kernel o(x: f64[V, H, K], y: f64[V, H, N], w: f64[E]) -> f64[V, H, K, N] {
+    out[v] = sum(outer(x[u] * w[e], y[v])) + outer(x[v], y[v])
+}
+"""
+    with pytest.raises(gnnc.SourceError, match="outer needs operands"):
+        gnnc.compile("kernel o(x: f32[V, K], y: f32[V, H, N]) -> f32[V, K, N] {\n    out[v] = outer(x[v], y[v])\n}\n")
+    rng = np.random.default_rng(0)
+    x, y, w = rng.normal(size=(5, 2, 3)), rng.normal(size=(5, 2, 4)), rng.normal(size=8)
+    got = gnnc.compile(source).o(GRAPH, x, y, w)
+    want = gnnc.compile(source, target="reference").o(GRAPH, x, y, w)
+    by_hand = np.einsum("vhk,vhn->vhkn", x, y)
+    np.add.at(by_hand, GRAPH.dst, np.einsum("ehk,ehn->ehkn", x[GRAPH.src] * w[:, None, None], y[GRAPH.dst]))
+    np.testing.assert_allclose(want, by_hand, rtol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
