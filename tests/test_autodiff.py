@@ -450,3 +450,58 @@ def test_several_results_need_a_gout_dict():
         grad(GRAPH, h, el, el, gout=np.ones((5, 1, 1)))
     with pytest.raises(gnnc.ArgumentError, match="no gout for result alpha"):
         grad(GRAPH, h, el, el, gout={"out": np.ones((5, 1, 1))})
+
+
+_NS_ATOMS = ["x[u]", "x[v]", "w[e]", "y[u]", "y[v]", "deg_in(v)", "0.5", "c"]
+_NS_UNARY = ["relu({0})", "abs({0})", "leaky_relu({0}, 0.1)", "tanh({0})", "-({0})", "sigmoid({0})"]
+_NS_BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "max({0}, {1})", "min({0}, {1})"]
+
+
+@st.composite
+def _ns_exprs(draw, depth=3):
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(_NS_ATOMS))
+    if draw(st.booleans()):
+        return draw(st.sampled_from(_NS_UNARY)).format(draw(_ns_exprs(depth - 1)))
+    return draw(st.sampled_from(_NS_BINARY)).format(draw(_ns_exprs(depth - 1)), draw(_ns_exprs(depth - 1)))
+
+
+@st.composite
+def _ns_kernels(draw):
+    """Non-smooth and staged: max / min aggregations, softmax weights, a vertex value read at u, edge results."""
+    body = draw(_ns_exprs())
+    if "x[" not in body:
+        body = f"({body}) * x[u]"
+    score = draw(_ns_exprs(2)).replace("x[u]", "y[u]").replace("x[v]", "y[v]")
+    form = draw(st.sampled_from(["agg", "softmax", "two_phase", "edge"]))
+    if form == "agg":
+        agg = draw(st.sampled_from(["max", "min", "sum", "mean"]))
+        stmts, result = [f"out[v] = {agg}({body}) + relu(x[v]) * y[v]"], "f64[V, F]"
+    elif form == "softmax":
+        stmts, result = [f"a[e] = softmax({score})", f"out[v] = sum(a[e] * {body}) + a_sum[v]"], "f64[V, F]"
+        stmts = [stmts[0], f"a_sum[v] = max(a[e] * {body})", stmts[1]]
+    elif form == "two_phase":
+        stmts = [f"h[v] = max({body})", f"out[v] = sum(abs(h[u] - x[v]) * w[e]) + min(h[v], x[v])"]
+        result = "f64[V, F]"
+    else:
+        stmts, result = [f"out[e] = {body} * max(y[u], y[v])"], "f64[E, F]"
+    text = "\n    ".join(stmts)
+    return f"kernel k(x: f64[V, F], y: f64[V], w: f64[E], c: f64) -> {result} {{\n    {text}\n}}\n"
+
+
+@settings(max_examples=min(8, settings().max_examples))
+@given(graph=graphs(max_vertices=12, max_edges=40), source=_ns_kernels(), f=st.sampled_from([1, 3]),
+       seed=st.integers(0, 2**31 - 1))
+def test_random_non_smooth_kernels_compiled_gradients_match_the_reference(graph, source, f, seed):
+    rng = np.random.default_rng(seed)
+    n, m = graph.num_vertices, graph.num_edges
+    args = {"x": rng.uniform(-1, 1, (n, f)), "y": rng.uniform(-1, 1, n), "w": rng.uniform(-1, 1, m),
+            "c": np.array(rng.uniform(-1, 1))}
+    forward = gnnc.compile(source, target="reference").k
+    gout = rng.normal(size=forward(graph, **args).shape)
+    compiled = compile_grad(source, "k")(graph, gout=gout, **args)
+    reference = compile_grad(source, "k", target="reference")(graph, gout=gout, **args)
+    assert set(compiled) == set(reference) == set(args)
+    for name in args:
+        scale = 1 + np.abs(reference[name]).max(initial=0)
+        np.testing.assert_allclose(compiled[name], reference[name], rtol=1e-9, atol=1e-9 * scale)
