@@ -297,6 +297,8 @@ class _Differentiator:
         self.contributions: list[tuple[str, str, str]] = []
         # the same for vertex values read by later statements (and vertex results)
         self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
+        # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
+        self.softmax_adjoints: dict[int, list[str]] = {}
         self._depends: dict[str, bool] = {}
 
     def text(self, e: ast.Expr) -> str:
@@ -323,7 +325,12 @@ class _Differentiator:
         )
 
     def run(self) -> None:
-        """Seeds every result with its gout, then walks vertex statements last to first."""
+        """Seeds every result with its gout, then walks the statements last to first.
+
+        A vertex value's adjoint, and a softmax's, is complete once every
+        later statement is done (edge values are inlined where they are
+        read, so their softmaxes collect adjoints from all readers first).
+        """
         for r in self.kernel.results:
             d = next(d for d in self.kernel.body if d.name == r.name)
             seed = f"{gout_name(self.kernel, r.name)}[{d.index}]"
@@ -333,13 +340,25 @@ class _Differentiator:
                 self.vertex_adjoints.setdefault(d.name, []).append(("v", "vertex", seed))
         for d in reversed(self.kernel.body):
             found = self.vertex_adjoints.get(d.name)
-            if d.index != "v" or not found or not self.depends(d.value):
-                continue
-            if len(found) == 1 and found[0][:2] == ("v", "vertex"):
-                adj = found[0][2]  # one direct use at its own vertex (a result's seed): no stage needed
-            else:
-                adj = self.builder.vertex_gradient(d, found)
-            self.back(d.value, adj, "vertex")
+            if d.index == "v" and found and self.depends(d.value):
+                if len(found) == 1 and found[0][:2] == ("v", "vertex"):
+                    adj = found[0][2]  # one direct use at its own vertex (a result's seed): no stage needed
+                else:
+                    adj = self.builder.vertex_gradient(d, found)
+                self.back(d.value, adj, "vertex")
+            # outermost first: an inner softmax's adjoint comes from the outer one's step
+            for node in _walk(d.value):
+                if isinstance(node, ast.Call) and node.func == "softmax" and id(node) in self.softmax_adjoints:
+                    self.softmax_back(node, self.softmax_adjoints.pop(id(node)))
+        assert not self.softmax_adjoints, "a softmax outside the kernel's statements"
+
+    def softmax_back(self, e: ast.Call, adjoints: list[str]) -> None:
+        """d s[e] = alpha[e] * (g[e] - sum over the destination's in-edges of alpha * g)."""
+        (s,) = e.args
+        adj = " + ".join(f"({a})" for a in adjoints)
+        alpha = self.text(e)
+        weighted = self.builder.stage(f"sum({alpha} * ({adj}))", "v", e.shape or ())
+        self.back(s, f"({alpha} * (({adj}) - {weighted}[v]))", "edge")
 
     def back(self, e: ast.Expr, adj: str, ctx: str) -> None:
         if not self.depends(e):
@@ -424,11 +443,7 @@ class _Differentiator:
                 self.back(operand, _reduce_to(part, shape, operand.shape or ()), ctx)
             return
         if e.func == "softmax":
-            # d s[e] = alpha[e] * (g[e] - sum over the destination's in-edges of alpha * g)
-            (s,) = e.args
-            alpha = self.text(e)
-            weighted = self.builder.stage(f"sum({alpha} * ({adj}))", "v", shape)
-            self.back(s, f"({alpha} * (({adj}) - {weighted}[v]))", "edge")
+            self.softmax_adjoints.setdefault(id(e), []).append(adj)  # `run` steps back once all are in
             return
         if e.func == "step":
             return  # zero almost everywhere
