@@ -505,3 +505,32 @@ def test_random_non_smooth_kernels_compiled_gradients_match_the_reference(graph,
     for name in args:
         scale = 1 + np.abs(reference[name]).max(initial=0)
         np.testing.assert_allclose(compiled[name], reference[name], rtol=1e-9, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", ["sage_max", "gat_conv", "mlp_aggr"])
+def test_gradient_kernels_under_the_cuda_thread_mapping_emulation(name):
+    """The generated kernels (argmax stages, softmax stages, W^T) under the default cuda mapping, emulated on the CPU."""
+    path = EXAMPLES / f"{name}.gnn"
+    kernel = parse_and_check(path.read_text()).kernel(name)
+    rng = np.random.default_rng(4)
+    args = {k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()}
+    if name == "sage_max":
+        args["x"] = rng.integers(-1, 2, args["x"].shape).astype(np.float32)  # ties
+    out = getattr(gnnc.compile(path, target="reference"), name)(GRAPH, **args)
+    gout = rng.normal(size=out.shape).astype(np.float32)
+    want = compile_grad(path, name, target="reference")(GRAPH, gout=gout, **args)
+    got = compile_grad(path, name, target="cuda-emulation")(GRAPH, gout=gout, **args)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def test_float32_edge_ids_are_exact_only_below_2_to_the_24(monkeypatch):
+    from gnnc.runtime import gradient
+
+    monkeypatch.setattr(gradient, "_F32_EXACT", 7)  # GRAPH has 8 edges
+    grad = compile_grad(MAXES, "sage_max")
+    x64 = np.ones((5, 2))
+    grad(GRAPH, x64, gout=x64)  # float64: exact
+    f32 = compile_grad(MAXES.replace("f64", "f32"), "sage_max")
+    with pytest.raises(gnnc.ArgumentError, match="exact only below 2\\^24 edges"):
+        f32(GRAPH, x64.astype(np.float32), gout=x64.astype(np.float32))

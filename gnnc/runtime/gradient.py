@@ -77,11 +77,12 @@ class Gradient:
             if w not in named:
                 raise ArgumentError(f"{self.name}: input '{w}' is missing")
             named[f"{w}_T__"] = np.ascontiguousarray(np.swapaxes(np.asarray(named[w]), 0, 1))
+        # the kernels' type: the incoming gradients have it (a scalar input may be a Python float)
+        dtype = np.asarray(gouts[self.gouts[0]]).dtype
         if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
             raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
                                 f"below 2^24 edges; this graph has {graph.num_edges}: use float64")
         values: dict[str, np.ndarray] = {}
-        dtype = self._dtype(named)
         for name, wrt, reverse, reduce, inputs in self.kernels:
             g = graph.reversed() if reverse else graph
             call = dict(named)
@@ -96,9 +97,3 @@ class Gradient:
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))
         return grads
-
-    def _dtype(self, named: dict) -> Any:
-        for p in self.params:
-            if p in named:
-                return np.asarray(named[p]).dtype
-        return np.float32
