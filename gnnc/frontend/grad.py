@@ -104,8 +104,7 @@ class GradProgram:
 
 
 def _fmt_type(t: ast.TensorType) -> str:
-    dims = ([t.domain] if t.domain else []) + [str(d) for d in t.shape]
-    return t.dtype + (f"[{', '.join(dims)}]" if dims else "")
+    return _fmt(t.dtype, t.domain, t.shape)
 
 
 def _fmt(dtype: str, domain: str | None, shape: tuple) -> str:
