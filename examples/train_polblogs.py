@@ -25,7 +25,10 @@ shared with other jobs, so times are noisy): GCN gnnc 91.01% / PyG 89.80%,
 78 ms / 411 ms per epoch; GraphSAGE-mean gnnc 90.34% / PyG 89.73%,
 300 ms / 608 ms. The SAGE comparison is not like for like in cost: the gnnc
 model aggregates after projecting (1490 -> 64), PyG's SAGEConv aggregates the
-1490-wide one-hot input.
+1490-wide one-hot input. `--seeds 5 --epochs 60 --models sage_max,gat` (same
+machine, as noisy): GraphSAGE-max gnnc 89.66% / PyG 89.93%, 200 ms / 239 ms
+per epoch (both aggregate the 1490-wide input in the first layer); GAT gnnc
+89.73% / PyG 89.66%, 12 ms / 20 ms.
 """
 
 from __future__ import annotations
