@@ -125,11 +125,9 @@ def test_reversed_graph_keeps_edge_ids():
 
 
 def test_unsupported_operations_are_refused_clearly():
-    source = "kernel k(y: f32[V, H, K], W: f32[K, N]) -> f32[V, H, N] {\n    out[v] = sum(y[u] @ W)\n}\n"
-    with pytest.raises(gnnc.CompileError, match="w.r.t. its matrix for an operand with leading axes is not "
-                                                "differentiated yet"):
+    source = "kernel k(x: f32[V, K]) -> f32[V, K, K] {\n    out[v] = sum(outer(x[u], x[v]))\n}\n"
+    with pytest.raises(gnnc.CompileError, match="'outer' is not differentiated yet"):
         compile_grad(source, "k")
-    assert set(compile_grad(source, "k", wrt=["y"], target="reference").kernels[0][1:2]) == {"y"}
 
 
 
@@ -534,3 +532,29 @@ def test_float32_edge_ids_are_exact_only_below_2_to_the_24(monkeypatch):
     f32 = compile_grad(MAXES.replace("f64", "f32"), "sage_max")
     with pytest.raises(gnnc.ArgumentError, match="exact only below 2\\^24 edges"):
         f32(GRAPH, x64.astype(np.float32), gout=x64.astype(np.float32))
+
+
+def test_heads_at_a_matrix_and_piecewise_constant_builtins():
+    """`[H, K] @ W`: the runtime sums the per-head partials; argmax / step give no gradient; outer is refused."""
+    source = """
+kernel heads(y: f64[V, H, K], W: f64[K, N], x: f64[V, H]) -> f64[V, H, N] {
+    out[v] = sum(tanh(y[u] @ W)) + (y[v] @ W) * (1 + argmax(x[u])) + step(y[v] @ W)
+}
+kernel outer_k(x: f64[V, K]) -> f64[V, K, K] {
+    out[v] = outer(x[v], x[v])
+}
+"""
+    kernel = parse_and_check(source).kernel("heads")
+    rng = np.random.default_rng(9)
+    args = _inputs(kernel, rng, {"H": 2, "K": 3, "N": 2})
+    forward = gnnc.compile(source, target="reference").heads
+    gout = rng.normal(size=forward(GRAPH, **args).shape)
+    compiled = compile_grad(source, "heads")(GRAPH, gout=gout, **args)
+    reference = compile_grad(source, "heads", target="reference")(GRAPH, gout=gout, **args)
+    gouts = {"out": gout}
+    for p in ("y", "W"):
+        np.testing.assert_allclose(reference[p], _numeric(forward, GRAPH, args, gouts, p), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
+    assert not np.any(compiled["x"])  # only through argmax
+    with pytest.raises(gnnc.CompileError, match="'outer' is not differentiated yet"):
+        compile_grad(source, "outer_k")

@@ -49,9 +49,11 @@ kernels of the same pipeline:
 `a @ W`: d a = adj @ W^T, where W^T (`W_T__`) is an input the runtime
 transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
 computes it, one [K, N] partial per destination summed by the runtime (so
-V x K x N floats of partials). Not differentiated yet (a `CompileError` says
-so): d W when `a` has leading axes (`[H, K] @ W`), whose sum over heads the
-language cannot write.
+V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
+runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
+zero gradient. Not differentiated (a `CompileError` says so): `outer` itself
+(its gradient w.r.t. `b` sums the second-to-last axis, which the language
+cannot write).
 """
 
 from __future__ import annotations
@@ -206,16 +208,22 @@ class _Builder:
         aggregation on the reversed graph, u and v swapped. Those at `v` sum
         over in-edges (plus direct terms), those at `e` are edge kernels, on
         the forward graph. A parameter's (site `p`) sum over every vertex
-        and edge is one partial per destination, summed by the runtime.
+        and edge is one partial per destination, summed by the runtime; a
+        site `p:H,..` has leading axes (`[H, K] @ W`'s `outer`s, [H, K, N])
+        that the runtime sums too, the language having no sum over a leading
+        axis.
         """
-        by_site = {site: [(c, t) for s, c, t in contributions if s == site] for site in "uvep"}
-        if by_site["p"]:
-            edge = [t for c, t in by_site["p"] if c == "edge"]
-            direct = [t for c, t in by_site["p"] if c == "vertex"]
+        by_site = {site: [(c, t) for s, c, t in contributions if s == site] for site in "uve"}
+        param_sites = sorted({s for s, _, _ in contributions if s.startswith("p")})
+        for i, site in enumerate(param_sites):
+            edge = [t for s, c, t in contributions if s == site and c == "edge"]
+            direct = [t for s, c, t in contributions if s == site and c == "vertex"]
             terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
             assert param_type is not None
-            ptype = _fmt(param_type.dtype, "V", param_type.shape)
-            self.emit(f"{base}_param", target, False, ptype, f"out[v] = {' + '.join(terms)}", reduce=True)
+            lead = tuple(site[2:].split(",")) if site != "p" else ()
+            ptype = _fmt(param_type.dtype, "V", lead + param_type.shape)
+            name = f"{base}_param" + (str(i) if len(param_sites) > 1 else "")
+            self.emit(name, target, False, ptype, f"out[v] = {' + '.join(terms)}", reduce=True)
         if by_site["u"]:
             body = " + ".join(t for _, t in by_site["u"])
             self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})")
@@ -292,7 +300,7 @@ class _Differentiator:
         self.wrt = wrt
         self.edge_defs = builder.edge_defs
         self.vertex_defs = builder.vertex_defs
-        # (site, ctx, adjoint text): site u / v / e / p; ctx "edge" or "vertex"
+        # (site, ctx, adjoint text): site u / v / e / p (p:H,.. with leading axes); ctx "edge" or "vertex"
         self.contributions: list[tuple[str, str, str]] = []
         # the same for vertex values read by later statements (and vertex results)
         self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
@@ -389,6 +397,8 @@ class _Differentiator:
             elif e.kind == "mean":
                 # mean is 0 at a vertex without in-edges, and no edge there reads the adjoint
                 self.back(e.operand, f"(({adj}) / deg_in(v))", "edge")
+            elif e.kind in ("argmax", "argmin"):
+                return  # edge ids: piecewise constant, zero gradient (as step's)
             else:
                 # all of it to the lowest-id in-edge attaining the max (min) of each element, or
                 # to the first NaN: its id, a per-destination intermediate, picks the edge
@@ -406,9 +416,9 @@ class _Differentiator:
             assert isinstance(b, ast.Name)
             self.back(a, f"(({adj}) @ {transpose_name(b.name)})", ctx)
             if self.depends(b):
-                if len(a.shape or ()) != 1:
-                    raise self.fail(e, "the gradient of '@' w.r.t. its matrix for an operand with leading axes")
-                self.contributions.append(("p", ctx, f"outer({ta}, {adj})"))
+                lead = (a.shape or ())[:-1]
+                site = "p:" + ",".join(str(d) for d in lead) if lead else "p"
+                self.contributions.append((site, ctx, f"outer({ta}, {adj})"))
             return
         if e.op == "+":
             parts = (adj, adj)

@@ -90,8 +90,9 @@ class Gradient:
             call.update({n: values[n].astype(dtype, copy=False) for n in inputs})
             kernel = getattr(self.module, name)
             part = kernel(g, threads=threads, **call) if threads is not None else kernel(g, **call)
-            if reduce:  # one partial gradient per vertex of a parameter
-                part = np.asarray(part.sum(axis=0, dtype=part.dtype))
+            if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
+                lead = tuple(range(part.ndim - np.ndim(named[wrt])))
+                part = np.asarray(part.sum(axis=lead, dtype=part.dtype))
             values[wrt] = part if wrt not in values else values[wrt] + part
         grads = {k: v for k, v in values.items() if k in self.params}
         for name in self.constant:
