@@ -93,8 +93,9 @@ def compile_grad(
     """Gradient kernels of one kernel, generated, compiled (cached) and loaded.
 
     Returns a `gnnc.runtime.gradient.Gradient`: call it as the forward kernel
-    with `gout=` (the gradient of the loss w.r.t. the result) to get a dict of
-    gradients per input. `target="reference"` evaluates them with numpy.
+    with `gout=` (the gradient of the loss w.r.t. the result; a dict by result
+    name for a kernel with several) to get a dict of gradients per input.
+    `target="reference"` evaluates them with numpy.
     """
     from gnnc import compiler
     from gnnc.errors import CompileError

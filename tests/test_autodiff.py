@@ -344,6 +344,10 @@ kernel two_hop(x: f64[V, F]) -> f64[V, F] {
     h[v]   = mean(x[u])
     out[v] = sum(h[u] * x[v]) + h[v] * h[v]
 }
+kernel vertex_results(x: f64[V, F], w: f64[E]) -> (h: f64[V, F], out: f64[V, F]) {
+    h[v]   = max(x[u] * w[e]) + x[v]
+    out[v] = sum(h[u] * x[v]) - h[v] * min(h[u])
+}
 kernel quotient(x: f64[V, F], w: f64[E]) -> f64[V, F] {
     out[v] = sum(w[e] * x[u]) / (1 + sum(w[e] * w[e])) + max(tanh(x[u]) * w[e])
 }
@@ -363,7 +367,7 @@ def _numeric(forward, graph, args, gouts, name, h=1e-6):
     return grad
 
 
-@pytest.mark.parametrize("name", ["gat1", "gat2", "two_hop", "quotient"])
+@pytest.mark.parametrize("name", ["gat1", "gat2", "two_hop", "vertex_results", "quotient"])
 def test_staged_gradients_match_finite_differences(name):
     """Smooth away from ties and kinks (continuous random inputs): central differences apply."""
     kernel = parse_and_check(GAT).kernel(name)

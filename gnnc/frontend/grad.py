@@ -521,5 +521,7 @@ def gradient_source(source: str, file: str, kernels: list[str] | None = None) ->
         if kernels is None or k.name in kernels:
             grad = gradient_program(k)
             reverse = ", ".join(g.name for g in grad.kernels if g.reverse) or "none"
-            parts.append(f"# gradients of {k.name}; on the reversed graph: {reverse}\n{grad.source}")
+            stages = ", ".join(dict.fromkeys(g.wrt for g in grad.kernels if g.wrt.endswith("__"))) or "none"
+            parts.append(f"# gradients of {k.name}, run in this order; on the reversed graph: {reverse}; "
+                         f"intermediates read by later kernels: {stages}\n{grad.source}")
     return "\n".join(parts)
