@@ -30,7 +30,7 @@ runs the kernels in order (`runtime.gradient`). That gives, all as fused
 kernels of the same pipeline:
 
 - `softmax`: d s = alpha * (g - sum_in(alpha * g)); alpha is saved per edge
-  (and head: [E, H], never per feature) and the per-destination sum is a
+  (gat's [E, H]: the softmax's own size) and the per-destination sum is a
   stage: gat_conv's gradient is five kernels, these two stages, then one
   each for h, el and er;
 - `max` / `min` aggregations: a stage `argmax(...)` / `argmin(...)` keeps,
