@@ -30,8 +30,8 @@ MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex",
 #: kernels each mapping refuses, with the reason (tests/test_cuda_emulation.py)
 REFUSED = {
     "warp_vertex": {"mlp_aggr"},
-    "thread_edge": {"gin", "gat"},
-    "warp_edge": {"gin", "gat", "mlp_aggr"},
+    "thread_edge": {"gin", "gat", "gat_conv"},
+    "warp_edge": {"gin", "gat", "gat_conv", "mlp_aggr"},
 }
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
 
