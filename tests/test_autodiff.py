@@ -124,6 +124,11 @@ def test_reversed_graph_keeps_edge_ids():
     np.testing.assert_array_equal(np.sort(rev.in_eid), np.arange(GRAPH.num_edges))
 
 
+def test_names_of_generated_tensors_are_kept_free():
+    with pytest.raises(gnnc.CompileError, match="names ending in '__' are kept for generated gradient kernels"):
+        compile_grad("kernel k(st0__: f32[V, F]) -> f32[V, F] {\n    out[v] = sum(st0__[u])\n}\n", "k")
+
+
 def test_unsupported_operations_are_refused_clearly():
     source = "kernel k(x: f32[V, K]) -> f32[V, K, K] {\n    out[v] = sum(outer(x[u], x[v]))\n}\n"
     with pytest.raises(gnnc.CompileError, match="'outer' is not differentiated yet"):

@@ -484,6 +484,11 @@ class _Differentiator:
 
 def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradProgram:
     """Gradient kernels (as checked source text) of one forward kernel."""
+    clash = [p.name for p in kernel.params if p.name.endswith("__")] + \
+        [d.name for d in kernel.body if d.name.endswith("__")]
+    if clash:
+        raise CompileError(f"{kernel.name}: names ending in '__' are kept for generated gradient kernels "
+                           f"(gout__, st0__, W_T__); rename {', '.join(clash)}")
     builder = _Builder(kernel)
     params = [p for p in kernel.params if wrt is None or p.name in wrt]
     constant: list[str] = []
