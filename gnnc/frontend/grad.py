@@ -158,9 +158,9 @@ class _Builder:
     aggregation, a softmax, a vertex value) cannot be recomputed inside
     another aggregation, nor on the reversed graph. Such a value becomes an
     intermediate: a *stage* kernel on the forward graph writes it to a V or
-    E tensor (`st0__`), and later kernels read it like an input. Edge-sized
-    intermediates are per edge and head (a softmax's weights, [E, H]), never
-    per feature.
+    E tensor (`st0__`), and later kernels read it like an input. The only
+    edge-sized ones are softmax weights, of the softmax's own shape (gat's
+    [E, H]); edge values are recomputed, never saved per feature.
     """
 
     def __init__(self, kernel: ast.Kernel):
