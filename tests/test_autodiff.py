@@ -160,15 +160,23 @@ def _edge_exprs(draw, depth=3):
 
 @st.composite
 def _kernels(draw):
-    """A smooth kernel: an edge result, or an aggregation (sum / mean) with a destination term."""
+    """A smooth kernel: an edge result, an aggregation with a destination term, softmax weights, or two phases."""
     body = draw(_edge_exprs())
     if "x[" not in body:
         body = f"({body}) * x[u]"
-    if draw(st.booleans()):
+    form = draw(st.sampled_from(["edge", "agg", "softmax", "two_phase"]))
+    if form == "edge":
         result, stmt = "f64[E, F]", f"out[e] = {body}"
-    else:
+    elif form == "agg":
         agg = draw(st.sampled_from(["sum", "mean"]))
         stmt = f"out[v] = {agg}({body}) + x[v] * y[v]"
+        result = "f64[V, F]"
+    elif form == "softmax":
+        score = draw(_edge_exprs(2)).replace("x[u]", "y[u]").replace("x[v]", "y[v]")
+        stmt = f"a[e] = softmax({score})\n    out[v] = sum(a[e] * {body}) * y[v] + mean(a[e] * x[u])"
+        result = "f64[V, F]"
+    else:
+        stmt = f"h[v] = mean({body}) + x[v]\n    out[v] = sum(tanh(h[u]) * w[e]) + h[v] * sum(h[u])"
         result = "f64[V, F]"
     return f"kernel k(x: f64[V, F], y: f64[V], w: f64[E], c: f64) -> {result} {{\n    {stmt}\n}}\n"
 
