@@ -51,9 +51,9 @@ transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
 computes it, one [K, N] partial per destination summed by the runtime (so
 V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
 runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
-zero gradient. Not differentiated (a `CompileError` says so): `outer` itself
-(its gradient w.r.t. `b` sums the second-to-last axis, which the language
-cannot write).
+zero gradient. Not differentiated (a `CompileError` says so): `outer(a, b)`
+w.r.t. `b` (it sums the second-to-last axis, which the language cannot
+write); w.r.t. `a` it is.
 """
 
 from __future__ import annotations
@@ -442,6 +442,15 @@ class _Differentiator:
             # adj has the shape of a and b without their last axis: a prefix, so it broadcasts
             self.back(a, f"(({adj}) * {self.text(b)})", ctx)
             self.back(b, f"(({adj}) * {self.text(a)})", ctx)
+            return
+        if e.func == "outer":
+            a, b = e.args
+            ta, tb = self.text(a), self.text(b)
+            # d a[.., k] = sum over n of adj[.., k, n] * b[.., n]: b spread over k by an outer with ones
+            self.back(a, f"dot({adj}, outer(({ta}) * 0.0 + 1.0, {tb}))", ctx)
+            if self.depends(b):
+                # d b sums over k, the second-to-last axis: no builtin reduces it
+                raise self.fail(e, "the gradient of 'outer' w.r.t. its second operand")
             return
         if e.func in ("max", "min"):
             a, b = e.args
