@@ -9,7 +9,10 @@ Tensors cross into the kernels without copies (CPU tensors share memory with
 the numpy views the runtime reads); non-contiguous ones (incoming gradients
 often are) are made contiguous first. float64 inputs run an f64 variant of the
 kernel, so `torch.autograd.gradcheck` works. An edge_index tensor is turned
-into a `gnnc.Graph` once and cached while the tensor lives.
+into a `gnnc.Graph` once and cached while the tensor lives. When an input
+needs a gradient, the forward pass runs the gradient's `NAME__forward`
+variant, which also returns what the backward pass would otherwise
+recompute (a softmax's weights, a max's winning edge ids).
 """
 
 from __future__ import annotations
@@ -108,7 +111,13 @@ class _KernelFunction(torch.autograd.Function):
     def forward(ctx: Any, op: Kernel, graph: gnnc.Graph, *inputs: torch.Tensor) -> Any:
         dtype = _dtype_name(inputs)
         arrays = [_numpy(t) for t in inputs]
-        out = op.forward_kernel(dtype)(graph, *arrays)
+        ctx.saved_stages = None
+        grad = op.gradient(dtype) if any(ctx.needs_input_grad[2:]) else None
+        if grad is not None and grad.saved:
+            # the forward variant that also keeps what the gradient would recompute (softmax weights, argmax)
+            out, ctx.saved_stages = grad.forward(graph, *arrays)
+        else:
+            out = op.forward_kernel(dtype)(graph, *arrays)
         ctx.op, ctx.graph, ctx.dtype = op, graph, dtype
         ctx.save_for_backward(*inputs)
         if len(op.results) == 1:
@@ -131,7 +140,7 @@ class _KernelFunction(torch.autograd.Function):
             gout: Any = _numpy(gouts[0])
         else:  # autograd gives zeros for a result the loss does not use
             gout = {r: _numpy(g) for r, g in zip(ctx.op.results, gouts)}
-        grads = grad(ctx.graph, *arrays, gout=gout)
+        grads = grad(ctx.graph, *arrays, gout=gout, saved=ctx.saved_stages)
         result: list[torch.Tensor | None] = [None, None]
         for i, name in enumerate(ctx.op.params):
             result.append(torch.from_numpy(grads[name]) if i in wanted and name in grads else None)

@@ -581,3 +581,23 @@ kernel outer_k(x: f64[V, K], y: f64[V, K]) -> f64[V, K, K] {
     gout = rng.normal(size=forward(GRAPH, **args).shape)
     got = compile_grad(source, "outer_k", wrt=["x"])(GRAPH, gout=gout, **args)["x"]
     np.testing.assert_allclose(got, _numeric(forward, GRAPH, args, {"out": gout}, "x"), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["gat_conv", "sage_max", "mlp_aggr"])
+def test_forward_keeps_what_the_gradient_reuses(name):
+    """`forward` gives the kernel's results and the gout-free intermediates; with them the gradient is the same."""
+    path = EXAMPLES / f"{name}.gnn"
+    kernel = parse_and_check(path.read_text()).kernel(name)
+    rng = np.random.default_rng(6)
+    args = {k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()}
+    grad = compile_grad(path, name)
+    out, saved = grad.forward(GRAPH, **args)
+    assert list(saved) == grad.saved and grad.saved
+    np.testing.assert_allclose(out, getattr(gnnc.compile(path), name)(GRAPH, **args), rtol=1e-6, atol=1e-6)
+    gout = rng.normal(size=out.shape).astype(np.float32)
+    with_saved = grad(GRAPH, gout=gout, saved=saved, **args)
+    without = grad(GRAPH, gout=gout, **args)
+    for k in without:
+        np.testing.assert_allclose(with_saved[k], without[k], rtol=1e-6, atol=1e-6)
+    with pytest.raises(gnnc.ArgumentError, match="which forward\\(\\) does not give"):
+        grad(GRAPH, gout=gout, saved={"st9__": out}, **args)

@@ -103,6 +103,10 @@ class GradProgram:
     gouts: list[str] = field(default_factory=list)
     #: Matrices W of `a @ W` whose transpose (`W_T__`) the kernels take; the runtime makes it.
     transposes: list[str] = field(default_factory=list)
+    #: Intermediates that need no gout (a softmax's weights, an argmax): `forward` computes them too.
+    saved: list[str] = field(default_factory=list)
+    #: The forward kernel with those intermediates as extra results (`NAME__forward`), or "".
+    forward: str = ""
 
 
 def _fmt_type(t: ast.TensorType) -> str:
@@ -136,6 +140,32 @@ def _walk(e: ast.Expr):
     yield e
     for c in _children(e):
         yield from _walk(c)
+
+
+def _plain(e: ast.Expr) -> str:
+    """Source text of an expression as written (fully parenthesised, nothing inlined)."""
+    if isinstance(e, ast.Number):
+        return f"{float(e.value)!r}"
+    if isinstance(e, ast.Index):
+        return f"{e.name}[{e.index}]"
+    if isinstance(e, ast.Name):
+        return e.name
+    if isinstance(e, ast.Unary):
+        return f"(-{_plain(e.operand)})"
+    if isinstance(e, ast.Binary):
+        return f"({_plain(e.lhs)} {e.op} {_plain(e.rhs)})"
+    if isinstance(e, ast.Call):
+        args = [_plain(a) for a in e.args]
+        if e.func == "leaky_relu":
+            args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
+        return f"{e.func}({', '.join(args)})"
+    if isinstance(e, ast.Aggregate):
+        return f"{e.kind}({_plain(e.operand)})"
+    if isinstance(e, ast.Degree):
+        return f"deg_{e.direction}({e.index})"
+    if isinstance(e, ast.EdgeId):
+        return "edge_id(e)"
+    raise AssertionError(type(e).__name__)
 
 
 def _children(e: ast.Expr) -> list[ast.Expr]:
@@ -181,6 +211,8 @@ class _Builder:
         self.kernels: list[GradKernel] = []
         self.stage_types: dict[str, str] = {}
         self.stages: dict[tuple, str] = {}
+        #: stages that read only forward inputs (and such stages): their statements
+        self.forward_stages: dict[str, str] = {}
 
     # ---------------------------------------------------------------- emitting
 
@@ -198,7 +230,27 @@ class _Builder:
             self.stages[key] = name
             self.stage_types[name] = _fmt(self.dtype, "V" if index == "v" else "E", shape)
             self.emit(f"{self.kernel.name}__{name[:-2]}", name, False, self.stage_types[name], f"out[{index}] = {body}")
+            reads = set(re.findall(r"\b\w+__\b", body))
+            if reads <= set(self.forward_stages):
+                self.forward_stages[name] = f"{name}[{index}] = {body}"
         return self.stages[key]
+
+    def forward_source(self) -> str:
+        """The forward kernel computing, beside its results, the intermediates that need no gout.
+
+        Training runs it instead of the kernel and hands the intermediates to
+        the gradient (`Gradient(..., saved=...)`), which then skips their
+        stage kernels: a softmax's weights or a max's winning edges come out
+        of the forward walks instead of walks of their own.
+        """
+        if not self.forward_stages:
+            return ""
+        k = self.kernel
+        params = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in k.params)
+        results = [f"{r.name}: {_fmt_type(r.type)}" for r in k.results]
+        results += [f"{n}: {self.stage_types[n]}" for n in self.forward_stages]
+        body = [f"{d.name}[{d.index}] = {_plain(d.value)}" for d in k.body] + list(self.forward_stages.values())
+        return f"kernel {k.name}__forward({params}) -> ({', '.join(results)}) {{\n    " + "\n    ".join(body) + "\n}\n"
 
     def gradient_kernels(self, target: str, base: str, rtype: str, param_type: ast.TensorType | None,
                          contributions: list[tuple[str, str, str]]) -> None:
@@ -510,15 +562,17 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
             continue
         builder.gradient_kernels(p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions)
     source = "\n".join(builder.pieces)
+    forward = builder.forward_source()
     if source:
         from gnnc.frontend import parse_and_check
 
         try:
-            parse_and_check(source, f"<gradient of {kernel.name}>")
+            parse_and_check(source + forward, f"<gradient of {kernel.name}>")
         except SourceError as exc:
             raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
     gouts = [gout_name(kernel, r.name) for r in kernel.results]
-    return GradProgram(kernel.name, source, builder.kernels, constant, skipped, gouts, builder.transposes)
+    return GradProgram(kernel.name, source, builder.kernels, constant, skipped, gouts, builder.transposes,
+                       list(builder.forward_stages), forward)
 
 
 def gradient_source(source: str, file: str, kernels: list[str] | None = None) -> str:
@@ -538,4 +592,7 @@ def gradient_source(source: str, file: str, kernels: list[str] | None = None) ->
             stages = ", ".join(dict.fromkeys(g.wrt for g in grad.kernels if g.wrt.endswith("__"))) or "none"
             parts.append(f"# gradients of {k.name}, run in this order; on the reversed graph: {reverse}; "
                          f"intermediates read by later kernels: {stages}\n{grad.source}")
+            if grad.forward:
+                parts.append(f"# {k.name} for training: also returns {', '.join(grad.saved)}, which the gradient "
+                             f"then does not recompute\n{grad.forward}")
     return "\n".join(parts)

@@ -33,7 +33,7 @@ class Gradient:
     def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
                  params: list[str], constant: list[str], skipped: list[str],
                  results: list[str] | None = None, gouts: list[str] | None = None, uses_edge_ids: bool = False,
-                 transposes: list[str] | None = None):
+                 transposes: list[str] | None = None, saved: list[str] | None = None):
         self.module = module
         self.name = kernel
         self.kernels = kernels
@@ -44,6 +44,8 @@ class Gradient:
         self.gouts = gouts or ["gout__"]
         self.uses_edge_ids = uses_edge_ids
         self.transposes = transposes or []
+        #: intermediates `forward` also returns (they need no gout), so a training step computes them once
+        self.saved = saved or []
 
     def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
         if len(self.results) == 1:
@@ -57,9 +59,18 @@ class Gradient:
             raise ArgumentError(f"{self.name}: gout names unknown results {', '.join(unknown)}")
         return {g: gout.get(r) for r, g in zip(self.results, self.gouts)}
 
-    def __call__(self, graph: Graph, *args: Any, gout: Any, threads: int | None = None, **kwargs: Any) -> dict:
-        if not isinstance(graph, Graph):
-            raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
+    def forward(self, graph: Graph, *args: Any, threads: int | None = None, **kwargs: Any) -> tuple[Any, dict]:
+        """The forward kernel's results (as the kernel returns them) and the intermediates to pass as `saved=`."""
+        named = self._named(args, kwargs)
+        if not self.saved:
+            raise ArgumentError(f"{self.name}: its gradient reuses nothing from the forward pass; "
+                                "run the kernel itself")
+        kernel = getattr(self.module, f"{self.name}__forward")
+        out = kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
+        saved = {n: out.pop(n) for n in self.saved}
+        return (out[self.results[0]] if len(self.results) == 1 else out), saved
+
+    def _named(self, args: tuple, kwargs: dict) -> dict:
         if len(args) > len(self.params):
             raise ArgumentError(f"{self.name}: {len(self.params)} inputs expected, got {len(args)}")
         named = dict(zip(self.params, args))
@@ -67,6 +78,13 @@ class Gradient:
             if key in named:
                 raise ArgumentError(f"{self.name}: input '{key}' given twice")
         named.update(kwargs)
+        return named
+
+    def __call__(self, graph: Graph, *args: Any, gout: Any, threads: int | None = None,
+                 saved: dict | None = None, **kwargs: Any) -> dict:
+        if not isinstance(graph, Graph):
+            raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
+        named = self._named(args, kwargs)
         gouts = self._gouts(gout, named)
         missing = [r for r, g in zip(self.results, self.gouts) if gouts[g] is None]
         if missing:
@@ -83,7 +101,13 @@ class Gradient:
             raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
                                 f"below 2^24 edges; this graph has {graph.num_edges}: use float64")
         values: dict[str, np.ndarray] = {}
+        unknown = sorted(set(saved or {}) - set(self.saved))
+        if unknown:
+            raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
+        values.update(saved or {})
         for name, wrt, reverse, reduce, inputs in self.kernels:
+            if saved and wrt in saved:
+                continue  # the forward pass computed it
             g = graph.reversed() if reverse else graph
             call = dict(named)
             # the reference module returns float64 whatever the kernel's type: intermediates take it back
