@@ -51,7 +51,11 @@ transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
 computes it, one [K, N] partial per destination summed by the runtime (so
 V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
 runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
-zero gradient. Not differentiated (a `CompileError` says so): `outer(a, b)`
+zero gradient. Stages that need no gout (softmax weights, argmax ids) are also results of
+a generated `NAME__forward` variant of the kernel, so a training step can
+compute them in the forward pass and hand them to the gradient.
+
+Not differentiated (a `CompileError` says so): `outer(a, b)`
 w.r.t. `b` (it sums the second-to-last axis, which the language cannot
 write); w.r.t. `a` it is.
 """
