@@ -28,6 +28,7 @@ DIMS = {
     "attention": {"H": 4, "D": 16},
     "mlp_aggr": {"D1": 32, "D2": 32},
     "gat": {"H": 4},
+    "gat_conv": {"H": 4},
 }
 
 

@@ -96,8 +96,11 @@ def compile_grad(
     """Gradient kernels of one kernel, generated, compiled (cached) and loaded.
 
     Returns a `gnnc.runtime.gradient.Gradient`: call it as the forward kernel
-    with `gout=` (the gradient of the loss w.r.t. the result) to get a dict of
-    gradients per input. `target="reference"` evaluates them with numpy.
+    with `gout=` (the gradient of the loss w.r.t. the result; a dict by result
+    name for a kernel with several) to get a dict of gradients per input.
+    `grad.forward(graph, ...)` runs the forward kernel keeping what the
+    gradient can reuse: `(results, saved)`, then `grad(..., saved=saved)`.
+    `target="reference"` evaluates them with numpy.
     """
     from gnnc import compiler
     from gnnc.errors import CompileError
@@ -114,8 +117,10 @@ def compile_grad(
     grad = gradient_program(forward, wrt)
     if not grad.kernels:
         raise CompileError(f"{kernel}: no input has a gradient kernel")
-    module = compile(grad.source, target=target, **options)
+    module = compile(grad.source + grad.forward, target=target, **options)
     return Gradient(
-        module, kernel, [(k.name, k.wrt, k.reverse, k.reduce) for k in grad.kernels],
+        module, kernel, [(k.name, k.wrt, k.reverse, k.reduce, k.inputs) for k in grad.kernels],
         [p.name for p in forward.params], grad.constant, grad.skipped,
+        [r.name for r in forward.results], grad.gouts, "edge_id(e)" in grad.source, grad.transposes,
+        grad.saved,
     )

@@ -47,6 +47,8 @@ _UNARY = {
     "relu": lambda x: np.maximum(x, 0.0),  # NaN stays NaN, as torch.relu
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "tanh": np.tanh,
+    # 1 above 0, 0 at or below it, NaN for NaN
+    "step": lambda x: np.where(x > 0, 1.0, np.where(x <= 0, 0.0, x)),
 }
 
 
@@ -107,6 +109,10 @@ class _Evaluator:
         if isinstance(e, ast.Degree):
             counts = self.in_count if e.direction == "in" else self.out_count
             return self.at(counts, e.index, mode)
+        if isinstance(e, ast.EdgeId):
+            if mode != "edge":
+                raise _ReferenceError("edge_id(e) in a vertex expression")
+            return np.arange(self.E, dtype=np.float64)
         if isinstance(e, ast.Unary):
             return -self.expr(e.operand, mode)
         if isinstance(e, ast.Binary):
@@ -187,6 +193,11 @@ class _Evaluator:
             if a.shape[1:] != b.shape[1:] or a.ndim < 2:
                 raise _ReferenceError(f"dot of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
             return np.sum(a * b, axis=-1)
+        if f == "outer":
+            a, b = self.expr(e.args[0], mode), self.expr(e.args[1], mode)
+            if a.ndim < 2 or b.ndim < 2 or a.shape[1:-1] != b.shape[1:-1]:
+                raise _ReferenceError(f"outer of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
+            return a[..., :, None] * b[..., None, :]
         if f == "softmax":
             if mode != "edge":
                 raise _ReferenceError("softmax in a vertex expression")
@@ -224,6 +235,15 @@ class _Evaluator:
                 np.minimum.at(acc, self.dst, values)
             acc[np.broadcast_to(self._empty_mask(acc.ndim), acc.shape)] = 0.0
             return acc
+        if kind in ("argmax", "argmin"):
+            best = self.aggregate(kind[3:], values)  # NaN wherever some in-edge is NaN
+            at = best[self.dst]
+            attains = (values == at) | (np.isnan(values) & np.isnan(at))
+            ids = np.arange(self.E, dtype=np.float64).reshape((self.E,) + (1,) * len(shape))
+            first = self._per_vertex(np.inf, shape)
+            np.minimum.at(first, self.dst, np.where(attains, ids, np.inf))
+            first[np.isinf(first)] = -1.0  # no in-edges
+            return first
         raise _ReferenceError(f"unknown aggregation '{kind}'")
 
     def softmax(self, s: np.ndarray) -> np.ndarray:

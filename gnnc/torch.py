@@ -2,6 +2,7 @@
 
     conv = gnnc.torch.kernel("examples/gcn.gnn", "gcn")
     out = conv(graph, x, w)          # graph: gnnc.Graph or a 2 x E edge_index tensor
+                                     # (a tuple of tensors for a kernel with several results)
     out = conv(edge_index, x, w, size=(num_src, num_dst))   # a bipartite block, as PyG's size=
     out.sum().backward()             # gradient kernels, generated and compiled on first use
 
@@ -9,7 +10,10 @@ Tensors cross into the kernels without copies (CPU tensors share memory with
 the numpy views the runtime reads); non-contiguous ones (incoming gradients
 often are) are made contiguous first. float64 inputs run an f64 variant of the
 kernel, so `torch.autograd.gradcheck` works. An edge_index tensor is turned
-into a `gnnc.Graph` once and cached while the tensor lives.
+into a `gnnc.Graph` once and cached while the tensor lives. When an input
+needs a gradient, the forward pass runs the gradient's `NAME__forward`
+variant, which also returns what the backward pass would otherwise
+recompute (a softmax's weights, a max's winning edge ids).
 """
 
 from __future__ import annotations
@@ -76,9 +80,8 @@ class Kernel:
             kernel = program.kernel(name)
         except KeyError:
             raise CompileError(f"no kernel named {name} in {self.file}") from None
-        if len(kernel.results) != 1:
-            raise CompileError(f"{name}: gnnc.torch supports kernels with one result for now")
         self.name = name
+        self.results = [r.name for r in kernel.results]
         self.params = [p.name for p in kernel.params]
         self.options = options
         self._sources = {kernel.dtype: source}
@@ -101,7 +104,8 @@ class Kernel:
         return self._backward[dtype]
 
     def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None,
-                 size: Any = None) -> torch.Tensor:
+                 size: Any = None) -> Any:
+        """The result, or a tuple of the results in signature order for a kernel with several."""
         if len(inputs) != len(self.params):
             raise ArgumentError(f"{self.name} takes {len(self.params)} inputs ({', '.join(self.params)}), "
                                 f"got {len(inputs)}")
@@ -119,25 +123,39 @@ def _dtype_name(inputs: tuple[torch.Tensor, ...]) -> str:
 
 class _KernelFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, op: Kernel, graph: gnnc.Graph, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, op: Kernel, graph: gnnc.Graph, *inputs: torch.Tensor) -> Any:
         dtype = _dtype_name(inputs)
         arrays = [_numpy(t) for t in inputs]
-        out = op.forward_kernel(dtype)(graph, *arrays)
+        ctx.saved_stages = None
+        grad = op.gradient(dtype) if any(ctx.needs_input_grad[2:]) else None
+        if grad is not None and grad.saved:
+            # the forward variant that also keeps what the gradient would recompute (softmax weights, argmax)
+            out, ctx.saved_stages = grad.forward(graph, *arrays)
+        else:
+            out = op.forward_kernel(dtype)(graph, *arrays)
         ctx.op, ctx.graph, ctx.dtype = op, graph, dtype
         ctx.save_for_backward(*inputs)
-        return torch.from_numpy(out)
+        if len(op.results) == 1:
+            return torch.from_numpy(out)
+        return tuple(torch.from_numpy(out[r]) for r in op.results)
 
     @staticmethod
-    def backward(ctx: Any, gout: torch.Tensor) -> tuple:
+    def backward(ctx: Any, *gouts: torch.Tensor) -> tuple:
         inputs = ctx.saved_tensors
         wanted = [i for i, need in enumerate(ctx.needs_input_grad[2:]) if need]
+        if not wanted:  # e.g. a first layer's kernel on the raw features
+            return (None,) * (2 + len(inputs))
         grad = ctx.op.gradient(ctx.dtype)
         for i in wanted:
             if ctx.op.params[i] in grad.skipped:
                 raise CompileError(f"{ctx.op.name}: the gradient of '{ctx.op.params[i]}' (a parameter without a V "
                                    "or E axis) is not generated yet; pass it without requires_grad")
         arrays = [_numpy(t) for t in inputs]
-        grads = grad(ctx.graph, *arrays, gout=_numpy(gout))
+        if len(gouts) == 1:
+            gout: Any = _numpy(gouts[0])
+        else:  # autograd gives zeros for a result the loss does not use
+            gout = {r: _numpy(g) for r, g in zip(ctx.op.results, gouts)}
+        grads = grad(ctx.graph, *arrays, gout=gout, saved=ctx.saved_stages)
         result: list[torch.Tensor | None] = [None, None]
         for i, name in enumerate(ctx.op.params):
             result.append(torch.from_numpy(grads[name]) if i in wanted and name in grads else None)

@@ -53,7 +53,18 @@ def _numeric_grad(forward, args, name, gout, h=1e-6):
     return grad
 
 
+MATMUL = """
+kernel mm(x: f32[V, K], W: f32[K, N]) -> f32[V, N] {
+    out[v] = sum(tanh((x[u] * 0.5 + x[v]) @ W) * deg_out(u)) + sigmoid(x[v] @ W)
+}
+kernel mm_edge(x: f32[V, K], W: f32[K, N]) -> f32[E, N] {
+    out[e] = (x[u] - x[v] * x[v]) @ W
+}
+"""
+
 CASES = [
+    (MATMUL, "mm"),
+    (MATMUL, "mm_edge"),
     (EXAMPLES / "gcn.gnn", "gcn"),
     (EXAMPLES / "gcn_norm.gnn", "gcn_norm"),
     (EXAMPLES / "sage_mean.gnn", "sage_mean"),
@@ -70,7 +81,7 @@ def test_gradients_match_finite_differences(source, name):
     text = _f64(text)
     kernel = parse_and_check(text).kernel(name)
     rng = np.random.default_rng(0)
-    args = _inputs(kernel, rng, {"F": 2, "H": 2, "D": 3})
+    args = _inputs(kernel, rng, {"F": 2, "H": 2, "D": 3, "K": 3, "N": 2})
     forward = getattr(gnnc.compile(text, target="reference"), name)
     result = forward(GRAPH, **args)
     gout = rng.normal(size=result.shape)
@@ -113,10 +124,15 @@ def test_reversed_graph_keeps_edge_ids():
     np.testing.assert_array_equal(np.sort(rev.in_eid), np.arange(GRAPH.num_edges))
 
 
-@pytest.mark.parametrize("name", ["sage_max", "mlp_aggr", "gat"])
-def test_unsupported_operations_are_refused_clearly(name):
-    with pytest.raises(gnnc.CompileError, match="not supported yet|not differentiated yet"):
-        compile_grad(EXAMPLES / f"{name}.gnn", name)
+def test_names_of_generated_tensors_are_kept_free():
+    with pytest.raises(gnnc.CompileError, match="names ending in '__' are kept for generated gradient kernels"):
+        compile_grad("kernel k(st0__: f32[V, F]) -> f32[V, F] {\n    out[v] = sum(st0__[u])\n}\n", "k")
+
+
+def test_unsupported_operations_are_refused_clearly():
+    source = "kernel k(x: f32[V, K]) -> f32[V, K, K] {\n    out[v] = sum(outer(x[u], x[v]))\n}\n"
+    with pytest.raises(gnnc.CompileError, match="'outer' w.r.t. its second operand is not differentiated yet"):
+        compile_grad(source, "k")
 
 
 
@@ -144,15 +160,23 @@ def _edge_exprs(draw, depth=3):
 
 @st.composite
 def _kernels(draw):
-    """A smooth kernel: an edge result, or an aggregation (sum / mean) with a destination term."""
+    """A smooth kernel: an edge result, an aggregation with a destination term, softmax weights, or two phases."""
     body = draw(_edge_exprs())
     if "x[" not in body:
         body = f"({body}) * x[u]"
-    if draw(st.booleans()):
+    form = draw(st.sampled_from(["edge", "agg", "softmax", "two_phase"]))
+    if form == "edge":
         result, stmt = "f64[E, F]", f"out[e] = {body}"
-    else:
+    elif form == "agg":
         agg = draw(st.sampled_from(["sum", "mean"]))
         stmt = f"out[v] = {agg}({body}) + x[v] * y[v]"
+        result = "f64[V, F]"
+    elif form == "softmax":
+        score = draw(_edge_exprs(2)).replace("x[u]", "y[u]").replace("x[v]", "y[v]")
+        stmt = f"a[e] = softmax({score})\n    out[v] = sum(a[e] * {body}) * y[v] + mean(a[e] * x[u])"
+        result = "f64[V, F]"
+    else:
+        stmt = f"h[v] = mean({body}) + x[v]\n    out[v] = sum(tanh(h[u]) * w[e]) + h[v] * sum(h[u])"
         result = "f64[V, F]"
     return f"kernel k(x: f64[V, F], y: f64[V], w: f64[E], c: f64) -> {result} {{\n    {stmt}\n}}\n"
 
@@ -189,5 +213,391 @@ def test_cli_grad_dumps_gradient_kernels(capsys):
     dump = capsys.readouterr().out
     assert "@gcn__grad_x_src" in dump and "@gcn__grad_w_edge" in dump
     assert 'graph.aggregate "sum"' in dump
-    assert main(["compile", "--grad", str(EXAMPLES / "sage_max.gnn"), "--emit", "graph"]) == 1
-    assert "'max' aggregation is not differentiated yet" in capsys.readouterr().err
+    assert main(["compile", "--grad", str(EXAMPLES / "sage_max.gnn"), "--emit", "graph"]) == 0
+    dump = capsys.readouterr().out
+    # the argmax stage on the forward graph, then the selection on the reversed one
+    assert 'graph.aggregate "argmax"' in dump and "graph.edge_id" in dump and '"step"' in dump
+    assert main(["compile", "--grad", str(EXAMPLES / "mlp_aggr.gnn"), "--emit", "graph"]) == 0
+    dump = capsys.readouterr().out
+    assert "graph.outer" in dump and "graph.matvec" in dump
+
+
+# ------------------------------------- non-smooth operations: hand-written subgradients
+#
+# Conventions (as torch where it has one): relu'(0) = 0, leaky_relu'(0) = slope,
+# abs'(0) = 0, max(a, b) and min(a, b) give a tie to a; a max / min aggregation
+# gives each element's gradient to the lowest-id in-edge attaining it, or to
+# the first NaN. Inputs on a grid of halves put many values exactly on the kinks.
+
+ELEMENTWISE = """
+kernel ew(x: f64[V, F], z: f64[V, F]) -> f64[V, F] {
+    out[v] = sum(relu(x[u] - z[v]) + 2 * leaky_relu(x[u] - z[v], 0.1) + 3 * abs(x[u] - z[v])
+                 + 5 * max(x[u], z[v]) + 7 * min(x[u], z[v])) + relu(z[v])
+}
+"""
+
+
+def _grid(rng, shape):
+    return rng.integers(-2, 3, shape) / 2.0
+
+
+@pytest.mark.parametrize("target", ["cpu", "reference"])
+def test_elementwise_subgradients_at_the_kinks(target):
+    rng = np.random.default_rng(5)
+    x, z = _grid(rng, (5, 3)), _grid(rng, (5, 3))
+    gout = rng.normal(size=(5, 3))
+    got = compile_grad(ELEMENTWISE, "ew", target=target)(GRAPH, x, z, gout=gout)
+    xs, zd, g = x[GRAPH.src], z[GRAPH.dst], gout[GRAPH.dst]
+    a = xs - zd
+    d_a = (a > 0) + 2 * np.where(a > 0, 1.0, 0.1) + 3 * np.sign(a)
+    dx_edge = g * (d_a + 5 * (xs >= zd) + 7 * (xs <= zd))
+    dz_edge = g * (-d_a + 5 * (zd > xs) + 7 * (zd < xs))
+    want_x, want_z = np.zeros_like(x), gout * (z > 0)
+    np.add.at(want_x, GRAPH.src, dx_edge)
+    np.add.at(want_z, GRAPH.dst, dz_edge)
+    np.testing.assert_allclose(got["x"], want_x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["z"], want_z, rtol=1e-12, atol=1e-12)
+
+
+def test_a_nan_input_gives_a_nan_gradient_through_relu():
+    x = np.array([[np.nan], [1.0], [-1.0], [0.0], [2.0]])
+    src = "kernel r(x: f64[V, F]) -> f64[V, F] {\n    out[v] = relu(x[v])\n}\n"
+    got = compile_grad(src, "r")(GRAPH, x, gout=np.ones((5, 1)))["x"]
+    np.testing.assert_array_equal(got[:, 0], [np.nan, 1.0, 0.0, 0.0, 1.0])
+
+
+MAXES = """
+kernel sage_max(x: f64[V, F]) -> f64[V, F] {
+    out[v] = max(x[u])
+}
+kernel weighted_min(x: f64[V, F], w: f64[E]) -> f64[V, F] {
+    out[v] = min(x[u] * w[e]) + x[v]
+}
+"""
+
+
+def _by_hand_selected(graph, values, gout, kind):
+    """The adjoint of each edge value of a max / min aggregation: gout of its destination where it was chosen."""
+    adj = np.zeros_like(values)
+    for v in range(graph.num_vertices):
+        edges = [e for e in range(graph.num_edges) if graph.dst[e] == v]  # increasing ids
+        for idx in np.ndindex(values.shape[1:]):
+            column = [values[(e,) + idx] for e in edges]
+            if not column:
+                continue
+            nans = [i for i, c in enumerate(column) if np.isnan(c)]
+            best = max(column) if kind == "max" else min(column)
+            chosen = nans[0] if nans else column.index(best)
+            adj[(edges[chosen],) + idx] = gout[(v,) + idx]
+    return adj
+
+
+def _check_maxes(graph, x, w, gout, dtype=np.float64):
+    source = MAXES if dtype == np.float64 else MAXES.replace("f64", "f32")
+    a_max = _by_hand_selected(graph, x[graph.src].astype(np.float64), gout.astype(np.float64), "max")
+    want_max = np.zeros(x.shape)
+    np.add.at(want_max, graph.src, a_max)
+    values = x[graph.src].astype(np.float64) * w[:, None]
+    a_min = _by_hand_selected(graph, values, gout.astype(np.float64), "min")
+    want_x = gout.astype(np.float64).copy()
+    np.add.at(want_x, graph.src, a_min * w[:, None])
+    want_w = np.sum(a_min * x[graph.src], axis=1)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for target in ("cpu", "reference"):
+        got = compile_grad(source, "sage_max", target=target)(graph, x, gout=gout)
+        np.testing.assert_allclose(got["x"], want_max, rtol=tol, atol=tol)
+        got = compile_grad(source, "weighted_min", target=target)(graph, x, w, gout=gout)
+        np.testing.assert_allclose(got["x"], want_x, rtol=tol, atol=tol)
+        np.testing.assert_allclose(got["w"], want_w, rtol=tol, atol=tol)
+        assert target == "reference" or got["x"].dtype == dtype
+
+
+def test_max_min_aggregation_gradients_go_to_the_first_attaining_edge():
+    rng = np.random.default_rng(7)
+    x = rng.integers(-1, 2, (5, 3)).astype(np.float64)  # ties; 0->1 twice ties by construction
+    w = rng.integers(-1, 2, 8).astype(np.float64)
+    _check_maxes(GRAPH, x, w, rng.normal(size=(5, 3)))
+
+
+def test_max_aggregation_gradient_goes_to_the_first_nan():
+    x = np.array([[1.0], [np.nan], [np.nan], [0.0], [3.0]])
+    got = compile_grad(MAXES, "sage_max")(GRAPH, x, gout=np.arange(1.0, 6.0)[:, None])["x"]
+    # by hand, destination by destination (in-edges by id, source in brackets):
+    # 0 <- 2 (2: NaN), 7 (3): edge 2, from vertex 2, carries gout[0] = 1
+    # 1 <- 0 (0), 4 (3), 5 (0), 6 (2: NaN): edge 6, from vertex 2, carries gout[1] = 2
+    # 2 <- 1 (1: NaN), 3 (2: NaN): the first NaN, edge 1 from vertex 1, carries gout[2] = 3
+    want = np.array([[0.0], [3.0], [1.0 + 2.0], [0.0], [0.0]])
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=min(8, settings().max_examples))
+@given(graph=graphs(max_vertices=10, max_edges=30), f=st.sampled_from([1, 3]), seed=st.integers(0, 2**31 - 1),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_max_min_gradients_on_random_graphs(graph, f, seed, dtype):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-1, 2, (graph.num_vertices, f)).astype(dtype)
+    w = rng.integers(-1, 2, graph.num_edges).astype(dtype)
+    gout = rng.normal(size=(graph.num_vertices, f)).astype(dtype)
+    _check_maxes(graph, x, w, gout, dtype)
+
+
+# ------------------------------------------------- softmax, GAT, staged kernels
+
+GAT = """
+kernel gat1(h: f64[V, H, F], el: f64[V, H], er: f64[V, H]) -> f64[V, H, F] {
+    s[e]   = leaky_relu(el[u] + er[v], 0.2)
+    out[v] = sum(softmax(s[e]) * h[u])
+}
+kernel gat2(h: f64[V, H, F], el: f64[V, H], er: f64[V, H]) -> (out: f64[V, H, F], alpha: f64[E, H]) {
+    s[e]     = leaky_relu(el[u] + er[v], 0.2)
+    alpha[e] = softmax(s[e])
+    out[v]   = sum(alpha[e] * h[u])
+}
+kernel two_hop(x: f64[V, F]) -> f64[V, F] {
+    h[v]   = mean(x[u])
+    out[v] = sum(h[u] * x[v]) + h[v] * h[v]
+}
+kernel vertex_results(x: f64[V, F], w: f64[E]) -> (h: f64[V, F], out: f64[V, F]) {
+    h[v]   = max(x[u] * w[e]) + x[v]
+    out[v] = sum(h[u] * x[v]) - h[v] * min(h[u])
+}
+kernel quotient(x: f64[V, F], w: f64[E]) -> f64[V, F] {
+    out[v] = sum(w[e] * x[u]) / (1 + sum(w[e] * w[e])) + max(tanh(x[u]) * w[e])
+}
+"""
+
+
+def _numeric(forward, graph, args, gouts, name, h=1e-6):
+    grad = np.zeros_like(args[name])
+    for i in range(grad.size):
+        plus = {k: v.copy() for k, v in args.items()}
+        minus = {k: v.copy() for k, v in args.items()}
+        plus[name].reshape(-1)[i] += h
+        minus[name].reshape(-1)[i] -= h
+        a, b = forward(graph, **plus), forward(graph, **minus)
+        a, b = (a, b) if isinstance(a, dict) else ({"out": a}, {"out": b})
+        grad.reshape(-1)[i] = sum(np.sum((a[k] - b[k]) * gouts[k]) for k in a) / (2 * h)
+    return grad
+
+
+@pytest.mark.parametrize("name", ["gat1", "gat2", "two_hop", "vertex_results", "quotient"])
+def test_staged_gradients_match_finite_differences(name):
+    """Smooth away from ties and kinks (continuous random inputs): central differences apply."""
+    kernel = parse_and_check(GAT).kernel(name)
+    rng = np.random.default_rng(11)
+    args = _inputs(kernel, rng, {"F": 3, "H": 2})
+    args = {k: v - 0.85 for k, v in args.items()}  # both signs: leaky_relu's two slopes
+    forward = getattr(gnnc.compile(GAT, target="reference"), name)
+    result = forward(GRAPH, **args)
+    result = result if isinstance(result, dict) else {"out": result}
+    gouts = {k: rng.normal(size=v.shape) for k, v in result.items()}
+    gout = gouts if len(gouts) > 1 else gouts["out"]
+    compiled = compile_grad(GAT, name)(GRAPH, gout=gout, **args)
+    reference = compile_grad(GAT, name, target="reference")(GRAPH, gout=gout, **args)
+    for p in args:
+        np.testing.assert_allclose(reference[p], _numeric(forward, GRAPH, args, gouts, p), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
+
+
+def test_gat_gradient_by_hand():
+    """d s = alpha * (g - sum over the destination's in-edges of alpha * g), g = <gout[v], h[u]> per head."""
+    kernel = parse_and_check(GAT).kernel("gat1")
+    rng = np.random.default_rng(2)
+    args = {k: v - 0.85 for k, v in _inputs(kernel, rng, {"F": 3, "H": 2}).items()}
+    h, el, er = args["h"], args["el"], args["er"]
+    gout = rng.normal(size=h.shape)
+    src, dst, V = GRAPH.src, GRAPH.dst, GRAPH.num_vertices
+    pre = el[src] + er[dst]
+    s = np.where(pre > 0, pre, 0.2 * pre)
+    peak = np.full((V, 2), -np.inf)
+    np.maximum.at(peak, dst, s)
+    ex = np.exp(s - peak[dst])
+    z = np.zeros((V, 2))
+    np.add.at(z, dst, ex)
+    alpha = ex / z[dst]
+    g = np.sum(gout[dst] * h[src], axis=-1)
+    c = np.zeros((V, 2))
+    np.add.at(c, dst, alpha * g)
+    ds = alpha * (g - c[dst]) * np.where(pre > 0, 1.0, 0.2)
+    want = {"h": np.zeros_like(h), "el": np.zeros_like(el), "er": np.zeros_like(er)}
+    np.add.at(want["h"], src, alpha[..., None] * gout[dst])
+    np.add.at(want["el"], src, ds)
+    np.add.at(want["er"], dst, ds)
+    got = compile_grad(GAT, "gat1")(GRAPH, h, el, er, gout=gout)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
+
+
+def test_gat_stages_are_per_edge_and_head_never_per_feature():
+    from gnnc.frontend.grad import gradient_program
+
+    grad = gradient_program(parse_and_check(GAT).kernel("gat1"))
+    stages = [k for k in grad.kernels if k.wrt.endswith("__")]
+    assert stages and all(not k.reverse for k in stages)
+    assert "-> f64[E, H] {" in grad.source and "-> f64[E, H, F]" not in grad.source
+    # the reversed-graph kernels read the softmax weights saved on the forward graph
+    assert all("softmax" not in piece for piece in grad.source.split("kernel ")[1:] if "__grad_" in piece)
+
+
+@settings(max_examples=min(6, settings().max_examples))
+@given(graph=graphs(max_vertices=10, max_edges=30), seed=st.integers(0, 2**31 - 1),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_gat_gradients_on_random_graphs(graph, seed, dtype):
+    """Compiled against the reference's gradients (empty graphs, isolated vertices, duplicates, H = F = 1 too)."""
+    rng = np.random.default_rng(seed)
+    n, H, F = graph.num_vertices, int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    args = {"h": rng.normal(size=(n, H, F)), "el": rng.normal(size=(n, H)), "er": rng.normal(size=(n, H))}
+    source = GAT if dtype == np.float64 else GAT.replace("f64", "f32")
+    args = {k: v.astype(dtype) for k, v in args.items()}
+    gouts = {"out": rng.normal(size=(n, H, F)).astype(dtype), "alpha": rng.normal(size=(graph.num_edges, H)).astype(dtype)}
+    got = compile_grad(source, "gat2")(graph, gout=gouts, **args)
+    want = compile_grad(source, "gat2", target="reference")(graph, gout=gouts, **args)
+    from tests.helpers import assert_matches
+
+    for k in args:
+        assert_matches(got[k], want[k], graph, dtype)
+
+
+def test_several_results_need_a_gout_dict():
+    grad = compile_grad(GAT, "gat2", target="reference")
+    h, el = np.ones((5, 1, 1)), np.ones((5, 1))
+    with pytest.raises(gnnc.ArgumentError, match="pass gout as a dict"):
+        grad(GRAPH, h, el, el, gout=np.ones((5, 1, 1)))
+    with pytest.raises(gnnc.ArgumentError, match="no gout for result alpha"):
+        grad(GRAPH, h, el, el, gout={"out": np.ones((5, 1, 1))})
+
+
+_NS_ATOMS = ["x[u]", "x[v]", "w[e]", "y[u]", "y[v]", "deg_in(v)", "0.5", "c"]
+_NS_UNARY = ["relu({0})", "abs({0})", "leaky_relu({0}, 0.1)", "tanh({0})", "-({0})", "sigmoid({0})"]
+_NS_BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "max({0}, {1})", "min({0}, {1})"]
+
+
+@st.composite
+def _ns_exprs(draw, depth=3):
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(_NS_ATOMS))
+    if draw(st.booleans()):
+        return draw(st.sampled_from(_NS_UNARY)).format(draw(_ns_exprs(depth - 1)))
+    return draw(st.sampled_from(_NS_BINARY)).format(draw(_ns_exprs(depth - 1)), draw(_ns_exprs(depth - 1)))
+
+
+@st.composite
+def _ns_kernels(draw):
+    """Non-smooth and staged: max / min aggregations, softmax weights, a vertex value read at u, edge results."""
+    body = draw(_ns_exprs())
+    if "x[" not in body:
+        body = f"({body}) * x[u]"
+    score = draw(_ns_exprs(2)).replace("x[u]", "y[u]").replace("x[v]", "y[v]")
+    form = draw(st.sampled_from(["agg", "softmax", "two_phase", "edge"]))
+    if form == "agg":
+        agg = draw(st.sampled_from(["max", "min", "sum", "mean"]))
+        stmts, result = [f"out[v] = {agg}({body}) + relu(x[v]) * y[v]"], "f64[V, F]"
+    elif form == "softmax":
+        stmts = [f"a[e] = softmax({score})", f"a_max[v] = max(a[e] * {body})", f"out[v] = sum(a[e] * {body}) + a_max[v]"]
+        result = "f64[V, F]"
+    elif form == "two_phase":
+        stmts = [f"h[v] = max({body})", "out[v] = sum(abs(h[u] - x[v]) * w[e]) + min(h[v], x[v])"]
+        result = "f64[V, F]"
+    else:
+        stmts, result = [f"out[e] = {body} * max(y[u], y[v])"], "f64[E, F]"
+    text = "\n    ".join(stmts)
+    return f"kernel k(x: f64[V, F], y: f64[V], w: f64[E], c: f64) -> {result} {{\n    {text}\n}}\n"
+
+
+@settings(max_examples=min(8, settings().max_examples))
+@given(graph=graphs(max_vertices=12, max_edges=40), source=_ns_kernels(), f=st.sampled_from([1, 3]),
+       seed=st.integers(0, 2**31 - 1))
+def test_random_non_smooth_kernels_compiled_gradients_match_the_reference(graph, source, f, seed):
+    rng = np.random.default_rng(seed)
+    n, m = graph.num_vertices, graph.num_edges
+    args = {"x": rng.uniform(-1, 1, (n, f)), "y": rng.uniform(-1, 1, n), "w": rng.uniform(-1, 1, m),
+            "c": np.array(rng.uniform(-1, 1))}
+    forward = gnnc.compile(source, target="reference").k
+    gout = rng.normal(size=forward(graph, **args).shape)
+    compiled = compile_grad(source, "k")(graph, gout=gout, **args)
+    reference = compile_grad(source, "k", target="reference")(graph, gout=gout, **args)
+    assert set(compiled) == set(reference) == set(args)
+    for name in args:
+        scale = 1 + np.abs(reference[name]).max(initial=0)
+        np.testing.assert_allclose(compiled[name], reference[name], rtol=1e-9, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", ["sage_max", "gat_conv", "mlp_aggr"])
+def test_gradient_kernels_under_the_cuda_thread_mapping_emulation(name):
+    """The generated kernels (argmax stages, softmax stages, W^T) under the default cuda mapping, emulated on the CPU."""
+    path = EXAMPLES / f"{name}.gnn"
+    kernel = parse_and_check(path.read_text()).kernel(name)
+    rng = np.random.default_rng(4)
+    args = {k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()}
+    if name == "sage_max":
+        args["x"] = rng.integers(-1, 2, args["x"].shape).astype(np.float32)  # ties
+    out = getattr(gnnc.compile(path, target="reference"), name)(GRAPH, **args)
+    gout = rng.normal(size=out.shape).astype(np.float32)
+    want = compile_grad(path, name, target="reference")(GRAPH, gout=gout, **args)
+    got = compile_grad(path, name, target="cuda-emulation")(GRAPH, gout=gout, **args)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def test_float32_edge_ids_are_exact_only_below_2_to_the_24(monkeypatch):
+    from gnnc.runtime import gradient
+
+    monkeypatch.setattr(gradient, "_F32_EXACT", 7)  # GRAPH has 8 edges
+    grad = compile_grad(MAXES, "sage_max")
+    x64 = np.ones((5, 2))
+    grad(GRAPH, x64, gout=x64)  # float64: exact
+    f32 = compile_grad(MAXES.replace("f64", "f32"), "sage_max")
+    with pytest.raises(gnnc.ArgumentError, match="exact only below 2\\^24 edges"):
+        f32(GRAPH, x64.astype(np.float32), gout=x64.astype(np.float32))
+
+
+def test_heads_at_a_matrix_and_piecewise_constant_builtins():
+    """`[H, K] @ W`: the runtime sums the per-head partials; argmax / step give no gradient; outer is refused."""
+    source = """
+kernel heads(y: f64[V, H, K], W: f64[K, N], x: f64[V, H]) -> f64[V, H, N] {
+    out[v] = sum(tanh(y[u] @ W)) + (y[v] @ W) * (1 + argmax(x[u])) + step(y[v] @ W)
+}
+kernel outer_k(x: f64[V, K], y: f64[V, K]) -> f64[V, K, K] {
+    out[v] = sum(outer(tanh(x[u] * x[v]), y[v]))
+}
+"""
+    kernel = parse_and_check(source).kernel("heads")
+    rng = np.random.default_rng(9)
+    args = _inputs(kernel, rng, {"H": 2, "K": 3, "N": 2})
+    forward = gnnc.compile(source, target="reference").heads
+    gout = rng.normal(size=forward(GRAPH, **args).shape)
+    compiled = compile_grad(source, "heads")(GRAPH, gout=gout, **args)
+    reference = compile_grad(source, "heads", target="reference")(GRAPH, gout=gout, **args)
+    gouts = {"out": gout}
+    for p in ("y", "W"):
+        np.testing.assert_allclose(reference[p], _numeric(forward, GRAPH, args, gouts, p), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
+    assert not np.any(compiled["x"])  # only through argmax
+    with pytest.raises(gnnc.CompileError, match="'outer' w.r.t. its second operand"):
+        compile_grad(source, "outer_k")
+    kernel = parse_and_check(source).kernel("outer_k")
+    args = _inputs(kernel, rng, {"K": 3})
+    forward = gnnc.compile(source, target="reference").outer_k
+    gout = rng.normal(size=forward(GRAPH, **args).shape)
+    got = compile_grad(source, "outer_k", wrt=["x"])(GRAPH, gout=gout, **args)["x"]
+    np.testing.assert_allclose(got, _numeric(forward, GRAPH, args, {"out": gout}, "x"), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["gat_conv", "sage_max", "mlp_aggr"])
+def test_forward_keeps_what_the_gradient_reuses(name):
+    """`forward` gives the kernel's results and the gout-free intermediates; with them the gradient is the same."""
+    path = EXAMPLES / f"{name}.gnn"
+    kernel = parse_and_check(path.read_text()).kernel(name)
+    rng = np.random.default_rng(6)
+    args = {k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()}
+    grad = compile_grad(path, name)
+    out, saved = grad.forward(GRAPH, **args)
+    assert list(saved) == grad.saved and grad.saved
+    np.testing.assert_allclose(out, getattr(gnnc.compile(path), name)(GRAPH, **args), rtol=1e-6, atol=1e-6)
+    gout = rng.normal(size=out.shape).astype(np.float32)
+    with_saved = grad(GRAPH, gout=gout, saved=saved, **args)
+    without = grad(GRAPH, gout=gout, **args)
+    for k in without:
+        np.testing.assert_allclose(with_saved[k], without[k], rtol=1e-6, atol=1e-6)
+    with pytest.raises(gnnc.ArgumentError, match="which forward\\(\\) does not give"):
+        grad(GRAPH, gout=gout, saved={"st9__": out}, **args)

@@ -44,3 +44,16 @@ def test_two_phase_kernel_splits_at_neighbour_reads():
     """
     result = compiler.compile_source(source, stop_after="loop")
     assert result.stages["convert-graph-to-loop"].count("loop.for_dst") == 2
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_stage_of_the_gradient_kernels_parses_back(path: Path):
+    """The generated kernels use step, edge_id, argmax, outer and matvecs by W^T: their dumps parse back too."""
+    from gnnc.frontend.grad import gradient_source
+
+    source = gradient_source(path.read_text(), str(path))
+    result = compiler.compile_source(source, f"<gradients of {path.stem}>", stop_after="loop")
+    for stage, text in result.stages.items():
+        module = Parser(pipeline.make_context(), text).parse_module()
+        module.verify()
+        assert str(module) == text, stage

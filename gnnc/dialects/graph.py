@@ -291,6 +291,26 @@ class DegreeOp(IRDLOperation):
             raise VerifyException(f"graph.degree at {self.site.data} gives a scalar {expected} value")
 
 
+@irdl_op_definition
+class EdgeIdOp(IRDLOperation):
+    """`edge_id(e)`: the edge's id as a float (E); argmax gradients compare it with a saved id."""
+
+    name = "graph.edge_id"
+
+    result = result_def(ValueType)
+
+    assembly_format = "attr-dict `:` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, element_type: Attribute):
+        super().__init__(result_types=[ValueType("E", element_type, ())])
+
+    def verify_(self) -> None:
+        rtype = _value_type(self.result)
+        if rtype.kind != "E" or rtype.shape != ():
+            raise VerifyException("graph.edge_id gives a scalar E value")
+
+
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
 
 
@@ -338,7 +358,7 @@ class BinaryOp(IRDLOperation):
             raise VerifyException(f"graph.binary result must be {gtype} {list(shape)}")
 
 
-UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "leaky_relu")
+UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "leaky_relu", "step")
 
 
 @irdl_op_definition
@@ -409,6 +429,34 @@ class DotOp(IRDLOperation):
 
 
 @irdl_op_definition
+class OuterOp(IRDLOperation):
+    """`outer(a, b)`: [..., K] and [..., N] give [..., K, N] (the gradient of `@` w.r.t. its matrix)."""
+
+    name = "graph.outer"
+
+    lhs = operand_def(ValueType)
+    rhs = operand_def(ValueType)
+    result = result_def(ValueType)
+
+    assembly_format = "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        a, b = _value_type(lhs), _value_type(rhs)
+        gtype = join_graph_types(a.kind, b.kind) or "E"
+        super().__init__(operands=[lhs, rhs], result_types=[ValueType(gtype, a.element_type, a.shape + b.shape[-1:])])
+
+    def verify_(self) -> None:
+        _check_elem(self, self.lhs, self.rhs)
+        a, b, r = _value_type(self.lhs), _value_type(self.rhs), _value_type(self.result)
+        if not a.shape or not b.shape or a.shape[:-1] != b.shape[:-1]:
+            raise VerifyException(f"graph.outer needs [..., K] and [..., N], got {list(a.shape)} and {list(b.shape)}")
+        gtype = join_graph_types(a.kind, b.kind)
+        if gtype is None or (r.kind, r.shape) != (gtype, a.shape + b.shape[-1:]):
+            raise VerifyException("graph.outer result must be [..., K, N] and join the graph types")
+
+
+@irdl_op_definition
 class MatVecOp(IRDLOperation):
     """`a @ W`: `a` of shape [..., K] times a parameter matrix [K, N] gives [..., N]."""
 
@@ -439,14 +487,16 @@ class MatVecOp(IRDLOperation):
             raise VerifyException("graph.matvec result must be [..., N] of the vector's graph type")
 
 
-AGGREGATE_KINDS = ("sum", "mean", "max", "min")
+AGGREGATE_KINDS = ("sum", "mean", "max", "min", "argmax", "argmin")
 
 
 @irdl_op_definition
 class AggregateOp(IRDLOperation):
     """Reduces an edge value over each destination's in-edges (graph type A).
 
-    Empty in-edge sets give 0 for every kind; max/min propagate NaN.
+    Empty in-edge sets give 0 for sum, mean, max and min; max/min propagate NaN.
+    argmax/argmin give the id (a float) of the lowest-id in-edge attaining the
+    max/min per element, or of the first NaN; -1 without in-edges.
     """
 
     name = "graph.aggregate"
@@ -541,9 +591,11 @@ Graph = Dialect(
         GatherOp,
         ConstantOp,
         DegreeOp,
+        EdgeIdOp,
         BinaryOp,
         UnaryOp,
         DotOp,
+        OuterOp,
         MatVecOp,
         AggregateOp,
         EdgeSoftmaxOp,

@@ -122,10 +122,10 @@ class Binary(Expr):
 
 #: Elementwise functions of one argument.
 UNARY_FUNCTIONS = frozenset(
-    {"exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh"}
+    {"exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "step"}
 )
 #: Aggregations over the in-edges of the destination.
-AGGREGATIONS = frozenset({"sum", "mean", "max", "min"})
+AGGREGATIONS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 
 
 @dataclass(kw_only=True)
@@ -134,7 +134,8 @@ class Call(Expr):
 
     ``func`` is one of: an element of ``UNARY_FUNCTIONS``; ``leaky_relu``
     (args: value, slope as a ``Number``); ``max`` / ``min`` with two args
-    (elementwise); ``dot`` (two args, reduces the last axis); ``softmax``
+    (elementwise); ``dot`` (two args, reduces the last axis); ``outer`` (two
+    args ``[..., K]`` and ``[..., N]``, gives ``[..., K, N]``); ``softmax``
     (one edge arg); ``deg_in`` / ``deg_out`` (one ``Index``-free arg, see
     ``Degree``). Aggregations are ``Aggregate`` nodes, not calls.
     """
@@ -145,9 +146,13 @@ class Call(Expr):
 
 @dataclass(kw_only=True)
 class Aggregate(Expr):
-    """``sum|mean|max|min(edge expression)`` at the destination ``v``."""
+    """``sum|mean|max|min|argmax|argmin(edge expression)`` at the destination ``v``.
 
-    kind: Literal["sum", "mean", "max", "min"]
+    ``argmax`` / ``argmin`` give, per element, the id of the in-edge that
+    attains the max / min (the lowest such id; the first NaN), as a float.
+    """
+
+    kind: Literal["sum", "mean", "max", "min", "argmax", "argmin"]
     operand: Expr
 
 
@@ -161,6 +166,11 @@ class Degree(Expr):
 
     direction: Literal["in", "out"]
     index: Literal["u", "v"]
+
+
+@dataclass(kw_only=True)
+class EdgeId(Expr):
+    """``edge_id(e)``: the edge's id (its position in what the user gave) as a float of the kernel's type."""
 
 
 # ----------------------------------------------------------------- statements

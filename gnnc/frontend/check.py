@@ -369,6 +369,9 @@ class _KernelChecker:
             e.gtype = "S" if e.index == "u" else "D"
             e.shape = ()
             self.leaf_in_mode(e, mode, f"deg_{e.direction}({e.index})")
+        elif isinstance(e, ast.EdgeId):
+            e.gtype, e.shape = "E", ()
+            self.leaf_in_mode(e, mode, "edge_id(e)")
         elif isinstance(e, ast.Unary):
             self.expr(e.operand, mode)
             e.gtype, e.shape = e.operand.gtype, e.operand.shape
@@ -557,6 +560,17 @@ class _KernelChecker:
         elif f in ("max", "min"):
             b = e.args[1]
             e.shape = self.broadcast(ashape, b.shape or (), e.loc, f)
+            e.gtype = self.combine(a, b, e.loc)
+        elif f == "outer":
+            b = e.args[1]
+            bshape = b.shape or ()
+            if not ashape or not bshape or ashape[:-1] != bshape[:-1]:
+                raise self.error(
+                    f"outer needs operands [..., K] and [..., N] with the same leading axes, got "
+                    f"{_fmt_shape(ashape)} and {_fmt_shape(bshape)}",
+                    e.loc,
+                )
+            e.shape = ashape + bshape[-1:]
             e.gtype = self.combine(a, b, e.loc)
         elif f == "dot":
             b = e.args[1]

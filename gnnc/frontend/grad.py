@@ -22,86 +22,104 @@ A parameter without a V/E axis (`eps`) gets a vertex kernel of partial
 gradients (each destination: its in-edges' terms and its own), which the
 runtime sums.
 
-Not differentiated yet (a `CompileError` says so): `@`, `softmax`, `max`/`min`
-aggregations and the non-smooth elementwise functions (they need argmax
-bookkeeping or a step function the language lacks), vertex values read by a
-later statement, and kernels with several results.
+Values that depend on a destination's whole in-edge set cannot be
+recomputed inside another aggregation or on the reversed graph, so they
+become *intermediates*: a stage kernel on the forward graph writes them to a
+V or E tensor (`st0__`) that later kernels take as an input, and the runtime
+runs the kernels in order (`runtime.gradient`). That gives, all as fused
+kernels of the same pipeline:
+
+- `softmax`: d s = alpha * (g - sum_in(alpha * g)); alpha is saved per edge
+  (gat's [E, H]: the softmax's own size) and the per-destination sum is a
+  stage: gat_conv's gradient is five kernels, these two stages, then one
+  each for h, el and er;
+- `max` / `min` aggregations: a stage `argmax(...)` / `argmin(...)` keeps,
+  per destination and element, the id of the in-edge that won (the lowest
+  id on a tie, the first NaN); the gradient kernels pass the gradient to the
+  edge with `step(0.5 - abs(edge_id(e) - id[v]))`. A [V, F] tensor of ids,
+  no E x F mask. In float32 ids are exact below 2^24 edges (checked);
+- aggregates read elsewhere (`sum(a) / sum(b)`), vertex values read by
+  later statements (their forward values and their adjoints are stages),
+  and several results (`gout_NAME__` per result);
+- the non-smooth elementwise functions, through the `step` builtin (step(0)
+  = 0, step(NaN) = NaN): relu'(0) = 0, leaky_relu'(0) = slope, abs'(0) = 0
+  (as torch), `max(a, b)` / `min(a, b)` give a tie to `a`. A NaN operand
+  of these gives a NaN gradient.
+
+`a @ W`: d a = adj @ W^T, where W^T (`W_T__`) is an input the runtime
+transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
+computes it, one [K, N] partial per destination summed by the runtime (so
+V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
+runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
+zero gradient. Stages that need no gout (softmax weights, argmax ids) are also results of
+a generated `NAME__forward` variant of the kernel, so a training step can
+compute them in the forward pass and hand them to the gradient.
+
+Not differentiated (a `CompileError` says so): `outer(a, b)`
+w.r.t. `b` (it sums the second-to-last axis, which the language cannot
+write); w.r.t. `a` it is.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gnnc.errors import CompileError, SourceError
 from gnnc.frontend import ast
 
 #: The incoming gradient's parameter name in generated kernels (a prefix keeps it clear of user names).
 GOUT = "gout__"
+#: Intermediate tensors computed by stage kernels: st0__, st1__, ...
+_STAGE = re.compile(r"\bst\d+__\b")
+
+
+def gout_name(kernel: ast.Kernel, result: str) -> str:
+    """The incoming gradient of one result: `gout__` for a single result, `gout_NAME__` for several."""
+    return GOUT if len(kernel.results) == 1 else f"gout_{result}__"
 
 
 @dataclass(frozen=True)
 class GradKernel:
-    """One generated kernel: its name, the input it differentiates, and which graph it runs on."""
+    """One generated kernel: its name, what it computes a part of, and which graph it runs on."""
 
     name: str
+    #: A forward input's name (a gradient), or an intermediate's (`st3__`) that later kernels read.
     wrt: str
     reverse: bool
     #: The kernel gives one partial gradient per vertex; the runtime sums them (parameters).
     reduce: bool = False
+    #: Intermediates it reads, in its signature after the forward inputs and the gout tensors.
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass
 class GradProgram:
     kernel: str
     source: str
+    #: In the order they must run: an intermediate is complete (all its kernels summed) before a reader.
     kernels: list[GradKernel]
     #: Inputs of the forward kernel with no gradient (they do not reach the result).
     constant: list[str]
     #: Parameters without a V/E axis, left out when no `wrt` was asked for.
     skipped: list[str]
+    #: The incoming gradients' parameter names, one per result, in result order.
+    gouts: list[str] = field(default_factory=list)
+    #: Matrices W of `a @ W` whose transpose (`W_T__`) the kernels take; the runtime makes it.
+    transposes: list[str] = field(default_factory=list)
+    #: Intermediates that need no gout (a softmax's weights, an argmax): `forward` computes them too.
+    saved: list[str] = field(default_factory=list)
+    #: The forward kernel with those intermediates as extra results (`NAME__forward`), or "".
+    forward: str = ""
 
 
 def _fmt_type(t: ast.TensorType) -> str:
-    dims = ([t.domain] if t.domain else []) + [str(d) for d in t.shape]
-    return t.dtype + (f"[{', '.join(dims)}]" if dims else "")
+    return _fmt(t.dtype, t.domain, t.shape)
 
 
-def text(e: ast.Expr, edge_defs: dict[str, ast.Expr] | None = None) -> str:
-    """Source text of a checked expression, fully parenthesised.
-
-    Edge values defined by earlier statements (`s[e]`) are inlined: a
-    gradient kernel recomputes them rather than reading a saved tensor.
-    """
-    return _text(e, edge_defs or {})
-
-
-def _text(e: ast.Expr, defs: dict[str, ast.Expr]) -> str:
-    def text(e: ast.Expr) -> str:
-        return _text(e, defs)
-
-    if isinstance(e, ast.Number):
-        return f"{float(e.value)!r}"
-    if isinstance(e, ast.Index):
-        if e.name in defs:
-            return f"({text(defs[e.name])})"
-        return f"{e.name}[{e.index}]"
-    if isinstance(e, ast.Name):
-        return e.name
-    if isinstance(e, ast.Unary):
-        return f"(-{text(e.operand)})"
-    if isinstance(e, ast.Binary):
-        return f"({text(e.lhs)} {e.op} {text(e.rhs)})"
-    if isinstance(e, ast.Call):
-        args = [text(a) for a in e.args]
-        if e.func == "leaky_relu":
-            args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
-        return f"{e.func}({', '.join(args)})"
-    if isinstance(e, ast.Aggregate):
-        return f"{e.kind}({text(e.operand)})"
-    if isinstance(e, ast.Degree):
-        return f"deg_{e.direction}({e.index})"
-    raise AssertionError(type(e).__name__)
+def _fmt(dtype: str, domain: str | None, shape: tuple) -> str:
+    dims = ([domain] if domain else []) + [str(d) for d in shape]
+    return dtype + (f"[{', '.join(dims)}]" if dims else "")
 
 
 def swap_uv(src: str) -> str:
@@ -118,104 +136,40 @@ def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
     return adj
 
 
-class _Differentiator:
-    def __init__(self, kernel: ast.Kernel, wrt: str):
-        self.kernel = kernel
-        self.wrt = wrt
-        self.edge_defs = {d.name: d.value for d in kernel.body if d.index == "e"}
-        self.vertex_defs = {d.name for d in kernel.body if d.index == "v"}
-        # (site, ctx, adjoint text): site u / v / e; ctx "edge" or "vertex"
-        self.contributions: list[tuple[str, str, str]] = []
+def transpose_name(matrix: str) -> str:
+    return f"{matrix}_T__"
 
-    def text(self, e: ast.Expr) -> str:
-        return text(e, self.edge_defs)
 
-    def depends(self, e: ast.Expr) -> bool:
-        if isinstance(e, ast.Index):
-            if e.name == self.wrt:
-                return True
-            if e.name in self.edge_defs:
-                return self.depends(self.edge_defs[e.name])
-            return False
-        if isinstance(e, ast.Name):
-            return e.name == self.wrt
-        return any(self.depends(c) for c in _children(e))
+def _walk(e: ast.Expr):
+    yield e
+    for c in _children(e):
+        yield from _walk(c)
 
-    def fail(self, e: ast.Expr, what: str) -> CompileError:
-        return CompileError(
-            f"{self.kernel.name}: cannot differentiate with respect to '{self.wrt}': {what} "
-            f"is not differentiated yet (line {e.loc.line})"
-        )
 
-    def back(self, e: ast.Expr, adj: str, ctx: str) -> None:
-        if not self.depends(e):
-            return
-        if isinstance(e, ast.Index):
-            if e.name == self.wrt:
-                self.contributions.append((e.index, ctx, adj))
-            elif e.name in self.vertex_defs:
-                raise self.fail(e, f"a vertex value read by a later statement ('{e.name}')")
-            else:
-                self.back(self.edge_defs[e.name], adj, "edge")
-            return
-        if isinstance(e, ast.Name):
-            self.contributions.append(("p", ctx, adj))
-            return
-        shape = e.shape or ()
-        if isinstance(e, ast.Unary):
-            self.back(e.operand, f"(-({adj}))", ctx)
-            return
-        if isinstance(e, ast.Binary):
-            a, b = e.lhs, e.rhs
-            ta, tb = self.text(a), self.text(b)
-            if e.op == "@":
-                raise self.fail(e, "'@'")
-            if e.op == "+":
-                parts = (adj, adj)
-            elif e.op == "-":
-                parts = (adj, f"(-({adj}))")
-            elif e.op == "*":
-                parts = (f"(({adj}) * {tb})", f"(({adj}) * {ta})")
-            else:
-                parts = (f"(({adj}) / {tb})", f"(-({adj}) * {ta} / ({tb} * {tb}))")
-            for operand, other, part in zip((a, b), (tb, ta), parts):
-                want, other_shape = operand.shape or (), (b if operand is a else a).shape or ()
-                if e.op == "*" and len(shape) - len(want) == 1 and other_shape == shape:
-                    # a [..] scaled by b [.., K]: its gradient is one dot product, no ones tensor
-                    self.back(operand, f"dot({adj}, {other})", ctx)
-                else:
-                    self.back(operand, _reduce_to(part, shape, want), ctx)
-            return
-        if isinstance(e, ast.Call):
-            if e.func == "dot":
-                a, b = e.args
-                # adj has the shape of a and b without their last axis: a prefix, so it broadcasts
-                self.back(a, f"(({adj}) * {self.text(b)})", ctx)
-                self.back(b, f"(({adj}) * {self.text(a)})", ctx)
-                return
-            (a,) = e.args if len(e.args) == 1 else (None,)
-            derivative = {
-                "exp": lambda t: f"exp({t})",
-                "log": lambda t: f"(1.0 / {t})",
-                "sqrt": lambda t: f"(0.5 / sqrt({t}))",
-                "rsqrt": lambda t: f"(-0.5 * rsqrt({t}) / {t})",
-                "sigmoid": lambda t: f"(sigmoid({t}) * (1.0 - sigmoid({t})))",
-                "tanh": lambda t: f"(1.0 - tanh({t}) * tanh({t}))",
-            }.get(e.func)
-            if derivative is None or a is None:
-                raise self.fail(e, f"'{e.func}'")
-            self.back(a, f"(({adj}) * {derivative(self.text(a))})", ctx)
-            return
-        if isinstance(e, ast.Aggregate):
-            if e.kind == "sum":
-                self.back(e.operand, adj, "edge")
-            elif e.kind == "mean":
-                # mean is 0 at a vertex without in-edges, and no edge there reads the adjoint
-                self.back(e.operand, f"(({adj}) / deg_in(v))", "edge")
-            else:
-                raise self.fail(e, f"'{e.kind}' aggregation")
-            return
-        raise self.fail(e, type(e).__name__)
+def _plain(e: ast.Expr) -> str:
+    """Source text of an expression as written (fully parenthesised, nothing inlined)."""
+    if isinstance(e, ast.Number):
+        return f"{float(e.value)!r}"
+    if isinstance(e, ast.Index):
+        return f"{e.name}[{e.index}]"
+    if isinstance(e, ast.Name):
+        return e.name
+    if isinstance(e, ast.Unary):
+        return f"(-{_plain(e.operand)})"
+    if isinstance(e, ast.Binary):
+        return f"({_plain(e.lhs)} {e.op} {_plain(e.rhs)})"
+    if isinstance(e, ast.Call):
+        args = [_plain(a) for a in e.args]
+        if e.func == "leaky_relu":
+            args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
+        return f"{e.func}({', '.join(args)})"
+    if isinstance(e, ast.Aggregate):
+        return f"{e.kind}({_plain(e.operand)})"
+    if isinstance(e, ast.Degree):
+        return f"deg_{e.direction}({e.index})"
+    if isinstance(e, ast.EdgeId):
+        return "edge_id(e)"
+    raise AssertionError(type(e).__name__)
 
 
 def _children(e: ast.Expr) -> list[ast.Expr]:
@@ -230,66 +184,399 @@ def _children(e: ast.Expr) -> list[ast.Expr]:
     return []
 
 
-def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradProgram:
-    """Gradient kernels (as checked source text) of one forward kernel."""
-    if len(kernel.results) != 1:
-        raise CompileError(f"{kernel.name}: gradients of kernels with several results are not supported yet")
-    result = kernel.results[0]
-    root = next(d for d in kernel.body if d.name == result.name)
-    seed = f"{GOUT}[{root.index}]"
-    ctx = "edge" if root.index == "e" else "vertex"
-    params = [p for p in kernel.params if wrt is None or p.name in wrt]
-    signature = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in kernel.params)
-    signature += f", {GOUT}: {_fmt_type(result.type)}"
-    pieces: list[str] = []
-    kernels: list[GradKernel] = []
-    constant: list[str] = []
-    skipped: list[str] = []
-    for p in params:
-        d = _Differentiator(kernel, p.name)
-        d.back(root.value, seed, ctx)
-        if not d.contributions:
-            constant.append(p.name)
-            continue
-        rtype = _fmt_type(p.type)
-        by_site = {site: [(c, t) for s, c, t in d.contributions if s == site] for site in "uvep"}
-        if by_site["p"]:
-            # a parameter's gradient sums over every vertex and edge: each destination sums its
-            # in-edges (every edge once) plus its own terms, and the runtime sums the vertices
-            edge = [t for c, t in by_site["p"] if c == "edge"]
-            direct = [t for c, t in by_site["p"] if c == "vertex"]
+class _Builder:
+    """The gradient program of one kernel: stage kernels (shared by every input) and gradient kernels.
+
+    Generated kernels read the forward inputs and recompute edge values, but
+    a value that depends on a destination's whole in-edge set (an
+    aggregation, a softmax, a vertex value) cannot be recomputed inside
+    another aggregation, nor on the reversed graph. Such a value becomes an
+    intermediate: a *stage* kernel on the forward graph writes it to a V or
+    E tensor (`st0__`), and later kernels read it like an input. The only
+    edge-sized ones are softmax weights, of the softmax's own shape (gat's
+    [E, H]); edge values are recomputed, never saved per feature.
+    """
+
+    def __init__(self, kernel: ast.Kernel):
+        self.kernel = kernel
+        self.dtype = kernel.dtype or "f32"
+        self.edge_defs = {d.name: d.value for d in kernel.body if d.index == "e"}
+        self.vertex_defs = {d.name: d for d in kernel.body if d.index == "v"}
+        self.signature = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in kernel.params)
+        for r in kernel.results:
+            self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
+        params = {p.name: p for p in kernel.params}
+        self.transposes = sorted({e.rhs.name for d in kernel.body for e in _walk(d.value)
+                                  if isinstance(e, ast.Binary) and e.op == "@"})  # type: ignore[attr-defined]
+        for w in self.transposes:
+            k, n = params[w].type.shape
+            self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, None, (n, k))}"
+        self.pieces: list[str] = []
+        self.kernels: list[GradKernel] = []
+        self.stage_types: dict[str, str] = {}
+        self.stages: dict[tuple, str] = {}
+        #: stages that read only forward inputs (and such stages): their statements
+        self.forward_stages: dict[str, str] = {}
+
+    # ---------------------------------------------------------------- emitting
+
+    def emit(self, name: str, wrt: str, reverse: bool, rtype: str, stmt: str, reduce: bool = False) -> None:
+        inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
+        signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
+        self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs))
+
+    def stage(self, body: str, index: str, shape: tuple) -> str:
+        """An intermediate `out[index] = body` on the forward graph; returns how to read it."""
+        key = (index, body)
+        if key not in self.stages:
+            name = f"st{len(self.stages)}__"
+            self.stages[key] = name
+            self.stage_types[name] = _fmt(self.dtype, "V" if index == "v" else "E", shape)
+            self.emit(f"{self.kernel.name}__{name[:-2]}", name, False, self.stage_types[name], f"out[{index}] = {body}")
+            reads = set(re.findall(r"\b\w+__\b", body))
+            if reads <= set(self.forward_stages):
+                self.forward_stages[name] = f"{name}[{index}] = {body}"
+        return self.stages[key]
+
+    def forward_source(self) -> str:
+        """The forward kernel computing, beside its results, the intermediates that need no gout.
+
+        Training runs it instead of the kernel and hands the intermediates to
+        the gradient (`Gradient(..., saved=...)`), which then skips their
+        stage kernels: a softmax's weights or a max's winning edges come out
+        of the forward walks instead of walks of their own.
+        """
+        if not self.forward_stages:
+            return ""
+        k = self.kernel
+        params = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in k.params)
+        results = [f"{r.name}: {_fmt_type(r.type)}" for r in k.results]
+        results += [f"{n}: {self.stage_types[n]}" for n in self.forward_stages]
+        body = [f"{d.name}[{d.index}] = {_plain(d.value)}" for d in k.body] + list(self.forward_stages.values())
+        return f"kernel {k.name}__forward({params}) -> ({', '.join(results)}) {{\n    " + "\n    ".join(body) + "\n}\n"
+
+    def gradient_kernels(self, target: str, base: str, rtype: str, param_type: ast.TensorType | None,
+                         contributions: list[tuple[str, str, str]]) -> None:
+        """Kernels whose results sum to the gradient `target`: (site, ctx, adjoint) contributions.
+
+        Contributions at `u` sum over the out-edges of u: an in-edge
+        aggregation on the reversed graph, u and v swapped. Those at `v` sum
+        over in-edges (plus direct terms), those at `e` are edge kernels, on
+        the forward graph. A parameter's (site `p`) sum over every vertex
+        and edge is one partial per destination, summed by the runtime; a
+        site `p:H,..` has leading axes (`[H, K] @ W`'s `outer`s, [H, K, N])
+        that the runtime sums too, the language having no sum over a leading
+        axis.
+        """
+        by_site = {site: [(c, t) for s, c, t in contributions if s == site] for site in "uve"}
+        param_sites = sorted({s for s, _, _ in contributions if s.startswith("p")})
+        for i, site in enumerate(param_sites):
+            edge = [t for s, c, t in contributions if s == site and c == "edge"]
+            direct = [t for s, c, t in contributions if s == site and c == "vertex"]
             terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
-            name = f"{kernel.name}__grad_{p.name}_param"
-            ptype = ast.TensorType(p.type.dtype, "V", p.type.shape, p.type.loc)
-            pieces.append(f"kernel {name}({signature}) -> {_fmt_type(ptype)} {{\n    out[v] = {' + '.join(terms)}\n}}\n")
-            kernels.append(GradKernel(name, p.name, False, reduce=True))
+            assert param_type is not None
+            lead = tuple(site[2:].split(",")) if site != "p" else ()
+            ptype = _fmt(param_type.dtype, "V", lead + param_type.shape)
+            name = f"{base}_param" + (str(i) if len(param_sites) > 1 else "")
+            self.emit(name, target, False, ptype, f"out[v] = {' + '.join(terms)}", reduce=True)
         if by_site["u"]:
             body = " + ".join(t for _, t in by_site["u"])
-            name = f"{kernel.name}__grad_{p.name}_src"
-            pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    out[v] = sum({swap_uv(body)})\n}}\n")
-            kernels.append(GradKernel(name, p.name, True))
+            self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})")
         if by_site["v"]:
             edge = [t for c, t in by_site["v"] if c == "edge"]
             direct = [t for c, t in by_site["v"] if c == "vertex"]
             terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
-            name = f"{kernel.name}__grad_{p.name}_dst"
-            pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    out[v] = {' + '.join(terms)}\n}}\n")
-            kernels.append(GradKernel(name, p.name, False))
+            self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}")
         if by_site["e"]:
-            name = f"{kernel.name}__grad_{p.name}_edge"
             body = " + ".join(t for _, t in by_site["e"])
-            pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    out[e] = {body}\n}}\n")
-            kernels.append(GradKernel(name, p.name, False))
-    source = "\n".join(pieces)
+            self.emit(f"{base}_edge", target, False, rtype, f"out[e] = {body}")
+
+    def vertex_gradient(self, d: ast.Definition, contributions: list[tuple[str, str, str]]) -> str:
+        """The adjoint of vertex value `d`, an intermediate summed from its readers' contributions."""
+        key = ("grad", d.name, tuple(contributions))
+        if key not in self.stages:
+            name = f"st{len(self.stages)}__"
+            self.stages[key] = name
+            self.stage_types[name] = _fmt(self.dtype, "V", d.value.shape or ())
+            self.gradient_kernels(name, f"{self.kernel.name}__{name[:-2]}", self.stage_types[name], None, contributions)
+        return f"{self.stages[key]}[v]"
+
+    # ------------------------------------------------------- forward values
+
+    def text(self, e: ast.Expr, vertex_level: bool = False) -> str:
+        """Source text of a forward expression, fully parenthesised, for a generated kernel.
+
+        Edge values defined by earlier statements (`s[e]`) are inlined and
+        recomputed. Softmaxes, vertex values, and (except at the top level
+        of a vertex statement, `vertex_level`) aggregations are read from
+        stage intermediates.
+        """
+        text = self.text
+        if isinstance(e, ast.Number):
+            return f"{float(e.value)!r}"
+        if isinstance(e, ast.Index):
+            if e.name in self.edge_defs:
+                return f"({text(self.edge_defs[e.name])})"
+            if e.name in self.vertex_defs:
+                d = self.vertex_defs[e.name]
+                name = self.stage(self.text(d.value, vertex_level=True), "v", d.value.shape or ())
+                return f"{name}[{e.index}]"
+            return f"{e.name}[{e.index}]"
+        if isinstance(e, ast.Name):
+            return e.name
+        if isinstance(e, ast.Unary):
+            return f"(-{text(e.operand, vertex_level)})"
+        if isinstance(e, ast.Binary):
+            return f"({text(e.lhs, vertex_level)} {e.op} {text(e.rhs, vertex_level)})"
+        if isinstance(e, ast.Call):
+            if e.func == "softmax":
+                name = self.stage(f"softmax({text(e.args[0])})", "e", e.shape or ())
+                return f"{name}[e]"
+            args = [text(a, vertex_level) for a in e.args]
+            if e.func == "leaky_relu":
+                args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
+            return f"{e.func}({', '.join(args)})"
+        if isinstance(e, ast.Aggregate):
+            agg = f"{e.kind}({text(e.operand)})"
+            return agg if vertex_level else f"{self.stage(agg, 'v', e.shape or ())}[v]"
+        if isinstance(e, ast.Degree):
+            return f"deg_{e.direction}({e.index})"
+        if isinstance(e, ast.EdgeId):
+            return "edge_id(e)"
+        raise AssertionError(type(e).__name__)
+
+
+class _Differentiator:
+    """Reverse mode for one input: adjoints as source text, collected per site where the input is read."""
+
+    def __init__(self, builder: _Builder, wrt: str):
+        self.builder = builder
+        self.kernel = builder.kernel
+        self.wrt = wrt
+        self.edge_defs = builder.edge_defs
+        self.vertex_defs = builder.vertex_defs
+        # (site, ctx, adjoint text): site u / v / e / p (p:H,.. with leading axes); ctx "edge" or "vertex"
+        self.contributions: list[tuple[str, str, str]] = []
+        # the same for vertex values read by later statements (and vertex results)
+        self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
+        # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
+        self.softmax_adjoints: dict[int, list[str]] = {}
+        self._depends: dict[str, bool] = {}
+
+    def text(self, e: ast.Expr) -> str:
+        return self.builder.text(e)
+
+    def depends(self, e: ast.Expr) -> bool:
+        if isinstance(e, ast.Index):
+            if e.name == self.wrt:
+                return True
+            if e.name in self.edge_defs or e.name in self.vertex_defs:
+                if e.name not in self._depends:
+                    value = self.edge_defs[e.name] if e.name in self.edge_defs else self.vertex_defs[e.name].value
+                    self._depends[e.name] = self.depends(value)
+                return self._depends[e.name]
+            return False
+        if isinstance(e, ast.Name):
+            return e.name == self.wrt
+        return any(self.depends(c) for c in _children(e))
+
+    def fail(self, e: ast.Expr, what: str) -> CompileError:
+        return CompileError(
+            f"{self.kernel.name}: cannot differentiate with respect to '{self.wrt}': {what} "
+            f"is not differentiated yet (line {e.loc.line})"
+        )
+
+    def run(self) -> None:
+        """Seeds every result with its gout, then walks the statements last to first.
+
+        A vertex value's adjoint, and a softmax's, is complete once every
+        later statement is done (edge values are inlined where they are
+        read, so their softmaxes collect adjoints from all readers first).
+        """
+        for r in self.kernel.results:
+            d = next(d for d in self.kernel.body if d.name == r.name)
+            seed = f"{gout_name(self.kernel, r.name)}[{d.index}]"
+            if d.index == "e":
+                self.back(d.value, seed, "edge")
+            else:
+                self.vertex_adjoints.setdefault(d.name, []).append(("v", "vertex", seed))
+        for d in reversed(self.kernel.body):
+            found = self.vertex_adjoints.get(d.name)
+            if d.index == "v" and found and self.depends(d.value):
+                if len(found) == 1 and found[0][:2] == ("v", "vertex"):
+                    adj = found[0][2]  # one direct use at its own vertex (a result's seed): no stage needed
+                else:
+                    adj = self.builder.vertex_gradient(d, found)
+                self.back(d.value, adj, "vertex")
+            # outermost first: an inner softmax's adjoint comes from the outer one's step
+            for node in _walk(d.value):
+                if isinstance(node, ast.Call) and node.func == "softmax" and id(node) in self.softmax_adjoints:
+                    self.softmax_back(node, self.softmax_adjoints.pop(id(node)))
+        assert not self.softmax_adjoints, "a softmax outside the kernel's statements"
+
+    def softmax_back(self, e: ast.Call, adjoints: list[str]) -> None:
+        """d s[e] = alpha[e] * (g[e] - sum over the destination's in-edges of alpha * g)."""
+        (s,) = e.args
+        adj = " + ".join(f"({a})" for a in adjoints)
+        alpha = self.text(e)
+        weighted = self.builder.stage(f"sum({alpha} * ({adj}))", "v", e.shape or ())
+        self.back(s, f"({alpha} * (({adj}) - {weighted}[v]))", "edge")
+
+    def back(self, e: ast.Expr, adj: str, ctx: str) -> None:
+        if not self.depends(e):
+            return
+        if isinstance(e, ast.Index):
+            if e.name == self.wrt:
+                self.contributions.append((e.index, ctx, adj))
+            elif e.name in self.vertex_defs:
+                self.vertex_adjoints.setdefault(e.name, []).append((e.index, ctx, adj))
+            else:
+                self.back(self.edge_defs[e.name], adj, "edge")
+            return
+        if isinstance(e, ast.Name):
+            self.contributions.append(("p", ctx, adj))
+            return
+        shape = e.shape or ()
+        if isinstance(e, ast.Unary):
+            self.back(e.operand, f"(-({adj}))", ctx)
+            return
+        if isinstance(e, ast.Binary):
+            self.binary(e, adj, ctx, shape)
+            return
+        if isinstance(e, ast.Call):
+            self.call(e, adj, ctx, shape)
+            return
+        if isinstance(e, ast.Aggregate):
+            if e.kind == "sum":
+                self.back(e.operand, adj, "edge")
+            elif e.kind == "mean":
+                # mean is 0 at a vertex without in-edges, and no edge there reads the adjoint
+                self.back(e.operand, f"(({adj}) / deg_in(v))", "edge")
+            elif e.kind in ("argmax", "argmin"):
+                return  # edge ids: piecewise constant, zero gradient (as step's)
+            else:
+                # all of it to the lowest-id in-edge attaining the max (min) of each element, or
+                # to the first NaN: its id, a per-destination intermediate, picks the edge
+                best = self.builder.stage(f"arg{e.kind}({self.text(e.operand)})", "v", shape)
+                chosen = f"step(0.5 - abs(edge_id(e) - {best}[v]))"
+                self.back(e.operand, f"(({adj}) * {chosen})", "edge")
+            return
+        raise self.fail(e, type(e).__name__)
+
+    def binary(self, e: ast.Binary, adj: str, ctx: str, shape: tuple) -> None:
+        a, b = e.lhs, e.rhs
+        ta, tb = self.text(a), self.text(b)
+        if e.op == "@":
+            # d a = adj @ W^T (a kernel input the runtime transposes); d W = sum of outer(a, adj)
+            assert isinstance(b, ast.Name)
+            self.back(a, f"(({adj}) @ {transpose_name(b.name)})", ctx)
+            if self.depends(b):
+                lead = (a.shape or ())[:-1]
+                site = "p:" + ",".join(str(d) for d in lead) if lead else "p"
+                self.contributions.append((site, ctx, f"outer({ta}, {adj})"))
+            return
+        if e.op == "+":
+            parts = (adj, adj)
+        elif e.op == "-":
+            parts = (adj, f"(-({adj}))")
+        elif e.op == "*":
+            parts = (f"(({adj}) * {tb})", f"(({adj}) * {ta})")
+        else:
+            parts = (f"(({adj}) / {tb})", f"(-({adj}) * {ta} / ({tb} * {tb}))")
+        for operand, other, part in zip((a, b), (tb, ta), parts):
+            want, other_shape = operand.shape or (), (b if operand is a else a).shape or ()
+            if e.op == "*" and len(shape) - len(want) == 1 and other_shape == shape:
+                # a [..] scaled by b [.., K]: its gradient is one dot product, no ones tensor
+                self.back(operand, f"dot({adj}, {other})", ctx)
+            else:
+                self.back(operand, _reduce_to(part, shape, want), ctx)
+
+    def call(self, e: ast.Call, adj: str, ctx: str, shape: tuple) -> None:
+        if e.func == "dot":
+            a, b = e.args
+            # adj has the shape of a and b without their last axis: a prefix, so it broadcasts
+            self.back(a, f"(({adj}) * {self.text(b)})", ctx)
+            self.back(b, f"(({adj}) * {self.text(a)})", ctx)
+            return
+        if e.func == "outer":
+            a, b = e.args
+            ta, tb = self.text(a), self.text(b)
+            # d a[.., k] = sum over n of adj[.., k, n] * b[.., n]: b spread over k by an outer with ones
+            self.back(a, f"dot({adj}, outer(({ta}) * 0.0 + 1.0, {tb}))", ctx)
+            if self.depends(b):
+                # d b sums over k, the second-to-last axis: no builtin reduces it
+                raise self.fail(e, "the gradient of 'outer' w.r.t. its second operand")
+            return
+        if e.func in ("max", "min"):
+            a, b = e.args
+            ta, tb = self.text(a), self.text(b)
+            # ties go to a: b gets the gradient only where it is strictly larger (smaller)
+            to_b = f"step({tb} - {ta})" if e.func == "max" else f"step({ta} - {tb})"
+            for operand, part in ((a, f"(({adj}) * (1.0 - {to_b}))"), (b, f"(({adj}) * {to_b})")):
+                self.back(operand, _reduce_to(part, shape, operand.shape or ()), ctx)
+            return
+        if e.func == "softmax":
+            self.softmax_adjoints.setdefault(id(e), []).append(adj)  # `run` steps back once all are in
+            return
+        if e.func == "step":
+            return  # zero almost everywhere
+        (a,) = e.args[:1]
+        t = self.text(a)
+        derivative = {
+            "exp": lambda: f"exp({t})",
+            "log": lambda: f"(1.0 / {t})",
+            "sqrt": lambda: f"(0.5 / sqrt({t}))",
+            "rsqrt": lambda: f"(-0.5 * rsqrt({t}) / {t})",
+            "sigmoid": lambda: f"(sigmoid({t}) * (1.0 - sigmoid({t})))",
+            "tanh": lambda: f"(1.0 - tanh({t}) * tanh({t}))",
+            # the conventions (as torch): relu'(0) = 0, leaky_relu'(0) = slope, abs'(0) = 0
+            "relu": lambda: f"step({t})",
+            "abs": lambda: f"(step({t}) - step(-({t})))",
+            "leaky_relu": lambda: self._leaky(e, t),
+        }.get(e.func)
+        if derivative is None:
+            raise self.fail(e, f"'{e.func}'")
+        self.back(a, f"(({adj}) * {derivative()})", ctx)
+
+    @staticmethod
+    def _leaky(e: ast.Call, t: str) -> str:
+        slope = float(e.args[1].value)  # type: ignore[attr-defined]
+        return f"({slope!r} + {1.0 - slope!r} * step({t}))"
+
+
+
+
+def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradProgram:
+    """Gradient kernels (as checked source text) of one forward kernel."""
+    clash = [p.name for p in kernel.params if p.name.endswith("__")] + \
+        [d.name for d in kernel.body if d.name.endswith("__")]
+    if clash:
+        raise CompileError(f"{kernel.name}: names ending in '__' are kept for generated gradient kernels "
+                           f"(gout__, st0__, W_T__); rename {', '.join(clash)}")
+    builder = _Builder(kernel)
+    params = [p for p in kernel.params if wrt is None or p.name in wrt]
+    constant: list[str] = []
+    skipped: list[str] = []
+    for p in params:
+        d = _Differentiator(builder, p.name)
+        d.run()
+        if not d.contributions:
+            constant.append(p.name)
+            continue
+        builder.gradient_kernels(p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions)
+    source = "\n".join(builder.pieces)
+    forward = builder.forward_source()
     if source:
         from gnnc.frontend import parse_and_check
 
         try:
-            parse_and_check(source, f"<gradient of {kernel.name}>")
+            parse_and_check(source + forward, f"<gradient of {kernel.name}>")
         except SourceError as exc:
-            # e.g. an adjoint that reads a forward aggregate inside another aggregation
             raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
-    return GradProgram(kernel.name, source, kernels, constant, skipped)
+    gouts = [gout_name(kernel, r.name) for r in kernel.results]
+    return GradProgram(kernel.name, source, builder.kernels, constant, skipped, gouts, builder.transposes,
+                       list(builder.forward_stages), forward)
 
 
 def gradient_source(source: str, file: str, kernels: list[str] | None = None) -> str:
@@ -306,5 +593,10 @@ def gradient_source(source: str, file: str, kernels: list[str] | None = None) ->
         if kernels is None or k.name in kernels:
             grad = gradient_program(k)
             reverse = ", ".join(g.name for g in grad.kernels if g.reverse) or "none"
-            parts.append(f"# gradients of {k.name}; on the reversed graph: {reverse}\n{grad.source}")
+            stages = ", ".join(dict.fromkeys(g.wrt for g in grad.kernels if g.wrt.endswith("__"))) or "none"
+            parts.append(f"# gradients of {k.name}, run in this order; on the reversed graph: {reverse}; "
+                         f"intermediates read by later kernels: {stages}\n{grad.source}")
+            if grad.forward:
+                parts.append(f"# {k.name} for training: also returns {', '.join(grad.saved)}, which the gradient "
+                             f"then does not recompute\n{grad.forward}")
     return "\n".join(parts)

@@ -127,12 +127,17 @@ class _KernelBuilder:
             return self.add(graph.BinaryOp(e.func, self.expr(e.args[0]), self.expr(e.args[1])))
         if e.func == "dot":
             return self.add(graph.DotOp(self.expr(e.args[0]), self.expr(e.args[1])))
+        if e.func == "outer":
+            return self.add(graph.OuterOp(self.expr(e.args[0]), self.expr(e.args[1])))
         if e.func == "softmax":
             return self.add(graph.EdgeSoftmaxOp(self.expr(e.args[0])))
         raise AssertionError(f"unchecked call {e.func}")
 
     def expr_Aggregate(self, e: ast.Aggregate) -> SSAValue:
         return self.add(graph.AggregateOp(e.kind, self.expr(e.operand)))
+
+    def expr_EdgeId(self, e: ast.EdgeId) -> SSAValue:
+        return self.add(graph.EdgeIdOp(self.elem))
 
     def expr_Degree(self, e: ast.Degree) -> SSAValue:
         site = "src" if e.index == "u" else "dst"

@@ -37,7 +37,7 @@ from gnnc.frontend.lexer import Token, tokenize
 MAX_NESTING = 100
 
 #: Functions taking expressions as arguments (besides aggregations).
-CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "softmax"}
+CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "outer", "softmax"}
 DEGREE_FUNCTIONS = {"deg_in": "in", "deg_out": "out"}
 
 
@@ -329,6 +329,13 @@ class _Parser:
             self.expect_op(")", f"after {name}({idx.text}")
             direction = DEGREE_FUNCTIONS[name]
             return ast.Degree(direction=direction, index=idx.text, loc=func.loc), 1  # type: ignore[arg-type]
+        if name == "edge_id":
+            idx = self.tok
+            if idx.kind != "IDENT" or idx.text != "e":
+                raise self.error(f"edge_id takes the edge index e, found {idx.describe()}")
+            self.advance()
+            self.expect_op(")", "after edge_id(e")
+            return ast.EdgeId(loc=func.loc), 1
         if name not in CALL_FUNCTIONS and name not in ast.AGGREGATIONS:
             raise self.error(f"unknown function '{name}'", func.loc)
         args: list[ast.Expr] = []
@@ -341,7 +348,7 @@ class _Parser:
                 self.expect_op(",", f"between the arguments of {name}")
         self.advance()  # ')'
         depth = self.deeper(depth + 1, func)
-        if name in ast.AGGREGATIONS and (len(args) == 1 or name in ("sum", "mean")):
+        if name in ast.AGGREGATIONS and (len(args) == 1 or name not in ("max", "min")):
             if len(args) != 1:
                 raise self.error(
                     f"{name} takes one argument (the edge expression to aggregate), got {len(args)}", func.loc

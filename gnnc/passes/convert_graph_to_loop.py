@@ -591,6 +591,11 @@ class KernelLowering:
         plan = self._analyse(sinks)
         if plan.max_level == 0:
             return None
+        if any(r.kind in ("argmax", "argmin") for r in plan.reductions.values()):
+            raise CompileError(
+                f"group neighbors {self.group_size}: argmax / argmin are not split into neighbour groups "
+                "(merging the groups' ids is not implemented)"
+            )
         if plan.max_level > 1 or plan.rescaled:
             raise CompileError(
                 f"group neighbors {self.group_size}: needs a kernel whose destinations make one pass over "
@@ -701,6 +706,9 @@ class KernelLowering:
                 r = _Reduction(op.kind.data, op.operand, op)
                 r.level = 1 + dep_level(op.operand)
                 reductions[(op, "agg")] = r
+                if r.kind in ("argmax", "argmin"):
+                    # the id accumulates beside the best value so far, updated together
+                    reductions[(op, "best")] = _Reduction(r.kind + "_best", op.operand, op, r.level)
                 lvl = r.level
             elif isinstance(op, graph.EdgeSoftmaxOp):
                 rmax = _Reduction("softmax_max", op.operand, op, 1 + dep_level(op.operand))
@@ -813,6 +821,7 @@ class KernelLowering:
         init = {
             "sum": 0.0, "mean": 0.0, "softmax_sum": 0.0,
             "max": -pymath.inf, "softmax_max": -pymath.inf, "min": pymath.inf,
+            "argmax": -1.0, "argmin": -1.0, "argmax_best": -pymath.inf, "argmin_best": pymath.inf,
         }[kind]
         c = self.em.float_const(init, self.elem)
         self.for_features(acc.shape, lambda idx: self.store(c, acc.buffer, self.linear(acc.base, acc.shape, idx)))
@@ -951,10 +960,43 @@ class KernelLowering:
             new = self.em.op(arith.MaximumfOp(old, x))
         elif r.kind == "min":
             new = self.em.op(arith.MinimumfOp(old, x))
+        elif r.kind in ("argmax_best", "argmin_best"):
+            return  # updated with its id, below
+        elif r.kind in ("argmax", "argmin"):
+            self._accumulate_arg(r, acc, at, old, x, idx, ctx)
+            return
         else:  # softmax_sum: sum of exp(s - max)
             m = self.load(self.acc[(r.owner, "max")].buffer, self.linear(self.acc[(r.owner, "max")].base, acc.shape, idx))
             new = self.em.op(arith.AddfOp(old, self.em.op(math.ExpOp(self.em.op(arith.SubfOp(x, m))))))
         self.store(new, acc.buffer, at)
+
+    def _accumulate_arg(self, r: _Reduction, acc: _Accumulator, at: SSAValue, old_id: SSAValue, x: SSAValue,
+                        idx: list[SSAValue], ctx: _Context) -> None:
+        """argmax / argmin: the best value and its edge id, kept whatever order the in-edges come in.
+
+        The lowest id wins a tie and the first NaN wins over numbers, by
+        comparing ids rather than relying on the walk's order: `partition
+        src` walks a destination's in-edges partition by partition.
+        """
+        best_acc = self.acc[(r.owner, "best")]
+        best_at = self.linear(best_acc.base, best_acc.shape, idx)
+        best = self.load(best_acc.buffer, best_at)
+        assert ctx.e is not None
+        e = self.em.op(arith.SIToFPOp(self.em.op(arith.IndexCastOp(ctx.e, i64)), self.elem))
+        zero = self.em.float_const(0.0, self.elem)
+        cmp = lambda a, b, p: self.em.op(arith.CmpfOp(a, b, p))  # noqa: E731
+        first = cmp(old_id, zero, "olt")
+        better = cmp(x, best, "ogt" if r.kind == "argmax" else "olt")
+        lower = cmp(e, old_id, "olt")
+        tie = self.em.op(arith.AndIOp(cmp(x, best, "oeq"), lower))
+        x_nan = cmp(x, x, "uno")
+        best_num = cmp(best, best, "ord")
+        nan_wins = self.em.op(arith.AndIOp(x_nan, self.em.op(arith.OrIOp(best_num, lower))))
+        take = first
+        for c in (better, tie, nan_wins):
+            take = self.em.op(arith.OrIOp(take, c))
+        self.store(self.em.op(arith.SelectOp(take, x, best)), best_acc.buffer, best_at)
+        self.store(self.em.op(arith.SelectOp(take, e, old_id)), acc.buffer, at)
 
     # ---------------------------------------------- dot / matvec into scratch
 
@@ -1091,6 +1133,9 @@ class KernelLowering:
             return self._gather(op, idx, ctx)
         if isinstance(op, graph.ConstantOp):
             return self.em.float_const(op.value.value.data, self.elem)
+        if isinstance(op, graph.EdgeIdOp):
+            assert ctx.e is not None, "edge_id outside an edge loop"
+            return self.em.op(arith.SIToFPOp(self.em.op(arith.IndexCastOp(ctx.e, i64)), self.elem))
         if isinstance(op, graph.DegreeOp):
             buf = self.deg_in if op.direction.data == "in" else self.deg_out
             at = ctx.u if op.site.data == "src" else ctx.v
@@ -1106,6 +1151,10 @@ class KernelLowering:
             return self.em.op(cls(lhs, rhs))
         if isinstance(op, graph.UnaryOp):
             return self._unary(op, self.value_at(op.operand, idx, ctx))
+        if isinstance(op, graph.OuterOp):
+            lhs = self.value_at(op.lhs, idx[:-1], ctx)
+            rhs = self.value_at(op.rhs, idx[:-2] + idx[-1:], ctx)
+            return self.em.op(arith.MulfOp(lhs, rhs))
         if isinstance(op, graph.AggregateOp):
             acc = self.acc[(op, "agg")]
             return self.load(acc.buffer, self.linear(acc.base, acc.shape, idx))
@@ -1146,6 +1195,13 @@ class KernelLowering:
             # max(x, 0) that keeps NaN: NaN > 0 is false, so select x when x is not > 0 ... only if NaN
             positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
             return self.em.op(arith.SelectOp(positive, x, zero))
+        if kind == "step":
+            # the Heaviside step with step(0) = 0: what generated gradients of relu, abs and max use;
+            # an unordered x (NaN) falls through both compares and is returned itself
+            one = self.em.float_const(1.0, self.elem)
+            above = self.em.op(arith.CmpfOp(x, zero, "ogt"))
+            at_or_below = self.em.op(arith.CmpfOp(x, zero, "ole"))
+            return self.em.op(arith.SelectOp(above, one, self.em.op(arith.SelectOp(at_or_below, zero, x))))
         if kind == "sigmoid":
             one = self.em.float_const(1.0, self.elem)
             denom = self.em.op(arith.AddfOp(one, self.em.op(math.ExpOp(self.em.op(arith.NegfOp(x))))))

@@ -1,7 +1,11 @@
-"""Running generated gradient kernels: each on the forward or the reversed graph, summed per input.
+"""Running generated gradient kernels: stages first, each on the forward or the reversed graph.
 
 This module imports no compiler: it gets a loaded module (compiled or the
-reference) and the list of gradient kernels `frontend.grad` generated.
+reference) and the list of gradient kernels `frontend.grad` generated, in
+the order they run. A kernel's result is a part of a forward input's
+gradient or of an intermediate (`st0__`: a softmax's weights, an argmax's
+edge ids, a vertex value's adjoint) that later kernels take as an input;
+parts of one target are summed.
 
 On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
@@ -20,26 +24,60 @@ from gnnc.errors import ArgumentError
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import vertex_rows
 
+#: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
+_F32_EXACT = 2**24
+
 
 class Gradient:
     """`grad(graph, *inputs, gout=..., **named)` -> {input name: gradient}.
 
     `gout` is the gradient of the loss with respect to the forward kernel's
-    result. Inputs the result does not depend on get zeros.
+    result; for a kernel with several results, a dict {result name: gradient}
+    (a result left out counts as zeros). Inputs the results do not depend on
+    get zeros.
     """
 
-    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool]],
-                 params: list[str], constant: list[str], skipped: list[str]):
+    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
+                 params: list[str], constant: list[str], skipped: list[str],
+                 results: list[str] | None = None, gouts: list[str] | None = None, uses_edge_ids: bool = False,
+                 transposes: list[str] | None = None, saved: list[str] | None = None):
         self.module = module
         self.name = kernel
         self.kernels = kernels
         self.params = params
         self.constant = constant
         self.skipped = skipped
+        self.results = results or ["out"]
+        self.gouts = gouts or ["gout__"]
+        self.uses_edge_ids = uses_edge_ids
+        self.transposes = transposes or []
+        #: intermediates `forward` also returns (they need no gout), so a training step computes them once
+        self.saved = saved or []
 
-    def __call__(self, graph: Graph, *args: Any, gout: Any, threads: int | None = None, **kwargs: Any) -> dict:
-        if not isinstance(graph, Graph):
-            raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
+    def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
+        if len(self.results) == 1:
+            if isinstance(gout, dict):
+                gout = gout.get(self.results[0])
+            return {self.gouts[0]: gout}
+        if not isinstance(gout, dict):
+            raise ArgumentError(f"{self.name} has results {', '.join(self.results)}: pass gout as a dict of them")
+        unknown = [k for k in gout if k not in self.results]
+        if unknown:
+            raise ArgumentError(f"{self.name}: gout names unknown results {', '.join(unknown)}")
+        return {g: gout.get(r) for r, g in zip(self.results, self.gouts)}
+
+    def forward(self, graph: Graph, *args: Any, threads: int | None = None, **kwargs: Any) -> tuple[Any, dict]:
+        """The forward kernel's results (as the kernel returns them) and the intermediates to pass as `saved=`."""
+        named = self._named(args, kwargs)
+        if not self.saved:
+            raise ArgumentError(f"{self.name}: its gradient reuses nothing from the forward pass; "
+                                "run the kernel itself")
+        kernel = getattr(self.module, f"{self.name}__forward")
+        out = kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
+        saved = {n: out.pop(n) for n in self.saved}
+        return (out[self.results[0]] if len(self.results) == 1 else out), saved
+
+    def _named(self, args: tuple, kwargs: dict) -> dict:
         if len(args) > len(self.params):
             raise ArgumentError(f"{self.name}: {len(self.params)} inputs expected, got {len(args)}")
         named = dict(zip(self.params, args))
@@ -47,23 +85,49 @@ class Gradient:
             if key in named:
                 raise ArgumentError(f"{self.name}: input '{key}' given twice")
         named.update(kwargs)
-        named["gout__"] = gout
-        grads: dict[str, np.ndarray] = {}
-        for name, wrt, reverse, reduce in self.kernels:
+        return named
+
+    def __call__(self, graph: Graph, *args: Any, gout: Any, threads: int | None = None,
+                 saved: dict | None = None, **kwargs: Any) -> dict:
+        if not isinstance(graph, Graph):
+            raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
+        named = self._named(args, kwargs)
+        gouts = self._gouts(gout, named)
+        missing = [r for r, g in zip(self.results, self.gouts) if gouts[g] is None]
+        if missing:
+            raise ArgumentError(f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result "
+                                "the loss does not use)")
+        named.update(gouts)
+        for w in self.transposes:  # `a @ W` backwards is `adj @ W^T`
+            if w not in named:
+                raise ArgumentError(f"{self.name}: input '{w}' is missing")
+            named[f"{w}_T__"] = np.ascontiguousarray(np.swapaxes(np.asarray(named[w]), 0, 1))
+        # the kernels' type: the incoming gradients have it (a scalar input may be a Python float)
+        dtype = np.asarray(gouts[self.gouts[0]]).dtype
+        if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
+            raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
+                                f"below 2^24 edges; this graph has {graph.num_edges}: use float64")
+        values: dict[str, np.ndarray] = {}
+        unknown = sorted(set(saved or {}) - set(self.saved))
+        if unknown:
+            raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
+        values.update(saved or {})
+        for name, wrt, reverse, reduce, inputs in self.kernels:
+            if saved and wrt in saved:
+                continue  # the forward pass computed it
             g = graph.reversed() if reverse else graph
+            call = dict(named)
+            # the reference module returns float64 whatever the kernel's type: intermediates take it back
+            call.update({n: values[n].astype(dtype, copy=False) for n in inputs})
             kernel = getattr(self.module, name)
-            inputs = _leading_rows(kernel, g, named) if graph.bipartite else named
-            part = kernel(g, threads=threads, **inputs) if threads is not None else kernel(g, **inputs)
-            if reduce:  # one partial gradient per vertex of a parameter
-                part = np.asarray(part.sum(axis=0, dtype=part.dtype))
-            if wrt in grads and grads[wrt].shape != part.shape:
-                # parts of a block-convention input: one per source, one per destination
-                big, small = (grads[wrt], part) if grads[wrt].shape[0] >= part.shape[0] else (part, grads[wrt])
-                total = big.copy()
-                total[: small.shape[0]] += small
-                grads[wrt] = total
-            else:
-                grads[wrt] = part if wrt not in grads else grads[wrt] + part
+            if graph.bipartite:
+                call = _leading_rows(kernel, g, call)
+            part = kernel(g, threads=threads, **call) if threads is not None else kernel(g, **call)
+            if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
+                lead = tuple(range(part.ndim - np.ndim(named[wrt])))
+                part = np.asarray(part.sum(axis=lead, dtype=part.dtype))
+            values[wrt] = part if wrt not in values else _add_parts(values[wrt], part)
+        grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
             for wrt, g in grads.items():
                 given = np.asarray(named[wrt]) if wrt in named else None
@@ -74,6 +138,17 @@ class Gradient:
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))
         return grads
+
+
+def _add_parts(total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """The sum of two gradient parts; on a bipartite graph a block-convention input has
+    one part per source and one per destination, and the shorter adds into the leading rows."""
+    if total.shape == part.shape:
+        return total + part
+    big, small = (total, part) if total.shape[0] >= part.shape[0] else (part, total)
+    summed = big.copy()
+    summed[: small.shape[0]] += small
+    return summed
 
 
 def _leading_rows(kernel: Any, graph: Graph, named: dict) -> dict:
