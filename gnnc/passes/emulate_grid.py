@@ -76,7 +76,7 @@ class EmulateGrid(RewritePattern):
             block_body.add_op(scf.ForOp(zero, size, one, [], thread_body))
         block_id.replace_all_uses_with(block_body.args[0])
         block_body.add_op(scf.YieldOp())
-        rewriter.replace_op(op, [zero, one, size, scf.ForOp(zero, op.num_blocks, one, [], block_body)], [])
+        rewriter.replace(op, [zero, one, size, scf.ForOp(zero, op.num_blocks, one, [], block_body)], [])
 
 
 def _replace_uses_within(value: SSAValue, new: SSAValue, ops: list[Operation]) -> None:
