@@ -21,8 +21,8 @@ Both frameworks train the same model on the same data, in one process:
 - GAT: `--heads` heads of hidden/heads features, leaky_relu(0.2) scores,
   softmax over in-edges, elu between the layers, one head in the second
   layer; gnnc with the single-result GAT kernel below, PyG with GATConv.
-  If `gnnc.api.compile_grad` refuses that kernel (softmax gradients are not
-  generated yet) the GAT rows say "skipped: <reason>".
+  If `gnnc.api.compile_grad` refuses a model's kernel, its rows say
+  "skipped: <reason>".
 
 Time: the median over `--reps` epochs per framework, taken round-robin (the
 order alternating each repetition) after `--warmup` epochs, so that load
