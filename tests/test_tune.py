@@ -264,6 +264,18 @@ def test_cli_tune_prints_a_summary_caches_and_retrains(capsys, private_tuning_di
     assert predictor.load_model() is not None
 
 
+@pytest.mark.parametrize("load,busy", [(0.3, False), (2.5, True)])
+def test_tuning_records_the_load_and_warns_on_a_busy_machine(load, busy, capsys, private_tuning_dir, monkeypatch):
+    # under other processes' load a thread team waits for a descheduled member: fewer threads look faster
+    monkeypatch.setattr(tune.os, "getloadavg", lambda: (load, load, load))
+    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8",
+                     "--budget", "3s"]) == 0
+    out = capsys.readouterr().out
+    assert ("warning: the load average was 2.5" in out) == busy
+    records = [json.loads(line) for line in (private_tuning_dir / "records.jsonl").read_text().splitlines()]
+    assert records[-1]["load_average"] == load
+
+
 @pytest.mark.parametrize("argv,message", [
     (["tune", str(EXAMPLES / "gcn.gnn"), "--feat", "F=8"], "needs --graph"),
     (["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT)], "--feat F=N"),

@@ -37,6 +37,7 @@ schedule is never slower than the default as measured.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -165,6 +166,14 @@ class TuneResult:
     budget: float | None
     rounds: int
     threads: int
+    #: The 1-minute load average when the search started: other processes'
+    #: load makes a team of threads wait for a descheduled member, so a busy
+    #: machine's timings favour fewer threads (see benchmarks/README.md).
+    load_average: float = 0.0
+
+    @property
+    def machine_was_busy(self) -> bool:
+        return self.load_average >= 1.0
 
     def time_of(self, key: str) -> float:
         m = self.measured.get(key)
@@ -258,6 +267,7 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
     use (default: every usable core).
     """
     start = time.perf_counter()
+    load_at_start = os.getloadavg()[0]
     deadline = math.inf if budget is None else start + budget
     cores = threads or usable_cores()
     bench = _Bench(kernel, graph, dims, cores, seed)
@@ -290,7 +300,7 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
         timed = [m for m in measured.values() if m.samples]
         best = min(timed, key=lambda m: m.time).key if timed else UNSCHEDULED
         return TuneResult(kernel.name, dict(bench.dims), best, default, dict(measured), dict(refused), list(skipped),
-                          time.perf_counter() - start, budget, state["rounds"], cores)
+                          time.perf_counter() - start, budget, state["rounds"], cores, load_at_start)
 
     def typical_time() -> float:
         times = [m.time for m in measured.values() if m.samples]
@@ -385,6 +395,7 @@ def record_of(kernel: Any, graph: Any, result: TuneResult, graph_name: str = "")
         "baseline": UNSCHEDULED,
         "default": result.default,
         "best": result.best,
+        "load_average": result.load_average,
     }
 
 

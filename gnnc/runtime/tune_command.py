@@ -143,6 +143,10 @@ def _summary(result: Any) -> None:
           "the unscheduled kernel")
     for key, why in sorted(result.refused.items()):
         print(f"  not applicable: {key}: {why}")
+    if result.machine_was_busy:
+        print(f"warning: the load average was {result.load_average:.1f} when tuning started: other processes "
+              "share these cores, which makes fewer threads look faster than they are on a quiet machine; "
+              "tune again when it is quiet")
 
 
 def _retrain(cache: Any) -> int:
