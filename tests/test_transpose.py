@@ -1,0 +1,96 @@
+"""transpose(m) (what the gradient of outer w.r.t. its second operand uses): compiled = reference = numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gnnc
+from gnnc.frontend import parse_and_check
+from tests.helpers import assert_matches
+from tests.strategies import graphs
+
+# F is the row axis (what `vectorize` slices and `tile features` tiles); transposes move it off the last axis
+SOURCE = """
+kernel tr(x: f32[V, F], y: f32[V, K], m: f32[V, F, K], w: f32[E]) -> f32[V, K, F] {
+    out[v] = sum(transpose(outer(x[u] * w[e], y[v]) + m[u])) + transpose(m[v]) * 0.5
+}
+kernel back(a: f32[V, H, K, F], x: f32[V, H, K], y: f32[V, H, F], w: f32[E]) -> f32[V, H, F] {
+    out[v] = sum(dot(transpose(a[u] * w[e]), outer(y[v], x[u])))
+}
+kernel edge(m: f32[V, F, K]) -> f32[E, K, F] {
+    out[e] = transpose(m[u]) - transpose(tanh(m[v]))
+}
+"""
+
+# a self loop (2->2), duplicates (0->1 twice), a vertex without in-edges (4 has none; 3 only sends), isolated 4
+GRAPH = gnnc.Graph(np.array([[0, 1, 2, 2, 3, 0, 2, 3], [1, 2, 0, 2, 1, 1, 1, 0]]), num_vertices=5)
+
+
+def _inputs(name, graph, dims, dtype, seed):
+    rng = np.random.default_rng(seed)
+    args = {}
+    for p in parse_and_check(SOURCE).kernel(name).params:
+        rows = {"V": [graph.num_vertices], "E": [graph.num_edges], None: []}[p.type.domain]
+        args[p.name] = rng.uniform(-1, 1, rows + [dims[d] for d in p.type.shape]).astype(dtype)
+    return args
+
+
+def test_transpose_matches_numpy():
+    args = _inputs("tr", GRAPH, {"F": 3, "K": 2}, np.float64, 0)
+    x, y, m, w = args["x"], args["y"], args["m"], args["w"]
+    by_hand = 0.5 * np.swapaxes(m, 1, 2)
+    per_edge = np.einsum("ef,ek->ekf", x[GRAPH.src] * w[:, None], y[GRAPH.dst]) + np.swapaxes(m[GRAPH.src], 1, 2)
+    np.add.at(by_hand, GRAPH.dst, per_edge)
+    source = SOURCE.replace("f32", "f64")
+    np.testing.assert_allclose(gnnc.compile(source, target="reference").tr(GRAPH, **args), by_hand, rtol=1e-12)
+    np.testing.assert_allclose(gnnc.compile(source, kernels=["tr"]).tr(GRAPH, **args), by_hand, rtol=1e-12)
+    args = _inputs("back", GRAPH, {"F": 3, "K": 2, "H": 2}, np.float64, 1)
+    a, x, y, w = args["a"], args["x"], args["y"], args["w"]
+    want = np.zeros((GRAPH.num_vertices, 2, 3))
+    # sum over k of a[u, h, k, f] * w[e] * x[u, h, k] * y[v, h, f]: the sum over a's second-to-last axis
+    np.add.at(want, GRAPH.dst, np.einsum("ehkf,e,ehk,ehf->ehf", a[GRAPH.src], w, x[GRAPH.src], y[GRAPH.dst]))
+    np.testing.assert_allclose(gnnc.compile(source, target="reference").back(GRAPH, **args), want, rtol=1e-12)
+    np.testing.assert_allclose(gnnc.compile(source, kernels=["back"]).back(GRAPH, **args), want, rtol=1e-12)
+
+
+@settings(max_examples=min(12, settings().max_examples), deadline=None)
+@given(
+    graph=graphs(max_vertices=20, max_edges=80),
+    name=st.sampled_from(["tr", "back", "edge"]),
+    f=st.sampled_from([1, 3, 17]),
+    k=st.sampled_from([1, 2]),
+    h=st.sampled_from([1, 2]),
+    schedule=st.sampled_from([None, "vectorize 4", "tile features 2", "partition src 2", "sort degree"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_transpose_matches_the_reference_under_schedules(graph, name, f, k, h, schedule, dtype, seed):
+    source = SOURCE if dtype == np.float32 else SOURCE.replace("f32", "f64")
+    args = _inputs(name, graph, {"F": f, "K": k, "H": h}, dtype, seed)
+    got = getattr(gnnc.compile(source, kernels=[name], schedule=schedule), name)(graph, **args)
+    want = getattr(gnnc.compile(source, target="reference"), name)(graph, **args)
+    assert_matches(got, want, graph, dtype)
+
+
+@pytest.mark.parametrize("schedule,split", [("vectorize 4", "row slicing"), ("tile features 2", "feature tiling")])
+def test_a_dot_over_the_transposed_row_axis_is_refused_by_row_splits(schedule, split):
+    source = "kernel red(m: f32[V, F, F], x: f32[V, F]) -> f32[V, F] {\n    out[v] = sum(dot(transpose(m[u]), outer(x[v], x[u])))\n}\n"
+    with pytest.raises(gnnc.CompileError, match=f"reduces over the feature axis 'F'.*which {split} would split"):
+        gnnc.compile(source, schedule=schedule)
+    rng = np.random.default_rng(2)
+    m, x = rng.uniform(-1, 1, (5, 3, 3)), rng.uniform(-1, 1, (5, 3))
+    source = source.replace("f32", "f64")
+    got = gnnc.compile(source).red(GRAPH, m, x)
+    np.testing.assert_allclose(got, gnnc.compile(source, target="reference").red(GRAPH, m, x), rtol=1e-12)
+
+
+def test_transpose_needs_two_axes_and_one_argument():
+    with pytest.raises(gnnc.SourceError, match=r"<string>:2:14: error: transpose swaps the last two axes: it needs "
+                                                r"an operand of shape \[\.\.\., K, N\], got \[F\]"):
+        gnnc.compile("kernel t(x: f32[V, F]) -> f32[V, F] {\n    out[v] = transpose(x[v])\n}\n")
+    with pytest.raises(gnnc.SourceError, match="transpose takes 1 argument, got 2"):
+        gnnc.compile("kernel t(x: f32[V, F, F]) -> f32[V, F, F] {\n    out[v] = transpose(x[v], x[v])\n}\n")
+    with pytest.raises(gnnc.SourceError, match=r"declared f32\[V, F, K\] .* has shape \[K, F\]"):
+        gnnc.compile("kernel t(x: f32[V, F, K]) -> f32[V, F, K] {\n    out[v] = transpose(x[v])\n}\n")
