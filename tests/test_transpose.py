@@ -94,3 +94,28 @@ def test_transpose_needs_two_axes_and_one_argument():
         gnnc.compile("kernel t(x: f32[V, F, F]) -> f32[V, F, F] {\n    out[v] = transpose(x[v], x[v])\n}\n")
     with pytest.raises(gnnc.SourceError, match=r"declared f32\[V, F, K\] .* has shape \[K, F\]"):
         gnnc.compile("kernel t(x: f32[V, F, K]) -> f32[V, F, K] {\n    out[v] = transpose(x[v])\n}\n")
+
+
+def test_graph_dialect_prints_parses_and_verifies_transpose():
+    from xdsl.dialects.builtin import f32
+    from xdsl.ir import Block
+    from xdsl.parser import Parser
+    from xdsl.utils.exceptions import VerifyException
+
+    from gnnc import compiler
+    from gnnc.dialects import graph
+    from gnnc.passes import pipeline
+
+    result = compiler.compile_source(SOURCE, stop_after="loop")
+    for stage, text in result.stages.items():
+        module = Parser(pipeline.make_context(), text).parse_module()
+        module.verify()
+        assert str(module) == text, stage
+    assert "graph.transpose %10 : !graph.value<E, f32, [F, K]> -> !graph.value<E, f32, [K, F]>" in result.stages["irgen"]
+    # a result that keeps the operand's axes is not a transpose; a vector has no two axes to swap
+    block = Block(arg_types=[graph.ValueType("E", f32, ["F", "K"]), graph.ValueType("E", f32, ["F"])])
+    bad = graph.TransposeOp.create(operands=[block.args[0]], result_types=[block.args[0].type])
+    with pytest.raises(VerifyException, match="graph.transpose result must swap the last two axes"):
+        bad.verify()
+    with pytest.raises(VerifyException, match=r"graph.transpose needs \[\.\.\., K, N\], got \['F'\]"):
+        graph.TransposeOp(block.args[1])
