@@ -119,3 +119,23 @@ def test_graph_dialect_prints_parses_and_verifies_transpose():
         bad.verify()
     with pytest.raises(VerifyException, match=r"graph.transpose needs \[\.\.\., K, N\], got \['F'\]"):
         graph.TransposeOp(block.args[1])
+
+
+def test_source_only_outer_and_transpose_at_a_matrix_are_hoisted():
+    """transform-before-gather computes `(outer(y[u], x[u]) + transpose(m[u])) @ W` once per vertex (it used to
+    stop with an AssertionError on the outer) and gives what the reference does."""
+    from gnnc import compiler
+
+    source = """
+kernel hoisted(x: f64[V, K], y: f64[V, F], m: f64[V, K, F], W: f64[K, F]) -> f64[V, F, F] {
+    out[v] = sum(tanh((outer(y[u], x[u]) + transpose(m[u])) @ W)) + transpose(outer(x[v], y[v])) @ W
+}
+"""
+    graph_ir = compiler.compile_source(source, stop_after="graph").stages["transform-before-gather"]
+    assert graph_ir.count("graph.materialize") == 1
+    rng = np.random.default_rng(4)
+    args = {"x": rng.normal(size=(5, 2)), "y": rng.normal(size=(5, 3)), "m": rng.normal(size=(5, 2, 3)),
+            "W": rng.normal(size=(2, 3))}
+    got = gnnc.compile(source).hoisted(GRAPH, **args)
+    np.testing.assert_allclose(got, gnnc.compile(source, target="reference").hoisted(GRAPH, **args), rtol=1e-12,
+                               atol=1e-12)
