@@ -202,12 +202,18 @@ def _edge_exprs(draw, depth=3):
 
 @st.composite
 def _kernels(draw):
-    """A smooth kernel: an edge result, an aggregation with a destination term, softmax weights, or two phases."""
+    """A smooth kernel: an edge result, an aggregation with a destination term, softmax weights, two phases,
+    or a dot over a transposed outer."""
     body = draw(_edge_exprs())
     if "x[" not in body:
         body = f"({body}) * x[u]"
-    form = draw(st.sampled_from(["edge", "agg", "softmax", "two_phase"]))
-    if form == "edge":
+    form = draw(st.sampled_from(["edge", "agg", "softmax", "two_phase", "outer"]))
+    if form == "outer":
+        # d of outer's second operand sums its adjoint's second-to-last axis; transpose's is transposed
+        other = f"({draw(_edge_exprs(2))}) * x[v]"
+        stmt = f"out[v] = sum(dot(transpose(outer({body}, {other})), outer(y[v] * x[v], tanh({other})))) + x[v]"
+        result = "f64[V, F]"
+    elif form == "edge":
         result, stmt = "f64[E, F]", f"out[e] = {body}"
     elif form == "agg":
         agg = draw(st.sampled_from(["sum", "mean"]))
