@@ -139,3 +139,20 @@ kernel hoisted(x: f64[V, K], y: f64[V, F], m: f64[V, K, F], W: f64[K, F]) -> f64
     got = gnnc.compile(source).hoisted(GRAPH, **args)
     np.testing.assert_allclose(got, gnnc.compile(source, target="reference").hoisted(GRAPH, **args), rtol=1e-12,
                                atol=1e-12)
+
+
+def test_no_operand_is_hoisted_at_the_wrong_index():
+    """Loop nests hoist sub-values whose axes the outer loops know; a transpose's (and an outer's right) operand
+    is read at permuted indices, so x of transpose(outer(x, y)) must not be loaded in the N loop (it was: x[n],
+    past x's row when N > K)."""
+    import re
+
+    from gnnc import abi, compiler
+
+    source = "kernel t(x: f32[V, K], y: f32[V, N]) -> f32[E, N, K] {\n    out[e] = transpose(outer(x[u], y[u])) * 2\n}\n"
+    text = compiler.compile_source(source, stop_after="loop").stages["convert-graph-to-loop"]
+    fn_line = next(line for line in text.splitlines() if "func.func" in line)
+    x_buffer = re.findall(r"(%\d+): ", fn_line)[len(abi.GRAPH_ARGUMENTS)]
+    n_loop_before_k_loop = text[text.index('dim "N" {'):text.index('dim "K" {')]
+    assert f"memref.load {x_buffer}[" not in n_loop_before_k_loop
+    assert f"memref.load {x_buffer}[" in text
