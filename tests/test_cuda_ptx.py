@@ -181,3 +181,11 @@ def test_transposes_assemble(mapping):
     _, ptx = codegen.optimize_and_emit_ptx(result.stages["translate-to-nvvm"], "sm_80")
     assert all(f".entry gnnc_{name}" in ptx for name in ("tr", "back", "edge", "red"))
     codegen.ptxas(ptx, "sm_80")
+
+
+@pytest.mark.parametrize("function", ["tanh", "log"])
+def test_functions_without_a_ptx_lowering_are_refused_not_aborted(function):
+    """LLVM's NVPTX backend aborts the process on tanh ("Cannot select ftanh"); gnnc refuses it first."""
+    source = f"kernel k(x: f32[V, F]) -> f32[E, F] {{\n    out[e] = {function}(x[u]) * x[v]\n}}\n"
+    with pytest.raises(gnnc.CompileError, match=f"the cuda target cannot compile {function} yet"):
+        gnnc.compile(source, target="cuda", schedule="map warp_edge")
