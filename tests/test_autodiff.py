@@ -156,6 +156,9 @@ kernel transposed(a: f64[V, H, K, N], b: f64[V, H, N], w: f64[E]) -> f64[V, H, N
     s[e]   = transpose(a[u] * w[e] + outer(dot(a[v], a[u]), b[u]))
     out[v] = sum(dot(s[e], s[e]) * b[v]) + dot(transpose(a[v]), transpose(a[v]))
 }
+kernel softmax_t(m: f64[V, H, K, N], s: f64[V, H]) -> f64[V, H, N, K] {
+    out[v] = sum(softmax(s[u] + s[v]) * transpose(m[u]))
+}
 kernel at_matrix(m: f64[V, N, K], W: f64[N, K]) -> f64[V, K, K] {
     out[v] = sum(tanh(transpose(m[u] * m[v]) @ W)) + transpose(m[v]) @ W
 }
@@ -166,6 +169,7 @@ kernel at_matrix(m: f64[V, N, K], W: f64[N, K]) -> f64[V, K, K] {
     ("outer_k", {"K": 3, "N": 2}), ("outer_k", {"K": 1, "N": 4}), ("outer_k", {"K": 3, "N": 1}),
     ("transposed", {"H": 2, "K": 3, "N": 2}), ("transposed", {"H": 1, "K": 1, "N": 3}),
     ("at_matrix", {"K": 2, "N": 3}), ("at_matrix", {"K": 1, "N": 1}),
+    ("softmax_t", {"H": 2, "K": 3, "N": 2}),
 ])
 def test_outer_and_transpose_gradients_match_finite_differences(name, dims):
     """outer w.r.t. both operands (b's is a dot of the transposed adjoint) and transpose itself."""
