@@ -198,6 +198,12 @@ class _Evaluator:
             if a.ndim < 2 or b.ndim < 2 or a.shape[1:-1] != b.shape[1:-1]:
                 raise _ReferenceError(f"outer of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
             return a[..., :, None] * b[..., None, :]
+        if f == "transpose":
+            m = self.expr(e.args[0], mode)
+            if m.ndim < 3:
+                raise _ReferenceError(f"transpose of shape {list(m.shape[1:])}")
+            # axis 0 holds the rows (vertices, edges, or 1 for a parameter): swap the value's last two
+            return np.swapaxes(m, -1, -2)
         if f == "softmax":
             if mode != "edge":
                 raise _ReferenceError("softmax in a vertex expression")

@@ -431,6 +431,37 @@ def test_random_kernels_under_every_mapping(tmp_path_factory, source, mapping, g
     assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph, dtype)
 
 
+TRANSPOSE_SOURCE = """
+kernel tr(x: f32[V, F], y: f32[V, K], m: f32[V, F, K], w: f32[E]) -> f32[V, K, F] {
+    out[v] = sum(transpose(outer(x[u] * w[e], y[v]) + m[u])) + transpose(m[v]) * 0.5
+}
+kernel back(a: f32[V, H, K, F], x: f32[V, H, K], y: f32[V, H, F], w: f32[E]) -> f32[V, H, F] {
+    out[v] = sum(dot(transpose(a[u] * w[e]), outer(y[v], x[u])))
+}
+kernel edge(m: f32[V, F, K]) -> f32[E, K, F] {
+    out[e] = transpose(m[u]) - transpose(tanh(m[v]))
+}
+kernel red(m: f32[V, F, F], x: f32[V, F]) -> f32[V, F] {
+    out[v] = sum(dot(transpose(m[u]), outer(x[v], x[u])))
+}
+"""
+
+
+@given(name=st.sampled_from(["tr", "back", "edge", "red"]), mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120),
+       f=st.sampled_from((1, 3, 17)), k=st.sampled_from((1, 2)), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=16)
+def test_transpose_under_every_mapping(name, mapping, graph, f, k, seed):
+    """transpose reads its operand at swapped indices: lanes and tiles that split F still read the right rows."""
+    try:
+        kernel = getattr(gnnc.compile(TRANSPOSE_SOURCE, kernels=[name], target="cuda-emulation", schedule=mapping), name)
+    except gnnc.CompileError as exc:
+        assert re.search(f"map {mapping.split()[1]}( hybrid \\d+)? is refused: ", str(exc)), str(exc)
+        return
+    inputs = random_inputs(kernel.signature, graph, {"F": f, "K": k, "H": 2}, np.float32, seed)
+    want = getattr(gnnc.compile(TRANSPOSE_SOURCE, target="reference"), name)(graph, **inputs)
+    assert_matches(kernel(graph, **inputs), want, graph, np.float32)
+
+
 # ------------------------------------------------ hybrid partitioning (FeatGraph)
 
 #: mappings with `hybrid K`: the hot sources' rows staged in shared memory per block

@@ -167,3 +167,25 @@ def test_hybrid_stages_rows_in_shared_memory(name, mapping):
         assert "\tbar.sync \t0;" in ptx
         if shutil.which("ptxas"):
             codegen.ptxas(ptx, arch)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("mapping", ["map thread_vertex group 2", "map warp_vertex tile 2", "map thread_edge group 3",
+                                     "map warp_edge lanes 8 group 2", "map thread_vertex hybrid 3"])
+def test_transposes_assemble(mapping):
+    """transpose is index arithmetic by the time it reaches the grid: each mapping's PTX assembles."""
+    from tests.test_cuda_emulation import TRANSPOSE_SOURCE
+
+    opts = compiler.CompileOptions(target="cuda", schedule=mapping)
+    result = compiler.compile_source(TRANSPOSE_SOURCE.replace("tanh(", "sigmoid("), "t.gnn", opts, stop_after="nvvm")
+    _, ptx = codegen.optimize_and_emit_ptx(result.stages["translate-to-nvvm"], "sm_80")
+    assert all(f".entry gnnc_{name}" in ptx for name in ("tr", "back", "edge", "red"))
+    codegen.ptxas(ptx, "sm_80")
+
+
+@pytest.mark.parametrize("function", ["tanh", "log"])
+def test_functions_without_a_ptx_lowering_are_refused_not_aborted(function):
+    """LLVM's NVPTX backend aborts the process on tanh ("Cannot select ftanh"); gnnc refuses it first."""
+    source = f"kernel k(x: f32[V, F]) -> f32[E, F] {{\n    out[e] = {function}(x[u]) * x[v]\n}}\n"
+    with pytest.raises(gnnc.CompileError, match=f"the cuda target cannot compile {function} yet"):
+        gnnc.compile(source, target="cuda", schedule="map warp_edge")

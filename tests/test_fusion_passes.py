@@ -318,6 +318,21 @@ def test_unfuse_random_kernels(source, graph, f, seed):
     assert_matches(kernel(graph, **inputs), reference(source).k(graph, **inputs), graph, dtype)
 
 
+TRANSPOSES = """
+kernel tr(x: f32[V, F], y: f32[V, K], m: f32[V, F, K], W: f32[F, K]) -> f32[V, K, K] {
+    out[v] = sum(transpose(outer(x[u], tanh(y[v])) + m[u]) @ W) + dot(transpose(m[v]), transpose(m[v]))
+}
+"""
+
+
+@pytest.mark.parametrize("extra", [UNFUSE, ("transform-before-gather", "unfuse")])
+def test_unfuse_outer_and_transpose(extra):
+    """Kernels with transposes and outers, unfused (alone and after transform-before-gather), match the reference."""
+    graph = gnnc.Graph.from_coo(np.array([0, 1, 2, 0, 1, 3, 3]), np.array([0, 2, 1, 1, 0, 2, 2]), num_vertices=5)
+    for f, k in ((3, 2), (1, 1), (2, 5)):
+        check(TRANSPOSES, extra, "tr", graph, {"F": f, "K": k}, 3)
+
+
 @pytest.mark.parametrize("name", ["gat", "mlp_aggr"])
 def test_unfuse_after_the_other_passes(name):
     graph = gnnc.Graph.from_coo(np.array([0, 1, 2, 0, 1, 3]), np.array([0, 2, 1, 1, 0, 2]), num_vertices=5)

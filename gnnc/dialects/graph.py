@@ -457,6 +457,34 @@ class OuterOp(IRDLOperation):
 
 
 @irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """`transpose(m)`: [..., K, N] gives [..., N, K] (lets `dot` reduce the second-to-last axis)."""
+
+    name = "graph.transpose"
+
+    operand = operand_def(ValueType)
+    result = result_def(ValueType)
+
+    assembly_format = "$operand attr-dict `:` type($operand) `->` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, operand: SSAValue):
+        t = _value_type(operand)
+        if len(t.shape) < 2:
+            raise VerifyException(f"graph.transpose needs [..., K, N], got {list(t.shape)}")
+        shape = t.shape[:-2] + (t.shape[-1], t.shape[-2])
+        super().__init__(operands=[operand], result_types=[ValueType(t.kind, t.element_type, shape)])
+
+    def verify_(self) -> None:
+        _check_elem(self, self.operand)
+        a, r = _value_type(self.operand), _value_type(self.result)
+        if len(a.shape) < 2:
+            raise VerifyException(f"graph.transpose needs [..., K, N], got {list(a.shape)}")
+        if (r.kind, r.shape) != (a.kind, a.shape[:-2] + (a.shape[-1], a.shape[-2])):
+            raise VerifyException("graph.transpose result must swap the last two axes and keep the graph type")
+
+
+@irdl_op_definition
 class MatVecOp(IRDLOperation):
     """`a @ W`: `a` of shape [..., K] times a parameter matrix [K, N] gives [..., N]."""
 
@@ -596,6 +624,7 @@ Graph = Dialect(
         UnaryOp,
         DotOp,
         OuterOp,
+        TransposeOp,
         MatVecOp,
         AggregateOp,
         EdgeSoftmaxOp,

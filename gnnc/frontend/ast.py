@@ -135,7 +135,8 @@ class Call(Expr):
     ``func`` is one of: an element of ``UNARY_FUNCTIONS``; ``leaky_relu``
     (args: value, slope as a ``Number``); ``max`` / ``min`` with two args
     (elementwise); ``dot`` (two args, reduces the last axis); ``outer`` (two
-    args ``[..., K]`` and ``[..., N]``, gives ``[..., K, N]``); ``softmax``
+    args ``[..., K]`` and ``[..., N]``, gives ``[..., K, N]``); ``transpose``
+    (one arg ``[..., K, N]``, gives ``[..., N, K]``); ``softmax``
     (one edge arg); ``deg_in`` / ``deg_out`` (one ``Index``-free arg, see
     ``Degree``). Aggregations are ``Aggregate`` nodes, not calls.
     """

@@ -572,6 +572,15 @@ class _KernelChecker:
                 )
             e.shape = ashape + bshape[-1:]
             e.gtype = self.combine(a, b, e.loc)
+        elif f == "transpose":
+            if len(ashape) < 2:
+                raise self.error(
+                    f"transpose swaps the last two axes: it needs an operand of shape [..., K, N], got "
+                    f"{_fmt_shape(ashape)}",
+                    e.loc,
+                )
+            e.shape = ashape[:-2] + (ashape[-1], ashape[-2])
+            e.gtype = a.gtype
         elif f == "dot":
             b = e.args[1]
             bshape = b.shape or ()

@@ -55,9 +55,10 @@ zero gradient. Stages that need no gout (softmax weights, argmax ids) are also r
 a generated `NAME__forward` variant of the kernel, so a training step can
 compute them in the forward pass and hand them to the gradient.
 
-Not differentiated (a `CompileError` says so): `outer(a, b)`
-w.r.t. `b` (it sums the second-to-last axis, which the language cannot
-write); w.r.t. `a` it is.
+`outer(a, b)`: d a = dot(adj, outer(ones, b)) and d b = dot(transpose(adj),
+outer(ones, a)) (the sum over k, adj's second-to-last axis, is a `dot` of its
+transpose); the gradient of `transpose` is the transposed adjoint. Every
+operation of the language is differentiated.
 """
 
 from __future__ import annotations
@@ -504,9 +505,11 @@ class _Differentiator:
             ta, tb = self.text(a), self.text(b)
             # d a[.., k] = sum over n of adj[.., k, n] * b[.., n]: b spread over k by an outer with ones
             self.back(a, f"dot({adj}, outer(({ta}) * 0.0 + 1.0, {tb}))", ctx)
-            if self.depends(b):
-                # d b sums over k, the second-to-last axis: no builtin reduces it
-                raise self.fail(e, "the gradient of 'outer' w.r.t. its second operand")
+            # d b[.., n] = sum over k of adj[.., k, n] * a[.., k]: transposed, k is the last axis
+            self.back(b, f"dot(transpose({adj}), outer(({tb}) * 0.0 + 1.0, {ta}))", ctx)
+            return
+        if e.func == "transpose":
+            self.back(e.args[0], f"transpose({adj})", ctx)
             return
         if e.func in ("max", "min"):
             a, b = e.args

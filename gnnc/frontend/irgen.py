@@ -129,6 +129,8 @@ class _KernelBuilder:
             return self.add(graph.DotOp(self.expr(e.args[0]), self.expr(e.args[1])))
         if e.func == "outer":
             return self.add(graph.OuterOp(self.expr(e.args[0]), self.expr(e.args[1])))
+        if e.func == "transpose":
+            return self.add(graph.TransposeOp(self.expr(e.args[0])))
         if e.func == "softmax":
             return self.add(graph.EdgeSoftmaxOp(self.expr(e.args[0])))
         raise AssertionError(f"unchecked call {e.func}")

@@ -37,7 +37,7 @@ from gnnc.frontend.lexer import Token, tokenize
 MAX_NESTING = 100
 
 #: Functions taking expressions as arguments (besides aggregations).
-CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "outer", "softmax"}
+CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "outer", "transpose", "softmax"}
 DEGREE_FUNCTIONS = {"deg_in": "in", "deg_out": "out"}
 
 
@@ -354,7 +354,7 @@ class _Parser:
                     f"{name} takes one argument (the edge expression to aggregate), got {len(args)}", func.loc
                 )
             return ast.Aggregate(kind=name, operand=args[0], loc=func.loc), depth  # type: ignore[arg-type]
-        want = 1 if name in ast.UNARY_FUNCTIONS or name == "softmax" else 2
+        want = 1 if name in ast.UNARY_FUNCTIONS or name in ("softmax", "transpose") else 2
         if len(args) != want:
             if name in ("max", "min"):
                 message = f"{name} takes one argument (an aggregation) or two (elementwise), got {len(args)}"

@@ -1104,6 +1104,12 @@ class KernelLowering:
                 return
             if isinstance(op, graph.DotOp | graph.MatVecOp):
                 return
+            if isinstance(op, graph.TransposeOp | graph.OuterOp) and len(idx) > len(t.shape) - 2:
+                # these read their (right) operand at permuted indices: the
+                # known ones are its leading indices only above the last two axes
+                if isinstance(op, graph.OuterOp):
+                    visit(op.lhs)
+                return
             if isinstance(op, Operation):
                 for o in op.operands:
                     visit(o)
@@ -1151,6 +1157,8 @@ class KernelLowering:
             return self.em.op(cls(lhs, rhs))
         if isinstance(op, graph.UnaryOp):
             return self._unary(op, self.value_at(op.operand, idx, ctx))
+        if isinstance(op, graph.TransposeOp):
+            return self.value_at(op.operand, idx[:-2] + [idx[-1], idx[-2]], ctx)
         if isinstance(op, graph.OuterOp):
             lhs = self.value_at(op.lhs, idx[:-1], ctx)
             rhs = self.value_at(op.rhs, idx[:-2] + idx[-1:], ctx)

@@ -105,6 +105,10 @@ def _at_dst(value: SSAValue, before: Operation, rewriter: PatternRewriter) -> SS
         new = graph.DotOp(_at_dst(op.lhs, before, rewriter), _at_dst(op.rhs, before, rewriter))
     elif isinstance(op, graph.MatVecOp):
         new = graph.MatVecOp(_at_dst(op.vector, before, rewriter), op.matrix)
+    elif isinstance(op, graph.OuterOp):
+        new = graph.OuterOp(_at_dst(op.lhs, before, rewriter), _at_dst(op.rhs, before, rewriter))
+    elif isinstance(op, graph.TransposeOp):
+        new = graph.TransposeOp(_at_dst(op.operand, before, rewriter))
     else:
         raise AssertionError(f"transform-before-gather: unexpected source-only op {op}")
     rewriter.insert(new, InsertPoint.before(before))

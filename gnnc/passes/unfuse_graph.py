@@ -42,6 +42,10 @@ def _rebuild(op: Operation, operands: list[SSAValue]) -> Operation:
         return graph.DotOp(*operands)
     if isinstance(op, graph.MatVecOp):
         return graph.MatVecOp(*operands)
+    if isinstance(op, graph.OuterOp):
+        return graph.OuterOp(*operands)
+    if isinstance(op, graph.TransposeOp):
+        return graph.TransposeOp(operands[0])
     if isinstance(op, graph.AggregateOp):
         return graph.AggregateOp(op.kind.data, operands[0])
     if isinstance(op, graph.EdgeSoftmaxOp):

@@ -8,6 +8,7 @@ without the source; ptxas and the driver ignore comments.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,10 @@ _PTX_VERSION = {"sm_75": 63, "sm_80": 70, "sm_86": 71, "sm_89": 78, "sm_90": 78}
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 
 METADATA_PREFIX = abi.PTX_METADATA_PREFIX
+
+#: Math intrinsics the NVPTX backend cannot lower (no libm to call): LLVM stops
+#: the process on `tanh` ("Cannot select ftanh") and fails on `log`.
+_NO_PTX_LOWERING = re.compile(r"@llvm\.(tanh|log)\.")
 
 
 def check_arch(arch: str) -> str:
@@ -60,6 +65,12 @@ def optimize_and_emit_ptx(ir_module: object, arch: str, opt_level: int = 3) -> t
     pto = llvm.create_pipeline_tuning_options(speed_level=min(max(opt_level, 0), 3))
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(module, pb)
+    missing = sorted(set(_NO_PTX_LOWERING.findall(str(module))))
+    if missing:
+        raise CompileError(
+            f"the cuda target cannot compile {' and '.join(missing)} yet: PTX has no libm and the NVPTX "
+            "backend does not expand them (exp is expanded inline; the cpu target compiles all of them)"
+        )
     try:
         ptx = tm.emit_assembly(module)
     except RuntimeError as exc:
