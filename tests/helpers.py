@@ -35,3 +35,16 @@ def assert_matches(got, want, graph: gnnc.Graph, dtype) -> None:
     ok = ~nan_want
     atol = tolerance(graph, want, dtype)
     np.testing.assert_allclose(got64[ok], want[ok], rtol=1e-3 if dtype == np.float32 else 1e-9, atol=atol)
+
+
+def numeric_grad(evaluate, args: dict, name: str, gout, h: float = 1e-6) -> np.ndarray:
+    """Central differences of <gout, evaluate(**args)> with respect to args[name] (float64 inputs)."""
+    grad = np.zeros_like(args[name])
+    flat = grad.reshape(-1)
+    for i in range(flat.size):
+        plus = {k: v.copy() for k, v in args.items()}
+        minus = {k: v.copy() for k, v in args.items()}
+        plus[name].reshape(-1)[i] += h
+        minus[name].reshape(-1)[i] -= h
+        flat[i] = np.sum((evaluate(**plus) - evaluate(**minus)) * gout) / (2 * h)
+    return grad

@@ -11,6 +11,7 @@ import gnnc
 from gnnc.api import compile_grad
 from gnnc.frontend import parse_and_check
 from gnnc.frontend.parser import CALL_FUNCTIONS
+from tests.helpers import numeric_grad
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -40,18 +41,6 @@ def _inputs(kernel, rng, dims):
         shape = rows + [dims[d] if isinstance(d, str) else d for d in p.type.shape]
         args[p.name] = rng.uniform(0.2, 1.5, size=shape)
     return args
-
-
-def _numeric_grad(forward, args, name, gout, h=1e-6):
-    grad = np.zeros_like(args[name])
-    flat = grad.reshape(-1)
-    for i in range(flat.size):
-        plus = {k: v.copy() for k, v in args.items()}
-        minus = {k: v.copy() for k, v in args.items()}
-        plus[name].reshape(-1)[i] += h
-        minus[name].reshape(-1)[i] -= h
-        flat[i] = np.sum((forward(GRAPH, **plus) - forward(GRAPH, **minus)) * gout) / (2 * h)
-    return grad
 
 
 MATMUL = """
@@ -92,7 +81,7 @@ def test_gradients_match_finite_differences(source, name):
     differentiable = [p.name for p in kernel.params]
     assert set(compiled) == set(differentiable)
     for p in differentiable:
-        want = _numeric_grad(forward, args, p, gout)
+        want = numeric_grad(lambda **a: forward(GRAPH, **a), args, p, gout)
         np.testing.assert_allclose(reference[p], want, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
 

@@ -23,7 +23,7 @@ from gnnc.frontend import parse_and_check
 from gnnc.runtime import plans
 from gnnc.runtime.signature import KernelSignature, vertex_rows
 
-from .helpers import assert_matches
+from .helpers import assert_matches, numeric_grad
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE_KERNELS = ["attention", "gat", "gcn", "gcn_norm", "gin", "mlp_aggr", "sage_max", "sage_mean"]
@@ -248,17 +248,8 @@ def test_reversed_swaps_sides_and_keeps_edge_ids():
 GRAD_CASES = ["gcn", "gcn_norm", "gin", "sage_mean", "edgy"]
 
 
-def _numeric_grad(kernel, graph, args, name, gout, h=1e-6):
-    grad = np.zeros_like(args[name])
-    flat = grad.reshape(-1)
-    for i in range(flat.size):
-        plus = {k: v.copy() for k, v in args.items()}
-        minus = {k: v.copy() for k, v in args.items()}
-        plus[name].reshape(-1)[i] += h
-        minus[name].reshape(-1)[i] -= h
-        diff = reference.evaluate(kernel, graph, **plus) - reference.evaluate(kernel, graph, **minus)
-        flat[i] = np.sum(diff * gout) / (2 * h)
-    return grad
+def _fd(kernel, graph, args, name, gout):
+    return numeric_grad(lambda **a: reference.evaluate(kernel, graph, **a), args, name, gout)
 
 
 @pytest.mark.parametrize("name", GRAD_CASES)
@@ -281,7 +272,7 @@ def test_gradients_on_bipartite_graphs_match_finite_differences(name, sides):
         if p.type.domain is None and p.type.shape == []:
             continue  # scalar parameters: not generated
         assert grads[p.name].shape == args[p.name].shape
-        np.testing.assert_allclose(grads[p.name], _numeric_grad(kernel, graph, args, p.name, gout),
+        np.testing.assert_allclose(grads[p.name], _fd(kernel, graph, args, p.name, gout),
                                    rtol=1e-6, atol=1e-6)
 
 
@@ -303,7 +294,7 @@ def test_torch_bipartite_edge_index_and_backward():
     out.backward(gout)
     kernel = parse_and_check((EXAMPLES / "gin.gnn").read_text().replace("f32", "f64"), "gin").kernel("gin")
     args = {"x": x.detach().numpy().copy(), "eps": np.float64(0.25)}
-    want = _numeric_grad(kernel, graph, args, "x", gout.numpy())
+    want = _fd(kernel, graph, args, "x", gout.numpy())
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6, atol=1e-6)
 
 
