@@ -174,6 +174,19 @@ class EdgeId(Expr):
     """``edge_id(e)``: the edge's id (its position in what the user gave) as a float of the kernel's type."""
 
 
+def children(e: Expr) -> list[Expr]:
+    """The direct subexpressions of `e`, in source order."""
+    if isinstance(e, Unary):
+        return [e.operand]
+    if isinstance(e, Binary):
+        return [e.lhs, e.rhs]
+    if isinstance(e, Call):
+        return list(e.args)
+    if isinstance(e, Aggregate):
+        return [e.operand]
+    return []
+
+
 # ----------------------------------------------------------------- statements
 
 

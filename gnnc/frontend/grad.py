@@ -143,7 +143,7 @@ def transpose_name(matrix: str) -> str:
 
 def _walk(e: ast.Expr):
     yield e
-    for c in _children(e):
+    for c in ast.children(e):
         yield from _walk(c)
 
 
@@ -171,18 +171,6 @@ def _plain(e: ast.Expr) -> str:
     if isinstance(e, ast.EdgeId):
         return "edge_id(e)"
     raise AssertionError(type(e).__name__)
-
-
-def _children(e: ast.Expr) -> list[ast.Expr]:
-    if isinstance(e, ast.Unary):
-        return [e.operand]
-    if isinstance(e, ast.Binary):
-        return [e.lhs, e.rhs]
-    if isinstance(e, ast.Call):
-        return list(e.args)
-    if isinstance(e, ast.Aggregate):
-        return [e.operand]
-    return []
 
 
 class _Builder:
@@ -380,7 +368,7 @@ class _Differentiator:
             return False
         if isinstance(e, ast.Name):
             return e.name == self.wrt
-        return any(self.depends(c) for c in _children(e))
+        return any(self.depends(c) for c in ast.children(e))
 
     def fail(self, e: ast.Expr, what: str) -> CompileError:
         return CompileError(

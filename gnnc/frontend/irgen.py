@@ -153,24 +153,12 @@ def _vertex_values_read_at_u(kernel: ast.Kernel) -> set[str]:
     def walk(e: ast.Expr) -> None:
         if isinstance(e, ast.Index) and e.index == "u" and e.name in vertex_defs:
             found.add(e.name)
-        for child in _children(e):
+        for child in ast.children(e):
             walk(child)
 
     for d in kernel.body:
         walk(d.value)
     return found
-
-
-def _children(e: ast.Expr) -> list[ast.Expr]:
-    if isinstance(e, ast.Unary):
-        return [e.operand]
-    if isinstance(e, ast.Binary):
-        return [e.lhs, e.rhs]
-    if isinstance(e, ast.Call):
-        return list(e.args)
-    if isinstance(e, ast.Aggregate):
-        return [e.operand]
-    return []
 
 
 def build_module(program: ast.Program, kernels: list[str] | None = None) -> ModuleOp:
