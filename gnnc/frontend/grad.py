@@ -64,6 +64,7 @@ operation of the language is differentiated.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gnnc.errors import CompileError, SourceError
@@ -147,8 +148,19 @@ def _walk(e: ast.Expr):
         yield from _walk(c)
 
 
-def _plain(e: ast.Expr) -> str:
-    """Source text of an expression as written (fully parenthesised, nothing inlined)."""
+def _source(e: ast.Expr, special: Callable[[ast.Expr], str | None] = lambda _: None) -> str:
+    """Source text of an expression, fully parenthesised.
+
+    `special` may print a node its own way (inlined, read from a stage);
+    it returns None for a node printed as written.
+    """
+    done = special(e)
+    if done is not None:
+        return done
+
+    def text(sub: ast.Expr) -> str:
+        return _source(sub, special)
+
     if isinstance(e, ast.Number):
         return f"{float(e.value)!r}"
     if isinstance(e, ast.Index):
@@ -156,16 +168,16 @@ def _plain(e: ast.Expr) -> str:
     if isinstance(e, ast.Name):
         return e.name
     if isinstance(e, ast.Unary):
-        return f"(-{_plain(e.operand)})"
+        return f"(-{text(e.operand)})"
     if isinstance(e, ast.Binary):
-        return f"({_plain(e.lhs)} {e.op} {_plain(e.rhs)})"
+        return f"({text(e.lhs)} {e.op} {text(e.rhs)})"
     if isinstance(e, ast.Call):
-        args = [_plain(a) for a in e.args]
+        args = [text(a) for a in e.args]
         if e.func == "leaky_relu":
             args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
         return f"{e.func}({', '.join(args)})"
     if isinstance(e, ast.Aggregate):
-        return f"{e.kind}({_plain(e.operand)})"
+        return f"{e.kind}({text(e.operand)})"
     if isinstance(e, ast.Degree):
         return f"deg_{e.direction}({e.index})"
     if isinstance(e, ast.EdgeId):
@@ -242,7 +254,7 @@ class _Builder:
         params = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in k.params)
         results = [f"{r.name}: {_fmt_type(r.type)}" for r in k.results]
         results += [f"{n}: {self.stage_types[n]}" for n in self.forward_stages]
-        body = [f"{d.name}[{d.index}] = {_plain(d.value)}" for d in k.body] + list(self.forward_stages.values())
+        body = [f"{d.name}[{d.index}] = {_source(d.value)}" for d in k.body] + list(self.forward_stages.values())
         return f"kernel {k.name}__forward({params}) -> ({', '.join(results)}) {{\n    " + "\n    ".join(body) + "\n}\n"
 
     def gradient_kernels(self, target: str, base: str, rtype: str, param_type: ast.TensorType | None,
@@ -301,39 +313,23 @@ class _Builder:
         of a vertex statement, `vertex_level`) aggregations are read from
         stage intermediates.
         """
-        text = self.text
-        if isinstance(e, ast.Number):
-            return f"{float(e.value)!r}"
-        if isinstance(e, ast.Index):
-            if e.name in self.edge_defs:
-                return f"({text(self.edge_defs[e.name])})"
-            if e.name in self.vertex_defs:
-                d = self.vertex_defs[e.name]
+
+        def special(n: ast.Expr) -> str | None:
+            if isinstance(n, ast.Index) and n.name in self.edge_defs:
+                return f"({self.text(self.edge_defs[n.name])})"
+            if isinstance(n, ast.Index) and n.name in self.vertex_defs:
+                d = self.vertex_defs[n.name]
                 name = self.stage(self.text(d.value, vertex_level=True), "v", d.value.shape or ())
-                return f"{name}[{e.index}]"
-            return f"{e.name}[{e.index}]"
-        if isinstance(e, ast.Name):
-            return e.name
-        if isinstance(e, ast.Unary):
-            return f"(-{text(e.operand, vertex_level)})"
-        if isinstance(e, ast.Binary):
-            return f"({text(e.lhs, vertex_level)} {e.op} {text(e.rhs, vertex_level)})"
-        if isinstance(e, ast.Call):
-            if e.func == "softmax":
-                name = self.stage(f"softmax({text(e.args[0])})", "e", e.shape or ())
+                return f"{name}[{n.index}]"
+            if isinstance(n, ast.Call) and n.func == "softmax":
+                name = self.stage(f"softmax({self.text(n.args[0])})", "e", n.shape or ())
                 return f"{name}[e]"
-            args = [text(a, vertex_level) for a in e.args]
-            if e.func == "leaky_relu":
-                args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
-            return f"{e.func}({', '.join(args)})"
-        if isinstance(e, ast.Aggregate):
-            agg = f"{e.kind}({text(e.operand)})"
-            return agg if vertex_level else f"{self.stage(agg, 'v', e.shape or ())}[v]"
-        if isinstance(e, ast.Degree):
-            return f"deg_{e.direction}({e.index})"
-        if isinstance(e, ast.EdgeId):
-            return "edge_id(e)"
-        raise AssertionError(type(e).__name__)
+            if isinstance(n, ast.Aggregate):
+                agg = f"{n.kind}({self.text(n.operand)})"
+                return agg if vertex_level else f"{self.stage(agg, 'v', n.shape or ())}[v]"
+            return None
+
+        return _source(e, special)
 
 
 class _Differentiator:
