@@ -482,6 +482,10 @@ def test_gat_stages_are_per_edge_and_head_never_per_feature():
     assert "-> f64[E, H] {" in grad.source and "-> f64[E, H, F]" not in grad.source
     # the reversed-graph kernels read the softmax weights saved on the forward graph
     assert all("softmax" not in piece for piece in grad.source.split("kernel ")[1:] if "__grad_" in piece)
+    # the score gradient is one [E, H] stage: the el and er kernels read it and take no dot over F
+    pieces = {piece.split("(", 1)[0]: piece for piece in grad.source.split("kernel ")[1:]}
+    assert "dot(" not in pieces["gat1__grad_el_src"] and "dot(" not in pieces["gat1__grad_er_dst"]
+    assert sum("dot(" in piece for piece in pieces.values()) == 1
 
 
 @settings(max_examples=min(6, settings().max_examples))

@@ -143,6 +143,14 @@ kernel nested(x: f32[V, K], W: f32[K, K], W2: f32[K, N]) -> f32[V, N] {
 }
 """
 
+# GAT with its attention projection in the kernel: dot(h[u], a) once per vertex
+GAT_PROJECTED = """
+kernel gat_projected(h: f32[V, H, F], a_src: f32[H, F], a_dst: f32[H, F]) -> f32[V, H, F] {
+    s[e]   = leaky_relu(dot(h[u], a_src) + dot(h[v], a_dst), 0.2)
+    out[v] = sum(softmax(s[e]) * h[u])
+}
+"""
+
 TBG = ("transform-before-gather",)
 
 
@@ -152,6 +160,7 @@ TBG = ("transform-before-gather",)
     (DST_MATVEC, "dst_lin", ("K", "N")),
     (TWO_PHASE_MATVEC, "two_phase", ("F",)),
     (NESTED_MATVEC, "nested", ("K", "N")),
+    (GAT_PROJECTED, "gat_projected", ("H", "F")),
 ])
 @given(graph=graphs(), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_transform_before_gather_matches_reference(source, name, dims, graph, data, seed):
@@ -171,6 +180,18 @@ def test_transform_before_gather_mlp_aggr_shares_one_matvec():
     graph_ir = build(example("mlp_aggr"), TBG)[1]["dce"]
     assert graph_ir.count("graph.matvec") == 1
     assert graph_ir.count("graph.materialize") == 1
+
+
+def test_transform_before_gather_hoists_dot_products():
+    """Both attention projections become per-vertex tensors; no dot is left in an edge loop."""
+    before, after = build(GAT_PROJECTED, ())[1]["dce"], build(GAT_PROJECTED, TBG)[1]["dce"]
+    assert "graph.materialize" not in before
+    assert after.count("graph.materialize") == 2
+    dots = [line for line in after.splitlines() if "graph.dot" in line]
+    assert len(dots) == 2 and all("-> !graph.value<D," in line for line in dots)
+    # a dot over a unit axis costs no more per edge than reading its hoisted result
+    unit = GAT_PROJECTED.replace("f32[V, H, F]", "f32[V, H, 1]").replace("f32[H, F]", "f32[H, 1]")
+    assert "graph.materialize" not in build(unit, TBG)[1]["dce"]
 
 
 def test_transform_before_gather_leaves_k1_alone():

@@ -30,9 +30,11 @@ runs the kernels in order (`runtime.gradient`). That gives, all as fused
 kernels of the same pipeline:
 
 - `softmax`: d s = alpha * (g - sum_in(alpha * g)); alpha is saved per edge
-  (gat's [E, H]: the softmax's own size) and the per-destination sum is a
-  stage: gat_conv's gradient is five kernels, these two stages, then one
-  each for h, el and er;
+  (gat's [E, H]: the softmax's own size), and d s is a stage of the same
+  size whose kernel walks each destination's in-edges twice (the sum, then
+  d s): gat_conv's gradient is five kernels, these two stages, then one
+  each for h, el and er, and only the d s stage evaluates g (a dot over the
+  feature axis);
 - `max` / `min` aggregations: a stage `argmax(...)` / `argmin(...)` keeps,
   per destination and element, the id of the in-edge that won (the lowest
   id on a tie, the first NaN); the gradient kernels pass the gradient to the
@@ -74,6 +76,8 @@ from gnnc.frontend import ast
 GOUT = "gout__"
 #: Intermediate tensors computed by stage kernels: st0__, st1__, ...
 _STAGE = re.compile(r"\bst\d+__\b")
+#: A softmax gradient stage's per-destination weighted sum, local to that stage kernel.
+_WEIGHTED = "weighted__"
 
 
 def gout_name(kernel: ast.Kernel, result: str) -> str:
@@ -227,14 +231,21 @@ class _Builder:
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
         self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs))
 
-    def stage(self, body: str, index: str, shape: tuple) -> str:
-        """An intermediate `out[index] = body` on the forward graph; returns how to read it."""
-        key = (index, body)
+    def stage(self, body: str, index: str, shape: tuple, prelude: tuple[str, str, tuple] | None = None) -> str:
+        """An intermediate `out[index] = body` on the forward graph; returns how to read it.
+
+        `prelude` (name, body, shape) is a vertex value computed first in the
+        same kernel, which `body` reads at `v`.
+        """
+        key = (index, body, prelude)
         if key not in self.stages:
             name = f"st{len(self.stages)}__"
             self.stages[key] = name
             self.stage_types[name] = _fmt(self.dtype, "V" if index == "v" else "E", shape)
-            self.emit(f"{self.kernel.name}__{name[:-2]}", name, False, self.stage_types[name], f"out[{index}] = {body}")
+            stmt = f"out[{index}] = {body}"
+            if prelude is not None:
+                stmt = f"{prelude[0]}[v] = {prelude[1]}\n    {stmt}"
+            self.emit(f"{self.kernel.name}__{name[:-2]}", name, False, self.stage_types[name], stmt)
             reads = set(re.findall(r"\b\w+__\b", body))
             if reads <= set(self.forward_stages):
                 self.forward_stages[name] = f"{name}[{index}] = {body}"
@@ -401,12 +412,24 @@ class _Differentiator:
         assert not self.softmax_adjoints, "a softmax outside the kernel's statements"
 
     def softmax_back(self, e: ast.Call, adjoints: list[str]) -> None:
-        """d s[e] = alpha[e] * (g[e] - sum over the destination's in-edges of alpha * g)."""
+        """d s[e] = alpha[e] * (g[e] - sum over the destination's in-edges of alpha * g).
+
+        d s is an intermediate of the softmax's own shape ([E, H] for gat),
+        computed by one stage kernel whose destination loop walks the
+        in-edges twice (the weighted sum, then d s; the second walk reads
+        rows the first left in cache). Every kernel downstream reads d s
+        instead of recomputing g, which is the costly part (gat's g is a
+        dot product over the feature axis per edge and head): gat_conv's
+        el and er gradients became walks over [E, H] values.
+        """
         (s,) = e.args
         adj = " + ".join(f"({a})" for a in adjoints)
         alpha = self.text(e)
-        weighted = self.builder.stage(f"sum({alpha} * ({adj}))", "v", e.shape or ())
-        self.back(s, f"({alpha} * (({adj}) - {weighted}[v]))", "edge")
+        shape = e.shape or ()
+        weighted = f"sum({alpha} * ({adj}))"
+        d_score = self.builder.stage(f"{alpha} * (({adj}) - {_WEIGHTED}[v])", "e", shape,
+                                     prelude=(_WEIGHTED, weighted, shape))
+        self.back(s, f"{d_score}[e]", "edge")
 
     def back(self, e: ast.Expr, adj: str, ctx: str) -> None:
         if not self.depends(e):

@@ -46,10 +46,28 @@ def _vtype(value: SSAValue) -> graph.ValueType:
     return t
 
 
-def _worth_hoisting(op: graph.MatVecOp) -> bool:
+def _reduced_operand(op: graph.MatVecOp | graph.DotOp) -> SSAValue:
+    """The operand whose last axis the transform reduces: what the hoisted value is computed from."""
+    return op.vector if isinstance(op, graph.MatVecOp) else op.lhs
+
+
+def _worth_hoisting(op: graph.MatVecOp | graph.DotOp) -> bool:
     """Per vertex beats per edge when E >= V, unless K == 1 (see the module doc)."""
-    k = _vtype(op.vector).shape[-1]
+    k = _vtype(_reduced_operand(op)).shape[-1]
     return not (isinstance(k, int) and k < 2)
+
+
+def _twin(op: graph.MatVecOp | graph.DotOp, rewriter: PatternRewriter) -> Operation:
+    """The per-vertex form of a source-only transform: the same op on its operands' dst twins."""
+    if isinstance(op, graph.MatVecOp):
+        return graph.MatVecOp(_at_dst(op.vector, op, rewriter), op.matrix)
+    return graph.DotOp(_at_dst(op.lhs, op, rewriter), _at_dst(op.rhs, op, rewriter))
+
+
+def _same_op(op: graph.MatVecOp | graph.DotOp) -> Operation:
+    if isinstance(op, graph.MatVecOp):
+        return graph.MatVecOp(op.vector, op.matrix)
+    return graph.DotOp(op.lhs, op.rhs)
 
 
 def _separable(value: SSAValue) -> bool:
@@ -133,27 +151,30 @@ class DistributeMatVec(RewritePattern):
         rewriter.replace(op, [lhs, rhs, graph.BinaryOp(inner.kind.data, lhs.result, rhs.result)])
 
 
-class HoistSourceMatVec(RewritePattern):
-    """matvec(S value, W) -> gather(materialize(matvec(its dst twin, W)), src)."""
+class HoistSourceTransform(RewritePattern):
+    """matvec(S value, W) -> gather(materialize(matvec(its dst twin, W)), src); the same for
+    dot(S value, S or P value), e.g. GAT's attention projection `dot(h[u], a)`."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.MatVecOp, rewriter: PatternRewriter) -> None:
-        if _vtype(op.vector).kind != "S" or not _worth_hoisting(op) or not op.result.uses:
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, graph.MatVecOp | graph.DotOp):
             return
-        per_vertex = graph.MatVecOp(_at_dst(op.vector, op, rewriter), op.matrix)
-        tensor = graph.MaterializeOp(per_vertex.result)
+        if _vtype(op.results[0]).kind != "S" or not _worth_hoisting(op) or not op.results[0].uses:
+            return
+        per_vertex = _twin(op, rewriter)
+        tensor = graph.MaterializeOp(per_vertex.results[0])
         rewriter.replace(op, [per_vertex, tensor, graph.GatherOp(tensor.result, "src")])
 
 
-class HoistDestinationMatVec(RewritePattern):
-    """matvec(D value, W) read in an edge loop -> gather(materialize(matvec), dst)."""
+class HoistDestinationTransform(RewritePattern):
+    """matvec(D value, W) or dot(D, D or P) read in an edge loop -> gather(materialize(it), dst)."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.MatVecOp, rewriter: PatternRewriter) -> None:
-        if _vtype(op.vector).kind != "D" or not _worth_hoisting(op) or not _used_per_edge(op.result):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, graph.MatVecOp | graph.DotOp):
             return
-        per_vertex = graph.MatVecOp(op.vector, op.matrix)
-        tensor = graph.MaterializeOp(per_vertex.result)
+        if _vtype(op.results[0]).kind != "D" or not _worth_hoisting(op) or not _used_per_edge(op.results[0]):
+            return
+        per_vertex = _same_op(op)
+        tensor = graph.MaterializeOp(per_vertex.results[0])
         rewriter.replace(op, [per_vertex, tensor, graph.GatherOp(tensor.result, "dst")])
 
 
@@ -174,13 +195,13 @@ class MergeMaterialize(RewritePattern):
 
 
 class TransformBeforeGatherPass(ModulePass):
-    """Computes source- and destination-only matvecs once per vertex instead of per edge."""
+    """Computes source- and destination-only matvecs and dots once per vertex instead of per edge."""
 
     name = "transform-before-gather"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([DistributeMatVec(), HoistSourceMatVec(), HoistDestinationMatVec()])
+            GreedyRewritePatternApplier([DistributeMatVec(), HoistSourceTransform(), HoistDestinationTransform()])
         ).rewrite_module(op)
         # x[u] @ W and x[v] @ W both became x[v] @ W materialised: CSE makes
         # the twins one value, then their materialisations one tensor.
