@@ -649,3 +649,39 @@ def test_forward_keeps_what_the_gradient_reuses(name):
         np.testing.assert_allclose(with_saved[k], without[k], rtol=1e-6, atol=1e-6)
     with pytest.raises(gnnc.ArgumentError, match="which forward\\(\\) does not give"):
         grad(GRAPH, gout=gout, saved={"st9__": out}, **args)
+
+
+GAT_PROJECTED = """
+kernel gat_projected(h: f32[V, H, F], a_src: f32[H, F], a_dst: f32[H, F]) -> f32[V, H, F] {
+    el[v] = dot(h[v], a_src)
+    er[v] = dot(h[v], a_dst)
+    s[e] = leaky_relu(el[u] + er[v], 0.2)
+    out[v] = sum(softmax(s[e]) * h[u])
+}
+"""
+
+
+def test_forward_variant_reads_the_kernels_own_vertex_values():
+    """GAT with its attention projection in the kernel: the forward variant saves el and er as
+    themselves (no second evaluation), and its saved values give the gradient unchanged."""
+    from gnnc.frontend.grad import gradient_program
+
+    kernel = parse_and_check(GAT_PROJECTED).kernel("gat_projected")
+    forward_source = gradient_program(kernel).forward
+    assert "st0__[v] = el[v]" in forward_source and "st1__[v] = er[v]" in forward_source
+    assert forward_source.count("dot(") == 2
+    rng = np.random.default_rng(7)
+    args = {k: v.astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2}).items()}
+    grad = compile_grad(GAT_PROJECTED, "gat_projected")
+    out, saved = grad.forward(GRAPH, **args)
+    gout = rng.normal(size=out.shape).astype(np.float32)
+    with_saved = grad(GRAPH, gout=gout, saved=saved, **args)
+    want = compile_grad(GAT_PROJECTED.replace("f32", "f64"), "gat_projected", target="reference")(
+        GRAPH, gout=gout.astype(np.float64), **{k: v.astype(np.float64) for k, v in args.items()})
+    for k in want:
+        np.testing.assert_allclose(with_saved[k], want[k], rtol=1e-4, atol=1e-5)
+    forward = gnnc.compile(GAT_PROJECTED.replace("f32", "f64"), target="reference").gat_projected
+    args64 = {k: v.astype(np.float64) for k, v in args.items()}
+    for p in ("h", "a_src", "a_dst"):
+        np.testing.assert_allclose(want[p], _numeric(forward, GRAPH, args64, {"out": gout.astype(np.float64)}, p),
+                                   rtol=1e-5, atol=1e-6)

@@ -222,6 +222,8 @@ class _Builder:
         self.stages: dict[tuple, str] = {}
         #: stages that read only forward inputs (and such stages): their statements
         self.forward_stages: dict[str, str] = {}
+        #: stage -> the vertex value of the kernel it holds (the forward variant reads that instead)
+        self.vertex_stages: dict[str, str] = {}
 
     # ---------------------------------------------------------------- emitting
 
@@ -265,7 +267,16 @@ class _Builder:
         params = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in k.params)
         results = [f"{r.name}: {_fmt_type(r.type)}" for r in k.results]
         results += [f"{n}: {self.stage_types[n]}" for n in self.forward_stages]
-        body = [f"{d.name}[{d.index}] = {_source(d.value)}" for d in k.body] + list(self.forward_stages.values())
+        body = [f"{d.name}[{d.index}] = {_source(d.value)}" for d in k.body]
+        # stages of the kernel's own vertex values are those values: read them, so that the
+        # stages' expressions match the kernel's and CSE computes each once (a softmax included)
+        own = self.vertex_stages
+        for name, stmt in self.forward_stages.items():
+            if name in own:
+                body.append(f"{name}[v] = {own[name]}[v]")
+            else:
+                target, expr = stmt.split(" = ", 1)
+                body.append(f"{target} = {_STAGE.sub(lambda m: own.get(m.group(0), m.group(0)), expr)}")
         return f"kernel {k.name}__forward({params}) -> ({', '.join(results)}) {{\n    " + "\n    ".join(body) + "\n}\n"
 
     def gradient_kernels(self, target: str, base: str, rtype: str, param_type: ast.TensorType | None,
@@ -331,6 +342,7 @@ class _Builder:
             if isinstance(n, ast.Index) and n.name in self.vertex_defs:
                 d = self.vertex_defs[n.name]
                 name = self.stage(self.text(d.value, vertex_level=True), "v", d.value.shape or ())
+                self.vertex_stages.setdefault(name, d.name)
                 return f"{name}[{n.index}]"
             if isinstance(n, ast.Call) and n.func == "softmax":
                 name = self.stage(f"softmax({self.text(n.args[0])})", "e", n.shape or ())
