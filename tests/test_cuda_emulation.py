@@ -674,3 +674,73 @@ def test_edge_mappings_keep_one_launch_temporaries_per_thread(tmp_path, mapping)
             inputs = random_inputs(kernel.signature, graph, {"F": f}, np.float32, 0)
             assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph,
                            np.float32)
+
+
+# ------------------------------------------------ log and tanh, expanded inline as on the GPU
+
+#: both functions at sources and destinations, as the cuda target computes them (expand-math)
+LOG_TANH = """
+kernel k(x: {t}[V, F]) -> (lg: {t}[E, F], th: {t}[E, F]) {{
+    lg[e] = log(x[u])
+    th[e] = tanh(x[v])
+}}
+"""
+LOG_TANH_AGGREGATE = """
+kernel k(x: {t}[V, F], w: {t}[E]) -> {t}[V, F] {{
+    out[v] = sum(tanh(x[u] * w[e] * 4) * log(1 + x[v] * x[v])) + log(abs(x[v])) + max(tanh(x[u] - x[v]))
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mapping", ["map thread_vertex group 3", "map warp_edge lanes 4", "map thread_edge"])
+def test_log_and_tanh_match_the_reference_specials_included(dtype, mapping):
+    t = "f32" if dtype == np.float32 else "f64"
+    source = LOG_TANH.format(t=t)
+    result = compiler.compile_source(source, "k.gnn", compiler.CompileOptions(target="cuda-emulation", schedule=mapping),
+                                     stop_after="scf")
+    assert "math.log" not in result.stages["expand-math"] and "math.tanh" not in result.stages["expand-math"]
+    kernel = gnnc.compile(source, target="cuda-emulation", schedule=mapping).k
+    finfo = np.finfo(dtype)
+    specials = [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, finfo.smallest_subnormal, finfo.tiny, finfo.max, 1e-3,
+                -1e-3, 0.625, -0.625, 0.62, 9.5, -25.0, 1.0, 2.0]
+    rng = np.random.default_rng(0)
+    values = np.concatenate([specials, rng.uniform(-30, 30, 200), np.exp(rng.uniform(-80, 80, 200))]).astype(dtype)
+    x = values.reshape(-1, 2)
+    n = len(x)
+    # a ring, self loops and a duplicate: every vertex is a source and a destination
+    src = np.concatenate([np.arange(n), np.arange(n), [0]])
+    dst = np.concatenate([(np.arange(n) + 1) % n, np.arange(n), [1]])
+    graph = gnnc.Graph.from_coo(src, dst, num_vertices=n)
+    got = kernel(graph, x=x)
+    assert_matches(got, gnnc.compile(source, target="reference").k(graph, x=x), graph, dtype)
+    # and within 1.5 ulp of the exact values, the specials exactly (signed zeros included)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = {"lg": np.log(x[src].astype(np.longdouble)), "th": np.tanh(x[dst].astype(np.longdouble))}
+    for name, want in exact.items():
+        regular = np.isfinite(want) & (want != 0)
+        rounded = want.astype(dtype)
+        assert np.array_equal(got[name][~regular], rounded[~regular], equal_nan=True)
+        assert np.array_equal(np.signbit(got[name][~regular]), np.signbit(rounded[~regular]))
+        spacing = np.spacing(np.abs(rounded[regular])).astype(np.longdouble)
+        assert (np.abs(got[name][regular] - want[regular]) / spacing).max() <= 1.5
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8)
+def test_log_and_tanh_in_aggregations_under_every_mapping(dtype, mapping, graph, f, seed):
+    source = LOG_TANH_AGGREGATE.format(t="f32" if dtype == np.float32 else "f64")
+    try:
+        kernel = _compiled_source(source, "cuda-emulation", mapping).k
+    except gnnc.CompileError as exc:
+        assert re.search(f"map {mapping.split()[1]}( hybrid \\d+)? is refused: ", str(exc)), str(exc)
+        return
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    assert_matches(kernel(graph, **inputs), _compiled_source(source, "reference").k(graph, **inputs), graph, dtype)
+
+
+@functools.cache
+def _compiled_source(source: str, target: str, mapping: str | None = None):
+    return gnnc.compile(source, target=target, schedule=mapping)

@@ -7,6 +7,7 @@ tests are skipped with that reason (the PTX is still generated and checked).
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 import sys
@@ -177,15 +178,38 @@ def test_transposes_assemble(mapping):
     from tests.test_cuda_emulation import TRANSPOSE_SOURCE
 
     opts = compiler.CompileOptions(target="cuda", schedule=mapping)
-    result = compiler.compile_source(TRANSPOSE_SOURCE.replace("tanh(", "sigmoid("), "t.gnn", opts, stop_after="nvvm")
+    result = compiler.compile_source(TRANSPOSE_SOURCE, "t.gnn", opts, stop_after="nvvm")
     _, ptx = codegen.optimize_and_emit_ptx(result.stages["translate-to-nvvm"], "sm_80")
     assert all(f".entry gnnc_{name}" in ptx for name in ("tr", "back", "edge", "red"))
     codegen.ptxas(ptx, "sm_80")
 
 
-@pytest.mark.parametrize("function", ["tanh", "log"])
-def test_functions_without_a_ptx_lowering_are_refused_not_aborted(function):
-    """LLVM's NVPTX backend aborts the process on tanh ("Cannot select ftanh"); gnnc refuses it first."""
-    source = f"kernel k(x: f32[V, F]) -> f32[E, F] {{\n    out[e] = {function}(x[u]) * x[v]\n}}\n"
-    with pytest.raises(gnnc.CompileError, match=f"the cuda target cannot compile {function} yet"):
-        gnnc.compile(source, target="cuda", schedule="map warp_edge")
+#: every elementwise function of the language, applied to a source value and combined with a destination one
+ELEMENTWISE = ("exp({0})", "log({0})", "sqrt({0})", "rsqrt({0})", "abs({0})", "relu({0})", "sigmoid({0})",
+               "tanh({0})", "step({0})", "leaky_relu({0}, 0.2)", "max({0}, x[v])", "min({0}, x[v])")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("function", ELEMENTWISE)
+def test_every_elementwise_function_gives_ptx_ptxas_accepts(function, dtype):
+    """PTX has no libm: log and tanh (and exp) are expanded inline; none is refused and no call is left."""
+    body = function.format("x[u]")
+    source = f"kernel k(x: {dtype}[V, F]) -> {dtype}[E, F] {{\n    out[e] = {body} * x[v]\n}}\n"
+    for mapping in ("map warp_edge", "map thread_vertex"):
+        result = compiler.compile_source(source, "k.gnn", compiler.CompileOptions(target="cuda", schedule=mapping),
+                                         stop_after="nvvm")
+        ir_text = result.stages["translate-to-nvvm"]
+        assert not re.search(r"@\"?llvm\.(exp|log|tanh)\.", ir_text)
+        for arch in ARCHS:
+            _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+            assert "call.uni" not in ptx and "\tcall" not in ptx
+            if shutil.which("ptxas"):
+                codegen.ptxas(ptx, arch)
+
+
+def test_an_unexpanded_libm_intrinsic_is_an_internal_error_not_an_abort():
+    """LLVM's NVPTX backend aborts the process on llvm.tanh ("Cannot select ftanh"); gnnc stops first."""
+    ir_text = ("declare float @llvm.tanh.f32(float)\n"
+               "define float @f(float %x) {\n  %y = call float @llvm.tanh.f32(float %x)\n  ret float %y\n}\n")
+    with pytest.raises(gnnc.CompileError, match="internal error: tanh reached the NVPTX backend unexpanded"):
+        codegen.optimize_and_emit_ptx(ir_text, "sm_80")

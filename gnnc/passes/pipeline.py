@@ -23,6 +23,7 @@ from gnnc.passes.convert_grid_to_nvvm import ConvertGridToNvvmPass
 from gnnc.passes.deferred_division import DeferredDivisionPass
 from gnnc.passes.emulate_grid import EmulateGridPass
 from gnnc.passes.expand_exp import ExpandExpPass
+from gnnc.passes.expand_math import ExpandMathPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
 from gnnc.passes.hilbert_edge_order import HilbertEdgeOrderPass
 from gnnc.passes.map_threads import MapThreadsPass
@@ -56,6 +57,7 @@ PASSES: dict[str, type[ModulePass]] = {
         VectorizeRowsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
+        ExpandMathPass,
         ExpandExpPass,
         MapThreadsPass,
         EmulateGridPass,
@@ -94,23 +96,28 @@ CPU_PIPELINE: tuple[str, ...] = (
 #: The cuda target's loop passes: thread mapping into grids.
 CUDA_LOOP_PASSES: tuple[str, ...] = ("map-threads",)
 
+#: PTX has no libm: the cuda target expands log and tanh inline, then exp
+#: (tanh's expansion calls exp).
+CUDA_MATH_PASSES: tuple[str, ...] = ("expand-math", "expand-exp")
+
 #: The cuda pipeline run on the CPU (`target="cuda-emulation"`): the grids of
 #: map-threads become loops over blocks and threads, so the thread mapping's
-#: index arithmetic is checked against the reference on any machine.
+#: index arithmetic is checked against the reference on any machine; the
+#: math is expanded as for the GPU, so its results are the GPU's too.
 CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
     *CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop") + 1],
     *CUDA_LOOP_PASSES,
     "emulate-grid",
+    *CUDA_MATH_PASSES,
     "convert-loop-to-scf",
 )
 
-#: The cuda pipeline: grids become `ptx_kernel` functions; exp is expanded
-#: inline because PTX has no libm to call.
+#: The cuda pipeline: grids become `ptx_kernel` functions, the math inline.
 CUDA_PIPELINE: tuple[str, ...] = (
     *CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop") + 1],
     *CUDA_LOOP_PASSES,
     "convert-grid-to-nvvm",
-    "expand-exp",
+    *CUDA_MATH_PASSES,
     "convert-loop-to-scf",
 )
 

@@ -1,0 +1,196 @@
+"""expand-math: `math.log` and `math.tanh` become inline arithmetic.
+
+PTX has no libm, and LLVM's NVPTX backend expands neither `llvm.log` (it
+fails) nor `llvm.tanh` (it aborts the process: "Cannot select ftanh"), so
+the cuda pipeline runs this pass, then expand-exp for the exponential that
+tanh is built on. The cpu pipeline keeps calling libm.
+
+log (f32 as Cephes' logf, f64 as fdlibm's log): the bits of x give its
+exponent k and a mantissa m in [sqrt(1/2), sqrt(2)), and
+log(x) = k ln 2 + log(1 + f) with f = m - 1, by a polynomial in f (f32) or
+in s = f / (2 + f) (f64); ln 2 is split in two so that k ln 2 adds no
+rounding error. Subnormals are scaled into the normal range first;
+0 gives -inf, x < 0 NaN, +inf +inf, NaN itself.
+
+tanh (Cephes): for |x| < 0.625 an odd polynomial (f32) or rational
+function (f64) in x, which keeps the relative accuracy near 0 that
+1 - 2 / (exp(2|x|) + 1) loses to cancellation; that form for larger |x|,
+with |x| clamped to 20 where tanh is 1 in both precisions. The sign is
+copied from x afterwards, so -0 stays -0; NaN stays NaN.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+
+from xdsl.context import Context
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, IntegerAttr, IntegerType, ModuleOp
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+# width -> (mantissa bits, exponent bias, bits of the lowest reduced mantissa (just below sqrt(1/2)),
+#           scale exponent that brings every subnormal into the normal range)
+_LOG_FORMATS = {
+    32: (23, 127, 0x3F3504F3, 24),
+    64: (52, 1023, 0x3FE6A09E << 32, 54),
+}
+# ln 2 = hi + lo with hi short enough that k * hi is exact for every exponent k
+_LN2_HI = {32: 0.693359375, 64: 6.93147180369123816490e-01}
+_LN2_LO = {32: -2.12194440e-4, 64: 1.90821492927058770002e-10}
+# Cephes logf: log(1 + f) = f - f^2 / 2 + f^3 P(f), highest coefficient first
+_LOGF_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+           -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+# fdlibm log: log(1 + f) = 2s + s R(s^2), R's coefficients Lg1 .. Lg7
+_LOG_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+           2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+           1.479819860511658591e-01)
+# Cephes tanhf: tanh(a) = a + a s P(s), s = a^2, highest coefficient first
+_TANHF_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+# Cephes tanh: tanh(a) = a + a s P(s) / Q(s), Q monic, highest coefficient first
+_TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)
+_TANH_Q = (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)
+#: below this |x| tanh takes the polynomial
+_TANH_SMALL = 0.625
+#: tanh(20) rounds to 1 in f32 and f64 (1 - tanh(20) ~ 8.5e-18); clamping keeps exp(2|x|) finite
+_TANH_SATURATED = 20.0
+
+
+class _Emitter:
+    """Collects the ops of one expansion, of the float type `t`."""
+
+    def __init__(self, t: Float32Type | Float64Type) -> None:
+        self.t = t
+        self.width = 32 if isinstance(t, Float32Type) else 64
+        self.ity = IntegerType(self.width)
+        self.ops: list[Operation] = []
+
+    def add(self, op: Operation) -> SSAValue:
+        self.ops.append(op)
+        return op.results[0]
+
+    def f(self, v: float) -> SSAValue:
+        return self.add(arith.ConstantOp(FloatAttr(v, self.t)))
+
+    def i(self, v: int) -> SSAValue:
+        return self.add(arith.ConstantOp(IntegerAttr(v, self.ity)))
+
+    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.MulfOp(a, b))
+
+    def addf(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.AddfOp(a, b))
+
+    def sub(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SubfOp(a, b))
+
+    def cmp(self, a: SSAValue, b: SSAValue, predicate: str) -> SSAValue:
+        return self.add(arith.CmpfOp(a, b, predicate))
+
+    def select(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SelectOp(cond, a, b))
+
+    def horner(self, coefficients: tuple[float, ...], x: SSAValue) -> SSAValue:
+        p = self.f(coefficients[0])
+        for c in coefficients[1:]:
+            p = self.addf(self.mul(p, x), self.f(c))
+        return p
+
+    def bitcast(self, v: SSAValue, to: Attribute) -> SSAValue:
+        return self.add(arith.BitcastOp(v, to))
+
+
+def _expand_log(em: _Emitter, x: SSAValue) -> SSAValue:
+    width = em.width
+    mantissa, bias, low_mantissa, scale = _LOG_FORMATS[width]
+    # a subnormal (and 0 or a negative, whose results are replaced below) is scaled up by 2^scale
+    subnormal = em.cmp(x, em.f(pymath.ldexp(1.0, 1 - bias)), "olt")
+    xs = em.select(subnormal, em.mul(x, em.f(pymath.ldexp(1.0, scale))), x)
+    bits = em.bitcast(xs, em.ity)
+    # adding (1 - lowest mantissa) carries into the exponent exactly when m would be >= sqrt(2)
+    one = (bias << mantissa)
+    bits = em.add(arith.AddiOp(bits, em.i(one - low_mantissa)))
+    k = em.add(arith.SubiOp(em.add(arith.ShRSIOp(bits, em.i(mantissa))), em.i(bias)))
+    k = em.add(arith.SubiOp(k, em.add(arith.SelectOp(subnormal, em.i(scale), em.i(0)))))
+    m_bits = em.add(arith.AddiOp(em.add(arith.AndIOp(bits, em.i((1 << mantissa) - 1))), em.i(low_mantissa)))
+    f = em.sub(em.bitcast(m_bits, em.t), em.f(1.0))
+    kf = em.add(arith.SIToFPOp(k, em.t))
+    if width == 32:
+        z = em.mul(f, f)
+        y = em.mul(em.mul(em.horner(_LOGF_P, f), f), z)
+        y = em.addf(y, em.mul(kf, em.f(_LN2_LO[32])))
+        y = em.sub(y, em.mul(em.f(0.5), z))
+        result = em.addf(em.addf(f, y), em.mul(kf, em.f(_LN2_HI[32])))
+    else:
+        s = em.add(arith.DivfOp(f, em.addf(em.f(2.0), f)))
+        z = em.mul(s, s)
+        w = em.mul(z, z)
+        lg = _LOG_LG
+        t1 = em.mul(w, em.horner((lg[5], lg[3], lg[1]), w))
+        t2 = em.mul(z, em.horner((lg[6], lg[4], lg[2], lg[0]), w))
+        r = em.addf(t2, t1)
+        hfsq = em.mul(em.f(0.5), em.mul(f, f))
+        inner = em.addf(em.mul(s, em.addf(hfsq, r)), em.mul(kf, em.f(_LN2_LO[64])))
+        result = em.sub(em.mul(kf, em.f(_LN2_HI[64])), em.sub(em.sub(hfsq, inner), f))
+    result = em.select(em.cmp(x, em.f(pymath.inf), "oeq"), em.f(pymath.inf), result)
+    result = em.select(em.cmp(x, em.f(0.0), "oeq"), em.f(-pymath.inf), result)
+    result = em.select(em.cmp(x, em.f(0.0), "olt"), em.f(pymath.nan), result)
+    return em.select(em.cmp(x, x, "uno"), x, result)
+
+
+def _expand_tanh(em: _Emitter, x: SSAValue) -> SSAValue:
+    a = em.add(math.AbsFOp(x))
+    s = em.mul(a, a)
+    if em.width == 32:
+        ratio = em.horner(_TANHF_P, s)
+    else:
+        ratio = em.add(arith.DivfOp(em.horner(_TANH_P, s), em.horner(_TANH_Q, s)))
+    small = em.addf(a, em.mul(em.mul(a, s), ratio))
+    # minnum maps NaN to the bound: no poison below; NaN is restored at the end
+    clamped = em.add(arith.MinnumfOp(a, em.f(_TANH_SATURATED)))
+    e2a = em.add(math.ExpOp(em.addf(clamped, clamped)))
+    large = em.sub(em.f(1.0), em.add(arith.DivfOp(em.f(2.0), em.addf(e2a, em.f(1.0)))))
+    magnitude = em.select(em.cmp(a, em.f(_TANH_SMALL), "olt"), small, large)
+    result = em.add(math.CopySignOp(magnitude, x))
+    return em.select(em.cmp(x, x, "uno"), x, result)
+
+
+def _emitter_for(op: Operation) -> _Emitter | None:
+    t = op.results[0].type
+    return _Emitter(t) if isinstance(t, Float32Type | Float64Type) else None
+
+
+class ExpandLog(RewritePattern):
+    """math.log (f32, f64) -> exponent bits, a polynomial in the mantissa, IEEE specials."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: math.LogOp, rewriter: PatternRewriter) -> None:
+        if (em := _emitter_for(op)) is not None:
+            result = _expand_log(em, op.operand)
+            rewriter.replace(op, em.ops, [result])
+
+
+class ExpandTanh(RewritePattern):
+    """math.tanh (f32, f64) -> a polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere, x's sign."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: math.TanhOp, rewriter: PatternRewriter) -> None:
+        if (em := _emitter_for(op)) is not None:
+            result = _expand_tanh(em, op.operand)
+            rewriter.replace(op, em.ops, [result])
+
+
+class ExpandMathPass(ModulePass):
+    """Replaces every f32 / f64 math.log and math.tanh by inline arithmetic (tanh leaves a math.exp)."""
+
+    name = "expand-math"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(GreedyRewritePatternApplier([ExpandLog(), ExpandTanh()])).rewrite_module(op)

@@ -1,0 +1,121 @@
+"""expand-math: the inline log and tanh are within 1.5 ulp of the exact values, with IEEE specials.
+
+The expansions are compiled for the CPU here (with expand-exp after them, as
+the cuda pipeline runs them), so they are checked on this machine; the
+reference is numpy's long double log / tanh, rounded only when ulps are counted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from xdsl.parser import Parser
+
+from gnnc.passes import pipeline
+from gnnc.passes.expand_exp import ExpandExpPass
+from gnnc.passes.expand_math import ExpandMathPass
+from tests.test_cpu_backend import build_so, parse
+from tests.test_expand_exp import KERNEL
+
+DTYPES = [("f32", np.float32, np.uint32), ("f64", np.float64, np.uint64)]
+SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 0.625, -0.625, 0.6249999, 9.01, 19.06,
+            20.0, -20.0, 1e-30, -1e-30, 1e-300, 5e-324, -5e-324, 1.4e-45, -1.4e-45, 1.1754942e-38, 2.2250738585072e-308,
+            3.4028235e38, 1.7976931348623157e308, np.sqrt(0.5), np.sqrt(2.0)]
+
+
+def compiled(function: str, t: str, tmp_path):
+    module = parse(KERNEL.format(t=t).replace("math.exp", f"math.{function}"))
+    ctx = pipeline.make_context()
+    ExpandMathPass().apply(ctx, module)
+    ExpandExpPass().apply(ctx, module)
+    module.verify()
+    assert f"math.{function}" not in str(module) and "math.exp" not in str(module)
+    # the dump (NaN and infinity constants included) reads back, as every stage's must
+    assert str(Parser(ctx, str(module)).parse_module()) == str(module)
+    run = build_so(module, tmp_path, f"{function}_{t}")[0].vexp
+    run.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+
+    def evaluate(x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        y = np.empty_like(x)
+        run(len(x), x.ctypes.data, y.ctypes.data)
+        return y
+
+    return evaluate
+
+
+def inputs(dtype, bits_type, lo: float, hi: float) -> np.ndarray:
+    """Random bit patterns (every exponent, subnormals, NaNs), a dense range, the specials."""
+    rng = np.random.default_rng(7)
+    width = np.dtype(bits_type).itemsize * 8
+    patterns = rng.integers(0, 2**width - 1, 300_000, dtype=bits_type, endpoint=True).view(dtype)
+    with np.errstate(over="ignore"):
+        specials = np.array(SPECIALS, dtype=dtype)
+    return np.concatenate([patterns, np.abs(patterns), np.linspace(lo, hi, 200_001, dtype=dtype), specials])
+
+
+def ulps(got: np.ndarray, exact: np.ndarray, dtype) -> np.ndarray:
+    """|got - exact| in units of the spacing of dtype at the exact value."""
+    spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.longdouble)
+    return (np.abs(got.astype(np.longdouble) - exact) / spacing).astype(np.float64)
+
+
+def check(got: np.ndarray, exact: np.ndarray, dtype) -> float:
+    """Specials (NaN, infinities, signed zeros) exact; every other value within 1.5 ulp; the worst ulps."""
+    rounded = exact.astype(dtype)
+    regular = np.isfinite(exact) & (exact != 0)
+    special = ~regular
+    same = (got[special] == rounded[special]) & (np.signbit(got[special]) == np.signbit(rounded[special]))
+    assert (same | (np.isnan(got[special]) & np.isnan(rounded[special]))).all()
+    error = ulps(got[regular], exact[regular], dtype)
+    assert error.max() <= 1.5, (error.max(), got[regular][error.argmax()])
+    return float(error.max())
+
+
+@pytest.mark.parametrize("t, dtype, bits_type", DTYPES)
+def test_expanded_log_is_accurate(tmp_path, t, dtype, bits_type):
+    x = inputs(dtype, bits_type, 0.0, 4.0)
+    got = compiled("log", t, tmp_path)(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.log(x.astype(np.longdouble))
+    check(got, exact, dtype)
+    # the specials spelled out: 0 -> -inf (either sign), x < 0 -> NaN, +inf -> +inf, NaN -> NaN
+    special = np.array([0.0, -0.0, -1.0, -np.inf, np.inf, np.nan], dtype)
+    np.testing.assert_array_equal(compiled("log", t, tmp_path)(special), [-np.inf, -np.inf, np.nan, np.nan, np.inf, np.nan])
+    # subnormals: the exponent of the scaled value counts
+    tiny = np.finfo(dtype).smallest_subnormal
+    assert abs(compiled("log", t, tmp_path)(np.array([tiny], dtype))[0] - np.log(np.longdouble(tiny))) < 1e-5
+
+
+@pytest.mark.parametrize("t, dtype, bits_type", DTYPES)
+def test_expanded_tanh_is_accurate(tmp_path, t, dtype, bits_type):
+    x = inputs(dtype, bits_type, -25.0, 25.0)
+    evaluate = compiled("tanh", t, tmp_path)
+    got = evaluate(x)
+    with np.errstate(invalid="ignore"):
+        exact = np.tanh(x.astype(np.longdouble))
+    check(got, exact, dtype)
+    # saturation, signed zeros and NaN, and relative accuracy near 0 (no cancellation)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 30.0, -30.0, np.nan], dtype)
+    got = evaluate(special)
+    np.testing.assert_array_equal(got, [0.0, 0.0, 1.0, -1.0, 1.0, -1.0, np.nan])
+    assert list(np.signbit(got[:2])) == [False, True]
+    small = np.array([1e-3, -1e-6, 1e-20, np.finfo(dtype).smallest_subnormal], dtype)
+    assert ulps(evaluate(small), np.tanh(small.astype(np.longdouble)), dtype).max() <= 1.0
+
+
+def test_expand_math_runs_in_the_cuda_pipelines_only():
+    # the cpu target keeps libm; cuda expands log and tanh before exp, whose expansion tanh's needs
+    assert pipeline.PASSES["expand-math"] is ExpandMathPass
+    assert "expand-math" not in pipeline.CPU_PIPELINE
+    for names in (pipeline.CUDA_PIPELINE, pipeline.CUDA_EMULATION_PIPELINE):
+        assert names.index("expand-math") < names.index("expand-exp") < names.index("convert-loop-to-scf")
+
+
+def test_other_types_are_left_alone():
+    text = KERNEL.format(t="f16").replace("math.exp", "math.tanh")
+    module = parse(text)
+    ExpandMathPass().apply(pipeline.make_context(), module)
+    assert "math.tanh" in str(module)
