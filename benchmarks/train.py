@@ -20,7 +20,9 @@ Both frameworks train the same model on the same data, in one process:
   `--pyg-uncached` times PyG's default instead);
 - GAT: `--heads` heads of hidden/heads features, leaky_relu(0.2) scores,
   softmax over in-edges, elu between the layers, one head in the second
-  layer; gnnc with the single-result GAT kernel below, PyG with GATConv.
+  layer; gnnc with the GAT kernel below (the attention projections
+  `el = h . att_src`, `er = h . att_dst` computed inside it, where PyG's
+  GATConv computes them in torch), PyG with GATConv.
   If `gnnc.api.compile_grad` refuses a model's kernel, its rows say
   "skipped: <reason>".
 
@@ -58,8 +60,13 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
+# The graph part of a GAT layer, attention projection included (PyG computes
+# el and er in torch: `(h * att).sum(-1)`): gnnc computes them in the
+# kernel's vertex sweep and generates their gradients, with the same math.
 GAT_SOURCE = """
-kernel gat_layer(h: f32[V, H, F], el: f32[V, H], er: f32[V, H]) -> f32[V, H, F] {
+kernel gat_layer(h: f32[V, H, F], att_src: f32[H, F], att_dst: f32[H, F]) -> f32[V, H, F] {
+    el[v]  = dot(h[v], att_src)
+    er[v]  = dot(h[v], att_dst)
     s[e]   = leaky_relu(el[u] + er[v], 0.2)
     out[v] = sum(softmax(s[e]) * h[u])
 }
@@ -132,9 +139,7 @@ def gnnc_models():
 
         def forward(self, x):
             h = self.lin(x).view(-1, self.heads, self.n_out)
-            el = (h * self.att_src).sum(-1)
-            er = (h * self.att_dst).sum(-1)
-            return self.conv(self.graph, h, el, er).reshape(-1, self.heads * self.n_out) + self.bias
+            return self.conv(self.graph, h, self.att_src, self.att_dst).reshape(-1, self.heads * self.n_out) + self.bias
 
     class GnncGAT(torch.nn.Module):
         def __init__(self, n_in, hidden, n_out, graph, heads):
