@@ -193,6 +193,43 @@ def test_edge_mappings_keep_max_semantics(strategy):
     np.testing.assert_array_equal(got, want)
 
 
+def _softmax_sum_kernel(dtype: str) -> str:
+    return f"""
+kernel wsum(h: {dtype}[V, F], s: {dtype}[E]) -> {dtype}[V, F] {{
+    out[v] = sum(softmax(s[e]) * h[u])
+}}
+"""
+
+
+@pytest.mark.parametrize("strategy", ["thread_edge", "warp_edge"])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@settings(max_examples=25, deadline=None)
+@given(graph=graphs(), data=st.data())
+def test_the_stabilizing_max_is_exact_through_integer_atomics(strategy, dtype, graph, data):
+    # deferred division's max is an atomic fmax, done on the value's bits as
+    # a signed max or an unsigned min: scores of both signs, zeros of both
+    # signs, subnormals, infinities and NaN give what the reference gives
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    tiny = np.finfo(np_dtype).smallest_subnormal
+    specials = [0.0, -0.0, 1.5, -1.5, -7.0, 30.0, -30.0, tiny, -tiny, np.inf, -np.inf, np.nan]
+    scores = np.array(data.draw(st.lists(st.sampled_from(specials), min_size=graph.num_edges,
+                                         max_size=graph.num_edges), label="s"), np_dtype)
+    source = _softmax_sum_kernel(dtype)
+    module = _compiled(source, mapping_text(strategy, 2))
+    assert 'atomic_rmw "fmax"' in compiler.compile_source(
+        source, options=compiler.CompileOptions(target="cuda-emulation", schedule=mapping_text(strategy, 2)),
+        stop_after="scf").stages["map-threads"]
+    h = np.random.default_rng(0).standard_normal((graph.num_vertices, 3)).astype(np_dtype)
+    got = module.wsum(graph, h=h, s=scores)
+    want = gnnc.compile(source, target="reference").wsum(graph, h=h, s=scores)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "f32" else 1e-12, atol=1e-6, equal_nan=True)
+
+
+@functools.cache
+def _compiled(source: str, schedule: str):
+    return gnnc.compile(source, target="cuda-emulation", schedule=schedule)
+
+
 def test_edge_grid_sizes_follow_the_edges():
     # one grid per launch: initialise the rows, the edges, then the means; the
     # runtime sizes the edge grid by E / group, the others by V
@@ -351,8 +388,9 @@ def test_atomic_rmw_verifier():
     i = arith.ConstantOp(IntegerAttr(0, IndexType())).result
     x32, x64 = arith.ConstantOp(FloatAttr(1.0, f32)).result, arith.ConstantOp(FloatAttr(1.0, f64)).result
     AtomicRmwOp("fmaximum", x32, buf, i).verify()
-    with pytest.raises(VerifyException, match="unknown kind 'fmax'"):
-        AtomicRmwOp("fmax", x32, buf, i).verify()
+    AtomicRmwOp("fmax", x32, buf, i).verify()
+    with pytest.raises(VerifyException, match="unknown kind 'fmaxnum'"):
+        AtomicRmwOp("fmaxnum", x32, buf, i).verify()
     with pytest.raises(VerifyException, match="does not match"):
         AtomicRmwOp("fadd", x64, buf, i).verify()
 
@@ -639,13 +677,15 @@ def test_gin_under_thread_edge_updates_destination_rows_atomically():
 
 
 def test_softmax_runs_as_edge_launches_between_vertex_launches():
-    # gat under thread_edge: max (atomic fmaximum), then exp / sum / weighted sum
-    # (atomic fadd), then the normalisation of alpha, each an edge launch, the
-    # destination's work between them in vertex launches
+    # gat under thread_edge: max (atomic fmax: the NaN-ignoring stabilizer of
+    # deferred division), then exp / sum / weighted sum (atomic fadd), then the
+    # normalisation of alpha, each an edge launch, the destination's work
+    # between them in vertex launches
     src = (EXAMPLES / "gat.gnn").read_text()
     opts = compiler.CompileOptions(target="cuda-emulation", schedule="map thread_edge group 2")
     mapped = compiler.compile_source(src, options=opts, stop_after="scf").stages["map-threads"]
-    assert 'llvm_ext.atomic_rmw "fmaximum"' in mapped and 'llvm_ext.atomic_rmw "fadd"' in mapped
+    assert 'llvm_ext.atomic_rmw "fmax"' in mapped and 'llvm_ext.atomic_rmw "fadd"' in mapped
+    assert 'llvm_ext.atomic_rmw "fmaximum"' not in mapped
     kernel = emulated("gat", 2, "thread_edge").gat
     assert [launch["over"] for launch in kernel._abi["grid"]["grids"]] == ["V", "E", "V", "E", "V", "E", "V"]
     graph = _hub_graph()

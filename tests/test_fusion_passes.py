@@ -290,6 +290,16 @@ def test_deferred_division_removes_edge_softmax_and_a_loop():
     assert loop_ir(GAT_OUT_ONLY, DD).count("loop.for_in_edges") == 2
 
 
+def test_deferred_division_max_is_a_nan_ignoring_stabilizer():
+    # the user's max(alpha) propagates NaN; the softmax's own max need not
+    # (test_deferred_division_special_values checks NaN still reaches out)
+    graph_ir = build(GAT_ALPHA_REUSED, DD)[1]["dce"]
+    assert graph_ir.count("{stabilizer}") == 1
+    assert graph_ir.count('graph.aggregate "max"') == 2
+    lowered = loop_ir(GAT_ALPHA_REUSED, DD)
+    assert lowered.count("arith.maxnumf") == 1 and lowered.count("arith.maximumf") >= 1
+
+
 def test_deferred_division_with_alpha_evaluates_exp_once_per_edge():
     before, after = loop_ir(example("gat"), ()), loop_ir(example("gat"), DD)
     assert before.count("math.exp") == 2  # sum of exponentials, then the weights

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,17 @@ def specialized_stage(source: str) -> str:
 def test_only_kernels_with_a_head_axis_are_versioned(name, versioned):
     text = specialized_stage((EXAMPLES / f"{name}.gnn").read_text())
     assert ("arith.cmpi eq" in text and "scf.if" in text) == versioned
+
+
+def test_the_unit_copy_recomputes_what_derives_from_the_axis():
+    # strides and scratch offsets computed from H before the destination loop
+    # (H * F, the prefetch loop's bound H) are recomputed with 1 in the copy,
+    # so nothing in it reads H: LLVM then folds them all
+    text = specialized_stage((EXAMPLES / "gat.gnn").read_text())
+    flag, axis = re.search(r"(%\d+) = arith.cmpi eq, (%\d+), %\d+ : index", text).groups()
+    unit = text[text.index(f"scf.if {flag} {{"):text.index("} else {")]
+    assert re.search(axis + r"\b", unit) is None
+    assert "arith.muli" in unit.split("loop.for_feature")[0]  # the recomputed offsets
 
 
 def test_restructuring_schedules_keep_one_body():

@@ -168,8 +168,9 @@ class NvvmSregOp(IRDLOperation):
 
 #: Read-modify-write updates `atomic_rmw` performs, as LLVM's `atomicrmw` names them.
 #: `fmaximum` / `fminimum` propagate NaN like `arith.maximumf` / `minimumf`, so a
-#: max aggregation gives the same value however its edges' updates interleave.
-ATOMIC_KINDS = ("fadd", "fmaximum", "fminimum")
+#: max aggregation gives the same value however its edges' updates interleave;
+#: `fmax` ignores NaN like `arith.maxnumf` (a softmax's stabilizing max).
+ATOMIC_KINDS = ("fadd", "fmaximum", "fminimum", "fmax")
 
 
 @irdl_op_definition
@@ -181,7 +182,8 @@ class AtomicRmwOp(IRDLOperation):
 
     Edge mappings update a destination row from several threads with it.
     NVPTX has `atom.add.f32/f64`; LLVM expands fmaximum / fminimum into a
-    compare-and-swap loop on the value's bits. Run by one thread, as in the
+    compare-and-swap loop on the value's bits; the translation does fmax as
+    one integer atom.max or atom.min on the bits, chosen by the sign. Run by one thread, as in the
     sequential grid emulation, it is exactly the plain update."""
 
     name = "llvm_ext.atomic_rmw"

@@ -156,7 +156,7 @@ class _Accumulator:
 
 @dataclass
 class _Reduction:
-    kind: str  # sum, mean, max, min, softmax_max, softmax_sum
+    kind: str  # sum, mean, max, stabilizer_max, min, argmax, argmin, softmax_max, softmax_sum
     value: SSAValue  # the graph value reduced over in-edges
     owner: Operation  # graph.aggregate or graph.edge_softmax
     level: int = 0
@@ -650,7 +650,8 @@ class KernelLowering:
                 def combine(idx: list[SSAValue], acc: _Accumulator = acc, part: SSAValue = part, kind: str = r.kind) -> None:
                     at = self.linear(acc.base, acc.shape, idx)
                     x = self.load(self.acc_rows, self.linear(part, acc.shape, idx))
-                    cls = {"sum": arith.AddfOp, "mean": arith.AddfOp, "max": arith.MaximumfOp, "min": arith.MinimumfOp}[kind]
+                    cls = {"sum": arith.AddfOp, "mean": arith.AddfOp, "max": arith.MaximumfOp,
+                           "stabilizer_max": arith.MaxnumfOp, "min": arith.MinimumfOp}[kind]
                     self.store(self.em.op(cls(self.load(acc.buffer, at), x)), acc.buffer, at)
 
                 self.for_features(acc.shape, combine)
@@ -703,7 +704,8 @@ class KernelLowering:
                 return level_of[x]
             op = x.owner
             if isinstance(op, graph.AggregateOp):
-                r = _Reduction(op.kind.data, op.operand, op)
+                kind = "stabilizer_max" if op.stabilizer is not None else op.kind.data
+                r = _Reduction(kind, op.operand, op)
                 r.level = 1 + dep_level(op.operand)
                 reductions[(op, "agg")] = r
                 if r.kind in ("argmax", "argmin"):
@@ -820,7 +822,7 @@ class KernelLowering:
     def _fill_identity(self, acc: _Accumulator, kind: str) -> None:
         init = {
             "sum": 0.0, "mean": 0.0, "softmax_sum": 0.0,
-            "max": -pymath.inf, "softmax_max": -pymath.inf, "min": pymath.inf,
+            "max": -pymath.inf, "stabilizer_max": -pymath.inf, "softmax_max": -pymath.inf, "min": pymath.inf,
             "argmax": -1.0, "argmin": -1.0, "argmax_best": -pymath.inf, "argmin_best": pymath.inf,
         }[kind]
         c = self.em.float_const(init, self.elem)
@@ -828,6 +830,7 @@ class KernelLowering:
 
     def _finalize_accumulator(self, key, r: _Reduction, count: SSAValue) -> None:
         acc = self.acc[key]
+        # a stabilizer's m is read only by v's in-edges: without any, no fix
         if r.kind not in ("mean", "max", "min"):
             return
         zero_i = self.em.index_const(0)
@@ -956,8 +959,12 @@ class KernelLowering:
         x = self.value_at(r.value, idx, ctx)
         if r.kind in ("sum", "mean"):
             new = self.em.op(arith.AddfOp(old, x))
-        elif r.kind in ("max", "softmax_max"):
+        elif r.kind == "max":
             new = self.em.op(arith.MaximumfOp(old, x))
+        elif r.kind in ("stabilizer_max", "softmax_max"):
+            # a NaN in the scores reaches the result through exp(s - m) without
+            # the max carrying it (graph.aggregate's stabilizer)
+            new = self.em.op(arith.MaxnumfOp(old, x))
         elif r.kind == "min":
             new = self.em.op(arith.MinimumfOp(old, x))
         elif r.kind in ("argmax_best", "argmin_best"):

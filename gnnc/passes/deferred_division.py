@@ -14,8 +14,9 @@ destination, max then sum, instead of three).
 Empty in-edge sets: both sums are 0 there, and softmax's answer is 0, so the
 reciprocal is of max(z, 1e-30) (0 * 1e30 = 0; 1e30 is a finite f32). For a
 non-empty set z >= 1 (the largest term is exp(0)), and the max is a no-op;
-NaN in s makes m, and then z, NaN, which max propagates (as the reference's
-softmax does).
+NaN in s makes z NaN through exp(NaN - m), which max propagates (as the
+reference's softmax does); so m itself need not carry NaN, and is marked a
+`stabilizer` (NaN-ignoring maxnum, atomic fmax on the GPU).
 
 Other uses of the softmax (an `alpha[e]` result) become exp(s - m) * (1 / z).
 The lowering stores exp(s - m) in the walk that accumulates z and the
@@ -79,7 +80,7 @@ class DeferSoftmaxDivision(RewritePattern):
             return
         if any(len(list(mul.result.uses)) != 1 for _, mul, _ in sums):
             return
-        m = graph.AggregateOp("max", s)
+        m = graph.AggregateOp("max", s, stabilizer=True)
         ex = graph.UnaryOp("exp", graph.BinaryOp("sub", s, m.result).result)
         shifted = ex.operand.owner
         z = graph.AggregateOp("sum", ex.result)

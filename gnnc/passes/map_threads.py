@@ -25,7 +25,8 @@ consecutive in-CSR positions `g * group + k`; an edge finds its destination
 by a binary search of `in_indptr` (so the compiled code needs no per-edge
 destination array), and updates the destination's row with atomics
 (`llvm_ext.atomic_rmw`: fadd for sum / mean, fmaximum / fminimum for max /
-min, which propagate NaN as the sequential code does). A destination's
+min, which propagate NaN as the sequential code does, fmax for a softmax's
+stabilizing max, which need not). A destination's
 per-vertex work around its edge walk runs in vertex grids of its own, one
 thread (warp) per destination: initialising the rows (0, -inf, +inf) before
 the edge grid, and after it dividing means, setting the rows of vertices
@@ -502,7 +503,8 @@ def _depends_on(value: SSAValue, target: SSAValue) -> bool:
     return False
 
 
-_ATOMIC_OF = {arith.AddfOp: "fadd", arith.MaximumfOp: "fmaximum", arith.MinimumfOp: "fminimum"}
+_ATOMIC_OF = {arith.AddfOp: "fadd", arith.MaximumfOp: "fmaximum", arith.MinimumfOp: "fminimum",
+              arith.MaxnumfOp: "fmax"}
 
 
 def _atomic_updates(rewriter: Rewriter, body: Block, scratch: SSAValue, edge: SSAValue, kernel: str,

@@ -28,9 +28,9 @@ in it.
 from __future__ import annotations
 
 from xdsl.context import Context
-from xdsl.dialects import arith, scf
+from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
@@ -51,6 +51,30 @@ def head_axes(for_dst: loop.ForDstOp) -> list[SSAValue]:
     return found
 
 
+def _derived_outside(for_dst: loop.ForDstOp, axis: SSAValue) -> list[Operation]:
+    """The arith ops before for_dst (in its block and the blocks around it) that compute
+    from the axis: strides, row sizes, scratch offsets, in program order."""
+    chain: list[Operation] = []
+    derived = {axis}
+    inner: Operation = for_dst
+    while (block := inner.parent_block()) is not None:
+        before = []
+        for op in block.ops:
+            if op is inner:
+                break
+            before.append(op)
+        for op in before:
+            if (op.dialect_name() == "arith" and len(op.results) == 1
+                    and any(x in derived for x in op.operands)):
+                derived.add(op.results[0])
+                chain.append(op)
+        parent = block.parent_op()
+        if parent is None or isinstance(parent, func.FuncOp):
+            break
+        inner = parent
+    return chain
+
+
 def _specialize(for_dst: loop.ForDstOp, axis: SSAValue) -> None:
     body = for_dst.body.block
     terminator = body.last_op
@@ -60,12 +84,14 @@ def _specialize(for_dst: loop.ForDstOp, axis: SSAValue) -> None:
     is_one = arith.CmpiOp(axis, one, "eq")
 
     unit, general = Block(), Block()
-    mapping: dict[SSAValue, SSAValue] = {}
+    # the copy recomputes what derives from the axis with 1 for it, so that
+    # LLVM folds strides and offsets to constants and drops loops over the axis
+    # (a prefetch loop over an H-wide row, say), not only the copy's own loops
+    mapping: dict[SSAValue, SSAValue] = {axis: one.result}
+    for op in _derived_outside(for_dst, axis):
+        unit.add_op(op.clone(value_mapper=mapping))
     for op in work:
         unit.add_op(op.clone(value_mapper=mapping))
-    for op in unit.walk():
-        if isinstance(op, loop.ForFeatureOp) and op.extent is axis:
-            op.operands[0] = one.result
     for op in work:
         op.detach()
         general.add_op(op)

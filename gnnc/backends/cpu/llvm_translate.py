@@ -584,8 +584,43 @@ def _atomic_rmw(t: FunctionTranslator, op: AtomicRmwOp) -> None:
     # monotonic: updates of one element need only be atomic among themselves;
     # whatever reads them runs in a later launch (phase)
     ptr, _, _ = _address(t, op.memref, [op.index])
-    t.builder.atomic_rmw(op.kind.data, ptr, t.get(op.value), "monotonic")
+    if op.kind.data == "fmax":
+        _atomic_fmax_by_bits(t, ptr, t.get(op.value))
+    else:
+        t.builder.atomic_rmw(op.kind.data, ptr, t.get(op.value), "monotonic")
     t.set(op, [])
+
+
+def _atomic_fmax_by_bits(t: FunctionTranslator, ptr: ir.Value, x: ir.Value) -> None:
+    """A NaN-ignoring atomic float max as one integer atomic, where LLVM would emit a
+    compare-and-swap loop (PTX's atom.max and atom.min take integers).
+
+    IEEE floats order like their bits read as sign-magnitude integers: a
+    non-negative x beats exactly the values whose bits are smaller as signed
+    integers (every negative float is a negative integer), and a negative x,
+    sign bit set, beats exactly those whose bits are larger as unsigned
+    integers (every non-negative float is below 2^(N-1)). So `max` on the
+    signed bits, or `umin` on the unsigned bits, by x's sign bit; -0.0 goes by
+    its sign bit too and beats -inf. A NaN x changes nothing (maxnum); the
+    element itself is never NaN (it starts at -inf and only takes numbers).
+    """
+    b = t.builder
+    bits_type = ir.IntType(64 if isinstance(x.type, ir.DoubleType) else 32)
+    bits = b.bitcast(x, bits_type)
+    is_number = b.fcmp_ordered("ord", x, x)
+    update, done = t.new_block("fmax.update"), t.new_block("fmax.done")
+    b.cbranch(is_number, update, done)
+    b.position_at_end(update)
+    negative = b.icmp_signed("<", bits, ir.Constant(bits_type, 0))
+    as_max, as_min = t.new_block("fmax.nonneg"), t.new_block("fmax.neg")
+    b.cbranch(negative, as_min, as_max)
+    b.position_at_end(as_max)
+    b.atomic_rmw("max", ptr, bits, "monotonic")
+    b.branch(done)
+    b.position_at_end(as_min)
+    b.atomic_rmw("umin", ptr, bits, "monotonic")
+    b.branch(done)
+    b.position_at_end(done)
 
 
 def _shfl_bfly(t: FunctionTranslator, op: ShflBflyOp) -> None:
