@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,18 @@ def test_prefetch_directive_reaches_the_code():
     assert "llvm_ext.prefetch" not in off.stages["convert-loop-to-scf"]
 
 
+
+
+def test_edge_rows_are_prefetched_at_the_users_edge_ids():
+    # gat writes alpha[e] (prefetched for writing), gcn reads w[e]: both at
+    # in_eid[pos + D], where edge ids in source order scatter them
+    for name, write in (("gat", "true"), ("gcn", "false")):
+        stage = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
+                                        stop_after="loop").stages["prefetch-neighbors"]
+        loop_header = re.search(r"loop.for_in_edges %\d+ in %\d+, %\d+, (%\d+)", stage)
+        assert loop_header is not None
+        assert f"memref.load {loop_header.group(1)}[" in stage
+        assert f"write = {write}" in stage
 
 
 def test_call_time_schedule_compiles_a_variant():

@@ -4,7 +4,9 @@ A gather `x[u]` reads a row at a random address; the hardware prefetchers
 cannot guess it, and one in-edge loop has a single miss outstanding at a time.
 Reading `in_src[pos + D]` and prefetching that source's rows (every cache
 line of each row the body gathers at `u`) keeps D misses in flight. Measured
-here: a random-row gather ran 6-9x faster 8 rows ahead.
+here: a random-row gather ran 6-9x faster 8 rows ahead. Rows at the user's
+edge id (`in_eid[pos + D]`) are prefetched the same way, for writing where
+the body stores them: edge ids in source order scatter them.
 
 The distance D is the `prefetch` entry of the destination loop's schedule
 (default 8, `prefetch 0` turns it off); this pass consumes the entry.
@@ -34,21 +36,21 @@ def _const(value: int) -> arith.ConstantOp:
     return arith.ConstantOp(IntegerAttr(value, index))
 
 
-def _row_gathers(edge_loop: loop.ForInEdgesOp) -> list[tuple[SSAValue, SSAValue]]:
-    """(buffer, row size) for every buffer the body reads at row `u`.
+def _rows_at(edge_loop: loop.ForInEdgesOp, row_index: SSAValue) -> dict[tuple[SSAValue, SSAValue], bool]:
+    """(buffer, row size) -> written?, for every buffer the body accesses at row
+    `row_index` (the source `u`, or the edge id `e`).
 
-    The lowering addresses a gathered row as `u * row_size + offset`; a load
-    whose index is computed from such a product reads that buffer at u.
+    The lowering addresses a row as `row_index * row_size + offset`; a load or
+    store whose index is computed from such a product accesses that buffer's row.
     """
-    u = edge_loop.body.block.args[1]
     rows: dict[SSAValue, SSAValue] = {}  # muli result -> row size
-    for use in u.uses:
+    for use in row_index.uses:
         op = use.operation
         if isinstance(op, arith.MuliOp):
-            other = op.rhs if op.lhs is u else op.lhs
-            if other is not u:
+            other = op.rhs if op.lhs is row_index else op.lhs
+            if other is not row_index:
                 rows[op.result] = other
-    found: dict[tuple[SSAValue, SSAValue], None] = {}
+    found: dict[tuple[SSAValue, SSAValue], bool] = {}
 
     def derived_from(value: SSAValue, depth: int = 0) -> SSAValue | None:
         if value in rows:
@@ -59,40 +61,56 @@ def _row_gathers(edge_loop: loop.ForInEdgesOp) -> list[tuple[SSAValue, SSAValue]
         return None
 
     for op in edge_loop.body.walk():
-        if isinstance(op, memref.LoadOp) and len(op.indices) == 1:
+        if isinstance(op, memref.LoadOp | memref.StoreOp) and len(op.indices) == 1:
             row = derived_from(op.indices[0])
             if row is not None:
-                found[(op.memref, rows[row])] = None
-    return list(found)
+                key = (op.memref, rows[row])
+                found[key] = found.get(key, False) or isinstance(op, memref.StoreOp)
+    return found
+
+
+def _prefetch_rows(rows: dict[tuple[SSAValue, SSAValue], bool], row_ahead: SSAValue,
+                   zero: SSAValue) -> list[Operation]:
+    ops: list[Operation] = []
+    for (buffer, row_size), written in rows.items():
+        buffer_type = buffer.type
+        assert isinstance(buffer_type, MemRefType)
+        elem_bytes = 8 if isinstance(buffer_type.element_type, Float64Type) else 4
+        step = _const(CACHE_LINE_BYTES // elem_bytes)
+        base = arith.MuliOp(row_ahead, row_size)
+        line = Block(arg_types=[index])
+        at = arith.AddiOp(base, line.args[0])
+        line.add_ops([at, llvm_ext.PrefetchOp(buffer, at, write=written, locality=3), scf.YieldOp()])
+        ops += [step, base, scf.ForOp(zero, row_size, step, [], line)]
+    return ops
 
 
 def _insert_prefetches(edge_loop: loop.ForInEdgesOp, distance: int, num_edges: SSAValue) -> None:
-    gathers = _row_gathers(edge_loop)
-    if not gathers:
-        return
     body = edge_loop.body.block
-    pos = body.args[0]
+    pos, u, e = body.args
+    gathers = {key: False for key in _rows_at(edge_loop, u)}  # source rows are only read
+    edge_rows = _rows_at(edge_loop, e)
+    if not gathers and not edge_rows:
+        return
     ops: list[Operation] = []
     d, one = _const(distance), _const(1)
     ahead = arith.AddiOp(pos, d)
     last = arith.SubiOp(num_edges, one)
     # never read in_src past its end: near the end, prefetch the last edge again
     clamped = arith.MinSIOp(ahead, last)
-    src_raw = memref.LoadOp.get(edge_loop.src, [clamped])
-    u_ahead = arith.IndexCastOp(src_raw, index)
-    ops += [d, one, ahead, last, clamped, src_raw, u_ahead]
     zero = _const(0)
-    ops.append(zero)
-    for buffer, row_size in gathers:
-        buffer_type = buffer.type
-        assert isinstance(buffer_type, MemRefType)
-        elem_bytes = 8 if isinstance(buffer_type.element_type, Float64Type) else 4
-        step = _const(CACHE_LINE_BYTES // elem_bytes)
-        base = arith.MuliOp(u_ahead, row_size)
-        line = Block(arg_types=[index])
-        at = arith.AddiOp(base, line.args[0])
-        line.add_ops([at, llvm_ext.PrefetchOp(buffer, at, locality=3), scf.YieldOp()])
-        ops += [step, base, scf.ForOp(zero, row_size, step, [], line)]
+    ops += [d, one, ahead, last, clamped, zero]
+    if gathers:
+        src_raw = memref.LoadOp.get(edge_loop.src, [clamped])
+        u_ahead = arith.IndexCastOp(src_raw, index)
+        ops += [src_raw, u_ahead, *_prefetch_rows(gathers, u_ahead.result, zero.result)]
+    if edge_rows:
+        # edge rows (an edge input w[e], an edge result alpha[e]) are at the
+        # user's edge ids, scattered unless the ids follow the in-CSR: a graph
+        # built from COO sorted by source writes alpha at random
+        eid_raw = memref.LoadOp.get(edge_loop.eid, [clamped])
+        e_ahead = arith.IndexCastOp(eid_raw, index)
+        ops += [eid_raw, e_ahead, *_prefetch_rows(edge_rows, e_ahead.result, zero.result)]
     first = body.first_op
     assert first is not None
     body.insert_ops_before(ops, first)
