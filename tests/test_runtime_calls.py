@@ -383,3 +383,15 @@ def test_bad_graphs_are_graph_errors(build):
 def test_graph_arrays_are_read_only(graph):
     with pytest.raises(ValueError):
         graph.in_indptr[0] = 5
+
+
+def test_buffer_addresses_are_the_arrays_data_pointers():
+    # the runtime reads data pointers from the array struct (faster than
+    # .ctypes.data); they must be the same on every kind of array a call passes
+    from gnnc.runtime import module
+
+    base = np.arange(100, dtype=np.float32)
+    arrays = [base, base[7:], base[10:20], np.empty(0, np.int64), np.zeros((5, 4))[2:],
+              np.ascontiguousarray(np.arange(12).reshape(3, 4).T), np.frombuffer(bytes(16), np.uint8)]
+    assert module._addresses(arrays) == [a.ctypes.data for a in arrays]
+    assert module._addresses is module._addresses_by_struct  # the fast path is the one in use
