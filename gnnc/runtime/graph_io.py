@@ -7,12 +7,16 @@ Formats are chosen by extension (a trailing ``.gz`` is decompressed first):
                        skew-symmetric / hermitian; pattern, integer, real or
                        complex values (values are ignored); 1-based. Entry
                        ``(i, j)`` is the edge ``i-1 -> j-1`` (``A[u, v] != 0``
-                       is ``u -> v``, as for scipy matrices).
+                       is ``u -> v``, as for scipy matrices); a general
+                       ``rows x columns`` matrix with rows != columns is a
+                       bipartite graph (rows sources, columns destinations).
 ``.txt .edges .el``    Edge lists: ``u v`` per line (0-based), extra columns
                        (weights) ignored; ``#`` or ``%`` starts a comment.
-``.npz``               ``src``/``dst`` [+ ``num_vertices``], or ``edge_index``
-                       [+ ``num_vertices``], or a scipy sparse matrix saved by
-                       ``scipy.sparse.save_npz`` (edges in ``A.tocoo()`` order).
+``.npz``               ``src``/``dst`` [+ ``num_vertices``, or ``num_src`` and
+                       ``num_dst`` for a bipartite graph], or ``edge_index``
+                       [+ the same], or a scipy sparse matrix saved by
+                       ``scipy.sparse.save_npz`` (edges in ``A.tocoo()`` order;
+                       a non-square one is bipartite).
 ``.graph .metis``      METIS: header ``n m [fmt [ncon]]``, then one 1-based
                        adjacency line per vertex; weights are skipped.
 ``.gt``                graph-tool's binary format (read without graph-tool).
@@ -27,6 +31,11 @@ both, so there ``u < v`` is kept). Otherwise the edge ids follow the file:
 stored entries first, in file order, then the mirrored copies of the
 off-diagonal entries of a symmetric Matrix Market or ``.gt`` file, in the same
 order.
+
+A bipartite file (sources and destinations counted separately, DGL's blocks)
+loads with ``load_graph`` as a bipartite ``Graph``; ``read_edges``, whose
+``(src, dst, num_vertices)`` cannot describe one, refuses it, and so does
+``symmetric=True``, as the two sides' ids name different vertices.
 
 Text formats are tokenised with numpy over the whole file (no per-line Python
 loop), so a file of a million edges loads in about a second.
@@ -59,6 +68,8 @@ __all__ = [
 ]
 
 EdgeArrays = tuple[np.ndarray, np.ndarray, int]
+#: A file's vertex count, or (num_src, num_dst) for a bipartite graph.
+Sides = int | tuple[int, int]
 
 _EDGE_LIST_EXTS = {".txt", ".edges", ".el", ".edgelist", ".tsv"}
 _METIS_EXTS = {".graph", ".metis", ".mgraph"}
@@ -69,10 +80,22 @@ _METIS_EXTS = {".graph", ".metis", ".mgraph"}
 
 def read_edges(path: str | os.PathLike[str], *, symmetric: bool | None = None) -> EdgeArrays:
     """Read a graph file into ``(src, dst, num_vertices)``, int64 arrays, edge ``i`` is ``src[i] -> dst[i]``."""
-    p = Path(path)
+    src, dst, sides = _read(Path(path), symmetric)
+    if isinstance(sides, tuple):
+        raise GraphError(
+            f"{path}: a bipartite graph ({sides[0]} sources, {sides[1]} destinations) has no single vertex "
+            "count: load it with load_graph, which gives a bipartite Graph"
+        )
+    return src, dst, sides
+
+
+def _read(p: Path, symmetric: bool | None) -> tuple[np.ndarray, np.ndarray, Sides]:
     kind = _format_of(p)
     if kind == "npz":
-        src, dst, n = _read_npz(p)
+        src, dst, sides = _read_npz(p)
+        if isinstance(sides, tuple):
+            return _finish_bipartite(src, dst, sides, symmetric, p)
+        n = sides
         undirected = False
     elif kind == "gt":
         gt = _parse_gt(_read_bytes(p), p, want_props=False)
@@ -80,7 +103,10 @@ def read_edges(path: str | os.PathLike[str], *, symmetric: bool | None = None) -
     else:
         data = _read_bytes(p)
         if kind == "mtx":
-            src, dst, n, undirected = _parse_mtx(data, p)
+            src, dst, sides, undirected = _parse_mtx(data, p)
+            if isinstance(sides, tuple):
+                return _finish_bipartite(src, dst, sides, symmetric, p)
+            n = sides
         elif kind == "metis":
             src, dst, n = _parse_metis(data, p)
             undirected = True
@@ -100,8 +126,10 @@ def load_graph(path: str | os.PathLike[str], *, symmetric: bool | None = None) -
     """Read a graph file (see ``read_edges``) and build a runtime ``Graph`` from it."""
     from gnnc.runtime.graph import Graph  # lazy: graph_io is usable without the runtime's Graph
 
-    src, dst, n = read_edges(path, symmetric=symmetric)
-    return Graph.from_coo(src, dst, num_vertices=n)
+    src, dst, sides = _read(Path(path), symmetric)
+    if isinstance(sides, tuple):
+        return Graph.from_coo(src, dst, shape=sides)
+    return Graph.from_coo(src, dst, num_vertices=sides)
 
 
 def read_vertex_labels(path: str | os.PathLike[str], name: str) -> Any:
@@ -173,6 +201,16 @@ def _finish(src: np.ndarray, dst: np.ndarray, n: int, symmetric: bool | None) ->
             pairs = np.unique(np.stack([both_s, both_d], axis=1), axis=0)
             src, dst = pairs[:, 0].copy(), pairs[:, 1].copy()
     return src, dst, int(n)
+
+
+def _finish_bipartite(src: np.ndarray, dst: np.ndarray, sides: tuple[int, int], symmetric: bool | None,
+                      p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
+    if symmetric:
+        raise GraphError(
+            f"{p}: a bipartite graph ({sides[0]} sources, {sides[1]} destinations) cannot be made symmetric: "
+            "a source id and a destination id name different vertices"
+        )
+    return np.ascontiguousarray(src, dtype=np.int64), np.ascontiguousarray(dst, dtype=np.int64), sides
 
 
 def _mirror(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -294,7 +332,7 @@ def _parse_edge_list(data: bytes, p: Path) -> EdgeArrays:
 _MM_HEADER = re.compile(rb"%%MatrixMarket\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", re.IGNORECASE)
 
 
-def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, int, bool]:
+def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, Sides, bool]:
     first = data.split(b"\n", 1)[0]
     m = _MM_HEADER.match(first)
     if not m:
@@ -316,9 +354,7 @@ def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, int, bool]
     if len(tok.text) < 3 or tok.line[2] != size_line or (len(tok.text) > 3 and tok.line[3] == size_line):
         raise GraphError(f"{p}:{size_line + 1}: the size line must be 'rows columns entries'")
     rows, cols, nnz = (int(v) for v in _to_int(tok, slice(0, 3), p, "size"))
-    if rows != cols:
-        raise GraphError(f"{p}:{size_line + 1}: a graph's adjacency matrix is square, this one is {rows} x {cols}")
-    if rows < 0 or nnz < 0:
+    if rows < 0 or cols < 0 or nnz < 0:
         raise GraphError(f"{p}:{size_line + 1}: negative size")
     body = _Tokens(tok.text[3:], tok.line[3:], tok.num_lines)
     counts = np.bincount(body.line, minlength=tok.num_lines)
@@ -335,7 +371,9 @@ def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, int, bool]
     line = body.line[::width]
     _check_range(src, 1, rows, line, p, "row index")
     _check_range(dst, 1, cols, line, p, "column index")
-    return src - 1, dst - 1, rows, sym != "general"
+    if rows != cols and sym != "general":
+        raise GraphError(f"{p}:1: a {sym} matrix is square, this one is {rows} x {cols}")
+    return src - 1, dst - 1, rows if rows == cols else (rows, cols), sym != "general"
 
 
 # ------------------------------------------------------------------ METIS
@@ -409,7 +447,7 @@ def _parse_metis(data: bytes, p: Path) -> EdgeArrays:
 # ------------------------------------------------------------------ npz
 
 
-def _read_npz(p: Path) -> EdgeArrays:
+def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
     try:
         if p.name.lower().endswith(".gz"):
             import io
@@ -427,6 +465,11 @@ def _read_npz(p: Path) -> EdgeArrays:
         for k in ("num_vertices", "num_nodes"):
             if k in keys:
                 n_given = int(np.asarray(z[k]).reshape(()))
+        sides = None
+        if "num_src" in keys or "num_dst" in keys:
+            if not {"num_src", "num_dst"} <= keys or n_given is not None:
+                raise GraphError(f"{p}: a bipartite graph needs both 'num_src' and 'num_dst' (and no 'num_vertices')")
+            sides = tuple(int(np.asarray(z[k]).reshape(())) for k in ("num_src", "num_dst"))
         if {"src", "dst"} <= keys:
             src, dst = np.asarray(z["src"]), np.asarray(z["dst"])
         elif "edge_index" in keys:
@@ -447,6 +490,11 @@ def _read_npz(p: Path) -> EdgeArrays:
     src, dst = src.astype(np.int64), dst.astype(np.int64)
     if len(src) and (src.min() < 0 or dst.min() < 0):
         raise GraphError(f"{p}: negative vertex id")
+    if sides is not None:
+        for ids, key, side, count in ((src, "num_src", "source", sides[0]), (dst, "num_dst", "destination", sides[1])):
+            if len(ids) and int(ids.max()) >= count:
+                raise GraphError(f"{p}: {key} is {count} but {side} id {int(ids.max())} occurs")
+        return src, dst, sides
     top = int(max(src.max(), dst.max())) + 1 if len(src) else 0
     if n_given is None:
         n_given = top
@@ -455,17 +503,16 @@ def _read_npz(p: Path) -> EdgeArrays:
     return src, dst, n_given
 
 
-def _read_scipy_npz(p: Path) -> EdgeArrays:
+def _read_scipy_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
     import scipy.sparse as sp
 
     try:
         a = sp.load_npz(p)
     except (OSError, ValueError, KeyError) as exc:
         raise GraphError(f"{p}: not a scipy sparse .npz: {exc}") from None
-    if a.shape[0] != a.shape[1]:
-        raise GraphError(f"{p}: a graph's adjacency matrix is square, this one is {a.shape[0]} x {a.shape[1]}")
     coo = a.tocoo()
-    return coo.row.astype(np.int64), coo.col.astype(np.int64), int(a.shape[0])
+    rows, cols = int(a.shape[0]), int(a.shape[1])
+    return coo.row.astype(np.int64), coo.col.astype(np.int64), rows if rows == cols else (rows, cols)
 
 
 # ------------------------------------------------------------------ graph-tool .gt
