@@ -34,7 +34,9 @@ def specialized_stage(source: str) -> str:
 @pytest.mark.parametrize("name,versioned", [
     ("gat", True), ("gcn", False), ("sage_max", False), ("gcn_norm", False), ("gin", False),
     ("attention", True),  # its heads enclose the dot's reduction
-    ("mlp_aggr", True),  # the matvec's input axis D1 encloses its output axis D2
+    # the matvec's input axis D1 encloses its output axis D2, but the matvec
+    # runs in a source sweep (transform-before-gather), sliced by row instead
+    ("mlp_aggr", False),
 ])
 def test_only_kernels_with_a_head_axis_are_versioned(name, versioned):
     text = specialized_stage((EXAMPLES / f"{name}.gnn").read_text())

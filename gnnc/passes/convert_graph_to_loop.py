@@ -53,7 +53,7 @@ from xdsl.passes import ModulePass
 from gnnc.dialects import graph, loop
 from gnnc.errors import CompileError
 from gnnc.frontend import irgen
-from gnnc.passes.loop_structure import edge_walks, row_dim
+from gnnc.passes.loop_structure import check_row_split, edge_walks, row_dim
 from gnnc.schedule import CpuSchedule
 from gnnc import abi
 
@@ -152,6 +152,10 @@ class _Accumulator:
     base: SSAValue  # index of element 0 of this destination's accumulator
     shape: tuple[Dim, ...]
     in_place: bool = False  # True when the accumulator is the output row itself
+
+
+#: Row slice width of a source sweep whose schedule names none (see _emit_source_sweep).
+SOURCE_SWEEP_WIDTH = 32
 
 
 @dataclass
@@ -548,10 +552,19 @@ class KernelLowering:
         return [by_phase[p] for p in sorted(by_phase)]
 
     def _emit_source_sweep(self, sinks: list[_Sink]) -> None:
-        """Source rows [0, num_src) in the runtime's src_blocks, in id order: no in-edges walked."""
+        """Source rows [0, num_src) in the runtime's src_blocks, in id order: no in-edges walked.
+
+        The sweep's row is sliced (`vectorize`, by the schedule's width or
+        SOURCE_SWEEP_WIDTH) wherever slicing is legal: a hoisted `x[u] @ W`
+        then keeps a slice of its result row in registers over the whole
+        input axis instead of loading and storing the row once per input
+        element. mlp_aggr (2 threads, mdual): 1.30x at D = 128, 1.33x at
+        D = 32; widths 16, 64 and 128 gained less.
+        """
         schedule = dict(self.loop_schedule().data)
         schedule["parallel"] = StringAttr("sources")
         schedule["order"] = StringAttr("identity")
+        width = self.cpu_schedule().vector_width or SOURCE_SWEEP_WIDTH
         for key in ("partition", "edges", "vectorize", "tile"):
             schedule.pop(key, None)
         body = Block(arg_types=[index, index])
@@ -560,8 +573,15 @@ class KernelLowering:
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             self._emit_destination(row, sinks, None)
             self.em.op(loop.YieldOp())
-        self.em.op(loop.ForDstOp(self.num_src, self.src_blocks, self.num_src_blocks, self.num_threads, body,
-                                 DictionaryAttr(schedule)))
+        sweep = loop.ForDstOp(self.num_src, self.src_blocks, self.num_src_blocks, self.num_threads, body,
+                              DictionaryAttr(schedule))
+        try:
+            check_row_split("vectorize", body, row_dim(sweep), "row slicing", "slices")
+            schedule["vectorize"] = IntegerAttr(width, i64)
+            sweep.schedule = DictionaryAttr(schedule)
+        except CompileError:
+            pass  # a dot along the row, or no row: the sweep runs unsliced
+        self.em.op(sweep)
 
     def _emit_phase(self, sinks: list[_Sink]) -> None:
         schedule = self.loop_schedule()
