@@ -59,13 +59,24 @@ def test_restructuring_schedules_keep_one_body():
     assert "scf.if" not in specialized_stage(source)
 
 
+def test_row_slicing_keeps_the_versioned_body():
+    # vectorize-rows copies the versioned body into each slice: the unit copy survives slicing
+    source = (EXAMPLES / "gat.gnn").read_text() + "schedule gat for cpu { vectorize 16 }\n"
+    stages = compiler.compile_source(source, stop_after="loop").stages
+    assert "arith.cmpi eq" in stages["specialize-unit-dims"] and "scf.if" in stages["specialize-unit-dims"]
+    sliced = stages["vectorize-rows"]
+    assert "vectorize" not in sliced.split("loop.for_dst")[1].split("{")[0]
+    assert sliced.count("arith.cmpi eq") >= 2  # one versioning per copy of the body (full slices, the tail)
+
+
 @pytest.mark.parametrize("source,name", [
     ((EXAMPLES / "gat.gnn").read_text(), "gat"), (HEADS, "heads"), ((EXAMPLES / "attention.gnn").read_text(), "attention"),
 ])
 @given(graph=graphs(), heads=st.sampled_from((1, 3)), f=st.sampled_from((1, 17, 64)), seed=st.integers(0, 2**32 - 1))
-def test_both_versions_match_the_reference(source, name, graph, heads, f, seed):
-    specialized = getattr(gnnc.compile(source), name)
-    general = getattr(gnnc.compile(source, disable_passes=["specialize-unit-dims"]), name)
+@pytest.mark.parametrize("schedule", [None, "vectorize 16"])
+def test_both_versions_match_the_reference(source, name, schedule, graph, heads, f, seed):
+    specialized = getattr(gnnc.compile(source, schedule=schedule), name)
+    general = getattr(gnnc.compile(source, schedule=schedule, disable_passes=["specialize-unit-dims"]), name)
     inputs = random_inputs(specialized.signature, graph, {"H": heads, "F": f, "D": f}, np.float32, seed)
     got = specialized(graph, **inputs)
     assert_matches(got, getattr(gnnc.compile(source, target="reference"), name)(graph, **inputs), graph, np.float32)
