@@ -193,6 +193,32 @@ def test_tune_measures_the_space_and_keeps_the_fastest(gcn, four_elt):
         assert why
 
 
+def test_combinations_join_the_best_of_each_family_that_paid_off():
+    times = {
+        "": 1.0, "vectorize 32": 0.7, "vectorize 16": 0.8, "prefetch 16": 0.95, "prefetch 4": 1.1,
+        "partition src 4; tile features 64": 0.9, "sort degree": 1.2, "vectorize 32; threads 1": 0.5,
+        "vectorize 16; prefetch 4": 0.1,  # already a join: takes no part
+    }
+    assert tune.combination_keys(times, 1.0) == [
+        "partition src 4; tile features 64; vectorize 32",
+        "vectorize 32; prefetch 16",
+        "partition src 4; tile features 64; vectorize 32; prefetch 16",
+    ]
+    # one family that paid off, or none: nothing to join
+    assert tune.combination_keys({"": 1.0, "vectorize 32": 0.7, "vectorize 16": 0.6}, 1.0) == []
+    assert tune.combination_keys({"": 1.0, "prefetch 16": 1.2, "sort degree": 1.1}, 1.0) == []
+    assert tune.family_of("tile features 32") == tune.family_of("partition src 2") == "partition"
+    assert tune.family_of("reorder locality") == tune.family_of("order edges hilbert") == "order"
+
+
+def test_tune_times_the_joins_of_what_paid_off(gcn, four_elt, monkeypatch):
+    # make two families "pay off" whatever the machine measures: the join must then be compiled and timed
+    monkeypatch.setattr(tune, "combination_keys", lambda times, base: ["vectorize 8; prefetch 16"])
+    result = tune.tune(gcn, four_elt, {"F": 16}, budget=None, exhaustive_rounds=1)
+    assert "vectorize 8; prefetch 16" in result.measured
+    assert result.measured["vectorize 8; prefetch 16"].samples
+
+
 def test_tune_honours_its_budget(gcn, four_elt):
     gcn._variant("")  # the first compile of this module is not the search's
     budget = 6.0

@@ -15,7 +15,14 @@ The search is successive halving, model-guided:
    unscheduled kernel and the default first; each is compiled (compiles are
    cached on disk), run once to warm its plans and caches, and timed once,
    until a quarter of the budget is left or all are in;
-2. the faster half, plus the unscheduled kernel and the default (the summary
+2. combinations: the single candidates measure one optimisation each, but
+   they compose (a row held in registers and a longer prefetch distance,
+   say). The best candidate of each family (vectorize, prefetch, partition
+   and tiles, vertex order, neighbour groups) that beat the unscheduled
+   kernel is joined with the best of the others, up to three families at a
+   time (`combination_keys`), and the joins are compiled and timed like the
+   rest; a join the compiler refuses is dropped;
+3. the faster half, plus the unscheduled kernel and the default (the summary
    compares against them), is timed again, round robin, with twice the
    repetitions; this repeats until one candidate is left or the next round
    would overrun the budget.
@@ -83,6 +90,56 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
         keys.append(predictor.join_threads(default_key, 1))
     seen: set[str] = set()
     return [k for k in keys if not (k in seen or seen.add(k))]
+
+
+#: Families of directives, in the order a joined key lists them (one name per
+#: combination, so records of different cases name the same join alike).
+#: FeatGraph's source partitions and feature tiles are one family.
+FAMILIES = ("partition", "order", "group", "vectorize", "prefetch")
+#: How many families a combination joins at most.
+MAX_JOINED = 3
+
+
+def family_of(directive: str) -> str | None:
+    """The family of one directive line; `sort degree` and `reorder locality` are vertex orders."""
+    word = directive.split()[0] if directive.split() else ""
+    if word in ("sort", "reorder", "order"):
+        return "order"
+    if word == "tile":
+        return "partition"
+    return word if word in FAMILIES else None
+
+
+def combination_keys(times: dict[str, float], baseline: float) -> list[str]:
+    """Joins of the best candidate of each family that beat `baseline` (see the module docstring).
+
+    `times` maps measured keys to times; keys with a thread count, or that
+    already join several families, take no part. The best family is joined
+    with each of the next two, then all three.
+    """
+    best: dict[str, tuple[float, list[str]]] = {}
+    for key, t in times.items():
+        directives, threads = predictor.split_threads(key)
+        lines = [line.strip() for line in directives.split(";") if line.strip()]
+        families = {family_of(line) for line in lines}
+        if threads is not None or not lines or None in families or not t < baseline:
+            continue
+        if len(families) > 1:
+            continue  # already a join
+        family = families.pop()
+        if family not in best or t < best[family][0]:
+            best[family] = (t, lines)
+    ranked = sorted(best, key=lambda f: best[f][0])[:MAX_JOINED]
+    if len(ranked) < 2:
+        return []
+    groups = [ranked[:1] + [other] for other in ranked[1:]]
+    if len(ranked) == 3:
+        groups.append(ranked)
+    keys = []
+    for group in groups:
+        lines = [line for f in FAMILIES if f in group for line in best[f][1]]
+        keys.append("; ".join(lines))
+    return keys
 
 
 def default_key(kernel: Any, graph: Any, dims: dict[str, int]) -> str:
@@ -283,6 +340,10 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
         canon = {predictor.join_threads(predictor.canonical_schedule(predictor.split_threads(k)[0], row),
                                         predictor.split_threads(k)[1]): k for k in keys}
         guessed = [canon[p.key] for p in model.rank(graph.signature(), traits, list(canon))]
+        # a join the nearest cases found fastest is tried up front, not only if this case's singles suggest it
+        top = model.predict(graph.signature(), traits)
+        if top is not None and top not in keys:
+            guessed.insert(0, top)
     order = refs + [k for k in guessed if k not in refs] + [k for k in keys if k not in refs and k not in guessed]
     order = list(dict.fromkeys(order))
 
@@ -308,27 +369,37 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
 
     # stage 1: compile, warm up and time each candidate once
     stage_one_end = deadline - (HALVING_RESERVE * budget if budget is not None and not exhaustive_rounds else 0.0)
-    for i, key in enumerate(order):
-        compile_estimate = (max(compile_times) if compile_times else FIRST_COMPILE_ESTIMATE)
-        per_call = typical_time()
-        if key not in refs and time.perf_counter() + compile_estimate + 3 * max(per_call, MIN_SAMPLE_SECONDS) > stage_one_end:
-            skipped.extend(k for k in order[i:] if k not in measured and k not in refs)
-            break
-        t0 = time.perf_counter()
-        try:
-            bench.prepare(key)
-        except GnncError as exc:
-            refused[key] = str(exc).splitlines()[0]
-            continue
-        compile_s = time.perf_counter() - t0
-        compile_times.append(compile_s)
-        warm = bench.time(key, 1)  # plans (partitions, orders) are built here, once per graph
-        calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(warm, 1e-7)))
-        m = measured[key] = Measured(key, calls_per_sample=calls, compile_seconds=compile_s)
-        m.samples.append(bench.time(key, calls))
-        report(f"measured {_label(key)}")
 
-    # stage 2: halving rounds (or the fixed rounds of an exhaustive run)
+    def measure_each(keys_in_order: list[str]) -> None:
+        for i, key in enumerate(keys_in_order):
+            if key in measured or key in refused:
+                continue
+            compile_estimate = (max(compile_times) if compile_times else FIRST_COMPILE_ESTIMATE)
+            per_call = typical_time()
+            if key not in refs and time.perf_counter() + compile_estimate + 3 * max(per_call, MIN_SAMPLE_SECONDS) > stage_one_end:
+                skipped.extend(k for k in keys_in_order[i:] if k not in measured and k not in refs)
+                return
+            t0 = time.perf_counter()
+            try:
+                bench.prepare(key)
+            except GnncError as exc:
+                refused[key] = str(exc).splitlines()[0]
+                continue
+            compile_s = time.perf_counter() - t0
+            compile_times.append(compile_s)
+            warm = bench.time(key, 1)  # plans (partitions, orders) are built here, once per graph
+            calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(warm, 1e-7)))
+            m = measured[key] = Measured(key, calls_per_sample=calls, compile_seconds=compile_s)
+            m.samples.append(bench.time(key, calls))
+            report(f"measured {_label(key)}")
+
+    measure_each(order)
+    # stage 2: joins of the families that paid off on their own
+    if not skipped and UNSCHEDULED in measured:
+        singles = {k: m.time for k, m in measured.items() if m.samples}
+        measure_each(combination_keys(singles, measured[UNSCHEDULED].time))
+
+    # stage 3: halving rounds (or the fixed rounds of an exhaustive run)
     survivors = sorted((m for m in measured.values() if m.samples), key=lambda m: m.time)
     reps = 2
     rounds_left = exhaustive_rounds
