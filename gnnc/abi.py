@@ -8,7 +8,10 @@ Every kernel `K` in a `.so` is a C function
            int64_t num_blocks,
            const int64_t *dst_blocks,  /* num_blocks + 1 boundaries of positions  */
            const int64_t *dst_order,   /* V: the destination at each position    */
-           const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination */
+           const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination,
+                                          or by position in dst_order when the
+                                          record says "ordered_edges"; in_src
+                                          and in_eid are then laid out so too */
            const int64_t *in_src,      /* E: source of the edge at a position   */
            const int64_t *in_eid,      /* E: the user's edge id at a position   */
            const T *deg_in, const T *deg_out,   /* max(num_src, num_dst) each */
@@ -61,7 +64,7 @@ for the identity order ignores it.
 from __future__ import annotations
 
 #: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.abi"

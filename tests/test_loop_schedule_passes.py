@@ -8,6 +8,7 @@ schedule entry, and is what the compiler's own stage after the pass printed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xdsl.dialects import func, scf
+from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
@@ -194,11 +195,33 @@ def test_order_destinations_maps_positions_through_dst_order():
     assert isinstance(first, loop.DstAtOp)
     assert first.order is fn.body.block.args[abi.GRAPH_ARGUMENTS.index("dst_order")]
     position = for_dst.body.block.args[0]
-    assert [u.operation for u in position.uses] == [first]
+    # the in-edges are walked by position, in the ordered in-CSR the runtime passes; all else reads at v
+    indptr = fn.body.block.args[abi.GRAPH_ARGUMENTS.index("in_indptr")]
+
+    def indexes_indptr(op) -> bool:
+        if isinstance(op, loop.ForInEdgesOp):
+            return op.dst is position and op.indptr is indptr
+        if isinstance(op, memref.LoadOp):
+            return op.memref is indptr
+        return op.dialect_name() == "arith" and all(indexes_indptr(u.operation) for u in op.results[0].uses)
+
+    users = [u.operation for u in position.uses]
+    assert first in users and any(isinstance(op, loop.ForInEdgesOp) for op in users)
+    assert all(op is first or indexes_indptr(op) for op in users)
+    assert json.loads(fn.attributes[abi.ABI_ATTR].data)["ordered_edges"] is True
     assert "order" not in schedule_keys(module)
     # the identity order needs no lookup
     plain, _ = run_alone("order-destinations", "gcn", "parallel dst")
     assert not any(isinstance(op, loop.DstAtOp) for op in plain.walk())
+
+
+def test_a_partitioned_order_walks_the_in_csr_by_destination():
+    # partition-sources walks plans of its own, indexed by destination: the in-CSR stays as it is
+    module, _ = run_alone("order-destinations", "gcn", "sort degree\npartition src 2")
+    fn = kernel(module)
+    (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
+    assert [type(u.operation) for u in for_dst.body.block.args[0].uses] == [loop.DstAtOp]
+    assert "ordered_edges" not in json.loads(fn.attributes[abi.ABI_ATTR].data)
 
 
 def test_hilbert_edge_order_walks_one_edge_per_position():

@@ -92,6 +92,21 @@ def test_block_count_for():
 # ----------------------------------------------------------- vertex orders
 
 
+@given(graphs(), st.sampled_from(["identity", "degree", "locality"]))
+def test_ordered_in_csr_holds_each_destinations_edges_at_its_position(graph, kind):
+    order = plans.destination_order(graph, kind)
+    indptr, src, eid = plans.ordered_in_csr(graph, kind)
+    _is_plan_array(indptr, graph.num_vertices + 1)
+    _is_plan_array(src, graph.num_edges)
+    _is_plan_array(eid, graph.num_edges)
+    assert indptr[0] == 0 and indptr[-1] == graph.num_edges
+    for i, v in enumerate(order):
+        lo, hi = graph.in_indptr[v], graph.in_indptr[v + 1]
+        assert np.array_equal(src[indptr[i]:indptr[i + 1]], graph.in_src[lo:hi])
+        assert np.array_equal(eid[indptr[i]:indptr[i + 1]], graph.in_eid[lo:hi])
+    assert plans.ordered_in_csr(graph, kind)[1] is src  # cached
+
+
 @given(graphs())
 def test_degree_order(graph):
     order = plans.degree_order(graph)

@@ -217,8 +217,12 @@ class Kernel:
             # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
             cuda_extra += list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
         deg_in, deg_out = graph.kernel_degrees(self._dtype)
+        in_csr = (graph.in_indptr, graph.in_src, graph.in_eid)
+        if self._abi.get("ordered_edges"):
+            # the sweep walks edges by position in its order (passes/order_destinations.py)
+            in_csr = plans.ordered_in_csr(graph, self._abi["order"])
         buffers = [
-            blocks, order, graph.in_indptr, graph.in_src, graph.in_eid,
+            blocks, order, *in_csr,
             _nonempty(deg_in), _nonempty(deg_out),
             dims_array, scratch, *inputs, *outputs, *temps, *sweep, *acc_rows, *partition, *grouping, *cuda_extra,
         ]

@@ -40,6 +40,7 @@ __all__ = [
     "last_level_cache_bytes",
     "locality_order",
     "neighbor_groups",
+    "ordered_in_csr",
     "source_partitions",
     "hybrid_plan",
     "hybrid_sources",
@@ -120,6 +121,32 @@ def destination_order(graph: Any, kind: str) -> np.ndarray:
     if kind == "locality":
         return locality_order(graph)
     raise ArgumentError(f"unknown destination order {kind!r}")
+
+
+def ordered_in_csr(graph: Any, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The in-CSR laid out in the processing order of `kind`: (indptr by position, src, eid).
+
+    The destination at position ``i`` of ``destination_order(graph, kind)``
+    finds its in-edges at ``[indptr[i], indptr[i + 1])`` of ``src`` / ``eid``,
+    in the order the in-CSR has them. A kernel compiled for a destination
+    order walks these instead of the in-CSR, so that its index streams stay
+    sequential and `prefetch D` looks D edges ahead in the order the edges are
+    walked (on the in-CSR, a reordered sweep jumps between rows, every row's
+    indices are a cache miss, and the prefetches land on edges of
+    destinations that run much later).
+    """
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = destination_order(graph, kind)
+        starts = graph.in_indptr[:-1][order]
+        deg = graph.in_indptr[1:][order] - starts
+        indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
+        np.cumsum(deg, out=indptr[1:])
+        # the edge at new position j is starts[i] + (j - indptr[i]) for its destination's position i
+        where = np.repeat(starts - indptr[:-1], deg) + np.arange(indptr[-1], dtype=np.int64)
+        return _readonly(indptr), _readonly(graph.in_src[where]), _readonly(graph.in_eid[where])
+
+    return _cached(graph, ("ordered_in_csr", kind), compute)
 
 
 def edge_blocks(graph: Any, n_blocks: int) -> np.ndarray:
