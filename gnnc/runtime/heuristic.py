@@ -27,10 +27,11 @@ destination's in-edges once: the row then stays in registers across the
 walk instead of being loaded and stored on every edge. Measured (same runs):
 
     rmat-16 gcn F=16 1.33x, F=32 1.25x; sage_max F=32 1.29x; sage_mean F=32
-    1.35x; rmat-17 gcn F=32 1.27x; mdual gcn F=32 1.01x. gat (three walks,
-    each repeated per slice) F=32: 0.57x on rmat-16, 0.71x on mdual, and an
-    edge-wise kernel (attention, H=8, D=16, sliced over its heads) 0.88x:
-    not for them.
+    1.35x; rmat-17 gcn F=32 1.27x; mdual gcn F=32 1.01x. gat F=32: 0.57x on
+    rmat-16, 0.71x on mdual while a sliced sweep lost its H == 1 copy
+    (specialize-unit-dims), 1.01-1.04x on rmat-14 and cond-mat since: too
+    little for a rule; an edge-wise kernel (attention, H=8, D=16, sliced over
+    its heads) 0.88x: not for them.
 
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the

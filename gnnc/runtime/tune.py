@@ -394,8 +394,8 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
             report(f"measured {_label(key)}")
 
     measure_each(order)
-    # stage 2: joins of the families that paid off on their own
-    if not skipped and UNSCHEDULED in measured:
+    # stage 2: joins of the families that paid off on their own (within what is left of stage 1's time)
+    if UNSCHEDULED in measured:
         singles = {k: m.time for k, m in measured.items() if m.samples}
         measure_each(combination_keys(singles, measured[UNSCHEDULED].time))
 
