@@ -288,6 +288,19 @@ class Graph:
             self._reversed = rev
         return self._reversed
 
+    def reordered(self, method: str = "rcm") -> Any:
+        """This graph with vertices and edges relabelled for locality, and the maps between the ids.
+
+        ``method="rcm"``: reverse Cuthill-McKee. Returns a
+        ``gnnc.runtime.reorder.Reordering`` (``.graph``, ``.vertices_to_new(x)``,
+        ``.vertices_to_old(y)``, ``.edges_to_new(w)``, ``.edges_to_old(a)``).
+        Relabel once and keep features in the new order: kernels on a graph
+        whose numbering scatters neighbours run several times faster on it.
+        """
+        from gnnc.runtime.reorder import reorder
+
+        return reorder(self, method)
+
     # --------------------------------------------------------------- degrees
 
     def _degree(self, direction: str, dtype: Any, padded: bool = False) -> np.ndarray:
