@@ -22,12 +22,16 @@ partitioning (`partition src K`):
     mdual (258K, 4.0)       sage_max  512    15.8      1.01x  1.00x  0.80x
 
 The second decision, `vectorize W` with W the whole feature row, for rows of
-up to 128 bytes (two AVX-512 registers), in kernels that walk each
+up to 256 bytes (four AVX-512 registers), in kernels that walk each
 destination's in-edges once: the row then stays in registers across the
 walk instead of being loaded and stored on every edge. Measured (same runs):
 
     rmat-16 gcn F=16 1.33x, F=32 1.25x; sage_max F=32 1.29x; sage_mean F=32
-    1.35x; rmat-17 gcn F=32 1.27x; mdual gcn F=32 1.01x. gat F=32: 0.57x on
+    1.35x; rmat-17 gcn F=32 1.27x; mdual gcn F=32 1.01x.
+    F=64 (vectorize 64, 7 round-robin samples): gcn / sage_max / sage_mean
+    1.11 / 1.11 / 1.29x on rmat-15, 1.09 / 1.06 / 1.11x on mdual, 1.30 /
+    1.22 / 1.35x on astro-ph, 1.21 / 1.20 / 1.30x on copter2: every cell.
+    F=128 (vectorize 128, eight registers): 0.92-1.15x, mixed: not taken. gat F=32: 0.57x on
     rmat-16, 0.71x on mdual while a sliced sweep lost its H == 1 copy
     (specialize-unit-dims), 1.01-1.04x on rmat-14 and cond-mat since: too
     little for a rule; an edge-wise kernel (attention, H=8, D=16, sliced over
@@ -63,8 +67,8 @@ PARTITION_MIN_MEAN_DEGREE = 8.0
 PARTITION_ROWS_PER_PART_OVER_LLC = 2
 PARTITION_MAX = 8
 
-#: `vectorize W` with W the whole row: rows of this size fit in two AVX-512 registers.
-VECTORIZE_MAX_BYTES = 128
+#: `vectorize W` with W the whole row: rows of this size fit in four AVX-512 registers.
+VECTORIZE_MAX_BYTES = 256
 VECTORIZE_MIN_ELEMENTS = 8
 
 
