@@ -95,3 +95,19 @@ def test_bad_requests_are_clear_errors():
         r.vertices_to_new(np.zeros((4, 2)))
     with pytest.raises(gnnc.ArgumentError, match="needs 2 rows"):
         r.edges_to_old(np.float32(1.0))
+
+
+def test_torch_tensors_stay_torch_tensors_and_gradients_flow():
+    torch = pytest.importorskip("torch")
+    graph = gnnc.Graph.from_coo([0, 1, 2, 3], [1, 2, 3, 0], num_vertices=4)
+    r = graph.reordered()
+    x = torch.arange(8.0).reshape(4, 2).requires_grad_()
+    moved = r.vertices_to_new(x)
+    assert isinstance(moved, torch.Tensor)
+    assert np.array_equal(moved.detach().numpy(), r.vertices_to_new(x.detach().numpy()))
+    back = r.vertices_to_old(moved)
+    assert torch.equal(back, x)
+    back.sum().backward()
+    assert torch.equal(x.grad, torch.ones(4, 2))
+    w = torch.arange(4.0)
+    assert torch.equal(r.edges_to_old(r.edges_to_new(w)), w)

@@ -40,7 +40,11 @@ METHODS = ("rcm",)
 
 @dataclass(frozen=True)
 class Reordering:
-    """A relabelled graph and the permutations to and from the caller's ids."""
+    """A relabelled graph and the permutations to and from the caller's ids.
+
+    The maps take numpy arrays (and give numpy arrays) or torch tensors (and
+    give torch tensors, through `index_select`, so gradients flow).
+    """
 
     #: the relabelled graph
     graph: Any
@@ -49,39 +53,59 @@ class Reordering:
     #: new edge id -> old edge id (``w_new = w[edge_order]``)
     edge_order: np.ndarray
 
-    def vertices_to_new(self, x: Any) -> np.ndarray:
+    def vertices_to_new(self, x: Any) -> Any:
         """Rows of a per-vertex tensor (old ids) in the new vertex order."""
         return _take(x, self.vertex_order, self.graph.num_vertices, "vertex")
 
-    def vertices_to_old(self, x: Any) -> np.ndarray:
+    def vertices_to_old(self, x: Any) -> Any:
         """Rows of a per-vertex tensor (new ids) back in the caller's vertex order."""
         return _put(x, self.vertex_order, self.graph.num_vertices, "vertex")
 
-    def edges_to_new(self, w: Any) -> np.ndarray:
+    def edges_to_new(self, w: Any) -> Any:
         """Rows of a per-edge tensor (old edge ids) in the new edge order."""
         return _take(w, self.edge_order, self.graph.num_edges, "edge")
 
-    def edges_to_old(self, w: Any) -> np.ndarray:
+    def edges_to_old(self, w: Any) -> Any:
         """Rows of a per-edge tensor (new edge ids) back in the caller's edge order."""
         return _put(w, self.edge_order, self.graph.num_edges, "edge")
 
 
-def _rows(x: Any, n: int, what: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim == 0 or arr.shape[0] != n:
-        raise ArgumentError(f"a per-{what} tensor needs {n} rows, got shape {arr.shape}")
-    return arr
+def _rows(x: Any, n: int, what: str) -> Any:
+    shape = tuple(x.shape) if _is_torch_tensor(x) else np.shape(x)
+    if not shape or shape[0] != n:
+        raise ArgumentError(f"a per-{what} tensor needs {n} rows, got shape {shape}")
+    return x if _is_torch_tensor(x) else np.asarray(x)
 
 
-def _take(x: Any, order: np.ndarray, n: int, what: str) -> np.ndarray:
-    return np.take(_rows(x, n, what), order, axis=0)
+def _is_torch_tensor(x: Any) -> bool:
+    # torch is never imported here unless the caller's tensor is one
+    return type(x).__module__.startswith("torch") and hasattr(x, "index_select")
 
 
-def _put(x: Any, order: np.ndarray, n: int, what: str) -> np.ndarray:
-    arr = _rows(x, n, what)
-    out = np.empty_like(arr)
-    out[order] = arr
-    return out
+def _index(x: Any, order: np.ndarray) -> Any:
+    if _is_torch_tensor(x):
+        import torch
+
+        return torch.tensor(order, device=x.device)  # a copy: torch refuses read-only arrays
+    return order
+
+
+def _take(x: Any, order: np.ndarray, n: int, what: str) -> Any:
+    """x[order]: a torch tensor stays a torch tensor (on its device, in autograd)."""
+    x = _rows(x, n, what)
+    if _is_torch_tensor(x):
+        return x.index_select(0, _index(x, order))
+    return np.take(x, order, axis=0)
+
+
+def _put(x: Any, order: np.ndarray, n: int, what: str) -> Any:
+    """out with out[order] = x: the inverse of _take."""
+    x = _rows(x, n, what)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
+    if _is_torch_tensor(x):
+        return x.index_select(0, _index(x, inverse))
+    return np.take(x, inverse, axis=0)
 
 
 def rcm_vertex_order(graph: Any) -> np.ndarray:
