@@ -290,6 +290,25 @@ def test_cli_tune_prints_a_summary_caches_and_retrains(capsys, private_tuning_di
     assert predictor.load_model() is not None
 
 
+def test_cli_tune_measures_what_relabelling_would_buy(capsys, private_tuning_dir, monkeypatch):
+    from gnnc.runtime import tune_command
+
+    monkeypatch.setattr(tune, "relabel_speedup", lambda *a, **k: 2.0)
+    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=16",
+                     "--budget", "8s", "--no-cache"]) == 0
+    assert "graph.reordered('rcm')), the tuned schedules ran: gcn 2.00x" in capsys.readouterr().out
+    monkeypatch.setattr(tune, "relabel_speedup", lambda *a, **k: 1.0)
+    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=16",
+                     "--budget", "8s", "--no-cache"]) == 0
+    assert "already local enough" in capsys.readouterr().out
+    assert tune_command.RELABEL_WORTH > 1.0
+
+
+def test_relabel_speedup_times_one_schedule_on_both_graphs(gcn, four_elt):
+    gain = tune.relabel_speedup(gcn, four_elt, four_elt.reordered().graph, {"F": 8}, "vectorize 8", rounds=2)
+    assert math.isfinite(gain) and gain > 0
+
+
 @pytest.mark.parametrize("load,busy", [(0.3, False), (2.5, True)])
 def test_tuning_records_the_load_and_warns_on_a_busy_machine(load, busy, capsys, private_tuning_dir, monkeypatch):
     # under other processes' load a thread team waits for a descheduled member: fewer threads look faster

@@ -429,6 +429,29 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
     return _result()
 
 
+def relabel_speedup(kernel: Any, graph: Any, relabelled: Any, dims: dict[str, int], key: str, *,
+                    threads: int | None = None, rounds: int = 5, seed: int = 0) -> float:
+    """How much faster `key` runs on `relabelled` (a `Graph.reordered` graph) than on `graph`.
+
+    Not a schedule: relabelling changes the ids the caller's tensors are
+    indexed by, so it is the caller's choice to make once (README: graphs).
+    `gnnc tune` measures it so the user learns what it would buy. Both runs
+    are timed round robin; the fastest sample of each counts.
+    """
+    cores = threads or usable_cores()
+    benches = [_Bench(kernel, g, dims, cores, seed) for g in (graph, relabelled)]
+    calls = []
+    for bench in benches:
+        bench.prepare(key)
+        warm = bench.time(key, 1)
+        calls.append(max(1, math.ceil(MIN_SAMPLE_SECONDS / max(warm, 1e-7))))
+    best = [math.inf, math.inf]
+    for _ in range(rounds):
+        for i, bench in enumerate(benches):
+            best[i] = min(best[i], bench.time(key, calls[i]))
+    return best[0] / best[1]
+
+
 def tune_and_store(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 60.0, *,
                    cache: TuningCache | None = None, graph_name: str = "", **options: Any) -> TuneResult:
     """`tune`, then the best schedule into the tuning cache and the measurements into its records."""

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from gnnc.errors import ArgumentError, ToolchainError
+from gnnc.errors import ArgumentError, GnncError, ToolchainError
 
 _BAR = 30
 
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
           f"({graph.num_vertices} vertices, {graph.num_edges} edges), {_dims_text(dims)}, "
           f"budget {budget:g}s" + (f" ({budget / len(names):.0f}s per kernel)" if len(names) > 1 else ""))
     remaining = budget - (time.perf_counter() - start)
+    results = []
     for i, name in enumerate(names):
         kernel = module.kernels[name]
         share = remaining / (len(names) - i)
@@ -114,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             bar.done()
         remaining -= time.perf_counter() - t0
         _summary(result)
+        results.append((kernel, wanted, result))
+    _relabel_hint(graph, results, deadline=start + budget, threads=args.threads)
     if not args.no_cache:
         print(f"cached in {cache.cache_path}: calls with schedule='auto' on this graph and sizes use it")
     if args.retrain:
@@ -147,6 +150,40 @@ def _summary(result: Any) -> None:
         print(f"warning: the load average was {result.load_average:.1f} when tuning started: other processes "
               "share these cores, which makes fewer threads look faster than they are on a quiet machine; "
               "tune again when it is quiet")
+
+
+#: Relabelling is suggested when it makes the tuned schedule at least this much faster.
+RELABEL_WORTH = 1.1
+
+
+def _relabel_hint(graph: Any, results: list, deadline: float, threads: int | None) -> None:
+    """Times the tuned schedules on the graph relabelled for locality, if the budget allows, and says what it buys."""
+    from gnnc.runtime import tune
+
+    if graph.bipartite or graph.num_edges == 0 or not results:
+        return
+    # each kernel's check runs two 5-round timings of its best schedule; the relabelling itself is O(E log E)
+    cost = sum(10 * max(r.time_of(r.best), tune.MIN_SAMPLE_SECONDS) for _, _, r in results) + graph.num_edges * 2e-7
+    if time.perf_counter() + cost > deadline:
+        print("\n(not enough budget left to measure a relabelled graph: see README, graph.reordered('rcm'))")
+        return
+    relabelled = graph.reordered("rcm").graph
+    gains = {}
+    for kernel, dims, result in results:
+        directives, n = result.best, threads
+        try:
+            gains[result.kernel] = tune.relabel_speedup(kernel, graph, relabelled, dims, directives, threads=n)
+        except GnncError as exc:
+            print(f"\nrelabelling not measured for {result.kernel}: {exc}")
+    if not gains:
+        return
+    text = ", ".join(f"{k} {g:.2f}x" for k, g in gains.items())
+    if max(gains.values()) >= RELABEL_WORTH:
+        print(f"\nrelabelled for locality (graph.reordered('rcm')), the tuned schedules ran: {text}. The ids of "
+              "this graph scatter neighbours: relabel it once and keep its features in the new order (README: graphs).")
+    else:
+        print(f"\nrelabelled for locality (graph.reordered('rcm')), the tuned schedules ran {text}: "
+              "this graph's numbering is already local enough.")
 
 
 def _retrain(cache: Any) -> int:
