@@ -73,19 +73,20 @@ def _positional(fn: func.FuncOp, for_dst: loop.ForDstOp) -> bool:
     position = body.args[0]
     indptr, src, eid = (kernel_buffer(fn, n) for n in ("in_indptr", "in_src", "in_eid"))
     for op in body.walk():
-        if isinstance(op, loop.ForInEdgesOp) and (op.indptr, op.src, op.eid) != (indptr, src, eid):
+        if isinstance(op, loop.ForInEdgesOp) and any(a is not b for a, b in zip((op.indptr, op.src, op.eid), (indptr, src, eid))):
             return False
         # edge arrays are read at edge positions (the loops' own, prefetch distances ahead), never at a destination
         if isinstance(op, memref.LoadOp) and op.memref in (src, eid) and _depends_on(op.operands[1], position, body):
             return False
         if isinstance(op, memref.LoadOp) and op.memref is indptr:
-            # a degree load: an index the clone in _rewrite can rebuild from the position
+            # a degree load: an index _rebuild can recompute from the position
             if not _arith_only(op.operands[1], position, body):
                 return False
     return True
 
 
 def _arith_only(value: SSAValue, root: SSAValue, scope: Block) -> bool:
+    """Whether value derives from root, if at all, through arith ops alone (what _rebuild can clone)."""
     if value is root or not _depends_on(value, root, scope):
         return True
     owner = value.owner
