@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             kernel = getattr(gnnc.compile(REPO / "examples" / f"{kname}.gnn"), kname)
             sig = kernel.signature
             given = sample_inputs(kernel, graph, dims)
-            moved = [r.vertices_to_new(a) if p.domain == "V" else r.edges_to_new(a) if p.domain == "E" else a
-                     for p, a in zip(sig.params, given)]
+            moved = [r.to_new(a, p.domain) for p, a in zip(sig.params, given)]
             runs = []
             for g, xs in ((graph, given), (r.graph, moved)):
                 res = kernel(g, *xs, threads=args.threads)
@@ -76,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append((lambda g=g, xs=xs, out=out: kernel(g, *xs, out=out, threads=args.threads), res))
             domains = {x.name: x.domain for x in sig.results}
             for n, a in runs[0][1].items():
-                b = runs[1][1][n]
-                back = r.vertices_to_old(b) if domains[n] == "V" else r.edges_to_old(b)
-                np.testing.assert_allclose(back, a, rtol=1e-4, atol=1e-4)
+                np.testing.assert_allclose(r.to_old(runs[1][1][n], domains[n]), a, rtol=1e-4, atol=1e-4)
             t0 = time.perf_counter()
             runs[0][0]()
             calls = max(1, math.ceil(0.05 / max(time.perf_counter() - t0, 1e-6)))

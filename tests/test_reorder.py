@@ -64,15 +64,11 @@ def test_kernels_on_the_relabelled_graph_give_the_same_results(name, dims, graph
     sig = kernel.signature
     inputs = random_inputs(sig, graph, dims, np.float32, seed)
     r = graph.reordered()
-    moved = {
-        p.name: r.vertices_to_new(inputs[p.name]) if p.domain == "V"
-        else r.edges_to_new(inputs[p.name]) if p.domain == "E" else inputs[p.name]
-        for p in sig.params
-    }
+    moved = {p.name: r.to_new(inputs[p.name], p.domain) for p in sig.params}
     got = kernel(r.graph, **moved)
     got = got if isinstance(got, dict) else {"out": got}
     domains = {res.name: res.domain for res in sig.results}
-    back = {n: r.vertices_to_old(a) if domains[n] == "V" else r.edges_to_old(a) for n, a in got.items()}
+    back = {n: r.to_old(a, domains[n]) for n, a in got.items()}
     want = getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name)(graph, **inputs)
     want = want if isinstance(want, dict) else {"out": want}
     assert_matches(back, want, graph, np.float32)

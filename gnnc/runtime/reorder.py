@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.errors import ArgumentError, GraphError
+from gnnc.runtime.graph import Graph, _is_torch_tensor
 
 METHODS = ("rcm",)
 
@@ -69,6 +70,14 @@ class Reordering:
         """Rows of a per-edge tensor (new edge ids) back in the caller's edge order."""
         return _put(w, self.edge_order, self.graph.num_edges, "edge")
 
+    def to_new(self, x: Any, domain: str | None) -> Any:
+        """A kernel tensor of `domain` ("V", "E", or a parameter's None) in the new ids."""
+        return self.vertices_to_new(x) if domain == "V" else self.edges_to_new(x) if domain == "E" else x
+
+    def to_old(self, x: Any, domain: str | None) -> Any:
+        """A kernel tensor of `domain` back in the caller's ids."""
+        return self.vertices_to_old(x) if domain == "V" else self.edges_to_old(x) if domain == "E" else x
+
 
 def _rows(x: Any, n: int, what: str) -> Any:
     shape = tuple(x.shape) if _is_torch_tensor(x) else np.shape(x)
@@ -77,17 +86,10 @@ def _rows(x: Any, n: int, what: str) -> Any:
     return x if _is_torch_tensor(x) else np.asarray(x)
 
 
-def _is_torch_tensor(x: Any) -> bool:
-    # torch is never imported here unless the caller's tensor is one
-    return type(x).__module__.startswith("torch") and hasattr(x, "index_select")
-
-
 def _index(x: Any, order: np.ndarray) -> Any:
-    if _is_torch_tensor(x):
-        import torch
+    import torch  # only for a caller's torch tensor: torch is loaded already
 
-        return torch.tensor(order, device=x.device)  # a copy: torch refuses read-only arrays
-    return order
+    return torch.tensor(order, device=x.device)  # a copy: torch refuses read-only arrays
 
 
 def _take(x: Any, order: np.ndarray, n: int, what: str) -> Any:
@@ -101,11 +103,11 @@ def _take(x: Any, order: np.ndarray, n: int, what: str) -> Any:
 def _put(x: Any, order: np.ndarray, n: int, what: str) -> Any:
     """out with out[order] = x: the inverse of _take."""
     x = _rows(x, n, what)
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
     if _is_torch_tensor(x):
-        return x.index_select(0, _index(x, inverse))
-    return np.take(x, inverse, axis=0)
+        return x.new_empty(x.shape).index_copy(0, _index(x, order), x)
+    out = np.empty_like(x)
+    out[order] = x
+    return out
 
 
 def rcm_vertex_order(graph: Any) -> np.ndarray:
@@ -122,8 +124,6 @@ def rcm_vertex_order(graph: Any) -> np.ndarray:
 
 def reorder(graph: Any, method: str = "rcm") -> Reordering:
     """The graph relabelled by `method` (see the module docstring)."""
-    from gnnc.runtime.graph import Graph
-
     if method not in METHODS:
         raise ArgumentError(f"unknown reordering {method!r}: expected one of {', '.join(METHODS)}")
     if graph.bipartite:
