@@ -90,6 +90,14 @@ GRAPH_ARGUMENTS = (
 #: (`llvm.loop.interleave.count`), set by the lowering, read by the translator.
 INTERLEAVE_ATTR = "gnnc.interleave_count"
 
+#: Discardable `scf.for` attribute: LLVM must not vectorise this loop
+#: (`llvm.loop.vectorize.enable` false). Set on in-edge walks, whose
+#: iterations gather rows at random: vectorised across edges (which LLVM does
+#: once no prefetch call is in the way) every feature becomes a gather and the
+#: row a stack of spilled vectors (sage_max, `vectorize 32; prefetch 0`: 3-4x
+#: slower than scalar edges).
+NO_VECTORIZE_ATTR = "gnnc.no_vectorize"
+
 #: Symbol of the JSON metadata record in every gnnc shared object.
 METADATA_SYMBOL = "gnnc_metadata"
 

@@ -1117,3 +1117,35 @@ def test_dot_reductions_are_not_interleaved(name, tagged):
     stages = compiler.compile_source(path.read_text(), str(path), stop_after="llvm").stages
     assert ("gnnc.interleave_count = 1" in stages["convert-loop-to-scf"]) == tagged
     assert ('!"llvm.loop.interleave.count", i32 1' in stages["translate-to-llvm"]) == tagged
+
+
+@pytest.mark.parametrize("name,schedule", [
+    ("sage_max", "vectorize 32\nprefetch 0"),  # vectorised across edges: 3-4x slower
+    ("gat", "prefetch 0"),
+    ("gcn", None),
+])
+def test_row_walks_are_not_vectorized_across_edges(name, schedule):
+    """Every in-edge walk over rows tells LLVM not to vectorise it across edges."""
+    from pathlib import Path
+
+    from gnnc import compiler
+
+    path = Path(__file__).parent.parent / "examples" / f"{name}.gnn"
+    options = compiler.CompileOptions(schedule=schedule)
+    stages = compiler.compile_source(path.read_text(), str(path), options, stop_after="llvm").stages
+    walks = stages["convert-loop-to-openmp"].count("loop.for_in_edges")
+    assert walks >= 1
+    assert stages["convert-loop-to-scf"].count("gnnc.no_vectorize") == walks
+    assert '!"llvm.loop.vectorize.enable", i1 0' in stages["translate-to-llvm"]
+
+
+def test_scalar_walks_may_vectorize():
+    """A walk of one value per edge has no row loop and keeps LLVM's choice."""
+    from gnnc import compiler
+
+    source = "kernel wsum(w: f32[E]) -> f32[V] {\n    out[v] = sum(w[e])\n}\n"
+    options = compiler.CompileOptions(schedule="prefetch 0")  # the prefetch loop walks a row's cache lines
+    stages = compiler.compile_source(source, "wsum.gnn", options, stop_after="llvm").stages
+    assert stages["convert-loop-to-openmp"].count("loop.for_in_edges") >= 1
+    assert "gnnc.no_vectorize" not in stages["convert-loop-to-scf"]
+    assert "llvm.loop.vectorize.enable" not in stages["translate-to-llvm"]

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -26,6 +26,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
+from gnnc.abi import NO_VECTORIZE_ATTR
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
 
@@ -48,6 +49,7 @@ def _to_scf_for(
     body: Block,
     per_iteration: PerIteration | None = None,
     step: arith.ConstantOp | None = None,
+    attributes: dict[str, Attribute] | None = None,
 ) -> None:
     """Replaces op by `scf.for` over [lower, upper) running body.
 
@@ -64,6 +66,7 @@ def _to_scf_for(
     assert isinstance(terminator, loop.YieldOp)
     rewriter.replace(terminator, scf.YieldOp())
     loop_op = scf.ForOp(lower, upper, one, [], new_body)
+    loop_op.attributes.update(attributes or {})
     rewriter.replace(op, [*prelude, one, loop_op], [])
 
 
@@ -109,7 +112,8 @@ class LowerForFeature(RewritePattern):
 
 
 class LowerForInEdges(RewritePattern):
-    """loop.for_in_edges -> scf.for over [indptr[v], indptr[v+1]) loading src and eid."""
+    """loop.for_in_edges -> scf.for over [indptr[v], indptr[v+1]) loading src and eid; a walk
+    over rows is not to be vectorised across edges (see abi.NO_VECTORIZE_ATTR)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: loop.ForInEdgesOp, rewriter: PatternRewriter) -> None:
@@ -129,8 +133,19 @@ class LowerForInEdges(RewritePattern):
             return [u_raw, e_raw, u, e], [pos, u.result, e.result]
 
         _to_scf_for(
-            rewriter, op, lo.result, hi.result, [one, next_v, lo_raw, hi_raw, lo, hi], op.body.block, per_edge
+            rewriter, op, lo.result, hi.result, [one, next_v, lo_raw, hi_raw, lo, hi], op.body.block, per_edge,
+            attributes={NO_VECTORIZE_ATTR: UnitAttr()} if _walks_rows(op) else None,
         )
+
+
+def _walks_rows(op: loop.ForInEdgesOp) -> bool:
+    """Whether an in-edge walk has a loop over features inside: a row per edge.
+
+    Such a walk is not vectorised across edges (abi.NO_VECTORIZE_ATTR). A
+    walk of one scalar per edge (a kernel without feature dimensions) keeps
+    LLVM's choice: its gathers are single values, not rows.
+    """
+    return any(isinstance(inner, loop.ForFeatureOp | scf.ForOp) for inner in op.body.walk())
 
 
 class LowerForTile(RewritePattern):

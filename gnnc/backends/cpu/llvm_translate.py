@@ -34,7 +34,7 @@ from xdsl.dialects import llvm as llvm_dialect
 from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from gnnc.abi import INTERLEAVE_ATTR
+from gnnc.abi import INTERLEAVE_ATTR, NO_VECTORIZE_ATTR
 from gnnc.dialects.llvm_ext import (
     AtomicRmwOp,
     BarrierOp,
@@ -286,12 +286,16 @@ def _func_call(t: FunctionTranslator, op: func.CallOp) -> None:
 # ---------------------------------------------------------------- scf
 
 
-def _loop_id(module: ir.Module, interleave: int | None = None) -> ir.values.MDValue:
+def _loop_id(module: ir.Module, interleave: int | None = None, vectorize: bool = True) -> ir.values.MDValue:
     """A fresh `distinct !{self, !{"llvm.loop.mustprogress"}, ...}` loop identifier."""
     properties = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.mustprogress")])]
     if interleave is not None:
         properties.append(module.add_metadata(
             [ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, interleave)]
+        ))
+    if not vectorize:
+        properties.append(module.add_metadata(
+            [ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)]
         ))
     return _LoopID(module, properties, name=str(len(module.metadata)))
 
@@ -339,9 +343,11 @@ def _scf_for(t: FunctionTranslator, op: scf.ForOp) -> None:
     next_iv = b.add(iv, step, name="iv.next", flags=("nsw",) if signed else ("nuw",))
     backedge = b.branch(header)
     interleave = op.attributes.get(INTERLEAVE_ATTR)
-    backedge.set_metadata(
-        "llvm.loop", _loop_id(t.module, interleave.value.data if isinstance(interleave, builtin.IntegerAttr) else None)
-    )
+    backedge.set_metadata("llvm.loop", _loop_id(
+        t.module,
+        interleave.value.data if isinstance(interleave, builtin.IntegerAttr) else None,
+        vectorize=NO_VECTORIZE_ATTR not in op.attributes,
+    ))
     iv.add_incoming(next_iv, latch)
     for phi, v in zip(carried, yielded):
         phi.add_incoming(v, latch)
