@@ -22,7 +22,7 @@ partitioning (`partition src K`):
     mdual (258K, 4.0)       sage_max  512    15.8      1.01x  1.00x  0.80x
 
 The second decision, `vectorize W` with W the whole feature row, for rows of
-up to 256 bytes (four AVX-512 registers), in kernels that walk each
+up to 512 bytes (eight AVX-512 registers), in kernels that walk each
 destination's in-edges once: the row then stays in registers across the
 walk instead of being loaded and stored on every edge. Measured (same runs):
 
@@ -31,7 +31,13 @@ walk instead of being loaded and stored on every edge. Measured (same runs):
     F=64 (vectorize 64, 7 round-robin samples): gcn / sage_max / sage_mean
     1.11 / 1.11 / 1.29x on rmat-15, 1.09 / 1.06 / 1.11x on mdual, 1.30 /
     1.22 / 1.35x on astro-ph, 1.21 / 1.20 / 1.30x on copter2: every cell.
-    F=128 (vectorize 128, eight registers): 0.92-1.15x, mixed: not taken. gat F=32: 0.57x on
+    F=128 (vectorize 128, eight registers): 0.92-1.15x, mixed, while LLVM
+    vectorised a walk whose row loop it had unrolled across the edges, with
+    a gather per feature (convert-loop-to-scf now forbids that); since, 1.03-
+    1.30x on mdual, rmat-16 and copter2 for gcn, sage_max and sage_mean (9
+    round-robin samples, edge ids in CSR order), and in the tuning records
+    of 15 graphs (gcn, sage_max) 1.10x geometric mean, 21 of 30 cases
+    faster, the worst 0.86x (cond-mat-2005). gat F=32: 0.57x on
     rmat-16, 0.71x on mdual while a sliced sweep lost its H == 1 copy
     (specialize-unit-dims), 1.01-1.04x on rmat-14 and cond-mat since: too
     little for a rule; an edge-wise kernel (attention, H=8, D=16, sliced over
@@ -67,16 +73,22 @@ PARTITION_MIN_MEAN_DEGREE = 8.0
 PARTITION_ROWS_PER_PART_OVER_LLC = 2
 PARTITION_MAX = 8
 
-#: `vectorize W` with W the whole row: rows of this size fit in four AVX-512 registers.
-VECTORIZE_MAX_BYTES = 256
+#: `vectorize W` with W the whole row: rows of this size fit in eight AVX-512 registers.
+VECTORIZE_MAX_BYTES = 512
 VECTORIZE_MIN_ELEMENTS = 8
 
 
 def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int:
-    """Bytes of one vertex's rows over every per-vertex input (what a gather at `u` reads)."""
+    """Bytes of one vertex's rows over the per-vertex inputs read at sources (what a gather at `u` reads).
+
+    Inputs read only at destinations (attention's `q[v]`, gat's `er[v]`) do not
+    count: source partitions do not make them cache-resident. Counting them
+    partitioned attention (H = 4, D = 32) on R-MAT 17 with edge factor 8,
+    0.80-0.89x of the kernel as compiled.
+    """
     total = 0
     for p in signature.params:
-        if p.domain != "V":
+        if p.domain != "V" or (p.sides and "src" not in p.sides):
             continue
         n = 1
         for d in p.shape:
@@ -97,11 +109,11 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
     v, e = graph.num_vertices, graph.num_edges
-    if v == 0 or row_bytes <= 0:
+    if v == 0:
         return None
     rows = v * row_bytes
     single_walk = not phases or all(p.get("edge_walks", 1) <= 1 for p in phases)
-    if rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
+    if row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
         parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
         k = 2
         while k < PARTITION_MAX and k * 1.5 < parts:
