@@ -63,6 +63,10 @@ TRAIN = {
     "hep-th": ("file", _GT / "hep-th.gt.gz"),
     "rmat-14": ("rmat", (14, 16, 0)),
     "rmat-16-ef8": ("rmat", (16, 8, 0)),
+    # a graph as large as the largest held-out one (mdual, 258K vertices), where
+    # rows stream from memory: without it the model extrapolated `prefetch 0`
+    # from cache-resident graphs to mdual (1.2-1.6x slower than the best there)
+    "rmat-17-ef8": ("rmat", (17, 8, 0)),
     "rand100k-0.01": ("featgraph", (0.01, 0)),
 }
 HELD_OUT = {
@@ -222,7 +226,8 @@ def evaluate(model: predictor.Model, records: list[dict], rounds: int) -> bool:
     print("\n('vs best': the predicted schedule's time over the tuned best's, both timed again head to head)")
     print(f"TARGET predicted within 15% of the tuned best on held-out graphs: {good}/{n} = {frac:.0%} "
           f"(target >= 80%): {'MET' if ok1 else 'NOT MET'}")
-    print(f"TARGET tuned best vs unscheduled kernel, geometric mean: {geo:.2f}x (target >= 1.2x): "
+    # three decimals: 1.198x printed as "1.20x ... NOT MET" read as a contradiction
+    print(f"TARGET tuned best vs unscheduled kernel, geometric mean: {geo:.3f}x (target >= 1.2x): "
           f"{'MET' if ok2 else 'NOT MET'}")
     print(f"TARGET tuned best never slower than the default heuristic: worst {worst_default:.2f}x "
           f"(target >= 1.00x): {'MET' if ok3 else 'NOT MET'}")
