@@ -31,13 +31,12 @@ walk instead of being loaded and stored on every edge. Measured (same runs):
     F=64 (vectorize 64, 7 round-robin samples): gcn / sage_max / sage_mean
     1.11 / 1.11 / 1.29x on rmat-15, 1.09 / 1.06 / 1.11x on mdual, 1.30 /
     1.22 / 1.35x on astro-ph, 1.21 / 1.20 / 1.30x on copter2: every cell.
-    F=128 (vectorize 128, eight registers): 0.92-1.15x, mixed, while LLVM
-    vectorised a walk whose row loop it had unrolled across the edges, with
-    a gather per feature (convert-loop-to-scf now forbids that); since, 1.03-
-    1.30x on mdual, rmat-16 and copter2 for gcn, sage_max and sage_mean (9
+    F=128 (vectorize 128, eight registers): a first measurement gave
+    0.92-1.15x, mixed, and was not taken; measured again, 1.03-1.30x on
+    mdual, rmat-16 and copter2 for gcn, sage_max and sage_mean (9
     round-robin samples, edge ids in CSR order), and in the tuning records
-    of 15 graphs (gcn, sage_max) 1.10x geometric mean, 21 of 30 cases
-    faster, the worst 0.86x (cond-mat-2005). gat F=32: 0.57x on
+    of 16 graphs (gcn, sage_max) 1.10x geometric mean, 21 of 30 cases
+    faster, the worst 0.86x (cond-mat-2005): taken. gat F=32: 0.57x on
     rmat-16, 0.71x on mdual while a sliced sweep lost its H == 1 copy
     (specialize-unit-dims), 1.01-1.04x on rmat-14 and cond-mat since: too
     little for a rule; an edge-wise kernel (attention, H=8, D=16, sliced over
