@@ -54,6 +54,14 @@ class CompileOptions:
         return asdict(self)
 
 
+def variant_options(options: CompileOptions) -> dict:
+    """The options a schedule variant of an object inherits: all but the schedule, target,
+    instruction set and kernel list, which the object's metadata records apart. A variant
+    compiled without them was another kernel: `disable_passes=["transform-before-gather"]`
+    came back with the pass, so the ablation timed mlp_aggr with it against itself."""
+    return {"opt_level": options.opt_level, "disable_passes": list(options.disable_passes), "fusion": options.fusion}
+
+
 @dataclass
 class IrObserver:
     """Where IR goes after each stage: `--print-ir-after[-all]`, `--dump-ir DIR`."""
@@ -183,6 +191,8 @@ def compile_source(
         "source": original_source,
         "file": file,
         "schedule": options.schedule,
+        # what else the variant must be compiled with (module.Kernel._variant)
+        "options": variant_options(options),
         "gnnc_version": __version__,
         "abi_version": abi.ABI_VERSION,
         "target": options.target,
@@ -222,6 +232,7 @@ def _cuda_backend(result: CompileResult, module, signatures: dict, original_sour
         "source": original_source,
         "file": file,
         "schedule": options.schedule,
+        "options": variant_options(options),
         "gnnc_version": __version__,
         "abi_version": abi.ABI_VERSION,
         "target": "cuda",

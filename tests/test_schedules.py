@@ -167,6 +167,28 @@ def test_call_time_schedule_compiles_a_variant():
     assert module.gcn._variants  # compiled once, kept
 
 
+@pytest.mark.parametrize("options,phases", [
+    ({}, 2),                                                    # x @ W once per vertex, then the walk
+    ({"disable_passes": ["transform-before-gather"]}, 1),       # x[u] @ W on every edge
+    ({"fusion": False, "opt_level": 1}, None),
+])
+def test_a_variant_keeps_the_objects_compile_options(options, phases):
+    """A schedule variant is compiled as its object was: the ablation's 'no transform-before-gather'
+    once came back with the pass (the default heuristic's variant dropped the option)."""
+    module = gnnc.compile(EXAMPLES / "mlp_aggr.gnn", **options)
+    variant = module.mlp_aggr._variant("prefetch 4")
+    for key in ("opt_level", "disable_passes", "fusion"):
+        if key in options:
+            assert variant._metadata["options"][key] == options[key]
+    if phases is not None:
+        assert len(module.mlp_aggr._abi["phases"]) == len(variant._abi["phases"]) == phases
+    graph = gnnc.Graph(np.array([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]]))
+    rng = np.random.default_rng(0)
+    x, w = rng.random((4, 8), dtype=np.float32), rng.random((8, 8), dtype=np.float32)
+    np.testing.assert_allclose(module.mlp_aggr(graph, x=x, W=w, schedule="prefetch 4"),
+                               module.mlp_aggr(graph, x=x, W=w), rtol=1e-5)
+
+
 def _hub_graph(hub_in_edges: int = 5000, v: int = 300, seed: int = 0) -> gnnc.Graph:
     rng = np.random.default_rng(seed)
     src = np.concatenate([rng.integers(0, v, hub_in_edges), rng.integers(0, v, 2000)])

@@ -309,9 +309,11 @@ class Kernel:
                 raise ArgumentError(f"{self.name}: this shared object carries no source to recompile with schedule=")
             from gnnc.api import compile as compile_kernels
 
+            options = self._metadata.get("options") or {}  # absent from objects of older gnnc versions
             module = compile_kernels(
                 source, cpu=self._metadata.get("cpu", {}).get("level", "native"), kernels=[self.name], schedule=key,
-                target=self._metadata.get("target", "cpu"),
+                target=self._metadata.get("target", "cpu"), opt_level=options.get("opt_level", 3),
+                disable_passes=tuple(options.get("disable_passes", ())), fusion=options.get("fusion", True),
             )
             self._variants[key] = module.kernels[self.name]
         return self._variants[key]
