@@ -112,7 +112,8 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         return None
     rows = v * row_bytes
     single_walk = not phases or all(p.get("edge_walks", 1) <= 1 for p in phases)
-    if row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
+    gathers_rows = row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes
+    if gathers_rows and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
         parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
         k = 2
         while k < PARTITION_MAX and k * 1.5 < parts:
