@@ -151,6 +151,18 @@ def median_time(fn: Callable[[], Any], repeat: int, warmup: bool = True,
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Median wall time of each of `fns` over `repeat` rounds that call each once, in turn:
+    a noisy neighbour then slows them alike, where back-to-back medians let it land on one."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def _status_kib(key: str) -> int:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -441,15 +453,20 @@ def run_cell(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, machine
         rows.append(result(b.name, b.library, seconds, max_err=err, peak_extra_bytes=peak.extra, **base))
         timers[b.name] = run
 
-    # a cell lost by less than 5% is measured again (both sides, twice the runs) before it counts
+    # The ratio the targets use, gnnc over the best baseline, is measured again
+    # in every cell, the two interleaved (twice the runs): measured back to
+    # back, one noisy stretch of this shared machine could land on either
+    # side (gat on rmat-16, F=128 H=4: 118 ms in a run, 83 ms timed again).
+    # This also covers issue 3's rule that a cell lost by less than 5% is
+    # measured again before it counts.
     done = [r for r in rows[1:] if r.status == "ok"]
     if done and rows[0].status == "ok":
         best = min(done, key=lambda r: r.seconds)
-        if 1 / 1.05 <= best.seconds / rows[0].seconds < 1.0:
-            for r in (rows[0], best):
-                r.seconds = median_time(timers[r.impl], 2 * args.repeat)
-                r.gflops, r.gbs = fl / r.seconds / 1e9, by / r.seconds / 1e9
-                r.note = (r.note + "; " if r.note else "") + "re-measured (within 5%)"
+        again = interleaved_medians({r.impl: timers[r.impl] for r in (rows[0], best)}, 2 * args.repeat)
+        for r in (rows[0], best):
+            r.seconds = again[r.impl]
+            r.gflops, r.gbs = fl / r.seconds / 1e9, by / r.seconds / 1e9
+            r.note = (r.note + "; " if r.note else "") + "timed again, interleaved"
     del timers
     return rows
 
