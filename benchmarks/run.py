@@ -661,14 +661,9 @@ def run_ablation(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, arg
         except GnncError as exc:
             row["status"] = f"unsupported: {str(exc).splitlines()[0][:90]}"
         rows.append(row)
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(args.repeat):
-        for (_, call), spent in zip(calls, times):
-            t0 = time.perf_counter()
-            call()
-            spent.append(time.perf_counter() - t0)
-    for (row, _), spent in zip(calls, times):
-        row["seconds"] = statistics.median(spent)
+    medians = interleaved_medians({row["label"]: call for row, call in calls}, args.repeat)
+    for row, _ in calls:
+        row["seconds"] = medians[row["label"]]
     base = rows[0]["seconds"] if rows and rows[0]["label"] == "default" else None
     for row in rows:
         if base and row["seconds"]:
