@@ -500,7 +500,9 @@ class KernelLowering:
         Tagged not to be interleaved: LLVM's default for a reassociable sum
         (16 lanes x 4 accumulators on AVX-512) needs 64 elements per
         iteration, so a 32-long dot, the common head size, ran entirely in
-        the narrower remainder loop.
+        the narrower remainder loop. And not to be unrolled
+        (abi.NO_UNROLL_ATTR): a literal-length dot unrolled before the loop
+        vectoriser saw it came out as a chain of scalar FMAs.
         """
         block = Block(arg_types=[index, init.type])
         with self.em.nested(block):
@@ -508,6 +510,7 @@ class KernelLowering:
             self.em.op(scf.YieldOp(result))
         op = scf.ForOp(self.em.index_const(0), extent, self.em.index_const(1), [init], block)
         op.attributes[abi.INTERLEAVE_ATTR] = IntegerAttr(1, i64)
+        op.attributes[abi.NO_UNROLL_ATTR] = UnitAttr()
         self.em.op(op)
         return op.results[0]
 

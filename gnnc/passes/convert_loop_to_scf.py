@@ -102,13 +102,15 @@ class LowerForDst(RewritePattern):
 
 
 class LowerForFeature(RewritePattern):
-    """loop.for_feature -> scf.for over [0, extent)."""
+    """loop.for_feature -> scf.for over [0, extent); a head loop (one around other
+    loops) is not to be vectorised (see abi.NO_VECTORIZE_ATTR)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: loop.ForFeatureOp, rewriter: PatternRewriter) -> None:
         _check_schedule_consumed(op)
         zero = _const(0)
-        _to_scf_for(rewriter, op, zero.result, op.extent, [zero], op.body.block)
+        _to_scf_for(rewriter, op, zero.result, op.extent, [zero], op.body.block,
+                    attributes={NO_VECTORIZE_ATTR: UnitAttr()} if _encloses_loops(op) else None)
 
 
 class LowerForInEdges(RewritePattern):
@@ -134,16 +136,17 @@ class LowerForInEdges(RewritePattern):
 
         _to_scf_for(
             rewriter, op, lo.result, hi.result, [one, next_v, lo_raw, hi_raw, lo, hi], op.body.block, per_edge,
-            attributes={NO_VECTORIZE_ATTR: UnitAttr()} if _walks_rows(op) else None,
+            attributes={NO_VECTORIZE_ATTR: UnitAttr()} if _encloses_loops(op) else None,
         )
 
 
-def _walks_rows(op: loop.ForInEdgesOp) -> bool:
-    """Whether an in-edge walk has a loop over features inside: a row per edge.
+def _encloses_loops(op: loop.ForInEdgesOp | loop.ForFeatureOp) -> bool:
+    """Whether a loop has a loop over features inside: an in-edge walk over a row
+    per edge, or a head loop.
 
-    Such a walk is not vectorised across edges (abi.NO_VECTORIZE_ATTR). A
-    walk of one scalar per edge (a kernel without feature dimensions) keeps
-    LLVM's choice: its gathers are single values, not rows.
+    Such a loop is not vectorised (abi.NO_VECTORIZE_ATTR). A walk of one
+    scalar per edge (a kernel without feature dimensions) keeps LLVM's
+    choice: its gathers are single values, not rows.
     """
     return any(isinstance(inner, loop.ForFeatureOp | scf.ForOp) for inner in op.body.walk())
 

@@ -34,7 +34,7 @@ from xdsl.dialects import llvm as llvm_dialect
 from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from gnnc.abi import INTERLEAVE_ATTR, NO_VECTORIZE_ATTR
+from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR
 from gnnc.dialects.llvm_ext import (
     AtomicRmwOp,
     BarrierOp,
@@ -286,7 +286,8 @@ def _func_call(t: FunctionTranslator, op: func.CallOp) -> None:
 # ---------------------------------------------------------------- scf
 
 
-def _loop_id(module: ir.Module, interleave: int | None = None, vectorize: bool = True) -> ir.values.MDValue:
+def _loop_id(module: ir.Module, interleave: int | None = None, vectorize: bool = True,
+             unroll: bool = True) -> ir.values.MDValue:
     """A fresh `distinct !{self, !{"llvm.loop.mustprogress"}, ...}` loop identifier."""
     properties = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.mustprogress")])]
     if interleave is not None:
@@ -297,6 +298,8 @@ def _loop_id(module: ir.Module, interleave: int | None = None, vectorize: bool =
         properties.append(module.add_metadata(
             [ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)]
         ))
+    if not unroll:
+        properties.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]))
     return _LoopID(module, properties, name=str(len(module.metadata)))
 
 
@@ -347,6 +350,7 @@ def _scf_for(t: FunctionTranslator, op: scf.ForOp) -> None:
         t.module,
         interleave.value.data if isinstance(interleave, builtin.IntegerAttr) else None,
         vectorize=NO_VECTORIZE_ATTR not in op.attributes,
+        unroll=NO_UNROLL_ATTR not in op.attributes,
     ))
     iv.add_incoming(next_iv, latch)
     for phi, v in zip(carried, yielded):
