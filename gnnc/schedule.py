@@ -21,7 +21,8 @@ from gnnc.errors import ArgumentError
 DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
-IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group"})
+IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
+                                        "specialize"})
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
@@ -45,6 +46,8 @@ class CpuSchedule:
     #: neighbour group size (Huang et al.): in-edge lists longer than this are
     #: cut into groups of at most this many edges, None for no grouping
     group_size: int | None = None
+    #: (dimension, size) pairs the kernel is compiled for (`specialize F 32`), None for sizes given at run time
+    sizes: tuple[tuple[str, int], ...] | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -66,7 +69,19 @@ class CpuSchedule:
             edge_order="hilbert" if entries.get("cpu.order") == "edges hilbert" else None,
             vector_width=int(entries["cpu.vectorize"]) if "cpu.vectorize" in entries else None,
             group_size=int(group.split()[-1]) if group else None,
+            sizes=parse_sizes(entries["cpu.specialize"]) if "cpu.specialize" in entries else None,
         )
+
+
+def parse_sizes(text: str) -> tuple[tuple[str, int], ...]:
+    """The words after `specialize` (`H 4 F 32`) as (dimension, size) pairs."""
+    words = text.split()
+    return tuple((name, int(size)) for name, size in zip(words[::2], words[1::2]))
+
+
+def sizes_text(sizes: Mapping[str, int]) -> str:
+    """(dimension, size) pairs as the words after `specialize`."""
+    return " ".join(f"{name} {size}" for name, size in sizes.items())
 
 
 def directives_text(schedule: str | Mapping[str, object]) -> str:

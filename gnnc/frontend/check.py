@@ -25,7 +25,8 @@ from gnnc.frontend import ast
 #: A directive that parses but is not listed here is an error ("... is not
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
-SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group"},
+SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
+                                                     "specialize"},
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
                                                       "map warp_edge", "map group", "map tile", "map lanes",
@@ -64,7 +65,8 @@ MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size",
                "lanes": "the lanes per destination or edge group, a power of two up to 32",
                "hybrid": "the most high-degree sources whose rows each block keeps in shared memory"}
-DIRECTIVES = {"cpu": set(CPU_DIRECTIVES), "cuda": {"map"}}
+#: ``specialize NAME N [NAME N ...]``: the kernel compiled for these sizes of its dimensions.
+DIRECTIVES = {"cpu": {*CPU_DIRECTIVES, "specialize"}, "cuda": {"map"}}
 
 
 def _directive_phrase(words: list[str]) -> str:
@@ -127,7 +129,8 @@ class _Checker:
                         item.loc,
                     )
                 seen_schedules[key] = item
-                self.schedule(item)
+                self.schedule(item, seen_kernels.get(item.kernel) or next(
+                    k for k in program.kernels if k.name == item.kernel))
 
     # --------------------------------------------------------------- schedule
 
@@ -148,7 +151,7 @@ class _Checker:
             pos = found + len(w)
         return locs
 
-    def schedule(self, s: ast.Schedule) -> None:
+    def schedule(self, s: ast.Schedule, kernel: ast.Kernel) -> None:
         given: dict[str, ast.Directive] = {}
         for d in s.directives:
             locs = self.word_locs(d)
@@ -170,6 +173,9 @@ class _Checker:
                 )
             if keyword == "map":
                 options = self.map_directive(d, locs)
+            elif keyword == "specialize":
+                self.specialize_directive(d, locs, kernel)
+                options = []
             else:
                 self.cpu_directive(d, locs)
                 options = []
@@ -212,6 +218,27 @@ class _Checker:
             raise self.error(
                 f"unexpected '{d.words[extra]}' after '{' '.join(d.words[:extra])}'", locs[extra]
             )
+
+    def specialize_directive(self, d: ast.Directive, locs: list[SourceLocation], kernel: ast.Kernel) -> None:
+        """``specialize NAME N ...``: each name one of the kernel's dimensions, once, with a positive size."""
+        dims = list(dict.fromkeys(d for p in kernel.params for d in p.type.shape if isinstance(d, str)))
+        named = f"its dimensions: {', '.join(dims)}" if dims else "it has no named dimensions"
+        words = d.words
+        if len(words) < 2:
+            raise self.error(
+                f"'specialize' needs a dimension and its size after it, e.g. 'specialize {dims[0] if dims else 'F'} 32' "
+                f"({named})", locs[0])
+        seen: set[str] = set()
+        for i in range(1, len(words), 2):
+            name = words[i]
+            if name not in dims:
+                raise self.error(f"'{name}' is not a dimension of kernel '{kernel.name}' ({named})", locs[i])
+            if name in seen:
+                raise self.error(f"'{name}' is given twice in 'specialize'", locs[i])
+            seen.add(name)
+            if i + 1 >= len(words):
+                raise self.error(f"'{name}' needs a positive integer (its size) after it", locs[i])
+            self.positive_int(words[i + 1], locs[i + 1], f"the size of {name}", name)
 
     def map_directive(self, d: ast.Directive, locs: list[SourceLocation]) -> list[tuple[str, SourceLocation]]:
         words = d.words

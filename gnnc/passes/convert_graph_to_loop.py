@@ -54,7 +54,7 @@ from gnnc.dialects import graph, loop
 from gnnc.errors import CompileError
 from gnnc.frontend import irgen
 from gnnc.passes.loop_structure import check_row_split, edge_walks, row_dim
-from gnnc.schedule import CpuSchedule
+from gnnc.schedule import CpuSchedule, sizes_text
 from gnnc import abi
 
 index = IndexType()
@@ -712,6 +712,8 @@ class KernelLowering:
             result["edges"] = StringAttr(sched.edge_order)
         if sched.vector_width is not None:
             result["vectorize"] = IntegerAttr(sched.vector_width, i64)
+        if sched.sizes is not None:
+            result["specialize"] = StringAttr(sizes_text(dict(sched.sizes)))
         return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work

@@ -30,6 +30,7 @@ from gnnc.passes.map_threads import MapThreadsPass
 from gnnc.passes.order_destinations import OrderDestinationsPass
 from gnnc.passes.partition_sources import PartitionSourcesPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
+from gnnc.passes.specialize_sizes import SpecializeSizesPass
 from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
 from gnnc.passes.tile_features import TileFeaturesPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
@@ -48,6 +49,7 @@ PASSES: dict[str, type[ModulePass]] = {
         UnfusePass,
         AnnotateFusionPass,
         ConvertGraphToLoopPass,
+        SpecializeSizesPass,
         PrefetchNeighborsPass,
         SpecializeUnitDimsPass,
         HilbertEdgeOrderPass,
@@ -86,6 +88,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "dce",
     "annotate-fusion",
     "convert-graph-to-loop",
+    "specialize-sizes",
     "prefetch-neighbors",
     "specialize-unit-dims",
     *CPU_SCHEDULE_PASSES,

@@ -56,7 +56,7 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
         traits = predictor.kernel_traits(kernel._abi, kernel.signature.params, kernel.signature.results, dims, itemsize)
         for rank in model.rank(signature, traits):
             directives, threads = predictor.split_threads(rank.key)
-            concrete = predictor.concrete_schedule(directives, traits["row"])
+            concrete = predictor.concrete_schedule(directives, traits["row"], traits["sizes"])
             if concrete is None or concrete in kernel._refused:
                 continue
             return Choice(concrete, threads, "predicted")

@@ -6,7 +6,7 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Two decisions so far, each a rule fit to what was measured on this machine
+Three decisions so far, each a rule fit to what was measured on this machine
 (2 threads, AMD EPYC, 32 MiB L3, edge ids in CSR order, against the kernel
 as compiled in the same process). The first, FeatGraph's 1-D source
 partitioning (`partition src K`):
@@ -42,6 +42,20 @@ walk instead of being loaded and stored on every edge. Measured (same runs):
     little for a rule; an edge-wise kernel (attention, H=8, D=16, sliced over
     its heads) 0.88x: not for them.
 
+The third, `specialize` (the kernel compiled for the call's sizes of its
+dimensions, passes/specialize_sizes.py), for calls of at least 16K edges
+whose gathered rows are at most 1 KiB. Against the plain kernel (9
+round-robin samples, R-MAT scale 15 / mdual):
+
+    gcn F=32 1.18x / 1.19x (with vectorize 32: 1.12x / 1.27x); gcn F=128
+    1.10x / 0.95x (with vectorize 128: 1.14x / 0.91x); sage_max F=32 1.60x /
+    1.39x; sage_mean F=64 1.28x / 1.23x; attention H=1 D=32 1.17x / 1.08x,
+    H=4 D=32 1.26x / 1.15x; gat H=1 F=32 1.17x / 1.10x; gat H=4 F=64
+    (1 KiB of `h` per source and 16 B of `el`) 1.15x / 0.90x.
+
+A variant costs a compile (about a second, then cached on disk), hence the
+floor on the edges: a smaller call gains less than that in a thousand runs.
+
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
 last-level cache and each row is gathered often enough (mean in-degree >= 8)
@@ -63,6 +77,7 @@ from __future__ import annotations
 from typing import Any
 
 from gnnc.runtime import plans
+from gnnc.schedule import sizes_text
 
 #: Source rows must exceed this many last-level caches before partitioning.
 PARTITION_MIN_ROWS_OVER_LLC = 4
@@ -75,6 +90,11 @@ PARTITION_MAX = 8
 #: `vectorize W` with W the whole row: rows of this size fit in eight AVX-512 registers.
 VECTORIZE_MAX_BYTES = 512
 VECTORIZE_MIN_ELEMENTS = 8
+
+#: `specialize` the call's sizes: calls of at least this many edges ...
+SPECIALIZE_MIN_EDGES = 1 << 14
+#: ... gathering at most this many bytes per source.
+SPECIALIZE_MAX_ROW_BYTES = 1024
 
 
 def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int:
@@ -113,17 +133,20 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
     rows = v * row_bytes
     single_walk = not phases or all(p.get("edge_walks", 1) <= 1 for p in phases)
     gathers_rows = row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes
+    lines = []
     if gathers_rows and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
         parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
         k = 2
         while k < PARTITION_MAX and k * 1.5 < parts:
             k *= 2
-        return f"partition src {k}"
-    if accumulates and phases and dims and len(phases) == 1 and phases[0].get("edge_walks") == 1:
+        lines.append(f"partition src {k}")
+    elif accumulates and phases and dims and len(phases) == 1 and phases[0].get("edge_walks") == 1:
         width = dims.get(phases[0].get("row_dim", ""))
         if width is not None and VECTORIZE_MIN_ELEMENTS <= width and width * itemsize <= VECTORIZE_MAX_BYTES:
-            return f"vectorize {width}"
-    return None
+            lines.append(f"vectorize {width}")
+    if dims and e >= SPECIALIZE_MIN_EDGES and row_bytes <= SPECIALIZE_MAX_ROW_BYTES:
+        lines.append(f"specialize {sizes_text(dims)}")
+    return "\n".join(lines) or None
 
 
 # ------------------------------------------------------------------ cuda

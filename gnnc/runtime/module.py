@@ -164,6 +164,13 @@ class Kernel:
         """Calls the native kernel on checked arguments (`prepare_call`'s)."""
         if graph.bipartite:
             check_bipartite(self.name, self._abi, graph)
+        for name, size in (self._abi.get("sizes") or {}).items():
+            if dims.get(name) != size:
+                # the native code reads and writes `size` columns of every row, whatever the arrays hold
+                raise ArgumentError(
+                    f"{self.name}: compiled for {name} = {size} (specialize {name} {size}), "
+                    f"but this call has {name} = {dims.get(name)}"
+                )
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread

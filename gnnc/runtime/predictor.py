@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from gnnc.schedule import sizes_text
+
 SHIPPED_MODEL = Path(__file__).with_name("schedule_model.json")
 LOCAL_MODEL = "model.json"
 MODEL_VERSION = 1
@@ -68,6 +70,8 @@ def canonical_schedule(directives: str, row: int) -> str:
         words = line.split()
         if words[0] == "vectorize" and len(words) == 2 and words[1].isdigit() and int(words[1]) == row:
             line = "vectorize row"
+        elif words[0] == "specialize":
+            line = "specialize"  # the case's own sizes
         elif words[:2] == ["tile", "features"] and len(words) == 3 and words[2].isdigit():
             t = int(words[2])
             if t and row % t == 0 and row // t > 1:
@@ -76,13 +80,18 @@ def canonical_schedule(directives: str, row: int) -> str:
     return "; ".join(out)
 
 
-def concrete_schedule(canonical: str, row: int) -> str | None:
-    """The directive text of a canonical name for a row of `row` elements, or None if it has no meaning there."""
+def concrete_schedule(canonical: str, row: int, sizes: str = "") -> str | None:
+    """The directive text of a canonical name for a row of `row` elements and a call of
+    `sizes` (the words after `specialize`), or None if it has no meaning there."""
     out = []
     for line in _lines(canonical):
         words = line.split()
         if words == ["vectorize", "row"]:
             line = f"vectorize {row}"
+        elif words == ["specialize"]:
+            if not sizes:
+                return None
+            line = f"specialize {sizes}"
         elif words[:2] == ["tile", "features"] and len(words) == 3 and words[2].startswith("row/"):
             k = int(words[2][4:])
             if row % k or row // k < 1:
@@ -148,6 +157,8 @@ def kernel_traits(abi_record: dict, params: Any, results: Any, dims: dict[str, i
         "phases": len(phases),
         "vertex_result": any(r.domain == "V" for r in results),
         "edge_result": any(r.domain == "E" for r in results),
+        # the words of `specialize` for this call (not a feature: names its candidates)
+        "sizes": sizes_text({d: dims[d] for d in abi_record.get("dims", []) if d in dims}),
     }
 
 
@@ -249,7 +260,7 @@ class Model:
         """The predicted best candidate's concrete key (directives; threads), or None without support."""
         for p in self.rank(graph_signature, traits, keys):
             sched, threads = split_threads(p.key)
-            concrete = concrete_schedule(sched, traits["row"])
+            concrete = concrete_schedule(sched, traits["row"], traits.get("sizes", ""))
             if concrete is not None:
                 return join_threads(concrete, threads)
         return None

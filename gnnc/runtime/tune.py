@@ -6,7 +6,8 @@ default heuristic's pick, prefetch distances (0: none), vector widths (slices of
 row and the whole row), FeatGraph's source partitions K alone and with
 feature tiles, feature tiles alone, Seastar's degree sort, Huang et al.'s
 locality order and neighbour groups, the Hilbert edge order for edge-wise
-kernels, and fewer threads. A candidate the compiler refuses for this kernel
+kernels, the kernel compiled for the call's sizes (`specialize`), and fewer
+threads. A candidate the compiler refuses for this kernel
 (partitioning a softmax, say) is dropped with its reason.
 
 The search is successive halving, model-guided:
@@ -18,7 +19,7 @@ The search is successive halving, model-guided:
 2. combinations: the single candidates measure one optimisation each, but
    they compose (a row held in registers and a longer prefetch distance,
    say). The best candidate of each family (vectorize, prefetch, partition
-   and tiles, vertex order, neighbour groups) that beat the unscheduled
+   and tiles, vertex order, neighbour groups, specialize) that beat the unscheduled
    kernel is joined with the best of the others, up to three families at a
    time (`combination_keys`), and the joins are compiled and timed like the
    rest; a join the compiler refuses is dropped;
@@ -87,6 +88,8 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
     if traits["edge_result"] and not traits["vertex_result"]:
         keys.append("order edges hilbert")
     keys += [f"group neighbors {g}" for g in (32, 256)]
+    if traits.get("sizes"):
+        keys.append(f"specialize {traits['sizes']}")
     if cores > 1:
         keys.append(predictor.join_threads(UNSCHEDULED, 1))
         keys.append(predictor.join_threads(default_key, 1))
@@ -97,7 +100,7 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
 #: Families of directives, in the order a joined key lists them (one name per
 #: combination, so records of different cases name the same join alike).
 #: FeatGraph's source partitions and feature tiles are one family.
-FAMILIES = ("partition", "order", "group", "vectorize", "prefetch")
+FAMILIES = ("partition", "order", "group", "vectorize", "prefetch", "specialize")
 #: How many families a combination joins at most.
 MAX_JOINED = 3
 

@@ -1,0 +1,128 @@
+"""`specialize`: kernels compiled for given sizes of their dimensions, checked against the reference."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gnnc
+from gnnc import compiler
+from gnnc.runtime import heuristic, predictor, tune
+from gnnc.schedule import sizes_text
+from tests.helpers import assert_matches
+from tests.strategies import graphs, random_inputs
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 32}, "sage_mean": {"F": 1}, "gin": {"F": 5},
+        "attention": {"H": 2, "D": 17}, "gat": {"H": 4, "F": 8}, "mlp_aggr": {"D1": 5, "D2": 7},
+        "gcn_norm": {"F": 3}}
+#: Schedules specialize is joined with (those a kernel refuses are skipped).
+WITH = ["", "prefetch 0", "vectorize 4", "tile features 4", "partition src 2", "group neighbors 3",
+        "sort degree", "order edges hilbert"]
+
+
+@functools.cache
+def compiled(name: str, schedule: str):
+    try:
+        return gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule)
+    except gnnc.CompileError as exc:
+        return exc
+
+
+@functools.cache
+def reference(name: str):
+    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
+
+
+@pytest.mark.parametrize("name", sorted(DIMS))
+@given(graph=graphs(), other=st.sampled_from(WITH), partial=st.booleans(), threads=st.integers(1, 3),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8, deadline=None)
+def test_specialized_examples_match_the_reference(name, graph, other, partial, threads, seed):
+    dims = DIMS[name]
+    sizes = dict(list(dims.items())[:1]) if partial else dims
+    module = compiled(name, "\n".join(filter(None, [other, f"specialize {sizes_text(sizes)}"])))
+    if isinstance(module, gnnc.CompileError):
+        assert other and other.split()[0] in str(module), str(module)  # refused for the other directive
+        return
+    kernel = getattr(module, name)
+    assert kernel._abi["sizes"] == sizes
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
+    got = kernel(graph, threads=threads, **inputs)
+    want = getattr(reference(name), name)(graph, **inputs)
+    assert_matches(got, want, graph, np.float32)
+
+
+@pytest.mark.parametrize("name", ["gat", "gcn", "attention"])
+def test_a_call_with_other_sizes_is_refused_before_the_native_code(name):
+    dims = DIMS[name]
+    kernel = getattr(compiled(name, f"specialize {sizes_text(dims)}"), name)
+    graph = gnnc.Graph.from_coo([0, 1, 2], [1, 2, 0], num_vertices=3)
+    for dim in dims:
+        other = {**dims, dim: dims[dim] * 4}  # rows four times wider than compiled for
+        with pytest.raises(gnnc.ArgumentError, match=f"compiled for {dim} = {dims[dim]}.*has {dim} = {other[dim]}"):
+            kernel(graph, **random_inputs(kernel.signature, graph, other, np.float32, 0))
+
+
+def test_the_pass_replaces_the_run_time_sizes():
+    source = (EXAMPLES / "gat.gnn").read_text()
+    stages = compiler.compile_source(source, "gat.gnn", compiler.CompileOptions(schedule="specialize F 32"),
+                                     stop_after="scf").stages
+    before, after = stages["convert-graph-to-loop"], stages["specialize-sizes"]
+    loads = "memref.load %11["  # the dims argument (abi.GRAPH_ARGUMENTS)
+    assert before.count(loads) == 2 and after.count(loads) == 1  # H is still read
+    assert "arith.constant 32 : i64" in after
+    assert "specialize" in before and "specialize" not in after.split("gnnc.abi")[0]
+    assert gnnc.compile(source, schedule="specialize F 32").gat._abi["sizes"] == {"F": 32}
+
+
+def test_an_unspecialized_kernel_is_unchanged():
+    source = (EXAMPLES / "gcn.gnn").read_text()
+    stages = compiler.compile_source(source, "gcn.gnn", stop_after="scf").stages
+    assert stages["specialize-sizes"] == stages["convert-graph-to-loop"]
+
+
+@pytest.mark.parametrize("directive,col,message,width", [
+    ("specialize", 22, "'specialize' needs a dimension and its size after it, e.g. 'specialize F 32' "
+                       "(its dimensions: F)", 10),
+    ("specialize G 4", 33, "'G' is not a dimension of kernel 'k' (its dimensions: F)", 1),
+    ("specialize F", 33, "'F' needs a positive integer (its size) after it", 1),
+    ("specialize F 0", 35, "expected a positive integer (the size of F) after 'F', found '0'", 1),
+    ("specialize F 4 F 8", 37, "'F' is given twice in 'specialize'", 1),
+])
+def test_specialize_errors_point_at_the_word(directive, col, message, width):
+    source = f"kernel k(x: f32[V, F]) -> f32[V, F] {{ out[v] = x[v] }}\nschedule k for cpu {{ {directive} }}\n"
+    with pytest.raises(gnnc.SourceError) as info:
+        gnnc.compile(source)
+    first, line, caret = str(info.value).splitlines()
+    assert first.startswith(f"<string>:2:{col}: error: ") and message in first, first
+    assert caret == " " * (col - 1) + "^" + "~" * (width - 1)
+
+
+def test_the_default_specializes_large_calls():
+    rng = np.random.default_rng(0)
+    v, e = 2000, heuristic.SPECIALIZE_MIN_EDGES
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+    module = gnnc.compile(EXAMPLES / "attention.gnn")
+    inputs = random_inputs(module.attention.signature, graph, {"H": 2, "D": 8}, np.float32, 0)
+    got = module.attention(graph, **inputs)
+    assert list(module.attention._variants) == ["specialize H 2 D 8"]
+    assert module.attention._variants["specialize H 2 D 8"]._abi["sizes"] == {"H": 2, "D": 8}
+    assert_matches(got, reference("attention").attention(graph, **inputs), graph, np.float32)
+
+
+def test_the_tuner_and_the_predictor_know_specialize():
+    module = gnnc.compile(EXAMPLES / "gat.gnn")
+    traits = tune.traits_of(module.gat, {"H": 4, "F": 8})
+    assert traits["sizes"] == "H 4 F 8"
+    keys = tune.candidate_keys(traits, 2, "")
+    assert "specialize H 4 F 8" in keys
+    assert tune.family_of("specialize H 4 F 8") == "specialize"
+    assert predictor.canonical_schedule("vectorize 32\nspecialize H 4 F 8", 32) == "vectorize row; specialize"
+    assert predictor.concrete_schedule("vectorize row; specialize", 32, "H 4 F 8") == "vectorize 32; specialize H 4 F 8"
+    assert predictor.concrete_schedule("specialize", 32, "") is None
