@@ -129,8 +129,8 @@ class _Checker:
                         item.loc,
                     )
                 seen_schedules[key] = item
-                self.schedule(item, seen_kernels.get(item.kernel) or next(
-                    k for k in program.kernels if k.name == item.kernel))
+                # a schedule may come before its kernel
+                self.schedule(item, next(k for k in program.kernels if k.name == item.kernel))
 
     # --------------------------------------------------------------- schedule
 
