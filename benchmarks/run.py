@@ -37,10 +37,21 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 EXAMPLES = HERE.parent / "examples"
 
+def without_specialize(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
+    """The default heuristic's pick for this call, its `specialize` line dropped (sizes given at run time)."""
+    from gnnc.runtime import tune
+    from gnnc.runtime.signature import prepare_call
+
+    dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
+    lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and not line.startswith("specialize")]
+    return "; ".join(lines) or "prefetch 8"  # a written schedule runs as written: the kernel as compiled
+
+
 # Schedules tried by --ablation, per kernel: label -> value passed as `schedule=` on the call
-# (None is gnnc's default heuristic; a value replaces the whole default schedule). A label starting
-# with "without" switches an optimisation off: its gain is its time / the default's (what the
-# optimisation buys); any other label's gain is the default's time / its time. Edit freely.
+# (None is gnnc's default heuristic; a value replaces the whole default schedule; a callable gets
+# the kernel, the graph and the inputs and returns the value). A label starting with "without"
+# switches an optimisation off: its gain is its time / the default's (what the optimisation buys);
+# any other label's gain is the default's time / its time. Edit freely.
 SCHEDULES: dict[str, dict[str, Any]] = {
     "gcn": {
         "default": None,
@@ -53,16 +64,18 @@ SCHEDULES: dict[str, dict[str, Any]] = {
         "prefetch 16": "prefetch 16",
         # a written schedule is never second-guessed: this is the kernel as compiled
         "without the default heuristic": "prefetch 8",
+        "without specialize": without_specialize,
     },
     "sage_mean": {"default": None, "partition src 4": "partition src 4", "without prefetch": "prefetch 0",
-                  "without the default heuristic": "prefetch 8"},
+                  "without the default heuristic": "prefetch 8", "without specialize": without_specialize},
     "sage_max": {"default": None, "partition src 4": "partition src 4", "vectorize 32": "vectorize 32",
-                 "without prefetch": "prefetch 0", "without the default heuristic": "prefetch 8"},
+                 "without prefetch": "prefetch 0", "without the default heuristic": "prefetch 8",
+                 "without specialize": without_specialize},
     "attention": {"default": None, "order edges hilbert": "order edges hilbert", "partition src 4": "partition src 4",
-                  "without prefetch": "prefetch 0"},
+                  "without prefetch": "prefetch 0", "without specialize": without_specialize},
     "gat": {"default": None, "sort degree": "sort degree", "tile features 32": "tile features 32",
-            "without prefetch": "prefetch 0"},
-    "mlp_aggr": {"default": None, "without prefetch": "prefetch 0"},
+            "without prefetch": "prefetch 0", "without specialize": without_specialize},
+    "mlp_aggr": {"default": None, "without prefetch": "prefetch 0", "without specialize": without_specialize},
 }
 
 # Compile-time variants tried by --ablation (issue 4's switches): label -> gnnc.compile(**options).
@@ -655,6 +668,8 @@ def run_ablation(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, arg
         row = {"graph": p.name, "kernel": kernel, "F": shape.F, "H": shape.H, "kind": kind, "label": label,
                "seconds": None, "gain": None, "status": "ok"}
         try:
+            if callable(sched):
+                sched = sched(getattr(gk.module(kernel, variant), kernel), p.graph, inputs)
             call = gk.caller(p.graph, kernel, inputs, outputs, schedule=sched, variant=variant)
             call()
             calls.append((row, call))
