@@ -104,16 +104,19 @@ def test_specialize_errors_point_at_the_word(directive, col, message, width):
     assert caret == " " * (col - 1) + "^" + "~" * (width - 1)
 
 
-def test_the_default_specializes_large_calls():
+@pytest.mark.parametrize("name", sorted(DIMS))
+def test_the_default_specializes_large_calls(name):
+    """A call of 16K edges without a schedule runs the default's pick for its own sizes, and is right."""
     rng = np.random.default_rng(0)
     v, e = 2000, heuristic.SPECIALIZE_MIN_EDGES
     graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
-    module = gnnc.compile(EXAMPLES / "attention.gnn")
-    inputs = random_inputs(module.attention.signature, graph, {"H": 2, "D": 8}, np.float32, 0)
-    got = module.attention(graph, **inputs)
-    assert list(module.attention._variants) == ["specialize H 2 D 8"]
-    assert module.attention._variants["specialize H 2 D 8"]._abi["sizes"] == {"H": 2, "D": 8}
-    assert_matches(got, reference("attention").attention(graph, **inputs), graph, np.float32)
+    kernel = getattr(gnnc.compile(EXAMPLES / f"{name}.gnn"), name)
+    inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 0)
+    got = kernel(graph, **inputs)
+    (directives,) = kernel._variants
+    assert directives.splitlines()[-1] == f"specialize {sizes_text(DIMS[name])}"
+    assert kernel._variants[directives]._abi["sizes"] == DIMS[name]
+    assert_matches(got, getattr(reference(name), name)(graph, **inputs), graph, np.float32)
 
 
 def test_the_tuner_and_the_predictor_know_specialize():
