@@ -129,3 +129,24 @@ def test_the_tuner_and_the_predictor_know_specialize():
     assert predictor.canonical_schedule("vectorize 32\nspecialize H 4 F 8", 32) == "vectorize row; specialize"
     assert predictor.concrete_schedule("vectorize row; specialize", 32, "H 4 F 8") == "vectorize 32; specialize H 4 F 8"
     assert predictor.concrete_schedule("specialize", 32, "") is None
+
+
+@pytest.mark.parametrize("schedule,kept", [
+    ("specialize F 128", False),      # eight vectors: unrolled into registers
+    ("specialize F 256", True),       # sixteen: a loop, four vectors an iteration
+])
+def test_wide_specialised_rows_stay_loops(schedule, kept):
+    source = (EXAMPLES / "gcn.gnn").read_text()
+    stages = compiler.compile_source(source, "gcn.gnn", compiler.CompileOptions(schedule=schedule),
+                                     stop_after="llvm").stages
+    assert ("gnnc.no_unroll" in stages["convert-loop-to-scf"]) == kept
+    assert ('!"llvm.loop.unroll.disable"' in stages["translate-to-llvm"]) == kept
+    assert ('!"llvm.loop.interleave.count", i32 4' in stages["translate-to-llvm"]) == kept
+
+
+def test_a_head_loop_around_a_wide_row_stays_a_loop():
+    """gat at H = 4, F = 64: the head loop is kept (four heads of 64 would be 16 vector accumulators)."""
+    source = (EXAMPLES / "gat.gnn").read_text()
+    scf_text = compiler.compile_source(source, "gat.gnn", compiler.CompileOptions(schedule="specialize H 4 F 64"),
+                                       stop_after="scf").stages["convert-loop-to-scf"]
+    assert "gnnc.no_unroll, gnnc.no_vectorize" in scf_text or "gnnc.no_vectorize, gnnc.no_unroll" in scf_text

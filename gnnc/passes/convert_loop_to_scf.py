@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import IndexType, IntegerAttr, IntegerType, ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -26,7 +26,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
-from gnnc.abi import NO_VECTORIZE_ATTR
+from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
 
@@ -109,8 +109,56 @@ class LowerForFeature(RewritePattern):
     def match_and_rewrite(self, op: loop.ForFeatureOp, rewriter: PatternRewriter) -> None:
         _check_schedule_consumed(op)
         zero = _const(0)
-        _to_scf_for(rewriter, op, zero.result, op.extent, [zero], op.body.block,
-                    attributes={NO_VECTORIZE_ATTR: UnitAttr()} if _encloses_loops(op) else None)
+        attributes: dict[str, Attribute] = {}
+        if _encloses_loops(op):
+            attributes[NO_VECTORIZE_ATTR] = UnitAttr()
+        elements = _unrolled_elements(op)
+        if elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS:
+            attributes[NO_UNROLL_ATTR] = UnitAttr()
+            if NO_VECTORIZE_ATTR not in attributes:
+                # four vectors per iteration, as LLVM picks for a row of run-time length
+                attributes[INTERLEAVE_ATTR] = IntegerAttr(ROW_INTERLEAVE, IntegerType(64))
+        _to_scf_for(rewriter, op, zero.result, op.extent, [zero], op.body.block, attributes=attributes)
+
+
+#: A nest of feature loops of constant extents (a kernel specialised to its
+#: sizes) is unrolled by LLVM into straight-line vector code when it covers at
+#: most this many elements; a larger one stays a loop. Unrolled, a 256-element
+#: row (gat at H = 4, F = 64) or a 512-element one (H = 4, F = 128) became
+#: sixteen or thirty-two vector accumulators, more than the registers.
+ROW_UNROLL_MAX_ELEMENTS = 128
+#: The interleave count of such a row loop, innermost.
+ROW_INTERLEAVE = 4
+
+
+def _constant(value: SSAValue) -> int | None:
+    """The value of an index computed from constants only (a specialised size), else None."""
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    if isinstance(op, arith.IndexCastOp):
+        return _constant(op.input)
+    if isinstance(op, arith.MuliOp | arith.AddiOp):
+        a, b = _constant(op.lhs), _constant(op.rhs)
+        if a is None or b is None:
+            return None
+        return a * b if isinstance(op, arith.MuliOp) else a + b
+    return None
+
+
+def _unrolled_elements(op: loop.ForFeatureOp) -> int | None:
+    """Iterations of op's innermost bodies, over op and the feature loops inside it, if all are constant."""
+    extent = _constant(op.extent)
+    if extent is None:
+        return None
+    inner = 1
+    for nested in op.body.walk():
+        if isinstance(nested, loop.ForFeatureOp) and nested is not op and nested.parent_op() is not None:
+            n = _unrolled_elements(nested)
+            if n is None:
+                return None
+            inner = max(inner, n)
+    return extent * inner
 
 
 class LowerForInEdges(RewritePattern):

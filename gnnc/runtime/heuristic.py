@@ -51,7 +51,11 @@ round-robin samples, R-MAT scale 15 / mdual):
     1.10x / 0.95x (with vectorize 128: 1.14x / 0.91x); sage_max F=32 1.60x /
     1.39x; sage_mean F=64 1.28x / 1.23x; attention H=1 D=32 1.17x / 1.08x,
     H=4 D=32 1.26x / 1.15x; gat H=1 F=32 1.17x / 1.10x; gat H=4 F=64
-    (1 KiB of `h` per source and 16 B of `el`) 1.15x / 0.90x.
+    (1 KiB of `h` per source and 16 B of `el`) 1.15x / 0.90x when its
+    256-element row was unrolled into sixteen vector accumulators, 1.13x
+    (R-MAT scale 16) / 1.05x since wide rows stay loops
+    (convert-loop-to-scf). Rows over 1 KiB gain nothing: gcn F=256 0.92x
+    (R-MAT 16), F=512 0.91-0.96x (mdual), gat H=4 F=128 0.98x (mdual).
 
 A variant costs a compile (about a second, then cached on disk), hence the
 floor on the edges: a smaller call gains less than that in a thousand runs.
