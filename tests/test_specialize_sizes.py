@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from gnnc.runtime import heuristic, predictor, tune
 from gnnc.schedule import sizes_text
 from tests.helpers import assert_matches
 from tests.strategies import graphs, random_inputs
+from tests.test_schedules import compiled, reference
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 32}, "sage_mean": {"F": 1}, "gin": {"F": 5},
@@ -24,19 +24,6 @@ DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 32}, "sage_mean": {"F": 1}, "gin": {
 #: Schedules specialize is joined with (those a kernel refuses are skipped).
 WITH = ["", "prefetch 0", "vectorize 4", "tile features 4", "partition src 2", "group neighbors 3",
         "sort degree", "order edges hilbert"]
-
-
-@functools.cache
-def compiled(name: str, schedule: str):
-    try:
-        return gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule)
-    except gnnc.CompileError as exc:
-        return exc
-
-
-@functools.cache
-def reference(name: str):
-    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
 @pytest.mark.parametrize("name", sorted(DIMS))
