@@ -153,7 +153,7 @@ def _unrolled_elements(op: loop.ForFeatureOp) -> int | None:
         return None
     inner = 1
     for nested in op.body.walk():
-        if isinstance(nested, loop.ForFeatureOp) and nested is not op and nested.parent_op() is not None:
+        if isinstance(nested, loop.ForFeatureOp) and nested is not op:
             n = _unrolled_elements(nested)
             if n is None:
                 return None
