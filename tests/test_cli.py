@@ -197,6 +197,13 @@ def test_header_compiles_in_c(tmp_path):
     assert cc.returncode == 0, cc.stderr
 
 
+def test_header_says_what_a_specialised_kernel_was_compiled_for(tmp_path):
+    so, header = tmp_path / "gat.so", tmp_path / "gat.h"
+    proc = gnnc_cli("compile", GAT, "-o", so, "--header", header, "--schedule", "specialize H 4 F 32")
+    assert proc.returncode == 0, proc.stderr
+    assert "compiled for F = 32, H = 4 (specialize): dims must hold exactly these" in header.read_text()
+
+
 def test_header_needs_the_backend(tmp_path):
     proc = gnnc_cli("compile", GAT, "--emit", "graph", "-o", tmp_path / "g.mlir", "--header", tmp_path / "g.h")
     assert_clean_error(proc)

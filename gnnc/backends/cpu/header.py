@@ -39,6 +39,10 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
         t = _C_TYPES[k["dtype"]]
         rec = k["abi"]
         lines.append(f"/* kernel {k['name']}: dims = [{', '.join(rec['dims'])}]")
+        if rec.get("sizes"):
+            # the native code takes these as constants and does not read them from dims
+            fixed = ", ".join(f"{name} = {size}" for name, size in rec["sizes"].items())
+            lines.append(f" *   compiled for {fixed} (specialize): dims must hold exactly these")
         lines.append(f" *   scratch shapes: {rec['scratch'] or 'none'}")
         temps = ", ".join(_shape_text(t["domain"], t["shape"]) for t in rec["temps"]) or "none"
         lines.append(f" *   temp buffers: {temps} */")
