@@ -29,6 +29,7 @@ from xdsl.rewriter import InsertPoint
 from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
+from gnnc.passes.loop_structure import encloses_loops
 
 index = IndexType()
 
@@ -110,7 +111,7 @@ class LowerForFeature(RewritePattern):
         _check_schedule_consumed(op)
         zero = _const(0)
         attributes: dict[str, Attribute] = {}
-        if _encloses_loops(op):
+        if encloses_loops(op):
             attributes[NO_VECTORIZE_ATTR] = UnitAttr()
         elements = _unrolled_elements(op)
         if elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS:
@@ -163,7 +164,9 @@ def _unrolled_elements(op: loop.ForFeatureOp) -> int | None:
 
 class LowerForInEdges(RewritePattern):
     """loop.for_in_edges -> scf.for over [indptr[v], indptr[v+1]) loading src and eid; a walk
-    over rows is not to be vectorised across edges (see abi.NO_VECTORIZE_ATTR)."""
+    over rows is not to be vectorised across edges (see abi.NO_VECTORIZE_ATTR). A walk of
+    one scalar per edge (a kernel without feature dimensions) keeps LLVM's choice: its
+    gathers are single values, not rows."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: loop.ForInEdgesOp, rewriter: PatternRewriter) -> None:
@@ -184,19 +187,8 @@ class LowerForInEdges(RewritePattern):
 
         _to_scf_for(
             rewriter, op, lo.result, hi.result, [one, next_v, lo_raw, hi_raw, lo, hi], op.body.block, per_edge,
-            attributes={NO_VECTORIZE_ATTR: UnitAttr()} if _encloses_loops(op) else None,
+            attributes={NO_VECTORIZE_ATTR: UnitAttr()} if encloses_loops(op) else None,
         )
-
-
-def _encloses_loops(op: loop.ForInEdgesOp | loop.ForFeatureOp) -> bool:
-    """Whether a loop has a loop over features inside: an in-edge walk over a row
-    per edge, or a head loop.
-
-    Such a loop is not vectorised (abi.NO_VECTORIZE_ATTR). A walk of one
-    scalar per edge (a kernel without feature dimensions) keeps LLVM's
-    choice: its gathers are single values, not rows.
-    """
-    return any(isinstance(inner, loop.ForFeatureOp | scf.ForOp) for inner in op.body.walk())
 
 
 class LowerForTile(RewritePattern):

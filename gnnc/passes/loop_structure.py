@@ -91,6 +91,12 @@ def shift_axis(loops: list[loop.ForFeatureOp], extent: SSAValue, offset: SSAValu
         op.operands[0] = width
 
 
+def encloses_loops(op: loop.ForInEdgesOp | loop.ForFeatureOp) -> bool:
+    """Whether a loop has a loop inside (a feature loop or a dot's reduction): an
+    in-edge walk over a row per edge, or a head loop."""
+    return any(isinstance(inner, loop.ForFeatureOp | scf.ForOp) for inner in op.body.walk())
+
+
 def feature_depth(op: Operation) -> int:
     """The deepest nest of loop.for_feature inside op: how wide the rows it gathers are."""
     best = 0

@@ -37,7 +37,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
-from gnnc.passes.loop_structure import axis_loops, row_dim
+from gnnc.passes.loop_structure import axis_loops, encloses_loops, row_dim
 
 index = IndexType()
 
@@ -50,7 +50,7 @@ def head_axes(for_dst: loop.ForDstOp) -> list[SSAValue]:
     found: list[SSAValue] = []
     for op in for_dst.body.walk():
         if isinstance(op, loop.ForFeatureOp) and op.extent not in found:
-            if any(isinstance(inner, loop.ForFeatureOp | scf.ForOp) for inner in op.body.block.walk()):
+            if encloses_loops(op):
                 found.append(op.extent)
     return found
 
