@@ -312,6 +312,32 @@ def test_deferred_division_with_alpha_evaluates_exp_once_per_edge():
     assert "math.exp" not in last_walk and last_walk.count("memref.load") == 2  # alpha, 1/z
 
 
+def _walk_with_exp(loop_text: str) -> str:
+    """The in-edge walk that computes gat's exponentials, as text."""
+    at = loop_text.index("math.exp")
+    start = loop_text.rindex("loop.for_in_edges", 0, at)
+    indent = len(loop_text[:start].splitlines()[-1])
+    lines = loop_text[start:].splitlines()
+    end = next(i for i, line in enumerate(lines) if i and line == " " * indent + "}")
+    return "\n".join(lines[: end + 1])
+
+
+@pytest.mark.parametrize("target, split", [("cpu", True), ("cuda-emulation", False)])
+def test_gat_exponentials_run_in_a_head_loop_of_their_own(target, split):
+    """On the CPU the weighted walk computes every head's exp in a head loop with no loop
+    inside (LLVM vectorises it across heads), then the rows; cuda keeps one shared nest."""
+    options = compiler.CompileOptions(target=target)
+    stages = compiler.compile_source(example("gat"), options=options, stop_after="scf").stages
+    walk = _walk_with_exp(stages["convert-graph-to-loop"])
+    heads = [m.start() for m in re.finditer(r'dim "H"', walk)]
+    row = walk.index('dim "F"')
+    if split:
+        assert len(heads) == 2 and walk.index("math.exp") < heads[1] < row
+        assert "scratch_base" in walk  # the weights pass to the rows through scratch
+    else:
+        assert len(heads) == 1 and walk.index("math.exp") < row
+
+
 def test_sum_ratio_is_one_loop():
     source = "kernel r(a: f32[E], h: f32[V, F]) -> f32[V, F] {\n    out[v] = sum(a[e] * h[u]) / sum(a[e])\n}\n"
     assert loop_ir(source, ()).count("loop.for_in_edges") == 1
