@@ -85,6 +85,7 @@ COMPILE_VARIANTS: dict[str, dict[str, Any]] = {
     "no transform-before-gather": {"disable_passes": ["transform-before-gather"]},
     "no deferred-division": {"disable_passes": ["deferred-division"]},
     "no specialize-unit-dims": {"disable_passes": ["specialize-unit-dims"]},
+    "no expand-exp": {"disable_passes": ["expand-exp"]},
 }
 
 MEM_SLACK = 1.25  # estimates count the big buffers only; allocator and temporaries add some

@@ -1,15 +1,24 @@
-"""expand-exp: the inline exponential is within one ulp of exp, with IEEE specials."""
+"""expand-exp: the inline exponential is within one ulp of exp, with IEEE specials; the CPU pipeline runs it."""
 
 from __future__ import annotations
 
 import ctypes
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+import gnnc
+from gnnc import compiler
 from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.pipeline import make_context
+from tests.helpers import assert_matches
+from tests.strategies import graphs, random_inputs
 from tests.test_cpu_backend import build_so, parse
+
+GAT = (Path(__file__).parent.parent / "examples" / "gat.gnn").read_text()
 
 KERNEL = """
 func.func @vexp(%n: index, %x: memref<?x{t}> {{llvm.noalias}}, %y: memref<?x{t}> {{llvm.noalias}}) {{
@@ -46,3 +55,34 @@ def test_expanded_exp_is_accurate(tmp_path, t, dtype):
     assert (y[x == np.inf] == np.inf).all() and (y[x == -np.inf] == 0).all()
     overflow = want > np.finfo(dtype).max
     assert (y[overflow] == np.inf).all()
+
+
+@pytest.mark.parametrize("schedule", [None, "specialize H 4 F 32"])
+def test_cpu_pipeline_calls_no_libm_exp(schedule):
+    """gat's walks compute exp inline (no expf call); --disable-pass expand-exp brings the call back."""
+    inline = compiler.compile_source(GAT, options=compiler.CompileOptions(schedule=schedule), stop_after="asm")
+    assert "math.exp" not in inline.stages["expand-exp"]
+    assert "expf" not in inline.stages["emit-asm"]
+    libm = compiler.compile_source(GAT, options=compiler.CompileOptions(schedule=schedule, disable_passes=("expand-exp",)),
+                                   stop_after="asm")
+    assert "expf" in libm.stages["emit-asm"]
+
+
+def test_only_the_cpu_may_skip_expand_exp():
+    from gnnc.errors import CompileError
+    from gnnc.passes.pipeline import pass_names
+
+    assert "expand-exp" not in pass_names(["expand-exp"])
+    with pytest.raises(CompileError, match="needed to generate code for cuda"):
+        pass_names(["expand-exp"], target="cuda")
+
+
+@settings(max_examples=15, deadline=None)
+@given(graph=graphs(), heads=st.sampled_from((1, 4)), f=st.sampled_from((1, 8, 32)), seed=st.integers(0, 2**32 - 1))
+def test_inline_and_libm_exp_agree_with_the_reference(graph, heads, f, seed):
+    inline = gnnc.compile(GAT, schedule=f"specialize H {heads} F {f}").gat
+    libm = gnnc.compile(GAT, schedule=f"specialize H {heads} F {f}", disable_passes=["expand-exp"]).gat
+    inputs = random_inputs(inline.signature, graph, {"H": heads, "F": f}, np.float32, seed)
+    want = gnnc.compile(GAT, target="reference").gat(graph, **inputs)
+    assert_matches(inline(graph, **inputs), want, graph, np.float32)
+    assert_matches(libm(graph, **inputs), want, graph, np.float32)

@@ -93,6 +93,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "specialize-unit-dims",
     *CPU_SCHEDULE_PASSES,
     "convert-loop-to-openmp",
+    "expand-exp",
     "convert-loop-to-scf",
 )
 
@@ -159,6 +160,8 @@ OPTIONAL_PASSES: frozenset[str] = frozenset(
     {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
      "annotate-fusion", "specialize-unit-dims"}
 )
+#: Optional on the CPU only, which has libm's exp to fall back on; PTX has none.
+CPU_OPTIONAL_PASSES: frozenset[str] = frozenset({"expand-exp"})
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
 # consumes the schedule's `prefetch` entry, which must not be left unapplied;
 # so do the CPU schedule passes with theirs.
@@ -177,8 +180,8 @@ def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True,
     for name in disabled:
         if name not in PASSES:
             raise CompileError(f"unknown pass '{name}'; the passes are: {', '.join(CPU_PIPELINE)}")
-        if name not in OPTIONAL_PASSES:
-            raise CompileError(f"pass '{name}' is needed to generate code and cannot be disabled")
+        if name not in OPTIONAL_PASSES and not (target == "cpu" and name in CPU_OPTIONAL_PASSES):
+            raise CompileError(f"pass '{name}' is needed to generate code for {target} and cannot be disabled")
     base = {"cuda-emulation": CUDA_EMULATION_PIPELINE, "cuda": CUDA_PIPELINE}.get(target, CPU_PIPELINE)
     names = [n for n in base if n not in disabled]
     if not fusion:
