@@ -23,7 +23,8 @@ from gnnc.passes.convert_grid_to_nvvm import ConvertGridToNvvmPass
 from gnnc.passes.deferred_division import DeferredDivisionPass
 from gnnc.passes.emulate_grid import EmulateGridPass
 from gnnc.passes.expand_exp import ExpandExpPass
-from gnnc.passes.expand_math import ExpandMathPass
+from gnnc.passes.expand_log import ExpandLogPass
+from gnnc.passes.expand_tanh import ExpandTanhPass
 from gnnc.passes.fusion_report import AnnotateFusionPass
 from gnnc.passes.hilbert_edge_order import HilbertEdgeOrderPass
 from gnnc.passes.map_threads import MapThreadsPass
@@ -59,7 +60,8 @@ PASSES: dict[str, type[ModulePass]] = {
         VectorizeRowsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
-        ExpandMathPass,
+        ExpandLogPass,
+        ExpandTanhPass,
         ExpandExpPass,
         MapThreadsPass,
         EmulateGridPass,
@@ -93,6 +95,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "specialize-unit-dims",
     *CPU_SCHEDULE_PASSES,
     "convert-loop-to-openmp",
+    "expand-tanh",
     "expand-exp",
     "convert-loop-to-scf",
 )
@@ -101,8 +104,9 @@ CPU_PIPELINE: tuple[str, ...] = (
 CUDA_LOOP_PASSES: tuple[str, ...] = ("map-threads",)
 
 #: PTX has no libm: the cuda target expands log and tanh inline, then exp
-#: (tanh's expansion calls exp).
-CUDA_MATH_PASSES: tuple[str, ...] = ("expand-math", "expand-exp")
+#: (tanh's expansion calls exp). The CPU keeps libm's log (faster than the
+#: expansion with one head) and expands tanh and exp.
+CUDA_MATH_PASSES: tuple[str, ...] = ("expand-log", "expand-tanh", "expand-exp")
 
 #: The cuda pipeline run on the CPU (`target="cuda-emulation"`): the grids of
 #: map-threads become loops over blocks and threads, so the thread mapping's
@@ -160,8 +164,8 @@ OPTIONAL_PASSES: frozenset[str] = frozenset(
     {"graph-canonicalize", "transform-before-gather", "deferred-division", "cse", "dce",
      "annotate-fusion", "specialize-unit-dims"}
 )
-#: Optional on the CPU only, which has libm's exp to fall back on; PTX has none.
-CPU_OPTIONAL_PASSES: frozenset[str] = frozenset({"expand-exp"})
+#: Optional on the CPU only, which has libm to fall back on; PTX has none.
+CPU_OPTIONAL_PASSES: frozenset[str] = frozenset({"expand-tanh", "expand-exp"})
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
 # consumes the schedule's `prefetch` entry, which must not be left unapplied;
 # so do the CPU schedule passes with theirs.

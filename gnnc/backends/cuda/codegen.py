@@ -31,7 +31,7 @@ METADATA_PREFIX = abi.PTX_METADATA_PREFIX
 
 #: Math intrinsics the NVPTX backend cannot lower (no libm to call): LLVM stops
 #: the process on `tanh` ("Cannot select ftanh") and fails on `log` and `exp`.
-#: expand-math and expand-exp replace them; one left over is gnnc's bug, and
+#: expand-log, expand-tanh and expand-exp replace them; one left over is gnnc's bug, and
 #: is reported as one instead of ending the process.
 _NO_PTX_LOWERING = re.compile(r"@llvm\.(tanh|log|exp)\.")
 
@@ -71,7 +71,7 @@ def optimize_and_emit_ptx(ir_module: object, arch: str, opt_level: int = 3) -> t
     if missing:
         raise CompileError(
             f"internal error: {' and '.join(missing)} reached the NVPTX backend unexpanded "
-            "(PTX has no libm; expand-math and expand-exp should have replaced them)"
+            "(PTX has no libm; expand-log, expand-tanh and expand-exp should have replaced them)"
         )
     try:
         ptx = tm.emit_assembly(module)

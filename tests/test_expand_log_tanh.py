@@ -1,7 +1,7 @@
-"""expand-math: the inline log and tanh are within 1.5 ulp of the exact values, with IEEE specials.
+"""expand-log, expand-tanh: the inline log and tanh are within 1.5 ulp of the exact values, with IEEE specials.
 
 The expansions are compiled for the CPU here (with expand-exp after them, as
-the cuda pipeline runs them), so they are checked on this machine; the
+the pipelines run them), so they are checked on this machine; the
 reference is numpy's long double log / tanh, rounded only when ulps are counted.
 """
 
@@ -13,9 +13,16 @@ import numpy as np
 import pytest
 from xdsl.parser import Parser
 
+import gnnc
+from gnnc import compiler
 from gnnc.passes import pipeline
 from gnnc.passes.expand_exp import ExpandExpPass
-from gnnc.passes.expand_math import ExpandMathPass
+from gnnc.passes.expand_log import ExpandLogPass
+from gnnc.passes.expand_tanh import ExpandTanhPass
+from hypothesis import given, settings, strategies as st
+
+from tests.helpers import assert_matches
+from tests.strategies import graphs, random_inputs
 from tests.test_cpu_backend import build_so, parse
 from tests.test_expand_exp import KERNEL
 
@@ -28,7 +35,8 @@ SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 0.
 def compiled(function: str, t: str, tmp_path):
     module = parse(KERNEL.format(t=t).replace("math.exp", f"math.{function}"))
     ctx = pipeline.make_context()
-    ExpandMathPass().apply(ctx, module)
+    ExpandLogPass().apply(ctx, module)
+    ExpandTanhPass().apply(ctx, module)
     ExpandExpPass().apply(ctx, module)
     module.verify()
     assert f"math.{function}" not in str(module) and "math.exp" not in str(module)
@@ -106,16 +114,42 @@ def test_expanded_tanh_is_accurate(tmp_path, t, dtype, bits_type):
     assert ulps(evaluate(small), np.tanh(small.astype(np.longdouble)), dtype).max() <= 1.0
 
 
-def test_expand_math_runs_in_the_cuda_pipelines_only():
-    # the cpu target keeps libm; cuda expands log and tanh before exp, whose expansion tanh's needs
-    assert pipeline.PASSES["expand-math"] is ExpandMathPass
-    assert "expand-math" not in pipeline.CPU_PIPELINE
+def test_where_the_expansions_run():
+    # the cpu target keeps libm's log; every target expands tanh before exp, whose expansion tanh's needs
+    assert pipeline.PASSES["expand-log"] is ExpandLogPass and pipeline.PASSES["expand-tanh"] is ExpandTanhPass
+    assert "expand-log" not in pipeline.CPU_PIPELINE
     for names in (pipeline.CUDA_PIPELINE, pipeline.CUDA_EMULATION_PIPELINE):
-        assert names.index("expand-math") < names.index("expand-exp") < names.index("convert-loop-to-scf")
+        assert names.index("expand-log") < names.index("expand-exp") < names.index("convert-loop-to-scf")
+    for names in (pipeline.CPU_PIPELINE, pipeline.CUDA_PIPELINE, pipeline.CUDA_EMULATION_PIPELINE):
+        assert names.index("expand-tanh") < names.index("expand-exp") < names.index("convert-loop-to-scf")
 
 
 def test_other_types_are_left_alone():
     text = KERNEL.format(t="f16").replace("math.exp", "math.tanh")
     module = parse(text)
-    ExpandMathPass().apply(pipeline.make_context(), module)
+    ExpandTanhPass().apply(pipeline.make_context(), module)
     assert "math.tanh" in str(module)
+
+
+#: rows weighted by a per-head tanh (additive attention's shape)
+TANH_WEIGHTS = """
+kernel th(h: f32[V, H, F], el: f32[V, H], er: f32[V, H]) -> f32[V, H, F] {
+    out[v] = sum(tanh(el[u] + er[v]) * h[u])
+}
+"""
+
+
+def test_cpu_pipeline_calls_no_libm_tanh():
+    inline = compiler.compile_source(TANH_WEIGHTS, stop_after="asm").stages
+    assert "math.tanh" not in inline["expand-tanh"] and "tanhf" not in inline["emit-asm"]
+    options = compiler.CompileOptions(disable_passes=("expand-tanh",))
+    assert "tanhf" in compiler.compile_source(TANH_WEIGHTS, options=options, stop_after="asm").stages["emit-asm"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(graph=graphs(), heads=st.sampled_from((1, 4)), f=st.sampled_from((1, 16)), seed=st.integers(0, 2**32 - 1))
+def test_inline_tanh_kernel_matches_the_reference(graph, heads, f, seed):
+    kernel = gnnc.compile(TANH_WEIGHTS, schedule=f"specialize H {heads} F {f}").th
+    inputs = random_inputs(kernel.signature, graph, {"H": heads, "F": f}, np.float32, seed)
+    want = gnnc.compile(TANH_WEIGHTS, target="reference").th(graph, **inputs)
+    assert_matches(kernel(graph, **inputs), want, graph, np.float32)
