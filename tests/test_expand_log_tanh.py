@@ -11,6 +11,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from xdsl.parser import Parser
 
 import gnnc
@@ -19,7 +20,6 @@ from gnnc.passes import pipeline
 from gnnc.passes.expand_exp import ExpandExpPass
 from gnnc.passes.expand_log import ExpandLogPass
 from gnnc.passes.expand_tanh import ExpandTanhPass
-from hypothesis import given, settings, strategies as st
 
 from tests.helpers import assert_matches
 from tests.strategies import graphs, random_inputs
