@@ -24,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file", help="the .gnn source file")
     c.add_argument("-o", "--output", help="output path ('-' for stdout; default: FILE.so, or stdout for text stages)")
     c.add_argument("--emit", choices=("graph", "loop", "scf", "llvm", "asm", "obj", "so", "nvvm", "ptx"), default=None,
-                   help="what to write: an IR stage, assembly, an object file or a shared object (default)")
+                   help="what to write: an IR stage (loop: after the schedule passes), assembly, an object "
+                   "file or a shared object (default)")
     c.add_argument("--target", default="cpu", choices=("cpu", "cuda", "cuda-emulation"),
                    help="the target (default: cpu); cuda writes PTX, cuda-emulation a CPU .so running the cuda "
                    "thread mapping's grid as loops (for checking it without a GPU)")
@@ -115,7 +116,7 @@ def _compile(args: argparse.Namespace) -> int:
     text_stage = {
         # compile_source stops before the lowering: its last stage is the final graph IR
         "graph": list(result.stages)[-1],
-        "loop": "convert-graph-to-loop" if args.target == "cpu" else "map-threads",
+        "loop": pipeline.loop_stage(args.target),
         "scf": "convert-loop-to-scf",
         "llvm": "translate-to-llvm",
         "asm": "emit-asm",

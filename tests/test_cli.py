@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import gnnc
+from gnnc.passes import pipeline
 from tests.helpers import assert_matches
 
 ROOT = Path(__file__).parent.parent
@@ -85,7 +86,6 @@ def test_print_ir_after_all_and_the_so_runs(gat_all):
     for stage in ("irgen", "convert-graph-to-loop", "translate-to-llvm"):
         assert stage in names, names
     assert names.index("irgen") < names.index("convert-graph-to-loop") < names.index("translate-to-llvm")
-    from gnnc.passes import pipeline
 
     assert names == pipeline.all_stage_names(), "every stage, in pipeline order"
     # the dumps show the graph, loop and LLVM stages
@@ -139,7 +139,6 @@ def test_dump_ir_writes_one_numbered_file_per_stage(tmp_path):
     from llvmlite import binding as llvm
     from xdsl.parser import Parser
 
-    from gnnc.passes import pipeline
 
     ir_dir = tmp_path / "ir"
     proc = gnnc_cli("compile", GAT, "-o", tmp_path / "gat.so", "--dump-ir", ir_dir)
@@ -279,7 +278,6 @@ def test_check_missing_file(tmp_path):
 
 
 def test_passes_lists_the_stages():
-    from gnnc.passes import pipeline
 
     proc = gnnc_cli("passes")
     assert proc.returncode == 0, proc.stderr
@@ -300,9 +298,14 @@ def test_gnnc_opt_reads_a_dumped_graph_stage(tmp_path):
     opt = gnnc_opt(graph_file, "-p", "convert-graph-to-loop")
     assert opt.returncode == 0, opt.stderr
     assert "loop.for_dst" in opt.stdout and "graph.gather" not in opt.stdout
-    # the same as the compiler's own loop stage
+    # the compiler's own loop stage: the loop dialect after every loop pass
+    cpu = pipeline.CPU_PIPELINE
+    loop_passes = cpu[cpu.index("convert-graph-to-loop"): cpu.index("convert-loop-to-openmp")]
+    opt = gnnc_opt(graph_file, "-p", ",".join(loop_passes))
+    assert opt.returncode == 0, opt.stderr
     loop = gnnc_cli("compile", GCN, "--emit", "loop")
     assert opt.stdout.strip() == loop.stdout.strip()
+    assert "llvm_ext.prefetch" in loop.stdout  # prefetch-neighbors ran
     # and onwards, to scf
     scf = gnnc_opt(
         graph_file, "-p", "convert-graph-to-loop,prefetch-neighbors,convert-loop-to-openmp,convert-loop-to-scf"

@@ -100,6 +100,13 @@ CPU_PIPELINE: tuple[str, ...] = (
     "convert-loop-to-scf",
 )
 
+def loop_stage(target: str = "cpu") -> str:
+    """The stage `--emit loop` prints: the loop dialect after the last loop pass (schedules applied)."""
+    if target == "cpu":
+        return CPU_PIPELINE[CPU_PIPELINE.index("convert-loop-to-openmp") - 1]
+    return CUDA_LOOP_PASSES[-1]
+
+
 #: The cuda target's loop passes: thread mapping into grids.
 CUDA_LOOP_PASSES: tuple[str, ...] = ("map-threads",)
 
