@@ -28,29 +28,55 @@ import math as pymath
 
 from xdsl.context import Context
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, IntegerAttr, IntegerType, ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-# (mantissa bits, exponent bias, integer width, polynomial degree, lowest x, highest finite x)
+from gnnc.passes.math_expansion import LN2_HI, LN2_LO, MathEmitter, emitter_for
+
+# (mantissa bits, exponent bias, polynomial degree, lowest x, highest finite x)
 _FORMATS = {
-    32: (23, 127, 32, 5, -104.0, 88.72283935546875),
-    64: (52, 1023, 64, 13, -745.2, 709.782712893384),
+    32: (23, 127, 5, -104.0, 88.72283935546875),
+    64: (52, 1023, 13, -745.2, 709.782712893384),
 }
-_LN2_HI = {32: 0.693359375, 64: 6.93147180369123816490e-01}
-_LN2_LO = {32: -2.12194440e-4, 64: 1.90821492927058770002e-10}
 # Cephes expf: exp(r) = 1 + r + r^2 * P(r) on |r| <= ln(2) / 2, P of degree 5 (minimax)
 _CEPHES_F32 = (5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3, 1.3981999507e-3, 1.9875691500e-4)
 
 
-def _estrin_cephes_f32(r, fconst, fma, add):  # noqa: ANN001, ANN202 - the closures of ExpandExp
+def _estrin_cephes_f32(em: MathEmitter, r: SSAValue) -> SSAValue:
     """1 + r + r^2 * P(r), P by Estrin's scheme: depth 3 instead of Horner's 5 fused steps."""
-    c = [fconst(v) for v in _CEPHES_F32]
-    r2 = add(arith.MulfOp(r, r))
-    low, mid, high = fma(c[1], r, c[0]), fma(c[3], r, c[2]), fma(c[5], r, c[4])
-    poly = fma(fma(high, r2, mid), r2, low)
-    return add(arith.AddfOp(fma(poly, r2, r), fconst(1.0)))
+    c = [em.f(v) for v in _CEPHES_F32]
+    r2 = em.mul(r, r)
+    low, mid, high = em.fma(c[1], r, c[0]), em.fma(c[3], r, c[2]), em.fma(c[5], r, c[4])
+    poly = em.fma(em.fma(high, r2, mid), r2, low)
+    return em.addf(em.fma(poly, r2, r), em.f(1.0))
+
+
+def _expand_exp(em: MathEmitter, x: SSAValue) -> SSAValue:
+    width = em.width
+    mantissa, bias, degree, lowest, highest = _FORMATS[width]
+    # maxnum/minnum map NaN to the bound: no poison below; NaN is restored at the end
+    xc = em.add(arith.MinnumfOp(em.add(arith.MaxnumfOp(x, em.f(lowest))), em.f(highest)))
+    k = em.add(math.FloorOp(em.fma(xc, em.f(1 / pymath.log(2)), em.f(0.5))))
+    r = em.fma(k, em.f(-LN2_HI[width]), xc)
+    r = em.fma(k, em.f(-LN2_LO[width]), r)
+    if width == 32:
+        p = _estrin_cephes_f32(em, r)
+    else:
+        p = em.f(1 / pymath.factorial(degree))
+        for n in range(degree - 1, -1, -1):
+            p = em.fma(p, r, em.f(1 / pymath.factorial(n)))
+    ki = em.add(arith.FPToSIOp(k, em.ity))
+    half = em.add(arith.ShRSIOp(ki, em.i(1)))
+    rest = em.add(arith.SubiOp(ki, half))
+    scale = []
+    for part in (half, rest):
+        bits = em.add(arith.ShLIOp(em.add(arith.AddiOp(part, em.i(bias))), em.i(mantissa)))
+        scale.append(em.bitcast(bits, em.t))
+    result = em.mul(em.mul(p, scale[0]), scale[1])
+    result = em.select(em.cmp(x, em.f(highest), "ogt"), em.f(pymath.inf), result)
+    return em.select(em.cmp(x, x, "uno"), x, result)
 
 
 class ExpandExp(RewritePattern):
@@ -58,52 +84,9 @@ class ExpandExp(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: math.ExpOp, rewriter: PatternRewriter) -> None:
-        t = op.result.type
-        if not isinstance(t, Float32Type | Float64Type):
-            return
-        width = 32 if isinstance(t, Float32Type) else 64
-        mantissa, bias, int_width, degree, lowest, highest = _FORMATS[width]
-        ity = IntegerType(int_width)
-        ops: list[Operation] = []
-
-        def add(o: Operation) -> SSAValue:
-            ops.append(o)
-            return o.results[0]
-
-        def fconst(v: float) -> SSAValue:
-            return add(arith.ConstantOp(FloatAttr(v, t)))
-
-        def iconst(v: int) -> SSAValue:
-            return add(arith.ConstantOp(IntegerAttr(v, ity)))
-
-        def fma(a: SSAValue, b: SSAValue, c: SSAValue) -> SSAValue:
-            return add(math.FmaOp(a, b, c))
-
-        x = op.operand
-        # maxnum/minnum map NaN to the bound: no poison below; NaN is restored at the end
-        xc = add(arith.MinnumfOp(add(arith.MaxnumfOp(x, fconst(lowest))), fconst(highest)))
-        k = add(math.FloorOp(fma(xc, fconst(1 / pymath.log(2)), fconst(0.5))))
-        r = fma(k, fconst(-_LN2_HI[width]), xc)
-        r = fma(k, fconst(-_LN2_LO[width]), r)
-        if width == 32:
-            p = _estrin_cephes_f32(r, fconst, fma, add)
-        else:
-            p = fconst(1 / pymath.factorial(degree))
-            for n in range(degree - 1, -1, -1):
-                p = fma(p, r, fconst(1 / pymath.factorial(n)))
-        ki = add(arith.FPToSIOp(k, ity))
-        half = add(arith.ShRSIOp(ki, iconst(1)))
-        rest = add(arith.SubiOp(ki, half))
-        scale = []
-        for part in (half, rest):
-            bits = add(arith.ShLIOp(add(arith.AddiOp(part, iconst(bias))), iconst(mantissa)))
-            scale.append(add(arith.BitcastOp(bits, t)))
-        result = add(arith.MulfOp(add(arith.MulfOp(p, scale[0])), scale[1]))
-        too_big = add(arith.CmpfOp(x, fconst(highest), "ogt"))
-        result = add(arith.SelectOp(too_big, fconst(pymath.inf), result))
-        is_nan = add(arith.CmpfOp(x, x, "uno"))
-        result = add(arith.SelectOp(is_nan, x, result))
-        rewriter.replace(op, ops, [result])
+        if (em := emitter_for(op)) is not None:
+            result = _expand_exp(em, op.operand)
+            rewriter.replace(op, em.ops, [result])
 
 
 class ExpandExpPass(ModulePass):

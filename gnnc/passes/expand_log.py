@@ -24,7 +24,7 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-from gnnc.passes.math_expansion import MathEmitter, emitter_for
+from gnnc.passes.math_expansion import LN2_HI, LN2_LO, MathEmitter, emitter_for
 
 # width -> (mantissa bits, exponent bias, bits of the lowest reduced mantissa (just below sqrt(1/2)),
 #           scale exponent that brings every subnormal into the normal range)
@@ -32,9 +32,6 @@ _LOG_FORMATS = {
     32: (23, 127, 0x3F3504F3, 24),
     64: (52, 1023, 0x3FE6A09E << 32, 54),
 }
-# ln 2 = hi + lo with hi short enough that k * hi is exact for every exponent k
-_LN2_HI = {32: 0.693359375, 64: 6.93147180369123816490e-01}
-_LN2_LO = {32: -2.12194440e-4, 64: 1.90821492927058770002e-10}
 # Cephes logf: log(1 + f) = f - f^2 / 2 + f^3 P(f), highest coefficient first
 _LOGF_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
            -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
@@ -61,9 +58,9 @@ def _expand_log(em: MathEmitter, x: SSAValue) -> SSAValue:
     if width == 32:
         z = em.mul(f, f)
         y = em.mul(em.mul(em.horner(_LOGF_P, f), f), z)
-        y = em.addf(y, em.mul(kf, em.f(_LN2_LO[32])))
+        y = em.addf(y, em.mul(kf, em.f(LN2_LO[32])))
         y = em.sub(y, em.mul(em.f(0.5), z))
-        result = em.addf(em.addf(f, y), em.mul(kf, em.f(_LN2_HI[32])))
+        result = em.addf(em.addf(f, y), em.mul(kf, em.f(LN2_HI[32])))
     else:
         s = em.add(arith.DivfOp(f, em.addf(em.f(2.0), f)))
         z = em.mul(s, s)
@@ -73,8 +70,8 @@ def _expand_log(em: MathEmitter, x: SSAValue) -> SSAValue:
         t2 = em.mul(z, em.horner((lg[6], lg[4], lg[2], lg[0]), w))
         r = em.addf(t2, t1)
         hfsq = em.mul(em.f(0.5), em.mul(f, f))
-        inner = em.addf(em.mul(s, em.addf(hfsq, r)), em.mul(kf, em.f(_LN2_LO[64])))
-        result = em.sub(em.mul(kf, em.f(_LN2_HI[64])), em.sub(em.sub(hfsq, inner), f))
+        inner = em.addf(em.mul(s, em.addf(hfsq, r)), em.mul(kf, em.f(LN2_LO[64])))
+        result = em.sub(em.mul(kf, em.f(LN2_HI[64])), em.sub(em.sub(hfsq, inner), f))
     result = em.select(em.cmp(x, em.f(pymath.inf), "oeq"), em.f(pymath.inf), result)
     result = em.select(em.cmp(x, em.f(0.0), "oeq"), em.f(-pymath.inf), result)
     result = em.select(em.cmp(x, em.f(0.0), "olt"), em.f(pymath.nan), result)

@@ -1,13 +1,17 @@
-"""What expand-log and expand-tanh build their expansions with: an op collector of one float type.
+"""What expand-exp, expand-log and expand-tanh build their expansions with: an op collector of one float type.
 
-Not a pass: the two passes are `expand_log.py` and `expand_tanh.py`.
+Not a pass: the passes are `expand_exp.py`, `expand_log.py` and `expand_tanh.py`.
 """
 
 from __future__ import annotations
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Operation, SSAValue
+
+#: ln 2 = hi + lo, hi short enough that k * hi is exact for every exponent k (Cephes, fdlibm)
+LN2_HI = {32: 0.693359375, 64: 6.93147180369123816490e-01}
+LN2_LO = {32: -2.12194440e-4, 64: 1.90821492927058770002e-10}
 
 
 class MathEmitter:
@@ -37,6 +41,9 @@ class MathEmitter:
 
     def sub(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.add(arith.SubfOp(a, b))
+
+    def fma(self, a: SSAValue, b: SSAValue, c: SSAValue) -> SSAValue:
+        return self.add(math.FmaOp(a, b, c))
 
     def cmp(self, a: SSAValue, b: SSAValue, predicate: str) -> SSAValue:
         return self.add(arith.CmpfOp(a, b, predicate))
