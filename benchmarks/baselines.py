@@ -16,7 +16,10 @@ Like with like:
   the baselines, so no one pays an edge permutation;
 - outputs are preallocated wherever the API takes ``out=`` (fresh memory costs
   page faults), gathers use ``index_select``, not advanced indexing;
-- torch runs under ``inference_mode`` (no autograd bookkeeping).
+- torch runs under ``inference_mode`` (no autograd bookkeeping);
+- inputs and gnnc's outputs start on a cache line, as torch allocates its
+  tensors (numpy's 16-byte alignment puts every 128-byte row across three
+  lines: see gnnc/runtime/memory.py).
 
 The optional libraries (torch, torch_geometric, dgl, torch_scatter,
 torch_sparse) are imported lazily; ``library_versions()`` reports each one as a
@@ -38,6 +41,8 @@ from typing import Any
 import numba
 import numpy as np
 import scipy.sparse as sp
+
+from gnnc.runtime.memory import aligned, zeros
 
 F32 = 4  # bytes of a float32
 I64 = 8  # bytes of an int64 index
@@ -189,8 +194,8 @@ def make_inputs(kernel: str, p: Problem, s: Shape, seed: int = 0) -> dict[str, n
     rng = np.random.default_rng(seed)
     V, E, F, H = p.V, p.E, s.F, s.H
 
-    def normal(*shape: int) -> np.ndarray:
-        return rng.standard_normal(shape, dtype=np.float32)
+    def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return aligned(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
 
     if kernel == "gcn":
         return {"x": normal(V, F), "w": normal(E)}
@@ -201,17 +206,17 @@ def make_inputs(kernel: str, p: Problem, s: Shape, seed: int = 0) -> dict[str, n
     if kernel == "gat":
         return {"h": normal(V, H, F), "el": normal(V, H), "er": normal(V, H)}
     if kernel == "mlp_aggr":
-        return {"x": normal(V, F), "W": normal(F, F) / np.float32(np.sqrt(F))}
+        return {"x": normal(V, F), "W": normal(F, F, scale=1 / np.sqrt(F))}
     raise KeyError(kernel)
 
 
 def make_outputs(kernel: str, p: Problem, s: Shape) -> dict[str, np.ndarray]:
     V, E, F, H = p.V, p.E, s.F, s.H
     if kernel == "attention":
-        return {"out": np.zeros((E, H), np.float32)}
+        return {"out": zeros((E, H))}
     if kernel == "gat":
-        return {"out": np.zeros((V, H, F), np.float32), "alpha": np.zeros((E, H), np.float32)}
-    return {"out": np.zeros((V, F), np.float32)}
+        return {"out": zeros((V, H, F)), "alpha": zeros((E, H))}
+    return {"out": zeros((V, F))}
 
 
 def flops(kernel: str, p: Problem, s: Shape) -> float:

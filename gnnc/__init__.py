@@ -20,6 +20,7 @@ from gnnc.errors import (  # noqa: E402
     ToolchainError,
 )
 from gnnc.runtime.graph import Graph  # noqa: E402
+from gnnc.runtime.memory import aligned, empty, zeros  # noqa: E402
 from gnnc.runtime.module import Module, load  # noqa: E402
 
 
@@ -39,6 +40,9 @@ __all__ = [
     "Module",
     "SourceError",
     "ToolchainError",
+    "aligned",
     "compile",
+    "empty",
     "load",
+    "zeros",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 
 from gnnc import abi
 from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
-from gnnc.runtime import heuristic, native, plans
+from gnnc.runtime import heuristic, memory, native, plans
 from gnnc.runtime.cuda import is_device_array
 from gnnc.runtime.graph import Graph
 from gnnc.runtime.signature import KernelSignature, check_bipartite, pack_results, prepare_call
@@ -188,10 +188,10 @@ class Kernel:
         per_thread = abi.scratch_slice_elements(
             sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
         )
-        scratch = np.empty(per_thread * n_threads, dtype=self._dtype)
+        scratch = memory.empty(per_thread * n_threads, self._dtype)  # whole lines per worker
         rows = {"V": graph.num_dst, "E": graph.num_edges, "src": graph.num_src}
         temps = [
-            np.empty(max(1, rows[t.get("rows", t["domain"])] * _size(t["shape"], dims)), dtype=self._dtype)
+            memory.empty(max(1, rows[t.get("rows", t["domain"])] * _size(t["shape"], dims)), self._dtype)
             for t in self._abi["temps"]
         ]
         sweep = []
@@ -204,7 +204,7 @@ class Kernel:
         if self._abi.get("partitions"):
             _, part_indptr, part_src, part_eid = plans.source_partitions(graph, self._abi["partitions"])
             partition = [part_indptr, part_src, part_eid]
-            acc_rows = [np.empty(max(1, graph.num_vertices * row_stride), dtype=self._dtype)]
+            acc_rows = [memory.empty(max(1, graph.num_vertices * row_stride), self._dtype)]
         elif self._abi.get("edge_order") == "hilbert":
             partition = list(plans.hilbert_edge_order(graph))
         grouping = []
@@ -213,13 +213,13 @@ class Kernel:
             n_groups = group_dst.shape[0]
             group_blocks = plans.group_blocks(graph, groups, n_threads)
             meta = np.array([group_blocks.shape[0] - 1, n_groups], dtype=np.int64)
-            acc_rows = [np.empty(max(1, n_groups * row_stride), dtype=self._dtype)]
+            acc_rows = [memory.empty(max(1, n_groups * row_stride), self._dtype)]
             # an empty array has no storage: every pointer the kernel may read must be valid
             grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
         cuda_extra = []
         if grid is not None and grid.get("dst_scratch"):
             # an edge mapping's per-destination accumulators: a scratch slice per vertex
-            cuda_extra.append(np.empty(max(1, per_thread * graph.num_vertices), dtype=self._dtype))
+            cuda_extra.append(memory.empty(max(1, per_thread * graph.num_vertices), self._dtype))
         if grid is not None and grid.get("hybrid"):
             # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
             cuda_extra += list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])

@@ -38,6 +38,7 @@ from typing import Any, Union
 import numpy as np
 
 from gnnc.errors import ArgumentError
+from gnnc.runtime import memory
 
 __all__ = ["KernelSignature", "TensorSig", "pack_results", "prepare_call"]
 
@@ -379,8 +380,8 @@ def prepare_call(
     """Checks a call; returns ``(inputs, outputs, dims)``, inputs in parameter order.
 
     Inputs are C-contiguous arrays of the kernel's dtype (non-contiguous ones
-    are copied); outputs are the given ``out=`` arrays or fresh ``np.empty``
-    ones, in result order; ``dims`` maps each symbolic dimension to its size.
+    are copied); outputs are the given ``out=`` arrays or fresh ones (starting on
+    a cache line, `memory.empty`), in result order; ``dims`` maps each symbolic dimension to its size.
     """
     bound = _bind_args(sig, tuple(args), dict(kwargs))
     if graph.bipartite and sig.values_read_at_src:
@@ -398,7 +399,7 @@ def prepare_call(
     for r in sig.results:
         shape = _result_shape(sig, r, graph, dims.sizes)
         if r.name not in given:
-            outputs.append(np.empty(shape, dtype=sig.numpy_dtype))
+            outputs.append(memory.empty(shape, sig.numpy_dtype))
             continue
         arr = _check_output(sig, r.name, given[r.name], shape)
         for p, inp in zip(sig.params, inputs):

@@ -53,7 +53,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gnnc.errors import ArgumentError, GnncError
-from gnnc.runtime import heuristic, predictor
+from gnnc.runtime import heuristic, memory, predictor
 from gnnc.runtime.signature import prepare_call, vertex_rows
 from gnnc.runtime.tuning_cache import TuningCache, entry_key, kernel_key, machine_key, usable_cores
 
@@ -191,7 +191,8 @@ def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) 
         lead = [vertex_rows(p, graph)[0]] if p.domain == "V" else [graph.num_edges] if p.domain == "E" else []
         shape = lead + [d if isinstance(d, int) else dims[d] for d in p.shape]
         arr = rng.standard_normal(shape).astype(sig.numpy_dtype) * 0.5
-        out.append(arr if shape else float(arr))
+        # aligned as torch's tensors are: numpy's offset rows would time extra cache lines
+        out.append(memory.aligned(arr) if shape else float(arr))
     return out
 
 

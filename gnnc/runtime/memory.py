@@ -1,0 +1,54 @@
+"""Arrays whose data starts on a cache line.
+
+numpy's allocator gives 16-byte alignment: a large array starts 16 (or 48)
+bytes past a cache line, so every 128-byte feature row spans three lines and
+a kernel that gathers rows at random moves half as many bytes again. torch
+allocates on 64-byte boundaries. Measured on rmat-16 (gcn, F = 32, 2 threads):
+the same kernel on the same values ran 1.15-1.2x faster with the input
+aligned (mdual SDDMM D = 32: 1.17x); where outputs start made no difference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gnnc.abi import CACHE_LINE_BYTES
+
+
+def is_aligned(array: np.ndarray, alignment: int = CACHE_LINE_BYTES) -> bool:
+    """True if the array's data starts on an `alignment`-byte boundary."""
+    return array.ctypes.data % alignment == 0
+
+
+def empty(shape: Any, dtype: Any = np.float32, alignment: int = CACHE_LINE_BYTES) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an `alignment`-byte
+    boundary (unless it is empty: numpy points an empty slice at its base)."""
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, not {alignment}")
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    # the view keeps the byte buffer alive through .base
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def zeros(shape: Any, dtype: Any = np.float32, alignment: int = CACHE_LINE_BYTES) -> np.ndarray:
+    """Like `empty`, filled with zeros."""
+    out = empty(shape, dtype, alignment)
+    out.fill(0)
+    return out
+
+
+def aligned(array: Any, alignment: int = CACHE_LINE_BYTES) -> np.ndarray:
+    """The array itself if it is C-contiguous and starts on an `alignment`-byte
+    boundary, else an aligned C-contiguous copy (same dtype and values)."""
+    array = np.asarray(array)
+    if array.flags.c_contiguous and is_aligned(array, alignment):
+        return array
+    out = empty(array.shape, array.dtype, alignment)
+    out[...] = array
+    return out
