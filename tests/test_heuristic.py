@@ -27,7 +27,7 @@ def fake_graph(v: int, e: int) -> SimpleNamespace:
 @pytest.mark.parametrize("v,e,f,want", [
     (131072, 2097152, 512, "partition src 4"),  # rmat-17: rows = 8 LLC
     (131072, 2097152, 256, "partition src 2"),  # rows = 4 LLC
-    (131072, 2097152, 128, None),               # rows = 2 LLC: partitioning measured slower
+    (131072, 2097152, 128, "prefetch 16"),      # rows = 2 LLC: partitioning measured slower
     (65536, 1048576, 256, None),
     (258569, 1026264, 512, None),               # mdual: mean degree 4, measured slower
     (1 << 22, 1 << 26, 512, "partition src 8"),  # capped
@@ -52,16 +52,36 @@ def test_a_kernel_gathering_nothing_at_sources_may_still_vectorize():
 
 
 @pytest.mark.parametrize("e,row_bytes,dims,want", [
-    (1 << 20, 4 * 36, {"H": 4, "F": 8}, "specialize H 4 F 8"),
-    (1 << 14, 4 * 128, {"F": 128}, "specialize F 128"),
+    (1 << 20, 4 * 36, {"H": 4, "F": 8}, "prefetch 24\nspecialize H 4 F 8"),
+    (1 << 14, 4 * 128, {"F": 128}, "prefetch 16\nspecialize F 128"),
     ((1 << 14) - 1, 4 * 128, {"F": 128}, None),   # a variant's compile would not pay
     (1 << 20, 4 * 260, {"H": 4, "F": 64}, None),   # gat H=4 F=64 on mdual: 0.90x
-    (1 << 20, 4 * 32, {}, None),                   # sizes written in the source
+    (1 << 20, 4 * 32, {}, "prefetch 24"),          # sizes written in the source
 ])
 def test_specialize_rule_follows_the_measurements(e, row_bytes, dims, want):
     got = heuristic.default_directives(fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB,
                                        phases=[{"row_dim": "H", "edge_walks": 3}], dims=dims)
     assert got == want
+
+
+@pytest.mark.parametrize("row_bytes,distance", [
+    (4, 24), (128, 24), (4 * 64, 24), (4 * 80, 24), (4 * 86, 23), (4 * 128, 16), (4 * 256, 8), (4 * 512, 8),
+])
+def test_prefetch_distance_keeps_about_8_kib_of_rows_in_flight(row_bytes, distance):
+    assert heuristic.prefetch_distance(row_bytes) == distance
+    got = heuristic.default_directives(fake_graph(1 << 18, 1 << 20), row_bytes, llc_bytes=32 * MIB)  # degree 4: no partitions
+    assert got == (f"prefetch {distance}" if distance != 8 else None)
+
+
+def test_a_large_call_runs_the_picked_prefetch_distance():
+    gcn = gnnc.compile(EXAMPLES / "gcn.gnn").gcn
+    rng = np.random.default_rng(5)
+    v, e = 2000, 1 << 14
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+    inputs = random_inputs(gcn.signature, graph, {"F": 32}, np.float32, 5)
+    got = gcn(graph, **inputs)
+    assert list(gcn._variants) == ["vectorize 32\nprefetch 24\nspecialize F 32"]
+    assert_matches(got, gnnc.compile(EXAMPLES / "gcn.gnn", target="reference").gcn(graph, **inputs), graph, np.float32)
 
 
 @contextmanager

@@ -6,7 +6,7 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Three decisions so far, each a rule fit to what was measured on this machine
+Four decisions so far, each a rule fit to what was measured on this machine
 (2 threads, AMD EPYC, 32 MiB L3, edge ids in CSR order, against the kernel
 as compiled in the same process). The first, FeatGraph's 1-D source
 partitioning (`partition src K`):
@@ -60,6 +60,25 @@ round-robin samples, R-MAT scale 15 / mdual):
 A variant costs a compile (about a second, then cached on disk), hence the
 floor on the edges: a smaller call gains less than that in a thousand runs.
 
+The fourth, `prefetch D` for those same calls: about 8 KiB of gathered rows
+in flight, D = 8192 / (bytes gathered per source), between 8 (the compiled
+default) and 24. Against the default's pick with prefetch 8 (2 threads,
+fastest of 11 round-robin samples, inputs on cache lines, one run):
+
+    row (F)       rmat-16: gcn  sage_max  attention   mdual: gcn  sage_max  attention   D
+    32 B (8)               1.12x  1.00x     1.03x             1.14x  1.04x     1.14x     24
+    128 B (32)             1.08x  1.12x     1.07x             1.15x  1.20x     1.28x     24
+    256 B (64)             1.10x  1.14x     1.16x             1.00x  1.05x     1.04x     24
+    512 B (128)            1.01x  1.15x     1.13x             1.01x  1.01x     1.00x     16
+    2 KiB (512)            0.99x  at D=16                     0.99x  at D=16             8
+
+gat (H=1, F=32) 1.07x / 1.12x at D=24, H=4 F=32 (528 B) 1.04x / 0.98x at
+16; copter2 gcn F=32 1.13x; graphs whose rows stay in the caches (4elt,
+astro-ph) 0.99-1.05x. Further ahead the prefetches outrun what the line-fill
+buffers hold (gcn F=128 at D=48: 0.79x on rmat-16). Rows 16 bytes past a
+line (numpy's, three lines per 128 B row) gained as much: gcn and attention
+F=32 1.08-1.15x at D=24.
+
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
 last-level cache and each row is gathered often enough (mean in-degree >= 8)
@@ -94,6 +113,12 @@ PARTITION_MAX = 8
 #: `vectorize W` with W the whole row: rows of this size fit in eight AVX-512 registers.
 VECTORIZE_MAX_BYTES = 512
 VECTORIZE_MIN_ELEMENTS = 8
+
+#: `prefetch D`: about this many bytes of source rows in flight ...
+PREFETCH_BYTES_IN_FLIGHT = 8192
+#: ... D between the compiled default and this.
+PREFETCH_DEFAULT = 8
+PREFETCH_MAX = 24
 
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
@@ -148,9 +173,18 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         width = dims.get(phases[0].get("row_dim", ""))
         if width is not None and VECTORIZE_MIN_ELEMENTS <= width and width * itemsize <= VECTORIZE_MAX_BYTES:
             lines.append(f"vectorize {width}")
+    if e >= SPECIALIZE_MIN_EDGES and row_bytes > 0:
+        distance = prefetch_distance(row_bytes)
+        if distance != PREFETCH_DEFAULT:
+            lines.append(f"prefetch {distance}")
     if dims and e >= SPECIALIZE_MIN_EDGES and row_bytes <= SPECIALIZE_MAX_ROW_BYTES:
         lines.append(f"specialize {sizes_text(dims)}")
     return "\n".join(lines) or None
+
+
+def prefetch_distance(row_bytes: int) -> int:
+    """Edges ahead to prefetch source rows of `row_bytes`: about PREFETCH_BYTES_IN_FLIGHT of them."""
+    return min(PREFETCH_MAX, max(PREFETCH_DEFAULT, PREFETCH_BYTES_IN_FLIGHT // max(1, row_bytes)))
 
 
 # ------------------------------------------------------------------ cuda
