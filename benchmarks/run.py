@@ -47,35 +47,56 @@ def without_specialize(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> st
     return "; ".join(lines) or "prefetch 8"  # a written schedule runs as written: the kernel as compiled
 
 
+def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
+    """The default heuristic's pick for the call with `directive` added (a default line of the same
+    kind, e.g. its `vectorize` or `prefetch`, replaced): the directive's own effect, not also the
+    loss of the default's `specialize` and `vectorize` that a schedule written alone would bring."""
+    kind = directive.split()[0]
+
+    def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
+        from gnnc.runtime import tune
+        from gnnc.runtime.signature import prepare_call
+
+        dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
+        lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
+        return "; ".join(lines + [directive])
+
+    return schedule
+
+
 # Schedules tried by --ablation, per kernel: label -> value passed as `schedule=` on the call
 # (None is gnnc's default heuristic; a value replaces the whole default schedule; a callable gets
-# the kernel, the graph and the inputs and returns the value). A label starting with "without"
-# switches an optimisation off: its gain is its time / the default's (what the optimisation buys);
-# any other label's gain is the default's time / its time. Edit freely.
+# the kernel, the graph and the inputs and returns the value: `on_default` adds a directive to the
+# default's pick). A label starting with "without" switches an optimisation off: its gain is its
+# time / the default's (what the optimisation buys); any other label's gain is the default's time /
+# its time. Edit freely.
 SCHEDULES: dict[str, dict[str, Any]] = {
     "gcn": {
         "default": None,
-        "partition src 4": "partition src 4",
-        "tile features 32": "tile features 32",
-        "vectorize 32": "vectorize 32",
-        "sort degree": "sort degree",
-        "reorder locality": "reorder locality",
-        "without prefetch": "prefetch 0",
-        "prefetch 16": "prefetch 16",
+        "partition src 4": on_default("partition src 4"),
+        "tile features 32": on_default("tile features 32"),
+        "vectorize 32": on_default("vectorize 32"),
+        "sort degree": on_default("sort degree"),
+        "reorder locality": on_default("reorder locality"),
+        "without prefetch": on_default("prefetch 0"),
+        "prefetch 16": on_default("prefetch 16"),
         # a written schedule is never second-guessed: this is the kernel as compiled
         "without the default heuristic": "prefetch 8",
         "without specialize": without_specialize,
     },
-    "sage_mean": {"default": None, "partition src 4": "partition src 4", "without prefetch": "prefetch 0",
+    "sage_mean": {"default": None, "partition src 4": on_default("partition src 4"),
+                  "without prefetch": on_default("prefetch 0"),
                   "without the default heuristic": "prefetch 8", "without specialize": without_specialize},
-    "sage_max": {"default": None, "partition src 4": "partition src 4", "vectorize 32": "vectorize 32",
-                 "without prefetch": "prefetch 0", "without the default heuristic": "prefetch 8",
-                 "without specialize": without_specialize},
-    "attention": {"default": None, "order edges hilbert": "order edges hilbert", "partition src 4": "partition src 4",
-                  "without prefetch": "prefetch 0", "without specialize": without_specialize},
-    "gat": {"default": None, "sort degree": "sort degree", "tile features 32": "tile features 32",
-            "without prefetch": "prefetch 0", "without specialize": without_specialize},
-    "mlp_aggr": {"default": None, "without prefetch": "prefetch 0", "without specialize": without_specialize},
+    "sage_max": {"default": None, "partition src 4": on_default("partition src 4"),
+                 "vectorize 32": on_default("vectorize 32"), "without prefetch": on_default("prefetch 0"),
+                 "without the default heuristic": "prefetch 8", "without specialize": without_specialize},
+    "attention": {"default": None, "order edges hilbert": on_default("order edges hilbert"),
+                  "partition src 4": on_default("partition src 4"), "without prefetch": on_default("prefetch 0"),
+                  "without specialize": without_specialize},
+    "gat": {"default": None, "sort degree": on_default("sort degree"),
+            "tile features 32": on_default("tile features 32"), "without prefetch": on_default("prefetch 0"),
+            "without specialize": without_specialize},
+    "mlp_aggr": {"default": None, "without prefetch": on_default("prefetch 0"), "without specialize": without_specialize},
 }
 
 # Compile-time variants tried by --ablation (issue 4's switches): label -> gnnc.compile(**options).
