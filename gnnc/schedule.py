@@ -22,7 +22,7 @@ DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
 IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                        "specialize"})
+                                        "specialize", "edges"})
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
@@ -48,6 +48,8 @@ class CpuSchedule:
     group_size: int | None = None
     #: (dimension, size) pairs the kernel is compiled for (`specialize F 32`), None for sizes given at run time
     sizes: tuple[tuple[str, int], ...] | None = None
+    #: `edges sorted`: the graph's edge ids are its in-CSR positions (edges sorted by destination)
+    edges_sorted: bool = False
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -70,6 +72,7 @@ class CpuSchedule:
             vector_width=int(entries["cpu.vectorize"]) if "cpu.vectorize" in entries else None,
             group_size=int(group.split()[-1]) if group else None,
             sizes=parse_sizes(entries["cpu.specialize"]) if "cpu.specialize" in entries else None,
+            edges_sorted=entries.get("cpu.edges") == "sorted",
         )
 
 

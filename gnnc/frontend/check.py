@@ -26,7 +26,7 @@ from gnnc.frontend import ast
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                                     "specialize"},
+                                                     "specialize", "edges"},
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
                                                       "map warp_edge", "map group", "map tile", "map lanes",
@@ -59,7 +59,11 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "reorder": (_Arg("locality"),),
     "vectorize": (_Arg(meaning="the vector width"),),
     "prefetch": (_Arg(meaning="the prefetch distance"),),
+    "edges": (_Arg("sorted"),),
 }
+#: Directives that walk the in-CSR in a layout of their own, where an in-edge's
+#: position is not its edge id: `edges sorted` cannot join them.
+REORDERING_DIRECTIVES = ("sort", "reorder", "order")
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
 MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size",
@@ -191,6 +195,15 @@ class _Checker:
             for option, loc in options:
                 if keyword not in supported and f"map {option}" not in supported:
                     raise self.error(f"'map ... {option}' is not supported yet", loc)
+        if "edges" in given:
+            other = next((given[k] for k in REORDERING_DIRECTIVES if k in given), None)
+            if other is not None:
+                raise self.error(
+                    f"'edges sorted' cannot be combined with '{_directive_phrase(other.words)}' "
+                    f"(line {other.loc.line}): that walks the in-edges in a layout of its own, where "
+                    "an edge's position is not its id",
+                    self.word_locs(given["edges"])[0],
+                )
 
     def positive_int(self, word: str, loc: SourceLocation, meaning: str, after: str) -> None:
         if not word.isdigit() or not word.lstrip("0"):

@@ -731,6 +731,8 @@ class KernelLowering:
             result["vectorize"] = IntegerAttr(sched.vector_width, i64)
         if sched.sizes is not None:
             result["specialize"] = StringAttr(sizes_text(dict(sched.sizes)))
+        if sched.edges_sorted:
+            result["edge_ids"] = StringAttr("sorted")
         return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work

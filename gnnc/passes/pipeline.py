@@ -32,6 +32,7 @@ from gnnc.passes.order_destinations import OrderDestinationsPass
 from gnnc.passes.partition_sources import PartitionSourcesPass
 from gnnc.passes.prefetch_neighbors import PrefetchNeighborsPass
 from gnnc.passes.specialize_sizes import SpecializeSizesPass
+from gnnc.passes.sorted_edge_ids import SortedEdgeIdsPass
 from gnnc.passes.specialize_unit_dims import SpecializeUnitDimsPass
 from gnnc.passes.tile_features import TileFeaturesPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
@@ -58,6 +59,7 @@ PASSES: dict[str, type[ModulePass]] = {
         PartitionSourcesPass,
         TileFeaturesPass,
         VectorizeRowsPass,
+        SortedEdgeIdsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
         ExpandLogPass,
@@ -94,6 +96,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "prefetch-neighbors",
     "specialize-unit-dims",
     *CPU_SCHEDULE_PASSES,
+    "sorted-edge-ids",
     "convert-loop-to-openmp",
     "expand-tanh",
     "expand-exp",

@@ -27,6 +27,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import llvm_ext, loop
+from gnnc.passes.loop_structure import kernel_buffer, schedule_text
 
 index = IndexType()
 CACHE_LINE_BYTES = 64
@@ -85,11 +86,13 @@ def _prefetch_rows(rows: dict[tuple[SSAValue, SSAValue], bool], row_ahead: SSAVa
     return ops
 
 
-def _insert_prefetches(edge_loop: loop.ForInEdgesOp, distance: int, num_edges: SSAValue) -> None:
+def _insert_prefetches(edge_loop: loop.ForInEdgesOp, distance: int, num_edges: SSAValue,
+                       ids_in_order: SSAValue | None = None) -> None:
     body = edge_loop.body.block
     pos, u, e = body.args
     gathers = {key: False for key in _rows_at(edge_loop, u)}  # source rows are only read
-    edge_rows = _rows_at(edge_loop, e)
+    # with `edges sorted` a walk over these edge ids reads its edge rows in order (sorted-edge-ids)
+    edge_rows = {} if edge_loop.eid is ids_in_order else _rows_at(edge_loop, e)
     if not gathers and not edge_rows:
         return
     ops: list[Operation] = []
@@ -135,5 +138,6 @@ class PrefetchNeighborsPass(ModulePass):
                 distance = distance_attr.value.data  # type: ignore[union-attr]
                 if distance <= 0 or num_edges is None:
                     continue
+                in_order = kernel_buffer(fn, "in_eid") if schedule_text(for_dst, "edge_ids") == "sorted" else None
                 for edge_loop in [o for o in for_dst.walk() if isinstance(o, loop.ForInEdgesOp)]:
-                    _insert_prefetches(edge_loop, distance, num_edges)
+                    _insert_prefetches(edge_loop, distance, num_edges, in_order)

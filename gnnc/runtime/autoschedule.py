@@ -49,7 +49,7 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
     if source is not None:
         entry = cache.lookup(entry_key(kernel_key(source, kernel.name, kernel.signature.dtype), signature, dims))
         if entry is not None:
-            return Choice(entry["schedule"], entry.get("threads"), "tuned")
+            return Choice(heuristic.fit_edge_ids(entry["schedule"], graph), entry.get("threads"), "tuned")
     itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
     model = predictor.load_model()
     if model is not None and source is not None:
@@ -59,7 +59,7 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             concrete = predictor.concrete_schedule(directives, traits["row"], traits["sizes"])
             if concrete is None or concrete in kernel._refused:
                 continue
-            return Choice(concrete, threads, "predicted")
+            return Choice(heuristic.fit_edge_ids(concrete, graph), threads, "predicted")
     directives = heuristic.default_directives(
         graph, heuristic.source_row_bytes(kernel.signature, dims, itemsize),
         phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,

@@ -236,6 +236,7 @@ class Graph:
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._reversed: Graph | None = None
         self._degrees: dict[tuple[str, np.dtype], np.ndarray] = {}
+        self._edges_sorted: bool | None = None
         self.plans = {}
 
     @property
@@ -252,6 +253,15 @@ class Graph:
     def num_ids(self) -> int:
         """max(num_src, num_dst): the vertex ids either side may use."""
         return max(self.num_src, self.num_dst)
+
+    @property
+    def edges_sorted(self) -> bool:
+        """Whether the edge ids are the in-CSR positions: edges sorted by destination
+        (ties in id order), so `in_eid` is 0, 1, 2, ... (computed once). Kernels compiled
+        with `edges sorted` read edge rows by position and run only on such graphs."""
+        if self._edges_sorted is None:
+            self._edges_sorted = bool(np.all(self.dst[1:] >= self.dst[:-1]))
+        return self._edges_sorted
 
     # --------------------------------------------------------------- out-CSR
 

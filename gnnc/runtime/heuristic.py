@@ -6,7 +6,7 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Four decisions so far, each a rule fit to what was measured on this machine
+Five decisions so far, each a rule fit to what was measured on this machine
 (2 threads, AMD EPYC, 32 MiB L3, edge ids in CSR order, against the kernel
 as compiled in the same process). The first, FeatGraph's 1-D source
 partitioning (`partition src K`):
@@ -79,6 +79,12 @@ buffers hold (gcn F=128 at D=48: 0.79x on rmat-16). Rows 16 bytes past a
 line (numpy's, three lines per 128 B row) gained as much: gcn and attention
 F=32 1.08-1.15x at D=24.
 
+The fifth, `edges sorted`, for those same calls on a graph whose edge ids
+are its in-CSR positions (edges sorted by destination, `Graph.edges_sorted`):
+edge rows are then read by position, not through `in_eid`
+(passes/sorted_edge_ids.py: gcn F = 32 1.10-1.25x, attention 1.08x, gat
+1.03-1.07x on mdual and rmat-16).
+
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
 last-level cache and each row is gathered often enough (mean in-degree >= 8)
@@ -119,6 +125,9 @@ PREFETCH_BYTES_IN_FLIGHT = 8192
 #: ... D between the compiled default and this.
 PREFETCH_DEFAULT = 8
 PREFETCH_MAX = 24
+
+#: The directive for graphs whose edge ids are their in-CSR positions (passes/sorted_edge_ids.py).
+EDGES_SORTED = "edges sorted"
 
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
@@ -179,7 +188,20 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
             lines.append(f"prefetch {distance}")
     if dims and e >= SPECIALIZE_MIN_EDGES and row_bytes <= SPECIALIZE_MAX_ROW_BYTES:
         lines.append(f"specialize {sizes_text(dims)}")
+    if e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
+        lines.append(EDGES_SORTED)
     return "\n".join(lines) or None
+
+
+def fit_edge_ids(directives: str, graph: Any) -> str:
+    """A schedule (`; `-separated) with `edges sorted` kept or added only where this graph's
+    edge ids are sorted: a tuned or predicted schedule may come from another graph with the
+    same statistics, and the runtime refuses `edges sorted` on a graph whose ids are not."""
+    lines = [line for line in directives.split("; ") if line and line != EDGES_SORTED]
+    reorders = any(line.split()[0] in ("sort", "reorder", "order") for line in lines)
+    if lines and getattr(graph, "edges_sorted", False) and not reorders:
+        lines.append(EDGES_SORTED)
+    return "; ".join(lines)
 
 
 def prefetch_distance(row_bytes: int) -> int:

@@ -171,6 +171,12 @@ class Kernel:
                     f"{self.name}: compiled for {name} = {size} (specialize {name} {size}), "
                     f"but this call has {name} = {dims.get(name)}"
                 )
+        if self._abi.get("edges_sorted") and not graph.edges_sorted:
+            # the native code would read and write edge rows at in-CSR positions, not at the ids
+            raise ArgumentError(
+                f"{self.name}: compiled for edge ids sorted by destination (edges sorted), but this "
+                "graph's are not: build it from destination-sorted edges, or compile without 'edges sorted'"
+            )
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
