@@ -37,14 +37,22 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 EXAMPLES = HERE.parent / "examples"
 
-def without_specialize(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
-    """The default heuristic's pick for this call, its `specialize` line dropped (sizes given at run time)."""
-    from gnnc.runtime import tune
-    from gnnc.runtime.signature import prepare_call
+def off_default(kind: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
+    """The default heuristic's pick for the call with its `kind` line dropped (`specialize`: sizes
+    given at run time; `edges`: edge ids read from in_eid)."""
 
-    dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
-    lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and not line.startswith("specialize")]
-    return "; ".join(lines) or "prefetch 8"  # a written schedule runs as written: the kernel as compiled
+    def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
+        from gnnc.runtime import tune
+        from gnnc.runtime.signature import prepare_call
+
+        dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
+        lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
+        return "; ".join(lines) or "prefetch 8"  # a written schedule runs as written: the kernel as compiled
+
+    return schedule
+
+
+without_specialize = off_default("specialize")
 
 
 def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
@@ -54,12 +62,13 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
     kind = directive.split()[0]
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
-        from gnnc.runtime import tune
+        from gnnc.runtime import heuristic, tune
         from gnnc.runtime.signature import prepare_call
 
         dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
         lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
-        return "; ".join(lines + [directive])
+        # `edges sorted` goes where the directive reorders the in-edges
+        return heuristic.fit_edge_ids("; ".join(lines + [directive]), graph)
 
     return schedule
 
@@ -83,6 +92,7 @@ SCHEDULES: dict[str, dict[str, Any]] = {
         # a written schedule is never second-guessed: this is the kernel as compiled
         "without the default heuristic": "prefetch 8",
         "without specialize": without_specialize,
+        "without edges sorted": off_default("edges"),
     },
     "sage_mean": {"default": None, "partition src 4": on_default("partition src 4"),
                   "without prefetch": on_default("prefetch 0"),
@@ -92,10 +102,10 @@ SCHEDULES: dict[str, dict[str, Any]] = {
                  "without the default heuristic": "prefetch 8", "without specialize": without_specialize},
     "attention": {"default": None, "order edges hilbert": on_default("order edges hilbert"),
                   "partition src 4": on_default("partition src 4"), "without prefetch": on_default("prefetch 0"),
-                  "without specialize": without_specialize},
+                  "without specialize": without_specialize, "without edges sorted": off_default("edges")},
     "gat": {"default": None, "sort degree": on_default("sort degree"),
             "tile features 32": on_default("tile features 32"), "without prefetch": on_default("prefetch 0"),
-            "without specialize": without_specialize},
+            "without specialize": without_specialize, "without edges sorted": off_default("edges")},
     "mlp_aggr": {"default": None, "without prefetch": on_default("prefetch 0"), "without specialize": without_specialize},
 }
 
