@@ -119,6 +119,12 @@ COMPILE_VARIANTS: dict[str, dict[str, Any]] = {
     "no expand-exp": {"disable_passes": ["expand-exp"]},
 }
 
+#: Variants timed in a rotation of their own, beside the default: the unfused
+#: kernels stream edge-sized temporaries, and the calls after them in a shared
+#: rotation ran 1.1-1.8x slower (gcn on rmat-16, F = 32: "no
+#: transform-before-gather" measured a 1.6x "gain" on a kernel it leaves alone).
+ISOLATED_VARIANTS = {"no-fusion"}
+
 MEM_SLACK = 1.25  # estimates count the big buffers only; allocator and temporaries add some
 GAIN_THRESHOLD = 1.05  # an ablation gain below 5% is within this machine's noise
 
@@ -198,10 +204,18 @@ def median_time(fn: Callable[[], Any], repeat: int, warmup: bool = True,
 
 def interleaved_medians(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
     """Median wall time of each of `fns` over `repeat` rounds that call each once, in turn:
-    a noisy neighbour then slows them alike, where back-to-back medians let it land on one."""
+    a noisy neighbour then slows them alike, where back-to-back medians let it land on one.
+
+    Each round calls them in another order: a call pays for what the one before
+    it left in the caches, so in a fixed order the entries after slow ones
+    measured up to 1.2x slower (the ablation's identical variants, rmat-16)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    shuffle = np.random.default_rng(len(order)).shuffle
     for _ in range(repeat):
-        for k, fn in fns.items():
+        shuffle(order)
+        for k in order:
+            fn = fns[k]
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
@@ -708,16 +722,24 @@ def run_ablation(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, arg
         except GnncError as exc:
             row["status"] = f"unsupported: {str(exc).splitlines()[0][:90]}"
         rows.append(row)
-    medians = interleaved_medians({row["label"]: call for row, call in calls}, args.repeat)
-    for row, _ in calls:
-        row["seconds"] = medians[row["label"]]
+    shared = {row["label"]: call for row, call in calls if row["label"] not in ISOLATED_VARIANTS}
+    medians = interleaved_medians(shared, args.repeat)
+    bases: dict[str, float] = {}
+    default_call = next((call for row, call in calls if row["label"] == "default"), None)
+    for row, call in calls:
+        if row["label"] in shared:
+            row["seconds"] = medians[row["label"]]
+        elif default_call is not None:
+            pair = interleaved_medians({"default": default_call, row["label"]: call}, args.repeat)
+            row["seconds"], bases[row["label"]] = pair[row["label"]], pair["default"]
     base = rows[0]["seconds"] if rows and rows[0]["label"] == "default" else None
     for row in rows:
-        if base and row["seconds"]:
+        row_base = bases.get(row["label"], base)
+        if row_base and row["seconds"]:
             # an added schedule: its gain over the default; a switched-off optimisation or compile
             # variant: the default's gain over it
             removes = row["kind"] == "compile" or row["label"].startswith("without")
-            row["gain"] = row["seconds"] / base if removes else base / row["seconds"]
+            row["gain"] = row["seconds"] / row_base if removes else row_base / row["seconds"]
         t = f"{row['seconds'] * 1e3:10.3f} ms" if row["seconds"] else " " * 13
         g = f"  gain {row['gain']:.2f}x" if row["gain"] else ""
         print(f"   {row['kind']:8s} {row['label']:30s} {t}{g}  {'' if row['status'] == 'ok' else row['status']}",
