@@ -1,10 +1,30 @@
-"""Comparison of compiled results with the float64 reference."""
+"""Comparison of compiled results with the float64 reference, and the example kernels compiled once."""
 
 from __future__ import annotations
+
+import functools
+from pathlib import Path
 
 import numpy as np
 
 import gnnc
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+@functools.cache
+def compiled_example(name: str, schedule: str):
+    """examples/NAME.gnn compiled with `schedule`, or the CompileError it was refused with."""
+    try:
+        return gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule)
+    except gnnc.CompileError as exc:
+        return exc
+
+
+@functools.cache
+def reference_example(name: str):
+    """examples/NAME.gnn for the numpy reference."""
+    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
 def tolerance(graph: gnnc.Graph, want: np.ndarray, dtype) -> float:

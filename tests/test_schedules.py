@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc import compiler
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, compiled_example as compiled, reference_example as reference
 from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -59,19 +58,6 @@ SPLITTING_SCHEDULES = [
 
 #: Why a kernel may refuse a directive: the words its CompileError must contain.
 REFUSABLE = ("partition src", "order edges hilbert", "tile features", "vectorize", "group neighbors")
-
-
-@functools.cache
-def compiled(name: str, schedule: str):
-    try:
-        return gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule)
-    except gnnc.CompileError as exc:
-        return exc
-
-
-@functools.cache
-def reference(name: str):
-    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
 @pytest.mark.parametrize("name", sorted(DIMS))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 import gnnc
 from gnnc import compiler
 from gnnc.runtime import heuristic
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, compiled_example as compiled, reference_example as reference
 from tests.strategies import edge_lists, random_inputs
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -24,19 +23,6 @@ DIMS = {"gcn": {"F": 17}, "gat": {"H": 2, "F": 5}, "attention": {"H": 1, "D": 17
 #: Schedules `edges sorted` joins (destination orders and the Hilbert order are refused).
 WITH = ["", "prefetch 0", "prefetch 3", "specialize", "group neighbors 4", "partition src 2", "tile features 4",
         "vectorize 4\nprefetch 24"]
-
-
-@functools.cache
-def compiled(name: str, schedule: str):
-    try:
-        return gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule)
-    except gnnc.CompileError as exc:
-        return exc
-
-
-@functools.cache
-def reference(name: str):
-    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
 def sorted_graph(src: np.ndarray, dst: np.ndarray, v: int) -> gnnc.Graph:
