@@ -13,7 +13,9 @@ Every kernel `K` in a `.so` is a C function
                                           record says "ordered_edges"; in_src
                                           and in_eid are then laid out so too */
            const int64_t *in_src,      /* E: source of the edge at a position   */
-           const int64_t *in_eid,      /* E: the user's edge id at a position   */
+           const int64_t *in_eid,      /* E: the user's edge id at a position;
+                                          with "edges_sorted" in the record,
+                                          edge rows are addressed by position */
            const T *deg_in, const T *deg_out,   /* max(num_src, num_dst) each */
            const int64_t *dims,        /* the kernel's symbolic dims, in order  */
            T *scratch,                 /* num_threads x per-thread workspace    */
