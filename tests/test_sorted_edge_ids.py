@@ -44,6 +44,23 @@ def test_edges_sorted_says_whether_the_ids_are_the_in_csr_positions(edges):
     assert sorted_graph(src, dst, v).edges_sorted
 
 
+@settings(max_examples=30, deadline=None)
+@given(edges=edge_lists(), seed=st.integers(0, 2**32 - 1))
+def test_sorted_by_destination_renumbers_the_edges_and_says_how(edges, seed):
+    src, dst, v = edges
+    graph = gnnc.Graph.from_coo(src, dst, num_vertices=v)
+    renumbered, perm = graph.sorted_by_destination()
+    assert renumbered.edges_sorted and renumbered.num_vertices == graph.num_vertices
+    np.testing.assert_array_equal(renumbered.src, graph.src[perm])
+    np.testing.assert_array_equal(renumbered.dst, graph.dst[perm])
+    gat = compiled("gat", "edges sorted").gat
+    inputs = random_inputs(gat.signature, graph, DIMS["gat"], np.float32, seed)
+    got = gat(renumbered, **inputs)
+    want = reference("gat").gat(graph, **inputs)
+    assert_matches(got["out"], want["out"], graph, np.float32)
+    assert_matches(got["alpha"], want["alpha"][perm], graph, np.float32)
+
+
 @pytest.mark.parametrize("name", sorted(DIMS))
 @given(graph=sorted_graphs(huge_hubs=True), extra=st.sampled_from(WITH), threads=st.integers(1, 3),
        seed=st.integers(0, 2**32 - 1))

@@ -263,6 +263,19 @@ class Graph:
             self._edges_sorted = bool(np.all(self.dst[1:] >= self.dst[:-1]))
         return self._edges_sorted
 
+    def sorted_by_destination(self) -> tuple[Graph, np.ndarray]:
+        """The same edges numbered in in-CSR order, so that `edges_sorted` holds, and
+        `perm`: new edge i is old edge `perm[i]`. Permute edge data once (`w[perm]`);
+        edge results of the new graph come back in the new numbering (`alpha_new[i]`
+        belongs to old edge `perm[i]`). Returns this graph itself and the identity
+        when its edges are sorted already."""
+        if self.edges_sorted:
+            return self, np.arange(self.num_edges, dtype=np.int64)
+        dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr))
+        graph = Graph.__new__(Graph)
+        graph._build(np.array(self.in_src), dst, self.num_src, self.num_dst, checked=True)
+        return graph, np.array(self.in_eid)
+
     # --------------------------------------------------------------- out-CSR
 
     def _out_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
