@@ -24,6 +24,10 @@ DEFAULT_PREFETCH_DISTANCE = 8
 IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
                                         "specialize", "edges"})
 
+#: Directive keywords that walk the in-CSR in a layout of their own, where an
+#: in-edge's position is not its edge id: `edges sorted` cannot join them.
+REORDERING_DIRECTIVES = ("sort", "reorder", "order")
+
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality")
 

@@ -19,6 +19,7 @@ from typing import Literal
 
 from gnnc.errors import SourceError, SourceLocation
 from gnnc.frontend import ast
+from gnnc.schedule import REORDERING_DIRECTIVES
 
 #: Schedule directives the compiler implements, per target: keywords
 #: (``"partition"``) or, for ``map``, also ``"map warp_vertex"`` style phrases.
@@ -61,9 +62,6 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "prefetch": (_Arg(meaning="the prefetch distance"),),
     "edges": (_Arg("sorted"),),
 }
-#: Directives that walk the in-CSR in a layout of their own, where an in-edge's
-#: position is not its edge id: `edges sorted` cannot join them.
-REORDERING_DIRECTIVES = ("sort", "reorder", "order")
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
 MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size",

@@ -106,7 +106,7 @@ from __future__ import annotations
 from typing import Any
 
 from gnnc.runtime import plans
-from gnnc.schedule import sizes_text
+from gnnc.schedule import REORDERING_DIRECTIVES, sizes_text
 
 #: Source rows must exceed this many last-level caches before partitioning.
 PARTITION_MIN_ROWS_OVER_LLC = 4
@@ -198,7 +198,7 @@ def fit_edge_ids(directives: str, graph: Any) -> str:
     edge ids are sorted: a tuned or predicted schedule may come from another graph with the
     same statistics, and the runtime refuses `edges sorted` on a graph whose ids are not."""
     lines = [line for line in directives.split("; ") if line and line != EDGES_SORTED]
-    reorders = any(line.split()[0] in ("sort", "reorder", "order") for line in lines)
+    reorders = any(line.split()[0] in REORDERING_DIRECTIVES for line in lines)
     if lines and getattr(graph, "edges_sorted", False) and not reorders:
         lines.append(EDGES_SORTED)
     return "; ".join(lines)

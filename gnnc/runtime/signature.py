@@ -380,8 +380,9 @@ def prepare_call(
     """Checks a call; returns ``(inputs, outputs, dims)``, inputs in parameter order.
 
     Inputs are C-contiguous arrays of the kernel's dtype (non-contiguous ones
-    are copied); outputs are the given ``out=`` arrays or fresh ones (starting on
-    a cache line, `memory.empty`), in result order; ``dims`` maps each symbolic dimension to its size.
+    are copied); outputs are the given ``out=`` arrays or fresh ones, starting
+    on a cache line (`memory.empty`), in result order; ``dims`` maps each
+    symbolic dimension to its size.
     """
     bound = _bind_args(sig, tuple(args), dict(kwargs))
     if graph.bipartite and sig.values_read_at_src:
