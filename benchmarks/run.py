@@ -37,17 +37,22 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 EXAMPLES = HERE.parent / "examples"
 
+def _default_lines_but(kind: str, fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> list[str]:
+    """The default heuristic's directive lines for this call, without its `kind` line."""
+    from gnnc.runtime import tune
+    from gnnc.runtime.signature import prepare_call
+
+    dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
+    return [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
+
+
 def off_default(kind: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
     """The default heuristic's pick for the call with its `kind` line dropped (`specialize`: sizes
     given at run time; `edges`: edge ids read from in_eid)."""
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
-        from gnnc.runtime import tune
-        from gnnc.runtime.signature import prepare_call
-
-        dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
-        lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
-        return "; ".join(lines) or "prefetch 8"  # a written schedule runs as written: the kernel as compiled
+        # a written schedule runs as written: "prefetch 8" is the kernel as compiled
+        return "; ".join(_default_lines_but(kind, fn, graph, inputs)) or "prefetch 8"
 
     return schedule
 
@@ -62,13 +67,11 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
     kind = directive.split()[0]
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
-        from gnnc.runtime import heuristic, tune
-        from gnnc.runtime.signature import prepare_call
+        from gnnc.runtime import heuristic
 
-        dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
-        lines = [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
+        lines = _default_lines_but(kind, fn, graph, inputs) + [directive]
         # `edges sorted` goes where the directive reorders the in-edges
-        return heuristic.fit_edge_ids("; ".join(lines + [directive]), graph)
+        return heuristic.fit_edge_ids("; ".join(lines), graph)
 
     return schedule
 
