@@ -303,6 +303,9 @@ def cache_key(source: str, options: CompileOptions) -> str:
     fields = {
         "source": source,
         "options": options.cache_key_fields(),
+        # `native` is this machine's CPU: a cache shared with another machine (a home
+        # directory on NFS, a runner moved to another CPU) must not hand its objects over
+        "host": _host_cpu() if options.target != "cuda" and options.cpu == "native" else None,
         "gnnc": __version__,
         "abi": abi.ABI_VERSION,
         "llvmlite": llvmlite.__version__,
@@ -310,6 +313,13 @@ def cache_key(source: str, options: CompileOptions) -> str:
         "compiler": _compiler_fingerprint(),
     }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _host_cpu() -> list[str]:
+    from gnnc.backends.cpu import codegen
+
+    target = codegen.resolve_cpu("native")
+    return [target.name, target.llvm_features]
 
 
 def _compiler_fingerprint() -> str:

@@ -132,6 +132,20 @@ def test_different_source_or_options_different_entries(cache):
     assert compiler.cache_key(SOURCE, opts) == compiler.cache_key(SOURCE, compiler.CompileOptions())
 
 
+def test_native_objects_are_keyed_by_the_host_cpu(monkeypatch):
+    """A cache shared with another machine (NFS home, a runner on another CPU) builds its own
+    `native` object instead of handing over one this CPU may refuse."""
+    from gnnc.backends.cpu import codegen
+
+    opts = compiler.CompileOptions()
+    here = compiler.cache_key(SOURCE, opts)
+    level = compiler.cache_key(SOURCE, compiler.CompileOptions(cpu="x86-64-v2"))
+    other = codegen.CpuTarget("native", "znver4", "+avx512f", ("avx512f",))
+    monkeypatch.setattr(codegen, "resolve_cpu", lambda level: other)
+    assert compiler.cache_key(SOURCE, opts) != here
+    assert compiler.cache_key(SOURCE, compiler.CompileOptions(cpu="x86-64-v2")) == level  # a level is a level
+
+
 # ---------------------------------------------------------------- corrupt entries
 
 
