@@ -43,12 +43,14 @@ def _default_lines_but(kind: str, fn: Any, graph: Any, inputs: dict[str, np.ndar
     from gnnc.runtime.signature import prepare_call
 
     dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
-    return [line for line in tune.default_key(fn, graph, dims).split("; ") if line and line.split()[0] != kind]
+    return [line for line in tune.default_key(fn, graph, dims).split("; ")
+            if line and directive_keyword(line.split()) != kind]
 
 
 def off_default(kind: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
     """The default heuristic's pick for the call with its `kind` line dropped (`specialize`: sizes
-    given at run time; `edges`: edge ids read from in_eid)."""
+    given at run time; `edges`: edge ids read from in_eid; `vectorize_edges`: scalar walks), kinds
+    as schedule.directive_keyword names them."""
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
         # a written schedule runs as written: "prefetch 8" is the kernel as compiled
@@ -64,7 +66,7 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
     """The default heuristic's pick for the call with `directive` added (a default line of the same
     kind, e.g. its `vectorize` or `prefetch`, replaced): the directive's own effect, not also the
     loss of the default's `specialize` and `vectorize` that a schedule written alone would bring."""
-    kind = directive.split()[0]
+    kind = directive_keyword(directive.split())
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
         from gnnc.runtime import heuristic
@@ -108,7 +110,9 @@ SCHEDULES: dict[str, dict[str, Any]] = {
                   "without specialize": without_specialize, "without edges sorted": off_default("edges")},
     "gat": {"default": None, "sort degree": on_default("sort degree"),
             "tile features 32": on_default("tile features 32"), "without prefetch": on_default("prefetch 0"),
-            "without specialize": without_specialize, "without edges sorted": off_default("edges")},
+            "without specialize": without_specialize, "without edges sorted": off_default("edges"),
+            "vectorize edges 16": on_default("vectorize edges 16"),
+            "without vectorize edges": off_default("vectorize_edges")},
     "mlp_aggr": {"default": None, "without prefetch": on_default("prefetch 0"), "without specialize": without_specialize},
 }
 
@@ -185,6 +189,7 @@ import graphs as bench_graphs  # noqa: E402
 
 import gnnc  # noqa: E402
 from gnnc.errors import ArgumentError, GnncError  # noqa: E402
+from gnnc.schedule import directive_keyword  # noqa: E402
 
 # ------------------------------------------------------------------ measuring
 

@@ -11,7 +11,7 @@ lowered is a compile error: a schedule is never dropped silently.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gnnc.errors import ArgumentError
@@ -22,7 +22,19 @@ DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
 IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                        "specialize", "edges"})
+                                        "specialize", "edges", "vectorize_edges"})
+
+#: Lane counts `vectorize edges W` takes: a power of two, at most a 64-byte
+#: vector of f32 four times over.
+EDGE_LANES = (2, 4, 8, 16, 32, 64)
+
+
+def directive_keyword(words: Sequence[str]) -> str:
+    """The key a directive is known by: its first word, but `vectorize edges W` is
+    `vectorize_edges` (a schedule may vectorise rows and edges both)."""
+    if len(words) >= 2 and words[0] == "vectorize" and words[1] == "edges":
+        return "vectorize_edges"
+    return words[0]
 
 #: Directive keywords that walk the in-CSR in a layout of their own, where an
 #: in-edge's position is not its edge id: `edges sorted` cannot join them.
@@ -54,6 +66,8 @@ class CpuSchedule:
     sizes: tuple[tuple[str, int], ...] | None = None
     #: `edges sorted`: the graph's edge ids are its in-CSR positions (edges sorted by destination)
     edges_sorted: bool = False
+    #: `vectorize edges W`: in-edge walks run their per-edge scalars W edges at a time, None for one
+    edge_lanes: int | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -77,6 +91,7 @@ class CpuSchedule:
             group_size=int(group.split()[-1]) if group else None,
             sizes=parse_sizes(entries["cpu.specialize"]) if "cpu.specialize" in entries else None,
             edges_sorted=entries.get("cpu.edges") == "sorted",
+            edge_lanes=int(entries["cpu.vectorize_edges"].split()[-1]) if "cpu.vectorize_edges" in entries else None,
         )
 
 

@@ -57,6 +57,18 @@ def assert_matches(got, want, graph: gnnc.Graph, dtype) -> None:
     np.testing.assert_allclose(got64[ok], want[ok], rtol=1e-3 if dtype == np.float32 else 1e-9, atol=atol)
 
 
+def assert_random_kernel_matches(module, source: str, graph: gnnc.Graph, f: int, threads: int, seed: int) -> None:
+    """Kernel `k` of a compiled random kernel (tests.strategies.random_kernels) against the reference."""
+    from tests.strategies import random_inputs
+
+    kernel = module.k
+    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
+    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
+    got = kernel(graph, threads=threads, **inputs)
+    want = gnnc.compile(source, target="reference").k(graph, **inputs)
+    assert_matches(got, want, graph, dtype)
+
+
 def numeric_grad(evaluate, args: dict, name: str, gout, h: float = 1e-6) -> np.ndarray:
     """Central differences of <gout, evaluate(**args)> with respect to args[name] (float64 inputs)."""
     grad = np.zeros_like(args[name])

@@ -181,3 +181,46 @@ def test_a_small_row_runs_vectorized_and_matches_the_reference(seed, f, kernel):
     assert f"vectorize {f}" in compiled._variants
     want = getattr(gnnc.compile(source, target="reference"), kernel)(graph, **inputs)
     assert_matches(got, want, graph, np.float32)
+
+
+def degree_graph(degrees: list[int]) -> SimpleNamespace:
+    """A stand-in graph with these in-degrees (what the lanes rule reads)."""
+    indptr = np.concatenate([[0], np.cumsum(degrees)])
+    return SimpleNamespace(num_vertices=len(degrees), num_edges=int(indptr[-1]), in_indptr=indptr, plans={},
+                           edges_sorted=False)
+
+
+@pytest.mark.parametrize("degrees,lane_walks,want", [
+    ([4] * 8192, 2, False),              # mdual-like: 0.72x measured
+    ([12] * 2048, 2, True),              # copter2, 4elt: 1.5-1.7x
+    ([1] * 8000 + [64] * 300, 2, True),  # R-MAT-like: most edges at hubs
+    ([4] * 4096 + [8] * 1024, 2, False),  # 8 in-edges hold a third of them
+    ([12] * 2048, 0, False),             # lanes would only weigh rows (gcn_norm): 0.84-1.04x
+    ([12] * 1300, 2, False),             # under 16K edges: no variant
+])
+def test_edge_lanes_rule_follows_the_measurements(degrees, lane_walks, want):
+    got = heuristic.default_directives(degree_graph(degrees), 4 * 33, llc_bytes=32 * MIB,
+                                       phases=[{"row_dim": "F", "edge_walks": 3}], dims={"H": 1, "F": 32},
+                                       lane_walks=lane_walks) or ""
+    assert ("vectorize edges 16" in got.splitlines()) == want
+
+
+def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
+    gat = gnnc.compile(EXAMPLES / "gat.gnn").gat
+    gcn_norm = gnnc.compile(EXAMPLES / "gcn_norm.gnn").gcn_norm
+    # the H = 1 copy's max, sum and normalising walks
+    assert gat._abi["lanes"] == {"walks": 3, "reducing": 3, "unit_dims": ["H"]}
+    assert gcn_norm._abi["lanes"] == {"walks": 1, "reducing": 0, "unit_dims": []}
+    rng = np.random.default_rng(7)
+    v, e = 1500, 1 << 14
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+    ref = gnnc.compile(EXAMPLES / "gat.gnn", target="reference").gat
+    inputs = random_inputs(gat.signature, graph, {"H": 1, "F": 8}, np.float32, 7)
+    assert_matches(gat(graph, **inputs), ref(graph, **inputs), graph, np.float32)
+    assert any("vectorize edges 16" in k for k in gat._variants)
+    four_heads = random_inputs(gat.signature, graph, {"H": 4, "F": 8}, np.float32, 7)
+    assert_matches(gat(graph, **four_heads), ref(graph, **four_heads), graph, np.float32)
+    assert not any("vectorize edges" in k for k in gat._variants if "H 4" in k)  # no copy for one head there
+    x = random_inputs(gcn_norm.signature, graph, {"F": 8}, np.float32, 7)
+    gcn_norm(graph, **x)
+    assert not any("vectorize edges" in k for k in gcn_norm._variants)

@@ -26,7 +26,7 @@ import gnnc
 from gnnc import abi, compiler
 from gnnc.dialects import loop
 from gnnc.passes import pipeline
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, assert_random_kernel_matches
 from tests.strategies import graphs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -403,16 +403,9 @@ def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
 @settings(max_examples=15)
 def test_random_kernels_tiled_and_sliced_match_reference(source, schedule, graph, f, threads, seed):
     """The schedule passes compose: random kernels under tiles sliced into vectors either are refused or match."""
-    from tests.strategies import random_inputs
-
     try:
         module = gnnc.compile(source, schedule=schedule)
     except gnnc.CompileError as exc:
         assert any(d in str(exc) for d in ("partition src", "tile features", "vectorize", "group neighbors")), str(exc)
         return
-    kernel = module.k
-    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
-    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
-    got = kernel(graph, threads=threads, **inputs)
-    want = gnnc.compile(source, target="reference").k(graph, **inputs)
-    assert_matches(got, want, graph, dtype)
+    assert_random_kernel_matches(module, source, graph, f, threads, seed)

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc import compiler
-from tests.helpers import assert_matches, compiled_example as compiled, reference_example as reference
+from tests.helpers import (
+    assert_matches,
+    assert_random_kernel_matches,
+    compiled_example as compiled,
+    reference_example as reference,
+)
 from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -258,9 +263,4 @@ def test_random_kernels_split_or_partitioned_match_reference(source, schedule, g
         if "group neighbors" in schedule and "group neighbors" in str(exc):
             assert "softmax" in str(exc) or "no aggregation" in str(exc)
         return
-    kernel = module.k
-    dtype = np.float32 if kernel.signature.dtype == "f32" else np.float64
-    inputs = random_inputs(kernel.signature, graph, {"F": f}, dtype, seed)
-    got = kernel(graph, threads=threads, **inputs)
-    want = gnnc.compile(source, target="reference").k(graph, **inputs)
-    assert_matches(got, want, graph, dtype)
+    assert_random_kernel_matches(module, source, graph, f, threads, seed)

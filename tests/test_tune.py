@@ -9,6 +9,8 @@ import os
 import time
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -209,6 +211,30 @@ def test_combinations_join_the_best_of_each_family_that_paid_off():
     assert tune.combination_keys({"": 1.0, "prefetch 16": 1.2, "sort degree": 1.1}, 1.0) == []
     assert tune.family_of("tile features 32") == tune.family_of("partition src 2") == "partition"
     assert tune.family_of("reorder locality") == tune.family_of("order edges hilbert") == "order"
+    # rows and edges are vectorised apart, so their best may be joined
+    assert tune.family_of("vectorize edges 16") == "lanes" and tune.family_of("vectorize 32") == "vectorize"
+    assert tune.combination_keys({"": 1.0, "vectorize 32": 0.8, "vectorize edges 16": 0.7}, 1.0) == [
+        "vectorize 32; vectorize edges 16"]
+
+
+def test_the_space_has_edge_lanes_for_kernels_whose_walks_take_them():
+    traits = {"row": 32, "edge_result": True, "vertex_result": True, "sizes": "H 1 F 32", "lane_walks": 3}
+    keys = tune.candidate_keys(traits, 2, "prefetch 24")
+    assert {"vectorize edges 8", "vectorize edges 16"} <= set(keys)
+    assert not any(k.startswith("vectorize edges") for k in tune.candidate_keys({**traits, "lane_walks": 0}, 2, "x"))
+
+
+def test_predictions_get_the_defaults_lanes():
+    from gnnc.runtime import heuristic
+
+    indptr = np.concatenate([[0], np.cumsum([12] * 2048)])
+    dense = SimpleNamespace(num_edges=int(indptr[-1]), in_indptr=indptr, plans={})
+    sparse = SimpleNamespace(num_edges=4 * 8192, in_indptr=np.arange(0, 4 * 8193, 4), plans={})
+    assert heuristic.fit_edge_lanes("prefetch 16", dense, 3) == "prefetch 16; vectorize edges 16"
+    assert heuristic.fit_edge_lanes("prefetch 16", dense, 0) == "prefetch 16"  # no walk would reduce in lanes
+    assert heuristic.fit_edge_lanes("prefetch 16", sparse, 3) == "prefetch 16"  # 4 in-edges each: 0.72x
+    assert heuristic.fit_edge_lanes("vectorize edges 8", dense, 3) == "vectorize edges 8"
+    assert heuristic.fit_edge_lanes("", dense, 3) == ""  # the kernel as compiled stays so
 
 
 def test_tune_times_the_joins_of_what_paid_off(gcn, four_elt, monkeypatch):

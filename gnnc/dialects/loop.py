@@ -23,6 +23,7 @@ threads; `convert-loop-to-scf` lowers what is left to `scf.for`.
 from __future__ import annotations
 
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     DictionaryAttr,
     Float32Type,
     Float64Type,
@@ -33,7 +34,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Block, Dialect, Region, SSAValue
+from xdsl.ir import Block, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -44,6 +45,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.traits import IsTerminator, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
@@ -72,7 +74,7 @@ def _check_body(op: IRDLOperation, region: Region, nargs: int) -> None:
         raise VerifyException(f"'{op.name}' body takes {nargs} index argument(s)")
     if not isinstance(block.last_op, YieldOp):
         raise VerifyException(f"'{op.name}' body must end with loop.yield")
-    if block.last_op.values and not isinstance(op, WarpSumOp):
+    if block.last_op.values and not isinstance(op, WarpSumOp | LanesOp):
         raise VerifyException(f"'{op.name}' body yields no values")
 
 
@@ -407,8 +409,99 @@ class WarpSumOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' body must end with loop.yield of one {t}")
 
 
+#: Discardable memref.store attribute inside loop.lanes (see LanesOp).
+WHOLE_VECTOR_ATTR = "gnnc.whole_vector"
+
+#: How `loop.lanes` combines its lanes' values, and the value an inactive lane contributes.
+LANE_REDUCTIONS: dict[str, float] = {
+    "addf": -0.0, "mulf": 1.0, "maxnumf": float("-inf"), "minnumf": float("inf"),
+    "maximumf": float("-inf"), "minimumf": float("inf"),
+}
+
+
+@irdl_op_definition
+class LanesOp(IRDLOperation):
+    """The body for every lane in [0, count), count <= width, run as one SIMD step:
+
+        %m, %s = loop.lanes %n width 16 reduce ["maxnumf", "addf"] : f32, f32 {
+        ^bb0(%lane: index):
+          ...
+          loop.yield %score, %weight : f32, f32
+        }
+
+    The CPU backend runs the body once on `width`-wide vectors, lanes at and
+    past `count` masked off: a value that depends on the lane is a vector, a
+    load or store at a lane-dependent index is a (masked) vector access or a
+    gather / scatter, anything else stays scalar. Result i combines the
+    lanes' i-th yielded values with `reduce[i]` in an unspecified order.
+    Lanes must not store to one address (an index that does not depend on
+    the lane) and must not read what another lane writes: they run at once.
+    A store marked `gnnc.whole_vector`, at `lane` in a buffer of `width`
+    elements that only these lanes use, may also write the masked-off lanes'
+    elements: one full vector store, which a scalar load of one element can
+    then take from the store buffer (a masked store cannot forward to it).
+    Count must be in [1, width].
+    """
+
+    name = "loop.lanes"
+
+    count = operand_def(IndexType)
+    width = prop_def(IntegerAttr[I64])
+    reduce = prop_def(ArrayAttr[StringAttr])
+    res = var_result_def()
+    body = region_def("single_block")
+
+    assembly_format = "$count `width` $width `reduce` $reduce attr-dict-with-keyword (`:` type($res)^)? $body"
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, count: SSAValue, width: int, body: Block, reduce: list[str], result_types: list):
+        super().__init__(operands=[count], regions=[Region(body)], result_types=[result_types],
+                         properties={"width": IntegerAttr(width, 64),
+                                     "reduce": ArrayAttr([StringAttr(k) for k in reduce])})
+
+    def verify_(self) -> None:
+        width = self.width.value.data
+        if width not in (2, 4, 8, 16, 32, 64):
+            raise VerifyException(f"'{self.name}' width must be a power of two in [2, 64], got {width}")
+        _check_body(self, self.body, 1)
+        kinds = [k.data for k in self.reduce.data]
+        for kind in kinds:
+            if kind not in LANE_REDUCTIONS:
+                raise VerifyException(f"'{self.name}' cannot reduce with '{kind}' (known: {', '.join(LANE_REDUCTIONS)})")
+        yielded = self.body.block.last_op.values  # type: ignore[union-attr]
+        if not len(kinds) == len(yielded) == len(self.res):
+            raise VerifyException(f"'{self.name}' yields {len(yielded)} values for {len(kinds)} reductions "
+                                  f"and {len(self.res)} results")
+        for r, y in zip(self.res, yielded):
+            if r.type != y.type or not isinstance(r.type, Float32Type | Float64Type):
+                raise VerifyException(f"'{self.name}' reduces f32 or f64 values into results of their type")
+        lane = self.body.block.args[0]
+        for op in self.body.block.walk():
+            if op.regions and op is not self:
+                raise VerifyException(f"'{self.name}' body must be straight-line code, found '{op.name}'")
+            if op.name == "memref.store" and not depends_on(op.operands[2], lane, self.body.block):
+                raise VerifyException(f"'{self.name}': every lane stores to one address (the index does not "
+                                      "depend on the lane)")
+
+
+def depends_on(value: SSAValue, root: SSAValue, scope: Block | None = None) -> bool:
+    """Whether value is computed from root (through ops in `scope` only, if given)."""
+    seen: set[SSAValue] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is root:
+            return True
+        if v in seen or not isinstance(v.owner, Operation):
+            continue
+        seen.add(v)
+        if scope is None or v.owner.parent_block() is scope:
+            stack.extend(v.owner.operands)
+    return False
+
+
 Loop = Dialect(
     "loop",
-    [ForDstOp, ForInEdgesOp, ForFeatureOp, ForTileOp, ForPartitionOp, DstAtOp, GridOp, WarpSumOp, YieldOp],
+    [ForDstOp, ForInEdgesOp, ForFeatureOp, ForTileOp, ForPartitionOp, DstAtOp, GridOp, WarpSumOp, LanesOp, YieldOp],
     [],
 )

@@ -19,7 +19,7 @@ from typing import Literal
 
 from gnnc.errors import SourceError, SourceLocation
 from gnnc.frontend import ast
-from gnnc.schedule import REORDERING_DIRECTIVES
+from gnnc.schedule import EDGE_LANES, REORDERING_DIRECTIVES, directive_keyword
 
 #: Schedule directives the compiler implements, per target: keywords
 #: (``"partition"``) or, for ``map``, also ``"map warp_vertex"`` style phrases.
@@ -27,7 +27,7 @@ from gnnc.schedule import REORDERING_DIRECTIVES
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                                     "specialize", "edges"},
+                                                     "specialize", "edges", "vectorize_edges"},
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
                                                       "map warp_edge", "map group", "map tile", "map lanes",
@@ -59,6 +59,8 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "group": (_Arg("neighbors"), _Arg(meaning="the neighbour group size")),
     "reorder": (_Arg("locality"),),
     "vectorize": (_Arg(meaning="the vector width"),),
+    # `vectorize edges W`: keyed apart from `vectorize W` (schedule.directive_keyword)
+    "vectorize_edges": (_Arg("edges"), _Arg(meaning="the edges computed at once")),
     "prefetch": (_Arg(meaning="the prefetch distance"),),
     "edges": (_Arg("sorted"),),
 }
@@ -75,7 +77,7 @@ def _directive_phrase(words: list[str]) -> str:
     """How messages name a directive: its keyword and fixed words."""
     if words[0] == "map":
         return " ".join(words[:2])
-    spec = CPU_DIRECTIVES.get(words[0], ())
+    spec = CPU_DIRECTIVES.get(directive_keyword(words), ())
     fixed = [a.word for a in spec if a.word is not None]
     return " ".join([words[0], *fixed])
 
@@ -157,7 +159,7 @@ class _Checker:
         given: dict[str, ast.Directive] = {}
         for d in s.directives:
             locs = self.word_locs(d)
-            keyword = d.words[0]
+            keyword = directive_keyword(d.words)
             if keyword not in DIRECTIVES[s.target]:
                 other = "cuda" if s.target == "cpu" else "cpu"
                 if keyword in DIRECTIVES[other]:
@@ -210,7 +212,8 @@ class _Checker:
             raise self.error(f"{word} is too large for {meaning}", loc)
 
     def cpu_directive(self, d: ast.Directive, locs: list[SourceLocation]) -> None:
-        spec = CPU_DIRECTIVES[d.words[0]]
+        keyword = directive_keyword(d.words)
+        spec = CPU_DIRECTIVES[keyword]
         for i, arg in enumerate(spec, start=1):
             after = " ".join(d.words[:i])
             if i >= len(d.words):
@@ -224,6 +227,9 @@ class _Checker:
                 pass  # `prefetch 0` turns prefetching off
             else:
                 self.positive_int(word, locs[i], arg.meaning, after)
+                if keyword == "vectorize_edges" and int(word) not in EDGE_LANES:
+                    raise self.error(f"'{after}' takes a power of two up to 64, found {word}",
+                                     locs[i])
         if len(d.words) > len(spec) + 1:
             extra = len(spec) + 1
             raise self.error(

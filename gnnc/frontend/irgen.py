@@ -24,6 +24,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gnnc.dialects import graph
 from gnnc.frontend import ast
+from gnnc.schedule import directive_keyword
 
 ELEMENT_TYPES: dict[str, Float32Type | Float64Type] = {"f32": f32, "f64": f64}
 
@@ -80,7 +81,7 @@ class _KernelBuilder:
         directives: dict[str, Attribute] = {}
         for sched in self.kernel.schedules:
             for directive in sched.directives:
-                key = f"{sched.target}.{directive.words[0]}"
+                key = f"{sched.target}.{directive_keyword(directive.words)}"
                 directives[key] = StringAttr(" ".join(directive.words[1:]))
         if directives:
             fn.attributes[SCHEDULE] = DictionaryAttr(directives)

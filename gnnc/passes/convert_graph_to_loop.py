@@ -733,6 +733,8 @@ class KernelLowering:
             result["specialize"] = StringAttr(sizes_text(dict(sched.sizes)))
         if sched.edges_sorted:
             result["edge_ids"] = StringAttr("sorted")
+        if sched.edge_lanes is not None:
+            result["vectorize_edges"] = IntegerAttr(sched.edge_lanes, i64)
         return DictionaryAttr(result)
 
     # ------------------------------------------------- one destination's work

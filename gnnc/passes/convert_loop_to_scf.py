@@ -29,7 +29,7 @@ from xdsl.rewriter import InsertPoint
 from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
-from gnnc.passes.loop_structure import encloses_loops
+from gnnc.passes.loop_structure import constant_index, encloses_loops
 
 index = IndexType()
 
@@ -132,24 +132,9 @@ ROW_UNROLL_MAX_ELEMENTS = 128
 ROW_INTERLEAVE = 4
 
 
-def _constant(value: SSAValue) -> int | None:
-    """The value of an index computed from constants only (a specialised size), else None."""
-    op = value.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    if isinstance(op, arith.IndexCastOp):
-        return _constant(op.input)
-    if isinstance(op, arith.MuliOp | arith.AddiOp):
-        a, b = _constant(op.lhs), _constant(op.rhs)
-        if a is None or b is None:
-            return None
-        return a * b if isinstance(op, arith.MuliOp) else a + b
-    return None
-
-
 def _unrolled_elements(op: loop.ForFeatureOp) -> int | None:
     """Iterations of op's innermost bodies, over op and the feature loops inside it, if all are constant."""
-    extent = _constant(op.extent)
+    extent = constant_index(op.extent)
     if extent is None:
         return None
     inner = 1

@@ -8,7 +8,7 @@ pass and the runtime's heuristic agree on which axis is a kernel's row.
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.builtin import IntegerAttr, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
 from gnnc import abi
@@ -17,6 +17,22 @@ from gnnc.errors import CompileError
 
 #: Schedule entries `convert-loop-to-openmp` implements itself (thread mapping).
 WORKSHARING_KEYS = ("parallel",)
+
+
+def constant_index(value: SSAValue) -> int | None:
+    """The value of an index computed from constants only (a size compiled in by `specialize`,
+    a stride of 1 x 1), else None."""
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    if isinstance(op, arith.IndexCastOp):
+        return constant_index(op.input)
+    if isinstance(op, arith.MuliOp | arith.AddiOp):
+        a, b = constant_index(op.lhs), constant_index(op.rhs)
+        if a is None or b is None:
+            return None
+        return a * b if isinstance(op, arith.MuliOp) else a + b
+    return None
 
 
 def row_dim(for_dst: loop.ForDstOp) -> str:

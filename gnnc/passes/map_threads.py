@@ -489,20 +489,6 @@ def _const_in(block: Block, value: int) -> SSAValue:
     return op.result
 
 
-def _depends_on(value: SSAValue, target: SSAValue) -> bool:
-    seen: set[SSAValue] = set()
-    stack = [value]
-    while stack:
-        x = stack.pop()
-        if x is target:
-            return True
-        if x in seen or not isinstance(x.owner, Operation):
-            continue
-        seen.add(x)
-        stack.extend(x.owner.operands)
-    return False
-
-
 _ATOMIC_OF = {arith.AddfOp: "fadd", arith.MaximumfOp: "fmaximum", arith.MinimumfOp: "fminimum",
               arith.MaxnumfOp: "fmax"}
 
@@ -528,7 +514,7 @@ def _atomic_updates(rewriter: Rewriter, body: Block, scratch: SSAValue, edge: SS
                     break
             else:
                 kind = None
-        if kind is None and not _depends_on(store.indices[0], edge):
+        if kind is None and not loop.depends_on(store.indices[0], edge):
             raise CompileError(
                 f"kernel '{kernel}': map {strategy} is refused: an edge writes a vertex row other than by a "
                 "sum / max / min update, which threads of several edges cannot share"

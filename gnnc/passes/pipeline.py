@@ -38,6 +38,7 @@ from gnnc.passes.tile_features import TileFeaturesPass
 from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
 from gnnc.passes.unfuse_graph import UnfusePass
 from gnnc.passes.vectorize_rows import VectorizeRowsPass
+from gnnc.passes.vectorize_edges import VectorizeEdgesPass
 
 #: Every xDSL pass gnnc runs, by command-line name.
 PASSES: dict[str, type[ModulePass]] = {
@@ -59,6 +60,7 @@ PASSES: dict[str, type[ModulePass]] = {
         PartitionSourcesPass,
         TileFeaturesPass,
         VectorizeRowsPass,
+        VectorizeEdgesPass,
         SortedEdgeIdsPass,
         ConvertLoopToOpenmpPass,
         ConvertLoopToScfPass,
@@ -97,6 +99,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "specialize-unit-dims",
     *CPU_SCHEDULE_PASSES,
     "sorted-edge-ids",
+    "vectorize-edges",
     "convert-loop-to-openmp",
     "expand-tanh",
     "expand-exp",

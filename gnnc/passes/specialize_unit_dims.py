@@ -32,14 +32,17 @@ from __future__ import annotations
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
-from gnnc.passes.loop_structure import axis_loops, encloses_loops, row_dim
+from gnnc.passes.loop_structure import axis_loops, constant_index, encloses_loops, row_dim
 
 index = IndexType()
+
+#: Discardable scf.if attribute: the dimension whose size 1 the then-copy is for.
+UNIT_DIM_ATTR = "gnnc.unit_dim"
 
 #: Schedule entries whose transformations need the destination body unversioned.
 RESTRUCTURING = ("partition", "edges", "tile")
@@ -80,6 +83,8 @@ def _derived_outside(for_dst: loop.ForDstOp, axis: SSAValue) -> list[Operation]:
 
 
 def _specialize(for_dst: loop.ForDstOp, axis: SSAValue) -> None:
+    names = {op.dim.data for op in for_dst.body.walk()
+             if isinstance(op, loop.ForFeatureOp) and op.extent is axis and op.dim is not None}
     body = for_dst.body.block
     terminator = body.last_op
     assert isinstance(terminator, loop.YieldOp)
@@ -101,7 +106,10 @@ def _specialize(for_dst: loop.ForDstOp, axis: SSAValue) -> None:
         general.add_op(op)
     unit.add_op(scf.YieldOp())
     general.add_op(scf.YieldOp())
-    body.insert_ops_before([one, is_one, scf.IfOp(is_one, [], Region(unit), Region(general))], terminator)
+    versioned = scf.IfOp(is_one, [], Region(unit), Region(general))
+    if names:
+        versioned.attributes[UNIT_DIM_ATTR] = StringAttr(min(names))
+    body.insert_ops_before([one, is_one, versioned], terminator)
 
 
 class SpecializeUnitDimsPass(ModulePass):
@@ -122,6 +130,9 @@ class SpecializeUnitDimsPass(ModulePass):
                 # vectorize-rows slices the row axis: a versioned copy with that axis at 1 has nothing to slice
                 sliced = {o.extent for o in axis_loops(for_dst.body.block, row_dim(for_dst))}
                 axes = [a for a in axes if a not in sliced]
+            # an axis of a size compiled in (`specialize H 4`) has its loops' trip count already:
+            # a copy for 1 would be dead code (or the code itself, at 1)
+            axes = [a for a in axes if constant_index(a) is None]
             if axes:
                 # one axis: two copies of the body, not 2^axes
                 _specialize(for_dst, axes[0])

@@ -59,12 +59,10 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             concrete = predictor.concrete_schedule(directives, traits["row"], traits["sizes"])
             if concrete is None or concrete in kernel._refused:
                 continue
-            return Choice(heuristic.fit_edge_ids(concrete, graph), threads, "predicted")
-    directives = heuristic.default_directives(
-        graph, heuristic.source_row_bytes(kernel.signature, dims, itemsize),
-        phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
-        accumulates=any(r.domain == "V" for r in kernel.signature.results),
-    )
+            lanes = heuristic.lane_walks_for(kernel._abi, dims)
+            return Choice(heuristic.fit_edge_lanes(heuristic.fit_edge_ids(concrete, graph), graph, lanes), threads,
+                          "predicted")
+    directives = heuristic.kernel_default(kernel, graph, dims)
     return Choice("; ".join(directives.splitlines()) if directives else "", None, "default")
 
 

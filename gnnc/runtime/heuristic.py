@@ -6,10 +6,11 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Five decisions so far, each a rule fit to what was measured on this machine
-(2 threads, AMD EPYC, 32 MiB L3, edge ids in CSR order, against the kernel
-as compiled in the same process). The first, FeatGraph's 1-D source
-partitioning (`partition src K`):
+Six decisions so far, each a rule fit to what was measured (2 threads, edge
+ids in CSR order, against the kernel as compiled in the same process): the
+first five on an AMD EPYC with 32 MiB of L3, the sixth on the Xeon this
+project later moved to (2 MiB of L2 a core, LLVM's 256-bit vectors). The
+first, FeatGraph's 1-D source partitioning (`partition src K`):
 
     graph (V, E / V)        kernel    F    rows / LLC   K=2    K=4    K=8
     rmat-17 (131K, 16)      gcn       512     8.0        -    1.48x     -   (K=16: 1.25x)
@@ -85,6 +86,27 @@ edge rows are then read by position, not through `in_eid`
 (passes/sorted_edge_ids.py: gcn F = 32 1.10-1.25x, attention 1.08x, gat
 1.03-1.07x on mdual and rmat-16).
 
+The sixth, `vectorize edges 16` (passes/vectorize_edges.py: a walk's
+per-edge scalars 16 edges at a time), for those same calls of kernels whose
+lanes would reduce (a softmax's maximum and sum) or carry a whole walk, on
+graphs where at least half the in-edges belong to destinations with 8 or
+more of them. Against the default's pick without it (2 threads, fastest of
+11 round-robin samples, this Xeon; H = 1):
+
+    graph (share of edges at in-degree >= 8)   gat F=32  gat_conv F=32  gat F=128  gat_conv F=128   W=8 instead, F=32
+    rmat-14 (0.93)                              1.50x     1.62x          1.12x      1.11x            1.24x
+    rmat-16 (0.94)                              1.51x     1.65x          1.06x      1.05x            1.21x
+    rmat-17 (0.93)                              1.30x     1.51x          0.97x      0.97x            1.16x
+    copter2 (0.94)                              1.70x     1.81x          1.11x      1.09x            1.15x
+    4elt (0.97)                                 1.47x     1.60x          1.01x      1.05x            1.04x
+    astro-ph (0.88)                             1.52x     1.51x          1.05x      1.04x            1.18x
+    email-Enron (0.79)                          1.19x     1.31x          0.98x      1.03x            1.03x
+    cond-mat (0.56)                             1.12x     1.06x          0.98x      0.97x            0.97x
+    mdual (0.00)                                0.72x     0.76x          0.91x      0.95x            0.75x
+
+gcn_norm, whose lanes only compute each edge's weight before its row:
+0.84-1.04x on mdual, copter2 and 4elt, so kernels like it are left alone.
+
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
 last-level cache and each row is gathered often enough (mean in-degree >= 8)
@@ -104,6 +126,8 @@ at F = 64. Too mixed and too noisy a picture for a rule yet.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from gnnc.runtime import plans
 from gnnc.schedule import REORDERING_DIRECTIVES, sizes_text
@@ -128,6 +152,12 @@ PREFETCH_MAX = 24
 
 #: The directive for graphs whose edge ids are their in-CSR positions (passes/sorted_edge_ids.py).
 EDGES_SORTED = "edges sorted"
+
+#: `vectorize edges W`: this many lanes, when at least this share of the in-edges
+#: belong to destinations with this many or more of them.
+EDGE_LANES = 16
+EDGE_LANES_MIN_DEGREE = 8
+EDGE_LANES_MIN_SHARE = 0.5
 
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
@@ -154,14 +184,36 @@ def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int
     return total
 
 
+def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
+    """default_directives for a call of a compiled kernel (its signature and ABI record)."""
+    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
+    return default_directives(
+        graph, source_row_bytes(kernel.signature, dims, itemsize),
+        phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
+        accumulates=any(r.domain == "V" for r in kernel.signature.results),
+        lane_walks=lane_walks_for(kernel._abi, dims),
+    )
+
+
+def lane_walks_for(abi_record: dict, dims: dict[str, int]) -> int:
+    """The walks `vectorize edges` would give reductions or whole walks in a call of these sizes:
+    none when they are in a copy for a dimension of size 1 (one head) the call does not have."""
+    lanes = abi_record.get("lanes", {})
+    if any(dims.get(d, 1) != 1 for d in lanes.get("unit_dims", [])):
+        return 0
+    return int(lanes.get("reducing", 0))
+
+
 def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None, *,
                        phases: list[dict] | None = None, dims: dict[str, int] | None = None,
-                       itemsize: int = 4, accumulates: bool = False) -> str | None:
+                       itemsize: int = 4, accumulates: bool = False, lane_walks: int = 0) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
     `phases` is the kernel's ABI record of its destination loops (row axis,
     in-edge walks) and `accumulates` says whether it has a vertex result;
-    without them only partitioning is considered.
+    without them only partitioning is considered. `lane_walks` counts the
+    walks whose lanes `vectorize edges` would give reductions or the whole walk
+    (the ABI record's `lanes.reducing`).
     """
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
@@ -190,6 +242,9 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         lines.append(f"specialize {sizes_text(dims)}")
     if e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
         lines.append(EDGES_SORTED)
+    if (lane_walks and e >= SPECIALIZE_MIN_EDGES
+            and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE):
+        lines.append(f"vectorize edges {EDGE_LANES}")
     return "\n".join(lines) or None
 
 
@@ -201,6 +256,19 @@ def fit_edge_ids(directives: str, graph: Any) -> str:
     reorders = any(line.split()[0] in REORDERING_DIRECTIVES for line in lines)
     if lines and getattr(graph, "edges_sorted", False) and not reorders:
         lines.append(EDGES_SORTED)
+    return "; ".join(lines)
+
+
+def fit_edge_lanes(directives: str, graph: Any, lane_walks: int) -> str:
+    """A predicted schedule (`; `-separated) with the default's `vectorize edges` added where the
+    default would take it: the predictor's records predate the directive, so a prediction
+    never holds it, and without it a softmax kernel ran up to 1.8x slower than the default."""
+    lines = [line for line in directives.split("; ") if line]
+    if any(line.startswith("vectorize edges") for line in lines) or not lines:
+        return directives
+    if (lane_walks and graph.num_edges >= SPECIALIZE_MIN_EDGES
+            and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE):
+        lines.append(f"vectorize edges {EDGE_LANES}")
     return "; ".join(lines)
 
 

@@ -278,12 +278,7 @@ class Kernel:
                 or self._abi.get("grid") is not None or self._metadata.get("target", "cpu") != "cpu"):
             # a CPU variant would replace what a cuda emulation is there to check
             return None
-        itemsize = np.dtype(self._dtype).itemsize
-        directives = heuristic.default_directives(
-            graph, heuristic.source_row_bytes(self.signature, dims, itemsize),
-            phases=self._abi.get("phases"), dims=dims, itemsize=itemsize,
-            accumulates=any(r.domain == "V" for r in self.signature.results),
-        )
+        directives = heuristic.kernel_default(self, graph, dims)
         if directives is None or directives in self._refused:
             return None
         try:

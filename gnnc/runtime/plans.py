@@ -32,6 +32,7 @@ __all__ = [
     "block_count_for",
     "degree_order",
     "default_partition_count",
+    "edges_in_long_walks",
     "group_offsets_by_dst",
     "group_blocks",
     "grouped_blocks",
@@ -226,6 +227,19 @@ def block_count_for(graph: Any, threads: int, min_work: int = MIN_BLOCK_WORK) ->
         return 0
     work = graph.num_edges + v
     return max(1, min(v, BLOCKS_PER_THREAD * threads, -(-work // min_work)))
+
+
+def edges_in_long_walks(graph: Any, min_degree: int) -> float:
+    """The fraction of in-edges whose destination has at least `min_degree` of them
+    (1.0 for a graph without edges): how much of a walk fills whole chunks of lanes."""
+
+    def compute() -> float:
+        if graph.num_edges == 0:
+            return 1.0
+        deg = np.diff(graph.in_indptr)
+        return float(deg[deg >= min_degree].sum() / graph.num_edges)
+
+    return _cached(graph, ("edges_in_long_walks", min_degree), compute)
 
 
 # ---------------------------------------------------------- vertex orders

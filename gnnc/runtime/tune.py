@@ -90,6 +90,8 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
     keys += [f"group neighbors {g}" for g in (32, 256)]
     if traits.get("sizes"):
         keys.append(f"specialize {traits['sizes']}")
+    if traits.get("lane_walks"):
+        keys += [f"vectorize edges {w}" for w in (8, 16)]
     if cores > 1:
         keys.append(predictor.join_threads(UNSCHEDULED, 1))
         keys.append(predictor.join_threads(default_key, 1))
@@ -100,14 +102,17 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
 #: Families of directives, in the order a joined key lists them (one name per
 #: combination, so records of different cases name the same join alike).
 #: FeatGraph's source partitions and feature tiles are one family.
-FAMILIES = ("partition", "order", "group", "vectorize", "prefetch", "specialize")
+FAMILIES = ("partition", "order", "group", "vectorize", "lanes", "prefetch", "specialize")
 #: How many families a combination joins at most.
 MAX_JOINED = 3
 
 
 def family_of(directive: str) -> str | None:
     """The family of one directive line; `sort degree` and `reorder locality` are vertex orders."""
-    word = directive.split()[0] if directive.split() else ""
+    words = directive.split()
+    word = words[0] if words else ""
+    if words[:2] == ["vectorize", "edges"]:
+        return "lanes"
     if word in ("sort", "reorder", "order"):
         return "order"
     if word == "tile":
@@ -149,12 +154,7 @@ def combination_keys(times: dict[str, float], baseline: float) -> list[str]:
 
 def default_key(kernel: Any, graph: Any, dims: dict[str, int]) -> str:
     """What a call without a schedule runs (the default heuristic's directives; '' for none)."""
-    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
-    directives = heuristic.default_directives(
-        graph, heuristic.source_row_bytes(kernel.signature, dims, itemsize),
-        phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
-        accumulates=any(r.domain == "V" for r in kernel.signature.results),
-    )
+    directives = heuristic.kernel_default(kernel, graph, dims)
     return "; ".join(directives.splitlines()) if directives else UNSCHEDULED
 
 

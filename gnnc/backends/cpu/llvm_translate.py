@@ -41,6 +41,7 @@ from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR
+from gnnc.dialects.loop import LanesOp
 from gnnc.dialects.llvm_ext import (
     AtomicRmwOp,
     BarrierOp,
@@ -720,6 +721,12 @@ def _addressof(t: FunctionTranslator, op: llvm_dialect.AddressOfOp) -> None:
     t.set(op, [_FunctionAddress(target)])
 
 
+def _lanes(t: FunctionTranslator, op: LanesOp) -> None:
+    from gnnc.backends.cpu.lanes import LanesTranslator
+
+    LanesTranslator(t, op).translate()
+
+
 # ---------------------------------------------------------------- the dispatch table
 
 _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]] = {
@@ -806,6 +813,7 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     BarrierOp: _barrier,
     llvm_dialect.AddressOfOp: _addressof,
     memref.ExtractAlignedPointerAsIndexOp: lambda t, op: t.set(op, [t.builder.ptrtoint(t.get(op.source), I64)]),
+    LanesOp: _lanes,
 }
 
 
