@@ -66,12 +66,11 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
     """The default heuristic's pick for the call with `directive` added (a default line of the same
     kind, e.g. its `vectorize` or `prefetch`, replaced): the directive's own effect, not also the
     loss of the default's `specialize` and `vectorize` that a schedule written alone would bring."""
-    kind = directive_keyword(directive.split())
-
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
         from gnnc.runtime import heuristic
 
-        lines = _default_lines_but(kind, fn, graph, inputs) + [directive]
+        # (gnnc loads after the thread settings: its names are looked up at call time)
+        lines = _default_lines_but(directive_keyword(directive.split()), fn, graph, inputs) + [directive]
         # `edges sorted` goes where the directive reorders the in-edges
         return heuristic.fit_edge_ids("; ".join(lines), graph)
 
