@@ -45,8 +45,8 @@ walk instead of being loaded and stored on every edge. Measured (same runs):
 
 The third, `specialize` (the kernel compiled for the call's sizes of its
 dimensions, passes/specialize_sizes.py), for calls of at least 16K edges
-whose gathered rows are at most 1 KiB. Against the plain kernel (9
-round-robin samples, R-MAT scale 15 / mdual):
+whose gathered rows are at most 8 KiB (1 KiB on the EPYC). Against the
+plain kernel (9 round-robin samples, R-MAT scale 15 / mdual):
 
     gcn F=32 1.18x / 1.19x (with vectorize 32: 1.12x / 1.27x); gcn F=128
     1.10x / 0.95x (with vectorize 128: 1.14x / 0.91x); sage_max F=32 1.60x /
@@ -55,8 +55,15 @@ round-robin samples, R-MAT scale 15 / mdual):
     (1 KiB of `h` per source and 16 B of `el`) 1.15x / 0.90x when its
     256-element row was unrolled into sixteen vector accumulators, 1.13x
     (R-MAT scale 16) / 1.05x since wide rows stay loops
-    (convert-loop-to-scf). Rows over 1 KiB gain nothing: gcn F=256 0.92x
-    (R-MAT 16), F=512 0.91-0.96x (mdual), gat H=4 F=128 0.98x (mdual).
+    (convert-loop-to-scf). Rows over 1 KiB gained nothing there: gcn F=256
+    0.92x (R-MAT 16), F=512 0.91-0.96x (mdual), gat H=4 F=128 0.98x (mdual).
+
+    On the Xeon (the default's pick with and without it, 7 round-robin
+    samples, rmat-16 / mdual), rows over 1 KiB lose nothing and multi-head
+    softmax rows gain: gat H=4 F=64 1.35x / 1.16x, F=128 1.23x / 1.12x,
+    F=256 1.06x / 1.05x, F=512 0.98x / 1.01x; attention H=4 D=64-256
+    1.02-1.08x; gcn and sage_max F=256-1024 0.99-1.03x; gat H=1 F=512 and
+    F=1024 0.99-1.07x. So rows of up to 8 KiB are specialised there.
 
 A variant costs a compile (about a second, then cached on disk), hence the
 floor on the edges: a smaller call gains less than that in a thousand runs.
@@ -162,7 +169,7 @@ EDGE_LANES_MIN_SHARE = 0.5
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
 #: ... gathering at most this many bytes per source.
-SPECIALIZE_MAX_ROW_BYTES = 1024
+SPECIALIZE_MAX_ROW_BYTES = 8192
 
 
 def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int:
