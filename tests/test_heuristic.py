@@ -208,20 +208,30 @@ def test_edge_lanes_rule_follows_the_measurements(degrees, lane_walks, want):
 
 def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     gat = gnnc.compile(EXAMPLES / "gat.gnn").gat
+    gat_conv = gnnc.compile(EXAMPLES / "gat_conv.gnn").gat_conv
     gcn_norm = gnnc.compile(EXAMPLES / "gcn_norm.gnn").gcn_norm
-    # the H = 1 copy's max, sum and normalising walks
-    assert gat._abi["lanes"] == {"walks": 3, "reducing": 3, "unit_dims": ["H"]}
-    assert gcn_norm._abi["lanes"] == {"walks": 1, "reducing": 0, "unit_dims": []}
+    # the H = 1 copy's max, sum and normalising walks; gat's write alpha at the edge's id
+    assert gat._abi["lanes"] == {"walks": 3, "reducing": 3, "unit_dims": ["H"], "edge_ids": True}
+    assert gat_conv._abi["lanes"] == {"walks": 2, "reducing": 2, "unit_dims": ["H"], "edge_ids": False}
+    assert gcn_norm._abi["lanes"] == {"walks": 1, "reducing": 0, "unit_dims": [], "edge_ids": False}
     rng = np.random.default_rng(7)
     v, e = 1500, 1 << 14
-    graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
-    ref = gnnc.compile(EXAMPLES / "gat.gnn", target="reference").gat
-    inputs = random_inputs(gat.signature, graph, {"H": 1, "F": 8}, np.float32, 7)
-    assert_matches(gat(graph, **inputs), ref(graph, **inputs), graph, np.float32)
-    assert any("vectorize edges 16" in k for k in gat._variants)
-    four_heads = random_inputs(gat.signature, graph, {"H": 4, "F": 8}, np.float32, 7)
-    assert_matches(gat(graph, **four_heads), ref(graph, **four_heads), graph, np.float32)
+    src, dst = rng.integers(0, v, e), rng.integers(0, v, e)
+    order = np.argsort(dst, kind="stable")
+    unsorted = gnnc.Graph.from_coo(src, dst, num_vertices=v)
+    ordered = gnnc.Graph.from_coo(src[order], dst[order], num_vertices=v)
+    refs = {name: getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name)
+            for name in ("gat", "gat_conv")}
+    for graph in (unsorted, ordered):
+        for kernel in (gat, gat_conv):
+            inputs = random_inputs(kernel.signature, graph, {"H": 1, "F": 8}, np.float32, 7)
+            assert_matches(kernel(graph, **inputs), refs[kernel.name](graph, **inputs), graph, np.float32)
+    # gat's alpha by position needs sorted ids (by id, lanes gather and scatter it: 0.96-1.06x)
+    assert [("vectorize edges 16" in k, "edges sorted" in k) for k in gat._variants] == [(False, False), (True, True)]
+    assert all("vectorize edges 16" in k for k in gat_conv._variants)
+    four_heads = random_inputs(gat.signature, ordered, {"H": 4, "F": 8}, np.float32, 7)
+    assert_matches(gat(ordered, **four_heads), refs["gat"](ordered, **four_heads), ordered, np.float32)
     assert not any("vectorize edges" in k for k in gat._variants if "H 4" in k)  # no copy for one head there
-    x = random_inputs(gcn_norm.signature, graph, {"F": 8}, np.float32, 7)
-    gcn_norm(graph, **x)
+    x = random_inputs(gcn_norm.signature, ordered, {"F": 8}, np.float32, 7)
+    gcn_norm(ordered, **x)
     assert not any("vectorize edges" in k for k in gcn_norm._variants)

@@ -35,9 +35,11 @@ store to is per edge (at its position or id, not its source), an
 accumulation, or a temporary of the walk. Walks over a partition's or a
 group's own edge lists are left alone. A kernel given `vectorize edges W`
 with no walk that qualifies is a CompileError naming why; every kernel's ABI
-record says how many walks would qualify (`lanes.walks`) and how many of
-them reduce or have no rows (`lanes.reducing`, what the runtime's default
-heuristic asks).
+record says how many walks would qualify (`lanes.walks`), how many of them
+reduce or have no rows (`lanes.reducing`), in which copy for a dimension of
+size 1 they are (`lanes.unit_dims`), and whether their lanes address edge
+rows by edge id (`lanes.edge_ids`): what the runtime's default heuristic
+asks.
 
 Measured (2 threads, against the same default schedule without the
 directive; the first table in runtime/heuristic.py has more): gat at H = 1,
@@ -518,6 +520,12 @@ def _lane_set(plan: _Plan) -> set[Operation]:
     return {o for top in plan.lanes for o in top.walk()}
 
 
+def _lanes_read_edge_ids(walk: loop.ForInEdgesOp, plan: _Plan) -> bool:
+    """Whether the lane work loads or stores an edge row at the edge's id (not its position)."""
+    key = _IndexKey(walk)
+    return any(_mentions(key(o.indices[0]), "e") for o in _accesses(plan.lanes))
+
+
 def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
     """The dimensions that must be 1 for the walk to run: it is in the copy specialize-unit-dims made."""
     found = []
@@ -541,6 +549,7 @@ class VectorizeEdgesPass(ModulePass):
             record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
             walks = reducing = 0
             unit_dims: set[str] = set()
+            edge_ids = False
             for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 width = take_schedule(for_dst, "vectorize_edges")
                 plans = [(w, plan_walk(w)) for w in for_dst.walk() if isinstance(w, loop.ForInEdgesOp) and w.src is in_src]
@@ -548,6 +557,7 @@ class VectorizeEdgesPass(ModulePass):
                 walks += len(ok)
                 reducing += sum(bool(p.accumulations) or not p.rows for _, p in ok)  # type: ignore[union-attr]
                 unit_dims.update(d for w, _ in ok for d in _unit_dims(w))
+                edge_ids = edge_ids or any(_lanes_read_edge_ids(w, p) for w, p in ok)  # type: ignore[arg-type]
                 if width is None:
                     continue
                 if not ok:
@@ -561,5 +571,8 @@ class VectorizeEdgesPass(ModulePass):
             # what the default heuristic asks: a weight per edge before a row gains nothing
             # from lanes (gcn_norm: 0.84-1.04x), reductions and rowless walks do (gat: up to 1.8x)
             # and for which sizes: the walks of specialize-unit-dims' copy run when its dimension is 1
-            record["lanes"] = {"walks": walks, "reducing": reducing, "unit_dims": sorted(unit_dims)}
+            # and whether the lanes address edge rows through the user's edge ids: then gathers and
+            # scatters (gat's alpha) cost the gain (rmat-16 0.96x; by position, `edges sorted`, 1.5x)
+            record["lanes"] = {"walks": walks, "reducing": reducing, "unit_dims": sorted(unit_dims),
+                               "edge_ids": edge_ids}
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

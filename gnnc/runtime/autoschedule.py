@@ -59,7 +59,7 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             concrete = predictor.concrete_schedule(directives, traits["row"], traits["sizes"])
             if concrete is None or concrete in kernel._refused:
                 continue
-            lanes = heuristic.lane_walks_for(kernel._abi, dims)
+            lanes = heuristic.lane_walks_for(kernel._abi, dims, graph)
             return Choice(heuristic.fit_edge_lanes(heuristic.fit_edge_ids(concrete, graph), graph, lanes), threads,
                           "predicted")
     directives = heuristic.kernel_default(kernel, graph, dims)

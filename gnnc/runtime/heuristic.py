@@ -113,6 +113,12 @@ more of them. Against the default's pick without it (2 threads, fastest of
 
 gcn_norm, whose lanes only compute each edge's weight before its row:
 0.84-1.04x on mdual, copter2 and 4elt, so kernels like it are left alone.
+On a graph whose edge ids are not its in-CSR positions, lanes that write or
+read edge rows (gat's alpha) gather and scatter them by id: gat 0.96x on
+rmat-16 and 1.06x on astro-ph (gat_conv, without edge rows, 1.68x and
+1.50x there), so those kernels take lanes only on graphs with sorted ids.
+Later, on graphs of the predictor's: rand100k at 2% 2.31x (gat_conv 2.48x),
+R-MAT 15 1.77x, pgp-strong (0.73) 1.18x, as-22july06 (0.56) 0.99x.
 
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
@@ -198,15 +204,19 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         graph, source_row_bytes(kernel.signature, dims, itemsize),
         phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
         accumulates=any(r.domain == "V" for r in kernel.signature.results),
-        lane_walks=lane_walks_for(kernel._abi, dims),
+        lane_walks=lane_walks_for(kernel._abi, dims, graph),
     )
 
 
-def lane_walks_for(abi_record: dict, dims: dict[str, int]) -> int:
-    """The walks `vectorize edges` would give reductions or whole walks in a call of these sizes:
-    none when they are in a copy for a dimension of size 1 (one head) the call does not have."""
+def lane_walks_for(abi_record: dict, dims: dict[str, int], graph: Any) -> int:
+    """The walks `vectorize edges` would give reductions or whole walks in a call of these sizes
+    on this graph: none when they are in a copy for a dimension of size 1 (one head) the call
+    does not have, or when their lanes would gather and scatter edge rows by edge id (the
+    graph's ids are not its in-CSR positions: gat's alpha, 0.96-1.06x instead of 1.5x)."""
     lanes = abi_record.get("lanes", {})
     if any(dims.get(d, 1) != 1 for d in lanes.get("unit_dims", [])):
+        return 0
+    if lanes.get("edge_ids", True) and not getattr(graph, "edges_sorted", False):
         return 0
     return int(lanes.get("reducing", 0))
 
