@@ -211,9 +211,9 @@ def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     gat_conv = gnnc.compile(EXAMPLES / "gat_conv.gnn").gat_conv
     gcn_norm = gnnc.compile(EXAMPLES / "gcn_norm.gnn").gcn_norm
     # the H = 1 copy's max, sum and normalising walks; gat's write alpha at the edge's id
-    assert gat._abi["lanes"] == {"walks": 3, "reducing": 3, "unit_dims": ["H"], "edge_ids": True}
-    assert gat_conv._abi["lanes"] == {"walks": 2, "reducing": 2, "unit_dims": ["H"], "edge_ids": False}
-    assert gcn_norm._abi["lanes"] == {"walks": 1, "reducing": 0, "unit_dims": [], "edge_ids": False}
+    assert gat._abi["lanes"] == {"walks": 3, "reducing": 3, "unit_dims": ["H"], "edge_ids": True, "sized": False}
+    assert gat_conv._abi["lanes"] == {"walks": 2, "reducing": 2, "unit_dims": ["H"], "edge_ids": False, "sized": False}
+    assert gcn_norm._abi["lanes"] == {"walks": 1, "reducing": 0, "unit_dims": [], "edge_ids": False, "sized": False}
     rng = np.random.default_rng(7)
     v, e = 1500, 1 << 14
     src, dst = rng.integers(0, v, e), rng.integers(0, v, e)

@@ -88,13 +88,18 @@ def _const(value: int) -> arith.ConstantOp:
     return arith.ConstantOp(IntegerAttr(value, index))
 
 
-def _unit_extent(op: Operation) -> bool:
-    return isinstance(op, loop.ForFeatureOp) and constant_index(op.extent) == 1
+def _unit_extent(op: Operation, sized: bool = False) -> bool:
+    """A feature loop of one iteration; with `sized`, also one of a size given at run time (what a
+    call of size 1 would compile in)."""
+    if not isinstance(op, loop.ForFeatureOp):
+        return False
+    extent = constant_index(op.extent)
+    return extent == 1 or (sized and extent is None)
 
 
-def _is_unit_loop(op: Operation) -> bool:
+def _is_unit_loop(op: Operation, sized: bool = False) -> bool:
     """A feature loop of one iteration with no loop inside: scalar work."""
-    return (isinstance(op, loop.ForFeatureOp) and constant_index(op.extent) == 1
+    return (_unit_extent(op, sized)
             and not any(isinstance(o, loop.ForFeatureOp | scf.ForOp | scf.IfOp) for o in op.body.block.walk()))
 
 
@@ -116,8 +121,8 @@ class _IndexKey:
     The walk's (pos, u, e) are named, values from outside the walk are
     themselves, a unit loop's induction variable is 0."""
 
-    def __init__(self, walk: loop.ForInEdgesOp):
-        self.walk = walk
+    def __init__(self, walk: loop.ForInEdgesOp, sized: bool = False):
+        self.walk, self.sized = walk, sized
         self.args = dict(zip(walk.body.block.args, ("pos", "u", "e")))
 
     def __call__(self, v: SSAValue) -> object:
@@ -129,7 +134,7 @@ class _IndexKey:
         owner = v.owner
         if isinstance(owner, Block):
             parent = owner.parent_op()
-            if parent is not None and _unit_extent(parent):
+            if parent is not None and _unit_extent(parent, self.sized):
                 return 0
             return ("value", id(v))
         if not _inside(owner, self.walk):
@@ -208,15 +213,17 @@ def _recomputable(value: SSAValue, walk: loop.ForInEdgesOp) -> bool:
     return False
 
 
-def _lane_op(op: Operation) -> bool:
+def _lane_op(op: Operation, sized: bool = False) -> bool:
     """Whether a top-level op of a walk can run in lanes, by its kind: straight-line scalar code."""
     if isinstance(op, loop.ForFeatureOp):
-        return _is_unit_loop(op)
+        return _is_unit_loop(op, sized)
     return (op.dialect_name() in ("arith", "math") or isinstance(op, memref.LoadOp | memref.StoreOp)) and not op.regions
 
 
-def plan_walk(walk: loop.ForInEdgesOp) -> _Plan | str:
-    """How to split a walk into lanes and rows, or why it cannot be."""
+def plan_walk(walk: loop.ForInEdgesOp, sized: bool = False) -> _Plan | str:
+    """How to split a walk into lanes and rows, or why it cannot be. With `sized`, how it would
+    be split if its head loops of sizes given at run time had size 1 (a call specialised to one
+    head): what the ABI record tells the runtime, not what the rewrite does."""
     block = walk.body.block
     body = list(block.ops)[:-1]
     plan = _Plan()
@@ -235,7 +242,7 @@ def plan_walk(walk: loop.ForInEdgesOp) -> _Plan | str:
             continue
         uses_rows = any(isinstance(v.owner, Operation) and _top(v.owner, walk) in rows
                         for o in op.walk() for v in o.operands)
-        if not _lane_op(op) or uses_rows:
+        if not _lane_op(op, sized) or uses_rows:
             rows.add(op)
     row_buffers = {id(o.memref) for top in rows for o in top.walk() if isinstance(o, memref.LoadOp | memref.StoreOp)}
     position = {op: i for i, op in enumerate(body)}
@@ -252,7 +259,7 @@ def plan_walk(walk: loop.ForInEdgesOp) -> _Plan | str:
     if not any(o.dialect_name() in ("arith", "math") and not isinstance(o, arith.ConstantOp)
                and any(isinstance(r.type, Float32Type | Float64Type) for r in o.results) for o in lane_ops):
         return "no float operation outside the rows"
-    key = _IndexKey(walk)
+    key = _IndexKey(walk, sized)
     lane_mem, row_mem = _accesses(plan.lanes), _accesses(plan.rows)
     row_written = {id(o.memref) for o in row_mem if isinstance(o, memref.StoreOp)}
     if any(id(o.memref) in row_written for o in lane_mem):
@@ -520,10 +527,41 @@ def _lane_set(plan: _Plan) -> set[Operation]:
     return {o for top in plan.lanes for o in top.walk()}
 
 
-def _lanes_read_edge_ids(walk: loop.ForInEdgesOp, plan: _Plan) -> bool:
+def _lanes_read_edge_ids(walk: loop.ForInEdgesOp, plan: _Plan, sized: bool = False) -> bool:
     """Whether the lane work loads or stores an edge row at the edge's id (not its position)."""
-    key = _IndexKey(walk)
+    key = _IndexKey(walk, sized)
     return any(_mentions(key(o.indices[0]), "e") for o in _accesses(plan.lanes))
+
+
+def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tuple[loop.ForInEdgesOp, _Plan]]) -> dict:
+    """What the runtime's default heuristic asks of a kernel's walks (ABI record `lanes`):
+
+    - walks: how many qualify as compiled (what `vectorize edges` would split);
+    - reducing: how many of the ones it would take reduce or have no rows; a weight per edge
+      before a row gains nothing from lanes (gcn_norm: 0.84-1.04x), a softmax does (gat: up to
+      1.8x). They are the walks as compiled, or, if none, those that would qualify were the head
+      loops of run-time size of size 1 (a softmax of edge values alone, gat's gradient stages),
+      and then `sized` says the call's sizes must be compiled in (`specialize`) first;
+    - unit_dims: the dimensions that must be 1: the copy specialize-unit-dims made for them, or
+      those head loops;
+    - edge_ids: whether the lanes load or store edge rows at the edge's id: then gathers and
+      scatters (gat's alpha) cost the gain (rmat-16 0.96x; by position, `edges sorted`, 1.5x).
+    """
+    def reduces(plans: list[tuple[loop.ForInEdgesOp, _Plan]]) -> list[tuple[loop.ForInEdgesOp, _Plan]]:
+        return [(w, p) for w, p in plans if p.accumulations or not p.rows]
+
+    taken, needs_sizes = reduces(found), False
+    if not taken and reduces(sized):
+        taken, needs_sizes = reduces(sized), True
+    dims: set[str] = set()
+    for w, _ in taken:
+        dims.update(_unit_dims(w))
+        if needs_sizes:
+            dims.update(o.dim.data for o in w.body.walk()
+                        if isinstance(o, loop.ForFeatureOp) and o.dim is not None and _is_unit_loop(o, True)
+                        and constant_index(o.extent) is None)
+    return {"walks": len(found), "reducing": len(taken), "unit_dims": sorted(dims), "sized": needs_sizes,
+            "edge_ids": any(_lanes_read_edge_ids(w, p, needs_sizes) for w, p in taken)}
 
 
 def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
@@ -547,17 +585,15 @@ class VectorizeEdgesPass(ModulePass):
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
             in_src = kernel_buffer(fn, "in_src")
             record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
-            walks = reducing = 0
-            unit_dims: set[str] = set()
-            edge_ids = False
+            found: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # qualifying walks, as compiled
+            sized: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # ... if run-time head sizes were 1
             for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 width = take_schedule(for_dst, "vectorize_edges")
                 plans = [(w, plan_walk(w)) for w in for_dst.walk() if isinstance(w, loop.ForInEdgesOp) and w.src is in_src]
                 ok = [(w, p) for w, p in plans if not isinstance(p, str)]
-                walks += len(ok)
-                reducing += sum(bool(p.accumulations) or not p.rows for _, p in ok)  # type: ignore[union-attr]
-                unit_dims.update(d for w, _ in ok for d in _unit_dims(w))
-                edge_ids = edge_ids or any(_lanes_read_edge_ids(w, p) for w, p in ok)  # type: ignore[arg-type]
+                found += ok  # type: ignore[arg-type]
+                sized += [(w, q) for w, p in plans if isinstance(p, str)
+                          and not isinstance(q := plan_walk(w, sized=True), str)]
                 if width is None:
                     continue
                 if not ok:
@@ -568,11 +604,5 @@ class VectorizeEdgesPass(ModulePass):
                     )
                 for w, p in ok:
                     _WalkRewriter(w, p, width.value.data).rewrite()  # type: ignore[arg-type]
-            # what the default heuristic asks: a weight per edge before a row gains nothing
-            # from lanes (gcn_norm: 0.84-1.04x), reductions and rowless walks do (gat: up to 1.8x)
-            # and for which sizes: the walks of specialize-unit-dims' copy run when its dimension is 1
-            # and whether the lanes address edge rows through the user's edge ids: then gathers and
-            # scatters (gat's alpha) cost the gain (rmat-16 0.96x; by position, `edges sorted`, 1.5x)
-            record["lanes"] = {"walks": walks, "reducing": reducing, "unit_dims": sorted(unit_dims),
-                               "edge_ids": edge_ids}
+            record["lanes"] = _lanes_record(found, sized)
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

@@ -60,8 +60,9 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             if concrete is None or concrete in kernel._refused:
                 continue
             lanes = heuristic.lane_walks_for(kernel._abi, dims, graph)
-            return Choice(heuristic.fit_edge_lanes(heuristic.fit_edge_ids(concrete, graph), graph, lanes), threads,
-                          "predicted")
+            sized = bool(kernel._abi.get("lanes", {}).get("sized", False))
+            fitted = heuristic.fit_edge_lanes(heuristic.fit_edge_ids(concrete, graph), graph, lanes, sized)
+            return Choice(fitted, threads, "predicted")
     directives = heuristic.kernel_default(kernel, graph, dims)
     return Choice("; ".join(directives.splitlines()) if directives else "", None, "default")
 

@@ -118,7 +118,11 @@ read edge rows (gat's alpha) gather and scatter them by id: gat 0.96x on
 rmat-16 and 1.06x on astro-ph (gat_conv, without edge rows, 1.68x and
 1.50x there), so those kernels take lanes only on graphs with sorted ids.
 Later, on graphs of the predictor's: rand100k at 2% 2.31x (gat_conv 2.48x),
-R-MAT 15 1.77x, pgp-strong (0.73) 1.18x, as-22july06 (0.56) 0.99x.
+R-MAT 15 1.77x, pgp-strong (0.73) 1.18x, as-22july06 (0.56) 0.99x. Kernels
+whose walks qualify only with their head count compiled in (`lanes.sized`:
+gat's gradient stages, a softmax of edge values alone) take it with their
+`specialize`: gat's whole backward (five kernels) 1.27x on rmat-16, 1.47x on
+copter2, 1.00x on mdual (not taken there), gat_conv's 1.31x and 1.46x.
 
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
@@ -205,6 +209,7 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
         accumulates=any(r.domain == "V" for r in kernel.signature.results),
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
+        lanes_need_sizes=bool(kernel._abi.get("lanes", {}).get("sized", False)),
     )
 
 
@@ -223,14 +228,16 @@ def lane_walks_for(abi_record: dict, dims: dict[str, int], graph: Any) -> int:
 
 def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None, *,
                        phases: list[dict] | None = None, dims: dict[str, int] | None = None,
-                       itemsize: int = 4, accumulates: bool = False, lane_walks: int = 0) -> str | None:
+                       itemsize: int = 4, accumulates: bool = False, lane_walks: int = 0,
+                       lanes_need_sizes: bool = False) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
     `phases` is the kernel's ABI record of its destination loops (row axis,
     in-edge walks) and `accumulates` says whether it has a vertex result;
     without them only partitioning is considered. `lane_walks` counts the
     walks whose lanes `vectorize edges` would give reductions or the whole walk
-    (the ABI record's `lanes.reducing`).
+    (the ABI record's `lanes.reducing`), and `lanes_need_sizes` says those walks
+    exist only once the call's sizes are compiled in (`lanes.sized`).
     """
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
@@ -259,7 +266,8 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         lines.append(f"specialize {sizes_text(dims)}")
     if e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
         lines.append(EDGES_SORTED)
-    if (lane_walks and e >= SPECIALIZE_MIN_EDGES
+    specialized = any(line.startswith("specialize") for line in lines)
+    if (lane_walks and e >= SPECIALIZE_MIN_EDGES and (specialized or not lanes_need_sizes)
             and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE):
         lines.append(f"vectorize edges {EDGE_LANES}")
     return "\n".join(lines) or None
@@ -276,12 +284,15 @@ def fit_edge_ids(directives: str, graph: Any) -> str:
     return "; ".join(lines)
 
 
-def fit_edge_lanes(directives: str, graph: Any, lane_walks: int) -> str:
+def fit_edge_lanes(directives: str, graph: Any, lane_walks: int, need_sizes: bool = False) -> str:
     """A predicted schedule (`; `-separated) with the default's `vectorize edges` added where the
-    default would take it: the predictor's records predate the directive, so a prediction
-    never holds it, and without it a softmax kernel ran up to 1.8x slower than the default."""
+    default would take it: the predictor's cases were tuned on graphs whose edge ids are not
+    sorted, so a prediction of gat never holds it, and without it gat ran up to 1.8x slower
+    than the default on sorted ones. `need_sizes`: the lanes exist only with `specialize`."""
     lines = [line for line in directives.split("; ") if line]
     if any(line.startswith("vectorize edges") for line in lines) or not lines:
+        return directives
+    if need_sizes and not any(line.startswith("specialize") for line in lines):
         return directives
     if (lane_walks and graph.num_edges >= SPECIALIZE_MIN_EDGES
             and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE):

@@ -159,8 +159,9 @@ def kernel_traits(abi_record: dict, params: Any, results: Any, dims: dict[str, i
         "edge_result": any(r.domain == "E" for r in results),
         # the words of `specialize` for this call (not a feature: names its candidates)
         "sizes": sizes_text({d: dims[d] for d in abi_record.get("dims", []) if d in dims}),
-        # walks `vectorize edges` can split (not a feature: names its candidates)
-        "lane_walks": int(abi_record.get("lanes", {}).get("walks", 0)),
+        # walks `vectorize edges` can split, or could with the sizes compiled in (not a feature:
+        # names its candidates)
+        "lane_walks": int(abi_record.get("lanes", {}).get("walks", 0) or abi_record.get("lanes", {}).get("reducing", 0)),
     }
 
 
