@@ -231,3 +231,29 @@ def test_gradient_kernels_on_a_dense_graph_match_the_reference():
         for key in want:
             assert_matches(got[key], want[key], graph, np.float32)
         assert any("vectorize edges" in k for k in forward._variants)
+
+
+EDGE_SOFTMAX = """
+kernel scores(el: f32[V, H], er: f32[V, H], w: f32[E]) -> f32[E, H] {
+    out[e] = softmax(tanh(el[u] * er[v]) + w[e])
+}
+"""
+
+
+@given(graph=graphs(huge_hubs=True), width=st.sampled_from((4, 16)), sorted_ids=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=12, deadline=None)
+def test_an_edge_softmax_with_one_head_compiled_in_runs_in_lanes(graph, width, sorted_ids, seed):
+    """A kernel of edge values alone qualifies once its head count is compiled in (`lanes.sized`)."""
+    base = gnnc.compile(EDGE_SOFTMAX).scores
+    assert base._abi["lanes"]["sized"] and base._abi["lanes"]["unit_dims"] == ["H"]
+    if sorted_ids:
+        order = np.argsort(np.asarray(graph.dst), kind="stable")
+        graph = gnnc.Graph.from_coo(np.asarray(graph.src)[order], np.asarray(graph.dst)[order],
+                                    num_vertices=graph.num_vertices)
+    schedule = f"specialize H 1; vectorize edges {width}" + ("; edges sorted" if sorted_ids else "")
+    kernel = gnnc.compile(EDGE_SOFTMAX, schedule=schedule).scores
+    assert kernel._abi["lanes"]["walks"] >= 1
+    inputs = random_inputs(kernel.signature, graph, {"H": 1}, np.float32, seed)
+    got = kernel(graph, **inputs)
+    assert_matches(got, gnnc.compile(EDGE_SOFTMAX, target="reference").scores(graph, **inputs), graph, np.float32)
