@@ -101,7 +101,8 @@ def test_the_default_specializes_large_calls(name):
     inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 0)
     got = kernel(graph, **inputs)
     (directives,) = kernel._variants
-    assert directives.splitlines()[-1] == f"specialize {sizes_text(DIMS[name])}"
+    # (a scalar row, F = 1, may also run its edges in lanes: vectorize edges)
+    assert f"specialize {sizes_text(DIMS[name])}" in directives.splitlines()
     assert kernel._variants[directives]._abi["sizes"] == DIMS[name]
     assert_matches(got, getattr(reference(name), name)(graph, **inputs), graph, np.float32)
 

@@ -122,7 +122,10 @@ R-MAT 15 1.77x, pgp-strong (0.73) 1.18x, as-22july06 (0.56) 0.99x. Kernels
 whose walks qualify only with their head count compiled in (`lanes.sized`:
 gat's gradient stages, a softmax of edge values alone) take it with their
 `specialize`: gat's whole backward (five kernels) 1.27x on rmat-16, 1.47x on
-copter2, 1.00x on mdual (not taken there), gat_conv's 1.31x and 1.46x.
+copter2, 1.00x on mdual (not taken there), gat_conv's 1.31x and 1.46x. So do
+aggregations of one feature (F = 1: an SpMV), whose row loop is then a
+scalar: gcn 1.52x / 1.58x, sage_mean 1.30x / 1.54x, sage_max 2.67x / 1.75x
+on rmat-16 / copter2.
 
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
