@@ -107,14 +107,6 @@ def _is_prefetch_loop(op: Operation) -> bool:
     return isinstance(op, scf.ForOp) and any(isinstance(o, llvm_ext.PrefetchOp) for o in op.body.walk())
 
 
-def _inside(op: Operation, scope: Operation) -> bool:
-    while op is not None:
-        if op is scope:
-            return True
-        op = op.parent_op()  # type: ignore[assignment]
-    return False
-
-
 class _IndexKey:
     """A structural key of an index computed in a walk: equal keys, same place.
 
@@ -137,7 +129,7 @@ class _IndexKey:
             if parent is not None and _unit_extent(parent, self.sized):
                 return 0
             return ("value", id(v))
-        if not _inside(owner, self.walk):
+        if not self.walk.is_ancestor(owner):
             return ("value", id(v))
         if isinstance(owner, arith.IndexCastOp):
             return self(owner.input)
@@ -204,7 +196,7 @@ def _recomputable(value: SSAValue, walk: loop.ForInEdgesOp) -> bool:
     owner = value.owner
     if isinstance(owner, Block):
         return True
-    if not _inside(owner, walk):
+    if not walk.is_ancestor(owner):
         return True
     if isinstance(owner, arith.ConstantOp):
         return True
@@ -232,7 +224,7 @@ def plan_walk(walk: loop.ForInEdgesOp, sized: bool = False) -> _Plan | str:
         if _is_prefetch_loop(op):
             prefetch.add(op)
         elif op.results and all(r.uses for r in op.results) and all(
-            any(_inside(use.operation, p) for p in prefetch) for r in op.results for use in r.uses
+            any(p.is_ancestor(use.operation) for p in prefetch) for r in op.results for use in r.uses
         ):
             prefetch.add(op)
     # rows: loops over features (and what is not straight-line code), and whatever uses their values
@@ -330,7 +322,7 @@ def _walk_scratch(index_value: SSAValue, walk: loop.ForInEdgesOp) -> bool:
     while stack:
         v = stack.pop()
         owner = v.owner
-        if v in seen or not isinstance(owner, Operation) or not _inside(owner, walk):
+        if v in seen or not isinstance(owner, Operation) or not walk.is_ancestor(owner):
             continue
         seen.add(v)
         if SCRATCH_BASE_ATTR in owner.attributes:
@@ -384,13 +376,13 @@ class _WalkRewriter:
         owner = value.owner
         if isinstance(owner, Block):
             parent = owner.parent_op()
-            if parent is not None and _unit_extent(parent) and _inside(parent, self.walk):
+            if parent is not None and _unit_extent(parent) and self.walk.is_ancestor(parent):
                 zero = _const(0)
                 block.add_op(zero)
                 mapping[value] = zero.result
                 return zero.result
             return value
-        if not _inside(owner, self.walk):
+        if not self.walk.is_ancestor(owner):
             return value
         for operand in owner.operands:
             self._materialize(operand, block, mapping)

@@ -269,11 +269,18 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         lines.append(f"specialize {sizes_text(dims)}")
     if e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
         lines.append(EDGES_SORTED)
-    specialized = any(line.startswith("specialize") for line in lines)
-    if (lane_walks and e >= SPECIALIZE_MIN_EDGES and (specialized or not lanes_need_sizes)
-            and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE):
+    if _lanes_pay(lines, graph, lane_walks, lanes_need_sizes):
         lines.append(f"vectorize edges {EDGE_LANES}")
     return "\n".join(lines) or None
+
+
+def _lanes_pay(lines: list[str], graph: Any, lane_walks: int, need_sizes: bool) -> bool:
+    """Whether a call with these directives should run `lane_walks` walks in lanes: calls that
+    get a variant anyway, on graphs whose in-edges mostly sit at destinations with many, with
+    the sizes compiled in if the lanes need them."""
+    return (bool(lane_walks) and graph.num_edges >= SPECIALIZE_MIN_EDGES
+            and (not need_sizes or any(line.startswith("specialize") for line in lines))
+            and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE)
 
 
 def fit_edge_ids(directives: str, graph: Any) -> str:
@@ -295,10 +302,7 @@ def fit_edge_lanes(directives: str, graph: Any, lane_walks: int, need_sizes: boo
     lines = [line for line in directives.split("; ") if line]
     if any(line.startswith("vectorize edges") for line in lines) or not lines:
         return directives
-    if need_sizes and not any(line.startswith("specialize") for line in lines):
-        return directives
-    if (lane_walks and graph.num_edges >= SPECIALIZE_MIN_EDGES
-            and plans.edges_in_long_walks(graph, EDGE_LANES_MIN_DEGREE) >= EDGE_LANES_MIN_SHARE):
+    if _lanes_pay(lines, graph, lane_walks, need_sizes):
         lines.append(f"vectorize edges {EDGE_LANES}")
     return "; ".join(lines)
 

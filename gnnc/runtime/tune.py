@@ -56,6 +56,7 @@ from gnnc.errors import ArgumentError, GnncError
 from gnnc.runtime import heuristic, memory, predictor
 from gnnc.runtime.signature import prepare_call, vertex_rows
 from gnnc.runtime.tuning_cache import TuningCache, entry_key, kernel_key, machine_key, usable_cores
+from gnnc.schedule import directive_keyword
 
 #: A sample is at least this long (several calls of a fast kernel).
 MIN_SAMPLE_SECONDS = 0.01
@@ -110,8 +111,8 @@ MAX_JOINED = 3
 def family_of(directive: str) -> str | None:
     """The family of one directive line; `sort degree` and `reorder locality` are vertex orders."""
     words = directive.split()
-    word = words[0] if words else ""
-    if words[:2] == ["vectorize", "edges"]:
+    word = directive_keyword(words) if words else ""
+    if word == "vectorize_edges":
         return "lanes"
     if word in ("sort", "reorder", "order"):
         return "order"

@@ -30,13 +30,10 @@ from xdsl.dialects import arith, math, memref
 from xdsl.ir import Operation, SSAValue
 
 from gnnc.dialects import loop
+from gnnc.backends.cpu.llvm_translate import I32, I64, PTR, _element_type, _type_suffix, convert_type
 from gnnc.errors import CompileError
 from gnnc.passes.loop_structure import constant_index
 
-I1 = ir.IntType(1)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
 
 #: ops whose LLVM form is the same instruction or intrinsic on vectors as on scalars
 _ELEMENTWISE = (
@@ -194,8 +191,6 @@ class LanesTranslator:
 
     def cast(self, op: Operation) -> None:
         t = self.t
-        from gnnc.backends.cpu.llvm_translate import convert_type
-
         value = t.get(op.operands[0])
         to = self.vector_of(convert_type(op.results[0].type))
         if isinstance(op, arith.IndexCastOp):
@@ -228,8 +223,6 @@ class LanesTranslator:
     # -- memory
 
     def _pointers(self, buf: SSAValue, index: ir.Value) -> tuple[ir.Value, ir.Type, int]:
-        from gnnc.backends.cpu.llvm_translate import _element_type
-
         elem, align = _element_type(buf.type)
         base = self.consecutive.get(id(index))
         if base is not None:
@@ -248,10 +241,10 @@ class LanesTranslator:
         zero = ir.Constant(vt, None)
         align_arg = ir.Constant(I32, align)
         if _is_vector(ptr):
-            value = self.intrinsic(f"llvm.masked.gather.v{self.width}{_suffix(elem)}.v{self.width}p0", vt,
+            value = self.intrinsic(f"llvm.masked.gather.{_type_suffix(vt)}.v{self.width}p0", vt,
                                    [ptr, align_arg, self.mask, zero])
         else:
-            value = self.intrinsic(f"llvm.masked.load.v{self.width}{_suffix(elem)}.p0", vt,
+            value = self.intrinsic(f"llvm.masked.load.{_type_suffix(vt)}.p0", vt,
                                    [ptr, align_arg, self.mask, zero])
         t.set(op, [value])
 
@@ -265,12 +258,12 @@ class LanesTranslator:
         align_arg = ir.Constant(I32, align)
         void = ir.VoidType()
         if _is_vector(ptr):
-            self.intrinsic(f"llvm.masked.scatter.v{self.width}{_suffix(elem)}.v{self.width}p0", void,
+            self.intrinsic(f"llvm.masked.scatter.{_type_suffix(value.type)}.v{self.width}p0", void,
                            [value, ptr, align_arg, self.mask])
         elif loop.WHOLE_VECTOR_ATTR in op.attributes:
             self.b.store(value, ptr, align=align)
         else:
-            self.intrinsic(f"llvm.masked.store.v{self.width}{_suffix(elem)}.p0", void,
+            self.intrinsic(f"llvm.masked.store.{_type_suffix(value.type)}.p0", void,
                            [value, ptr, align_arg, self.mask])
         t.set(op, [])
 
@@ -282,7 +275,7 @@ class LanesTranslator:
         identity = loop.LANE_REDUCTIONS[kind]
         vec = self.b.select(self.mask, vec, self.constant(elem, identity))
         if kind in _REDUCE_INTRINSIC:
-            fn = self.t.intrinsic(f"llvm.vector.reduce.{_REDUCE_INTRINSIC[kind]}.v{self.width}{_suffix(elem)}",
+            fn = self.t.intrinsic(f"llvm.vector.reduce.{_REDUCE_INTRINSIC[kind]}.{_type_suffix(vec.type)}",
                                   elem, [elem, vec.type])
             return self.b.call(fn, [ir.Constant(elem, identity), vec], fastmath=("reassoc",))
         width = self.width
@@ -292,9 +285,3 @@ class LanesTranslator:
             high = self.b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(I32, width), list(range(width, 2 * width))))
             vec = self.t.call_intrinsic(_REDUCE_HALVES[kind], [low, high])
         return self.b.extract_element(vec, ir.Constant(I32, 0))
-
-
-def _suffix(t: ir.Type) -> str:
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    return {ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
