@@ -126,8 +126,14 @@ class LanesTranslator:
             return self.store(op)
         if not any(_is_vector(t.get(v)) for v in op.operands):
             return t.translate_op(op)
-        if isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp | arith.IndexCastOp):
-            self.track_consecutive(op)
+        base = self.consecutive_base(op)
+        self.widen(op)
+        if base is not None:
+            self.consecutive[id(t.get(op.results[0]))] = base
+
+    def widen(self, op: Operation) -> None:
+        """op on vectors, some of its operands varying."""
+        t = self.t
         if isinstance(op, _ELEMENTWISE):
             return self.with_vector_operands(op, op.operands, lambda: t.translate_op(op))
         if isinstance(op, _DIVISIONS):
@@ -153,34 +159,26 @@ class LanesTranslator:
         finally:
             for v, value in saved.items():
                 t.values[v] = value
-        if isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
-            result = t.values[op.results[0]]
-            base = self.consecutive.pop(id(op), None)
-            if base is not None:
-                self.consecutive[id(result)] = base
 
-    def track_consecutive(self, op: Operation) -> None:
-        """base + lane stays so under adding or subtracting a uniform value, index casts, and `* 1`."""
-        t = self.t
-        values = [t.get(v) for v in op.operands]
+    def consecutive_base(self, op: Operation) -> ir.Value | None:
+        """Lane 0's value of op's result if that is a uniform base plus the lane: base + lane stays
+        so under adding or subtracting a uniform value, an index cast to 64 bits, and `* 1`."""
+        values = [self.t.get(v) for v in op.operands]
         bases = [self.consecutive.get(id(v)) for v in values]
-        base = None
         if isinstance(op, arith.IndexCastOp):
-            base = bases[0] if values[0].type.element.width == 64 else None
-            if base is not None:
-                self.consecutive[id(values[0])] = base  # the cast is the identity on i64
-        elif isinstance(op, arith.AddiOp | arith.SubiOp):
+            # the identity on i64
+            return bases[0] if values[0].type.element.width == convert_type(op.result.type).width == 64 else None
+        if isinstance(op, arith.AddiOp | arith.SubiOp):
             (a, b), (base_a, base_b) = values, bases
             if base_a is not None and not _is_vector(b):
-                base = self.b.add(base_a, b) if isinstance(op, arith.AddiOp) else self.b.sub(base_a, b)
-            elif base_b is not None and not _is_vector(a) and isinstance(op, arith.AddiOp):
-                base = self.b.add(a, base_b)
-        elif isinstance(op, arith.MuliOp):
+                return self.b.add(base_a, b) if isinstance(op, arith.AddiOp) else self.b.sub(base_a, b)
+            if base_b is not None and not _is_vector(a) and isinstance(op, arith.AddiOp):
+                return self.b.add(a, base_b)
+        if isinstance(op, arith.MuliOp):
             for v, other in ((0, 1), (1, 0)):
                 if bases[v] is not None and constant_index(op.operands[other]) == 1:
-                    base = bases[v]
-        if base is not None:
-            self.consecutive[id(op)] = base
+                    return bases[v]
+        return None
 
     def division(self, op: Operation) -> None:
         t = self.t
@@ -196,8 +194,6 @@ class LanesTranslator:
         if isinstance(op, arith.IndexCastOp):
             width, to_width = value.type.element.width, to.element.width
             result = value if width == to_width else (self.b.sext if width < to_width else self.b.trunc)(value, to)
-            if result is value and id(op) in self.consecutive:
-                self.consecutive[id(result)] = self.consecutive.pop(id(op))
         else:
             result = getattr(self.b, _CAST_METHODS[type(op)])(value, to)
         t.set(op, [result])
