@@ -27,10 +27,12 @@ Every kernel `K` in a `.so` is a C function
            /* only with a source sweep (the record's "source_sweep"): */
            const int64_t *src_meta,    /* 2: num_src, number of source blocks */
            const int64_t *src_blocks,  /* blocks + 1 boundaries of source rows */
-           /* only with `partition src K` or `group neighbors G`: */
+           /* only with `partition src K`, `group neighbors G` or
+              `stream outputs` (the record's "stream"): */
            T *acc_rows,                /* rows x the record's acc_rows shapes: V
-                                          rows (partitions), or one per split
-                                          neighbour group                       */
+                                          rows (partitions), one per split
+                                          neighbour group, or one per worker
+                                          (the rows it streams to the results) */
            /* only with `partition src K` (FeatGraph's 1-D source partitions): */
            const int64_t *part_indptr, /* K x (V + 1): per partition, an in-CSR */
            const int64_t *part_src, const int64_t *part_eid);  /* E each      */
@@ -59,7 +61,7 @@ as one-element arrays. The per-kernel record in the `.so` metadata names the
 dims, the scratch shapes (summed, per thread) and the temp shapes. Destination
 blocks are processed by up to num_threads OpenMP workers (libgomp), taking
 blocks dynamically. Positions map to destinations through dst_order (a degree
-or locality order, `sort degree` / `reorder locality`); a kernel compiled
+locality or RCM order, `sort degree` / `reorder locality` / `reorder rcm`); a kernel compiled
 for the identity order ignores it.
 """
 

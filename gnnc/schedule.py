@@ -22,7 +22,7 @@ DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
 IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                        "specialize", "edges", "vectorize_edges"})
+                                        "specialize", "edges", "vectorize_edges", "stream"})
 
 #: Lane counts `vectorize edges W` takes: a power of two, at most a 64-byte
 #: vector of f32 four times over.
@@ -41,7 +41,7 @@ def directive_keyword(words: Sequence[str]) -> str:
 REORDERING_DIRECTIVES = ("sort", "reorder", "order")
 
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
-DESTINATION_ORDERS = ("identity", "degree", "locality")
+DESTINATION_ORDERS = ("identity", "degree", "locality", "rcm")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class CpuSchedule:
     """The CPU schedule of one kernel, as the passes apply it."""
 
     prefetch: int = DEFAULT_PREFETCH_DISTANCE
-    #: destination order: identity, degree (Seastar) or locality (Huang et al.)
+    #: destination order: identity, degree (Seastar), locality (Huang et al.) or rcm (reverse Cuthill-McKee)
     order: str = "identity"
     #: feature tile size (FeatGraph), None for no tiling
     tile_features: int | None = None
@@ -68,6 +68,8 @@ class CpuSchedule:
     edges_sorted: bool = False
     #: `vectorize edges W`: in-edge walks run their per-edge scalars W edges at a time, None for one
     edge_lanes: int | None = None
+    #: `stream outputs`: vertex results are built in a per-worker row and written with streaming stores
+    stream_outputs: bool = False
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -77,7 +79,7 @@ class CpuSchedule:
         if "cpu.sort" in entries:
             order = "degree"
         if "cpu.reorder" in entries:
-            order = "locality"
+            order = entries["cpu.reorder"].split()[-1]
         tile = entries.get("cpu.tile")
         partition = entries.get("cpu.partition")
         group = entries.get("cpu.group")
@@ -92,6 +94,7 @@ class CpuSchedule:
             sizes=parse_sizes(entries["cpu.specialize"]) if "cpu.specialize" in entries else None,
             edges_sorted=entries.get("cpu.edges") == "sorted",
             edge_lanes=int(entries["cpu.vectorize_edges"].split()[-1]) if "cpu.vectorize_edges" in entries else None,
+            stream_outputs=entries.get("cpu.stream") == "outputs",
         )
 
 

@@ -47,6 +47,11 @@ SCHEDULES = st.sampled_from([
     "group neighbors 16\nvectorize 16",
     "group neighbors 3\ntile features 4\nsort degree",
     "group neighbors 8\nprefetch 0\nreorder locality",
+    "reorder rcm",
+    "stream outputs",
+    "reorder rcm\nstream outputs\nvectorize 16",
+    "stream outputs\ntile features 4\nprefetch 2",
+    "stream outputs\ntile features 8\nvectorize 4\nreorder rcm",
 ])
 
 #: Schedules that split or partition a destination's in-edges, checked for
@@ -59,6 +64,7 @@ SPLITTING_SCHEDULES = [
     "group neighbors 1000\nprefetch 0\nreorder locality",
     "partition src 3",
     "partition src 2\ntile features 8\nsort degree",
+    "reorder rcm\nstream outputs",
 ]
 
 #: Why a kernel may refuse a directive: the words its CompileError must contain.
@@ -107,7 +113,7 @@ def test_splitting_schedules_match_reference(name, schedule, graph, data, thread
 @pytest.mark.parametrize(("name", "schedule"), [
     (name, schedule)
     for name in ("gcn", "gat", "sage_mean", "sage_max", "gin")
-    for schedule in ("parallel dst", "group neighbors 3", "partition src 3")
+    for schedule in ("parallel dst", "group neighbors 3", "partition src 3", "reorder rcm\nstream outputs")
     if (name, schedule) != ("gat", "group neighbors 3")
 ])
 @given(graph=graphs(huge_hubs=True), seed=st.integers(0, 2**32 - 1))

@@ -27,7 +27,7 @@ from gnnc.schedule import EDGE_LANES, REORDERING_DIRECTIVES, directive_keyword
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                                     "specialize", "edges", "vectorize_edges"},
+                                                     "specialize", "edges", "vectorize_edges", "stream"},
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
                                                       "map warp_edge", "map group", "map tile", "map lanes",
@@ -43,10 +43,14 @@ Mode = Literal["edge", "vertex", "aggregate"]
 
 @dataclass(frozen=True)
 class _Arg:
-    """One fixed word (``word``) or a positive integer (``meaning`` says of what)."""
+    """One fixed word (``word``, or one of several), or a positive integer (``meaning`` says of what)."""
 
-    word: str | None = None
+    word: str | tuple[str, ...] | None = None
     meaning: str = ""
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (self.word,) if isinstance(self.word, str) else self.word or ()
 
 
 #: keyword -> the words after it.
@@ -57,12 +61,13 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "order": (_Arg("edges"), _Arg("hilbert")),
     "sort": (_Arg("degree"),),
     "group": (_Arg("neighbors"), _Arg(meaning="the neighbour group size")),
-    "reorder": (_Arg("locality"),),
+    "reorder": (_Arg(("locality", "rcm")),),
     "vectorize": (_Arg(meaning="the vector width"),),
     # `vectorize edges W`: keyed apart from `vectorize W` (schedule.directive_keyword)
     "vectorize_edges": (_Arg("edges"), _Arg(meaning="the edges computed at once")),
     "prefetch": (_Arg(meaning="the prefetch distance"),),
     "edges": (_Arg("sorted"),),
+    "stream": (_Arg("outputs"),),
 }
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
@@ -78,8 +83,14 @@ def _directive_phrase(words: list[str]) -> str:
     if words[0] == "map":
         return " ".join(words[:2])
     spec = CPU_DIRECTIVES.get(directive_keyword(words), ())
-    fixed = [a.word for a in spec if a.word is not None]
+    fixed = [words[i] if i < len(words) and words[i] in a.words else a.words[0]
+             for i, a in enumerate(spec, start=1) if a.word is not None]
     return " ".join([words[0], *fixed])
+
+
+def _one_of(words: tuple[str, ...]) -> str:
+    quoted = [f"'{w}'" for w in words]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def _fmt_shape(shape: ast.Shape) -> str:
@@ -205,6 +216,16 @@ class _Checker:
                     self.word_locs(given["edges"])[0],
                 )
 
+        if "stream" in given:
+            other = next((given[k] for k in ("partition", "group") if k in given), None)
+            if other is not None:
+                raise self.error(
+                    f"'stream outputs' cannot be combined with '{_directive_phrase(other.words)}' "
+                    f"(line {other.loc.line}): that builds a destination's row in pieces, each written "
+                    "to memory before the next, and a streamed row is written once, whole",
+                    self.word_locs(given["stream"])[0],
+                )
+
     def positive_int(self, word: str, loc: SourceLocation, meaning: str, after: str) -> None:
         if not word.isdigit() or not word.lstrip("0"):
             raise self.error(f"expected a positive integer ({meaning}) after '{after}', found '{word}'", loc)
@@ -217,12 +238,12 @@ class _Checker:
         for i, arg in enumerate(spec, start=1):
             after = " ".join(d.words[:i])
             if i >= len(d.words):
-                want = f"'{arg.word}'" if arg.word is not None else f"a positive integer ({arg.meaning})"
+                want = _one_of(arg.words) if arg.word is not None else f"a positive integer ({arg.meaning})"
                 raise self.error(f"'{after}' needs {want} after it", locs[i - 1])
             word = d.words[i]
             if arg.word is not None:
-                if word != arg.word:
-                    raise self.error(f"expected '{arg.word}' after '{after}', found '{word}'", locs[i])
+                if word not in arg.words:
+                    raise self.error(f"expected {_one_of(arg.words)} after '{after}', found '{word}'", locs[i])
             elif d.words[0] == "prefetch" and word == "0":
                 pass  # `prefetch 0` turns prefetching off
             else:

@@ -57,6 +57,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import graph, loop
+from gnnc.dialects.llvm_ext import StreamCopyOp
 from gnnc.errors import CompileError
 from gnnc.frontend import irgen
 from gnnc.passes.loop_structure import check_row_split, edge_walks, row_dim
@@ -89,6 +90,9 @@ SOURCE_SWEEP_TARGETS = ("cpu",)
 #: The cuda mappings spread feature loops over lanes; the split would add a
 #: scratch round trip per edge there, unmeasured on a GPU.
 HEAD_SPLIT_TARGETS = ("cpu",)
+
+#: Targets whose vertex results may be written with streaming stores (`stream outputs`).
+STREAM_TARGETS = ("cpu",)
 
 REORDERABLE = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC, arith.FastMathFlag.ALLOW_CONTRACT])
 
@@ -241,9 +245,10 @@ def _read_at_src(m: graph.MaterializeOp) -> bool:
 
 
 class KernelLowering:
-    def __init__(self, fn: func.FuncOp, source_sweeps: bool = True, split_heads: bool = True):
+    def __init__(self, fn: func.FuncOp, source_sweeps: bool = True, split_heads: bool = True, streams: bool = True):
         self.src_fn = fn
         self.split_heads = split_heads
+        self.streams = streams
         result_types = fn.attributes[irgen.RESULT_TYPES]
         assert isinstance(result_types, ArrayAttr)
         self.result_types: list[graph.TensorType] = list(result_types.data)  # type: ignore[arg-type]
@@ -286,14 +291,19 @@ class KernelLowering:
         if self.group_size is not None and (self.partitions is not None or self.edge_order is not None):
             given = "partition src" if self.partitions is not None else "order edges hilbert"
             raise CompileError(f"'group neighbors' and '{given}' cannot be combined: choose one")
+        self.stream = sched.stream_outputs and self.streams
+        if self.stream and (self.partitions is not None or self.group_size is not None):
+            given = "partition src" if self.partitions is not None else "group neighbors"
+            raise CompileError(f"'stream outputs' and '{given}' cannot be combined: choose one")
         n_temps = len(self.materializes)
         if self.swept:
             # src_meta (num_src, number of source blocks), src_blocks; see abi.py
             arg_types += [ibuf] * 2
         n_before_extras = len(arg_types)
-        if self.partitions is not None or self.group_size is not None:
+        if self.partitions is not None or self.group_size is not None or self.stream:
             # per-row accumulators that outlive one destination visit: per
-            # destination across partitions, or per neighbour group; see abi.py
+            # destination across partitions, or per neighbour group; or a
+            # worker's rows of the results it streams; see abi.py
             arg_types.append(buf)
         if self.partitions is not None or self.edge_order is not None:
             # FeatGraph's source partitions (the in-CSR of each partition), or
@@ -312,7 +322,7 @@ class KernelLowering:
         if self.swept:
             self.src_meta, self.src_blocks = rest[n_params + len(self.result_types) + n_temps:][:2]
         extras = list(entry.args[n_before_extras:])
-        self.acc_rows = extras.pop(0) if self.partitions is not None or self.group_size is not None else None
+        self.acc_rows = extras.pop(0) if self.partitions is not None or self.group_size is not None or self.stream else None
         if self.group_size is not None:
             (self.group_meta, self.group_blocks, self.group_dst, self.group_bounds,
              self.group_offsets) = extras[-5:]
@@ -416,6 +426,8 @@ class KernelLowering:
             "edge_order": self.edge_order,
             "groups": self.group_size,
             "acc_rows": self.acc_row_shapes,
+            # acc_rows holds a row per worker: the vertex results it streams
+            "stream": self.stream,
             "source_sweep": bool(self.swept),
             # False: nobody wrote a CPU schedule, so the runtime's default
             # heuristic may pick one per call (runtime/heuristic.py)
@@ -589,6 +601,7 @@ class KernelLowering:
             schedule.pop(key, None)
         body = Block(arg_types=[index, index])
         row, worker = body.args
+        self.worker = worker
         with self.em.nested(body):
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             self._emit_destination(row, sinks, None)
@@ -608,6 +621,7 @@ class KernelLowering:
         grouped = self._emit_group_sweep(sinks) if self.group_size is not None else None
         body = Block(arg_types=[index, index])
         v, worker = body.args
+        self.worker = worker
         with self.em.nested(body):
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             self._emit_destination(v, sinks, grouped)
@@ -812,6 +826,14 @@ class KernelLowering:
         reductions, edge_sinks, vertex_sinks = plan.reductions, plan.edge_sinks, plan.vertex_sinks
         rescaled, in_place, max_level = plan.rescaled, plan.in_place, plan.max_level
         self.acc: dict[tuple[Operation, str], _Accumulator] = {}
+        # `stream outputs`: each vertex result is built in the worker's row of
+        # acc_rows (its own noalias buffer, apart from the softmax sums in
+        # scratch) and then streamed to the output row, which is never read
+        self.staged: dict[int, SSAValue] = {}
+        if self.stream:
+            for s in vertex_sinks:
+                if s.buffer in self.result_buf:
+                    self.staged[id(s)] = self.acc_row_base(self.worker, self.alloc_acc_row(s.shape))
         vctx = _Context(v=v)
         count = None
         for lvl in range(1, max_level + 1):
@@ -835,13 +857,23 @@ class KernelLowering:
             if isinstance(owner, graph.AggregateOp) and in_place.get(owner) is s:
                 continue
             self._precompute(s.value, vctx)
-            base = self.row_base(v, s.shape)
+            buffer, base = self._sink_row(s, v)
 
-            def store_elem(idx: list[SSAValue], s: _Sink = s, base: SSAValue = base) -> None:
+            def store_elem(idx: list[SSAValue], s: _Sink = s, buffer: SSAValue = buffer, base: SSAValue = base) -> None:
                 val = self.value_at(s.value, idx, vctx)
-                self.store(val, s.buffer, self.linear(base, s.shape, idx))
+                self.store(val, buffer, self.linear(base, s.shape, idx))
 
             self.for_features(s.shape, store_elem, hoist=[s.value], ctx=vctx)
+        for s in vertex_sinks:
+            if id(s) in self.staged:
+                self.em.op(StreamCopyOp(self.acc_rows, self.staged[id(s)], s.buffer, self.row_base(v, s.shape),
+                                        self.size_of(s.shape)))
+
+    def _sink_row(self, s: _Sink, v: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(buffer, index of element 0) where destination v's row of vertex result s is built."""
+        if id(s) in self.staged:
+            return self.acc_rows, self.staged[id(s)]  # type: ignore[return-value]
+        return s.buffer, self.row_base(v, s.shape)
 
     def _in_degree(self, v: SSAValue) -> SSAValue:
         one = self.em.index_const(1)
@@ -854,8 +886,8 @@ class KernelLowering:
         assert isinstance(t, graph.ValueType)
         shape = t.shape
         if key[1] == "agg" and key[0] in in_place:
-            sink = in_place[key[0]]
-            acc = _Accumulator(sink.buffer, self.row_base(v, shape), shape, in_place=True)
+            buffer, base = self._sink_row(in_place[key[0]], v)
+            acc = _Accumulator(buffer, base, shape, in_place=True)
         elif self.partitions is not None:
             # partitions are separate sweeps, possibly by other threads: an
             # accumulator must outlive the visit, in the destination's own row
@@ -1378,7 +1410,8 @@ class ConvertGraphToLoopPass(ModulePass):
                 target = op.attributes.get(TARGET_ATTR)
                 sweeps = not isinstance(target, StringAttr) or target.data in SOURCE_SWEEP_TARGETS
                 split = not isinstance(target, StringAttr) or target.data in HEAD_SPLIT_TARGETS
-                new = KernelLowering(fn, source_sweeps=sweeps, split_heads=split).build()
+                streams = not isinstance(target, StringAttr) or target.data in STREAM_TARGETS
+                new = KernelLowering(fn, source_sweeps=sweeps, split_heads=split, streams=streams).build()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase()

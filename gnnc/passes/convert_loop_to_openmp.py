@@ -92,6 +92,9 @@ class _Outliner:
             self.mapping[old] = new
         self._rematerialize(work_body)
         self._emit_worksharing(work_body)
+        if any(isinstance(op, llvm_ext.StreamCopyOp) for op in work_body.walk()):
+            # streaming stores are weakly ordered: the caller reads the rows once every worker has fenced
+            work_body.add_op(llvm_ext.StoreFenceOp())
         work_body.add_op(func.ReturnOp())
         work = func.FuncOp(f"{self.name}_work", (kernel_types, []), Region(work_body), visibility="private")
         work.arg_attrs = self.fn.arg_attrs

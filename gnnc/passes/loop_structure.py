@@ -7,6 +7,8 @@ pass and the runtime's heuristic agree on which axis is a kernel's row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
@@ -111,46 +113,75 @@ def _same_size(a: SSAValue, b: SSAValue) -> bool:
     return a is b or (constant_index(a) is not None and constant_index(a) == constant_index(b))
 
 
-def narrow_row_prefetches(scope: Operation | Block, extent: SSAValue, offset: SSAValue, width: SSAValue) -> None:
-    """Prefetch loops over whole rows whose innermost axis is `extent` fetch only
-    the columns [offset, offset + width) of each row, as the row loops now read.
+def narrow_row_pieces(scope: Operation | Block, extent: SSAValue, offset: SSAValue, width: SSAValue) -> None:
+    """Whole-row work beside the row loops (prefetches of gathered rows, streamed
+    result rows) covers only the columns [offset, offset + width) of each row
+    `[..., extent]`, as the row loops now do.
 
     prefetch-neighbors fetches every line of a gathered row
     (`scf.for %l = 0 to %row step LINE`). Once a row is split into tiles or
     slices, the walk runs once per piece, and a whole-row prefetch per walk
     moves the row from memory once per piece: `tile features 64` at F = 512
-    ran 5x slower than no tiling. A row `[..., extent]` (its size `extent`,
-    or `outer * extent`) is fetched piece by piece instead; a row whose
-    innermost axis is another is left whole.
+    ran 5x slower than no tiling. A streamed row (`llvm_ext.stream_copy`)
+    would be written whole per piece, with the columns of the other pieces
+    not built yet. A row whose size is `extent`, or `outer * extent`, is
+    handled piece by piece; a row whose innermost axis is another is left
+    whole (its work does not depend on the piece).
     """
     for op in list(scope.walk()):
-        if not (isinstance(op, scf.ForOp) and any(isinstance(o, llvm_ext.PrefetchOp) for o in op.body.walk())):
-            continue
-        if constant_index(op.lb) != 0:
-            continue  # already narrowed, or not a whole-row loop
-        row = op.ub
-        if _same_size(row, extent):
-            outer = None
-        elif isinstance(row.owner, arith.MuliOp) and _same_size(row.owner.rhs, extent):
-            outer = row.owner.lhs
+        if isinstance(op, scf.ForOp) and any(isinstance(o, llvm_ext.PrefetchOp) for o in op.body.walk()):
+            if constant_index(op.lb) != 0:
+                continue  # already narrowed, or not a whole-row loop
+
+            def fetch_piece(lo: SSAValue, op: scf.ForOp = op) -> list[Operation]:
+                hi = arith.AddiOp(lo, width)
+                op.operands[0], op.operands[1] = lo, hi.result
+                op.detach()
+                return [hi, op]
+
+            _per_piece(op, op.ub, extent, offset, fetch_piece)
+        elif isinstance(op, llvm_ext.StreamCopyOp):
+
+            def copy_piece(lo: SSAValue, op: llvm_ext.StreamCopyOp = op) -> list[Operation]:
+                src, dst = arith.AddiOp(op.src_index, lo), arith.AddiOp(op.dst_index, lo)
+                return [src, dst, llvm_ext.StreamCopyOp(op.src, src, op.dst, dst, width)]
+
+            if _per_piece(op, op.count, extent, offset, copy_piece):
+                op.detach()
+                op.erase()
+
+
+def _per_piece(op: Operation, row: SSAValue, extent: SSAValue, offset: SSAValue,
+               piece: Callable[[SSAValue], list[Operation]]) -> bool:
+    """Puts what `piece(lo)` builds where op stands, once per `extent`-long chunk of
+    `row` (lo: where the piece starts in the row); False if row is not such chunks."""
+    if _same_size(row, extent):
+        outer = None
+    elif isinstance(row.owner, arith.MuliOp) and _same_size(row.owner.rhs, extent):
+        outer = row.owner.lhs
+    else:
+        return False
+    block, after = op.parent_block(), op.next_op
+    assert block is not None
+
+    def put(ops: list[Operation]) -> None:
+        if after is None:  # a block still being built, its terminator not there yet
+            block.add_ops(ops)
         else:
-            continue
-        if outer is None:
-            lo = arith.AddiOp(op.lb, offset)
-            hi = arith.AddiOp(lo, width)
-            op.parent_block().insert_ops_before([lo, hi], op)  # type: ignore[union-attr]
-        else:
-            zero, one = arith.ConstantOp(IntegerAttr(0, IndexType())), arith.ConstantOp(IntegerAttr(1, IndexType()))
-            chunks = Block(arg_types=[IndexType()])
-            start = arith.MuliOp(chunks.args[0], extent)
-            lo = arith.AddiOp(start, offset)
-            hi = arith.AddiOp(lo, width)
-            each = scf.ForOp(zero, outer, one, [], chunks)
-            op.parent_block().insert_ops_before([zero, one, each], op)  # type: ignore[union-attr]
-            op.detach()
-            chunks.add_ops([start, lo, hi, op, scf.YieldOp()])
-        op.operands[0] = lo.result
-        op.operands[1] = hi.result
+            block.insert_ops_before(ops, after)
+
+    zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
+    if outer is None:
+        lo = arith.AddiOp(zero, offset)
+        put([zero, lo, *piece(lo.result)])
+        return True
+    one = arith.ConstantOp(IntegerAttr(1, IndexType()))
+    chunks = Block(arg_types=[IndexType()])
+    start = arith.MuliOp(chunks.args[0], extent)
+    lo = arith.AddiOp(start, offset)
+    chunks.add_ops([start, lo, *piece(lo.result), scf.YieldOp()])
+    put([zero, one, scf.ForOp(zero, outer, one, [], chunks)])
+    return True
 
 
 def encloses_loops(op: loop.ForInEdgesOp | loop.ForFeatureOp) -> bool:

@@ -19,7 +19,7 @@ from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
-from gnnc.passes.loop_structure import axis_loops, check_row_split, narrow_row_prefetches, row_dim, shift_axis, sweeps, take_schedule
+from gnnc.passes.loop_structure import axis_loops, check_row_split, narrow_row_pieces, row_dim, shift_axis, sweeps, take_schedule
 
 index = IndexType()
 
@@ -46,4 +46,4 @@ class TileFeaturesPass(ModulePass):
                 phase.detach()
                 tile_body.add_ops([phase, loop.YieldOp()])
                 shift_axis(axis_loops(body, dim), extent, start, width)
-                narrow_row_prefetches(body, extent, start, width)
+                narrow_row_pieces(body, extent, start, width)

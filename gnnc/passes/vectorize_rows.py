@@ -20,7 +20,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
-from gnnc.passes.loop_structure import ancestors, check_row_split, narrow_row_prefetches, over_axis, row_dim, sweeps, take_schedule
+from gnnc.passes.loop_structure import ancestors, check_row_split, narrow_row_pieces, over_axis, row_dim, sweeps, take_schedule
 
 index = IndexType()
 
@@ -74,7 +74,7 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
                 inner.insert_op_before(shifted, inner.first_op)  # type: ignore[arg-type]
                 i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)
                 op.operands[0] = slice_width
-        narrow_row_prefetches(block, extent, offset, slice_width)
+        narrow_row_pieces(block, extent, offset, slice_width)
         block.add_op(scf.YieldOp())
 
     slices = Block(arg_types=[index])

@@ -6,10 +6,11 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Six decisions so far, each a rule fit to what was measured (2 threads, edge
+Seven decisions so far, each a rule fit to what was measured (2 threads, edge
 ids in CSR order, against the kernel as compiled in the same process): the
-first five on an AMD EPYC with 32 MiB of L3, the sixth on the Xeon this
-project later moved to (2 MiB of L2 a core, LLVM's 256-bit vectors). The
+first five on an AMD EPYC with 32 MiB of L3, the sixth and seventh on the
+Xeon this project later moved to (2 MiB of L2 a core, LLVM's 256-bit
+vectors). The
 first, FeatGraph's 1-D source partitioning (`partition src K`):
 
     graph (V, E / V)        kernel    F    rows / LLC   K=2    K=4    K=8
@@ -127,6 +128,28 @@ aggregations of one feature (F = 1: an SpMV), whose row loop is then a
 scalar: gcn 1.52x / 1.58x, sage_mean 1.30x / 1.54x, sage_max 2.67x / 1.75x
 on rmat-16 / copter2.
 
+The seventh, `reorder rcm` with `stream outputs`, for calls of kernels
+without edge results whose source rows exceed 64 MiB, on graphs where RCM
+order makes at least 0.25 more of the gathers find their row among the last
+64 MiB of rows gathered (`plans.gather_reuse_share`). Against the default's
+pick with `edges sorted` instead (2 threads, medians of 7, interleaved):
+
+    graph (reuse gain)   kernel     F=64    F=128   F=256   F=512
+    mdual (0.14-0.44)    gcn        0.89x   1.09x   1.12x   1.15x
+    mdual                sage_max           1.14x           1.08x
+    mdual                sage_mean          1.20x           1.16x
+    mdual                gin                1.28x           1.49x
+    mdual                gcn_norm           1.10x           1.21x
+    copter2 (0.16)       gcn                                0.86x
+    copter2              sage_max                           0.93x
+    rmat-16 (0.00)       gcn                                0.68x
+
+mdual at F = 64 has a gain of 0.14; at F = 128 and up 0.28-0.44. Either
+directive alone gains little or loses: RCM order alone 0.89-1.10x (rows
+written at random, each read from memory first), streaming alone in id
+order 0.92-0.99x. gat is left out: 0.81x (F = 32, H = 4), 0.94x (F = 128),
+0.99x (F = 128, H = 4), 1.16x only at F = 512, H = 1.
+
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
 last-level cache and each row is gathered often enough (mean in-degree >= 8)
@@ -179,6 +202,16 @@ EDGE_LANES = 16
 EDGE_LANES_MIN_DEGREE = 8
 EDGE_LANES_MIN_SHARE = 0.5
 
+#: `reorder rcm` with `stream outputs`: source rows past this many bytes are
+#: gathered at memory speed here (a random gather of 1M rows ran 46 GB/s over
+#: 64 MiB of rows, 25 GB/s over 128 MiB; sysfs reports a 480 MiB L3 on this VM) ...
+REORDER_MIN_ROWS_BYTES = 64 << 20
+#: ... and in RCM order at least this much larger a share of the gathers finds
+#: its row among the last (that many bytes of) rows gathered than in id order.
+REORDER_MIN_REUSE_GAIN = 0.25
+REORDER = "reorder rcm"
+STREAM_OUTPUTS = "stream outputs"
+
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
 #: ... gathering at most this many bytes per source.
@@ -211,6 +244,7 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         graph, source_row_bytes(kernel.signature, dims, itemsize),
         phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
         accumulates=any(r.domain == "V" for r in kernel.signature.results),
+        edge_results=any(r.domain == "E" for r in kernel.signature.results),
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
         lanes_need_sizes=bool(kernel._abi.get("lanes", {}).get("sized", False)),
     )
@@ -231,13 +265,14 @@ def lane_walks_for(abi_record: dict, dims: dict[str, int], graph: Any) -> int:
 
 def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None, *,
                        phases: list[dict] | None = None, dims: dict[str, int] | None = None,
-                       itemsize: int = 4, accumulates: bool = False, lane_walks: int = 0,
-                       lanes_need_sizes: bool = False) -> str | None:
+                       itemsize: int = 4, accumulates: bool = False, edge_results: bool = False,
+                       lane_walks: int = 0, lanes_need_sizes: bool = False) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
     `phases` is the kernel's ABI record of its destination loops (row axis,
-    in-edge walks) and `accumulates` says whether it has a vertex result;
-    without them only partitioning is considered. `lane_walks` counts the
+    in-edge walks), `accumulates` says whether it has a vertex result and
+    `edge_results` whether it has an edge result; without them only
+    partitioning is considered. `lane_walks` counts the
     walks whose lanes `vectorize edges` would give reductions or the whole walk
     (the ABI record's `lanes.reducing`), and `lanes_need_sizes` says those walks
     exist only once the call's sizes are compiled in (`lanes.sized`).
@@ -267,11 +302,35 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
             lines.append(f"prefetch {distance}")
     if dims and e >= SPECIALIZE_MIN_EDGES and row_bytes <= SPECIALIZE_MAX_ROW_BYTES:
         lines.append(f"specialize {sizes_text(dims)}")
-    if e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
+    if (accumulates and not edge_results and e >= SPECIALIZE_MIN_EDGES
+            and not any(line.startswith("partition") for line in lines) and _reorder_pays(graph, row_bytes, rows)):
+        lines += [REORDER, STREAM_OUTPUTS]
+    elif e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
         lines.append(EDGES_SORTED)
     if _lanes_pay(lines, graph, lane_walks, lanes_need_sizes):
         lines.append(f"vectorize edges {EDGE_LANES}")
     return "\n".join(lines) or None
+
+
+def _reorder_pays(graph: Any, row_bytes: int, rows: int) -> bool:
+    """Whether destinations should run in RCM order, their rows streamed to memory: on
+    graphs whose numbering scatters neighbours, rows too large to stay cached.
+
+    Measured (2 threads, against the default with `edges sorted`): mdual
+    gcn F = 128 1.09x, F = 256 1.12x, F = 512 1.15x, sage_max F = 128 1.14x,
+    F = 512 1.08x (reuse gain 0.28-0.44); mdual F = 64 0.89x (0.14) and
+    copter2 F = 512 0.86x (0.16) lose: their rows are mostly reused in id
+    order already. Without streaming stores, RCM order alone ran 0.89-1.10x
+    (the output rows are written at random, each first read from memory);
+    streaming alone, 0.92-0.99x. Kernels with edge results are left out: gat
+    ran 0.81-0.99x at F = 32 .. 128 (its alpha is written at the edge ids,
+    now at random) and gained only at F = 512, H = 1 (1.16x).
+    """
+    if row_bytes <= 0 or rows < REORDER_MIN_ROWS_BYTES:
+        return False
+    window = REORDER_MIN_ROWS_BYTES // row_bytes
+    gain = plans.gather_reuse_share(graph, "rcm", window) - plans.gather_reuse_share(graph, "identity", window)
+    return gain >= REORDER_MIN_REUSE_GAIN
 
 
 def _lanes_pay(lines: list[str], graph: Any, lane_walks: int, need_sizes: bool) -> bool:

@@ -123,7 +123,7 @@ class Kernel:
         n_buffers += len(self._abi["temps"])
         n_buffers += 2 if self._abi.get("source_sweep") else 0
         n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
-        n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") else 0
+        n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") or self._abi.get("stream") else 0
         n_buffers += 5 if self._abi.get("groups") else 0
         n_buffers += 1 if (self._abi.get("grid") or {}).get("dst_scratch") else 0
         n_buffers += 2 if (self._abi.get("grid") or {}).get("hybrid") else 0
@@ -213,6 +213,8 @@ class Kernel:
             acc_rows = [memory.empty(max(1, graph.num_vertices * row_stride), self._dtype)]
         elif self._abi.get("edge_order") == "hilbert":
             partition = list(plans.hilbert_edge_order(graph))
+        if self._abi.get("stream"):
+            acc_rows = [memory.empty(max(1, n_threads * row_stride), self._dtype)]
         grouping = []
         if groups:
             group_dst, group_bounds, group_offsets = plans.split_neighbor_groups(graph, groups)

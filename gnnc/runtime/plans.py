@@ -11,7 +11,8 @@ C-contiguous and read-only, so a kernel can take them without a copy.
 
 Origins: balanced destination blocks and neighbour grouping split skewed
 work (Huang et al.; Seastar sorts by degree); MinHash vertex order is Huang
-et al.'s locality-aware scheduling; the Hilbert edge order and 1-D source
+et al.'s locality-aware scheduling, reverse Cuthill-McKee order the same idea
+for graphs whose neighbourhoods overlap without being equal (meshes); the Hilbert edge order and 1-D source
 partitioning are FeatGraph's.
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "degree_order",
     "default_partition_count",
     "edges_in_long_walks",
+    "gather_reuse_share",
     "group_offsets_by_dst",
     "group_blocks",
     "grouped_blocks",
@@ -40,6 +42,7 @@ __all__ = [
     "hilbert_edge_order",
     "last_level_cache_bytes",
     "locality_order",
+    "rcm_order",
     "neighbor_groups",
     "ordered_in_csr",
     "source_partitions",
@@ -114,13 +117,15 @@ def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
 
 
 def destination_order(graph: Any, kind: str) -> np.ndarray:
-    """The destination processed at each position: identity, degree or locality order."""
+    """The destination processed at each position: identity, degree, locality or rcm order."""
     if kind == "identity":
         return _cached(graph, ("identity_order",), lambda: _readonly(np.arange(graph.num_vertices, dtype=np.int64)))
     if kind == "degree":
         return degree_order(graph)
     if kind == "locality":
         return locality_order(graph)
+    if kind == "rcm":
+        return rcm_order(graph)
     raise ArgumentError(f"unknown destination order {kind!r}")
 
 
@@ -242,6 +247,34 @@ def edges_in_long_walks(graph: Any, min_degree: int) -> float:
     return _cached(graph, ("edges_in_long_walks", min_degree), compute)
 
 
+#: gather_reuse_share looks at this many in-edges in the order's walk, from the start.
+REUSE_SAMPLE_EDGES = 1 << 21
+
+
+def gather_reuse_share(graph: Any, kind: str, window: int) -> float:
+    """The share of in-edges whose source row was gathered at most `window` edges
+    before, when destinations run in destination order `kind`: the gathers a
+    cache holding `window` rows serves (0.0 for a graph without edges).
+
+    Counted over the first REUSE_SAMPLE_EDGES edges of the walk: reuse at a
+    distance of a cache is local, and a heuristic asks this on large graphs.
+    The distances are computed once per order; each window is a search.
+    """
+
+    def gaps() -> np.ndarray:
+        src = graph.in_src if kind == "identity" else ordered_in_csr(graph, kind)[1]
+        seq = np.asarray(src[:REUSE_SAMPLE_EDGES])
+        at = np.argsort(seq, kind="stable")
+        same = seq[at[1:]] == seq[at[:-1]]
+        return _readonly(np.sort((at[1:] - at[:-1])[same]))
+
+    if graph.num_edges == 0:
+        return 0.0
+    distances = _cached(graph, ("gather_reuse_gaps", kind), gaps)
+    sampled = min(graph.num_edges, REUSE_SAMPLE_EDGES)
+    return float(np.searchsorted(distances, window, side="right") / sampled)
+
+
 # ---------------------------------------------------------- vertex orders
 
 
@@ -253,6 +286,44 @@ def degree_order(graph: Any) -> np.ndarray:
         return _readonly(np.argsort(-deg, kind="stable"))
 
     return _cached(graph, ("degree_order",), compute)
+
+
+def rcm_order(graph: Any) -> np.ndarray:
+    """Destinations in reverse Cuthill-McKee order of the undirected graph.
+
+    Consecutive destinations are neighbours, or neighbours of neighbours, so
+    the source rows one gathers were mostly gathered a few destinations
+    before and are still in the cache; the caller's numbering is kept (the
+    kernel writes each row where it belongs). A mesh whose numbering
+    scatters neighbours (METIS mdual) has locality to find: half its
+    gathers come back within 16K edges in this order, against a quarter in
+    id order, and gat at F = 512 ran 1.3x faster with it (with `stream
+    outputs`, since rows are then written out of order). On a bipartite
+    graph, sources and destinations are the two sides of one undirected
+    graph, and the destinations keep their order in its RCM order.
+    """
+
+    def compute() -> np.ndarray:
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+        n_src, n_dst = graph.num_src, graph.num_dst
+        if n_dst == 0:
+            return _readonly(np.zeros(0, dtype=np.int64))
+        indptr, src = graph.in_indptr, graph.in_src
+        if not graph.bipartite:
+            a = sp.csr_matrix((np.ones(src.shape[0], dtype=np.int32), src, indptr), shape=(n_dst, n_dst))
+            return _readonly(reverse_cuthill_mckee((a + a.T).tocsr(), symmetric_mode=True).astype(np.int64))
+        # destinations are nodes n_src .. n_src + n_dst - 1 of one graph with the sources
+        dst = np.repeat(np.arange(n_dst, dtype=np.int64), np.diff(indptr)) + n_src
+        n = n_src + n_dst
+        rows = np.concatenate([src, dst])
+        cols = np.concatenate([dst, src])
+        a = sp.csr_matrix((np.ones(rows.shape[0], dtype=np.int32), (rows, cols)), shape=(n, n))
+        order = reverse_cuthill_mckee(a, symmetric_mode=True).astype(np.int64)
+        return _readonly(order[order >= n_src] - n_src)
+
+    return _cached(graph, ("rcm_order",), compute)
 
 
 def locality_order(graph: Any, num_hashes: int = 4, seed: int = 0) -> np.ndarray:

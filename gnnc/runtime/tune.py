@@ -85,7 +85,9 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
     if row >= 64:
         keys += [f"tile features {row // k}" for k in (2, 4)]
         keys += [f"partition src {k}; tile features {row // 2}" for k in (4, 8)]
-    keys += ["sort degree", "reorder locality"]
+    keys += ["sort degree", "reorder locality", "reorder rcm"]
+    if traits["vertex_result"]:
+        keys.append(f"reorder rcm; {heuristic.STREAM_OUTPUTS}")
     if traits["edge_result"] and not traits["vertex_result"]:
         keys.append("order edges hilbert")
     keys += [f"group neighbors {g}" for g in (32, 256)]
@@ -114,8 +116,8 @@ def family_of(directive: str) -> str | None:
     word = directive_keyword(words) if words else ""
     if word == "vectorize_edges":
         return "lanes"
-    if word in ("sort", "reorder", "order"):
-        return "order"
+    if word in ("sort", "reorder", "order", "stream"):
+        return "order"  # rows written out of order are what streaming stores pay for
     if word == "tile":
         return "partition"
     return word if word in FAMILIES else None

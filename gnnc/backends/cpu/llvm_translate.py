@@ -51,6 +51,8 @@ from gnnc.dialects.llvm_ext import (
     SharedMemoryOp,
     ShflBflyOp,
     StoreBufferOp,
+    StoreFenceOp,
+    StreamCopyOp,
 )
 from gnnc.errors import CompileError
 
@@ -594,6 +596,77 @@ def _prefetch(t: FunctionTranslator, op: PrefetchOp) -> None:
     t.set(op, [])
 
 
+#: Streaming stores write one cache line per vector.
+STREAM_VECTOR_BYTES = 32
+
+
+def _counted_loop(t: FunctionTranslator, lo: ir.Value, hi: ir.Value, step: int,
+                  body: Callable[[ir.Value], None], label: str) -> None:
+    """for (i = lo; i < hi; i += step) body(i), unsigned, left as it is by LLVM's vectoriser."""
+    b = t.builder
+    before = b.block
+    header, inner, done = t.new_block(f"{label}.header"), t.new_block(f"{label}.body"), t.new_block(f"{label}.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    i = b.phi(I64, name=f"{label}.i")
+    i.add_incoming(lo, before)
+    b.cbranch(b.icmp_unsigned("<", i, hi), inner, done)
+    b.position_at_end(inner)
+    body(i)
+    latch = b.block
+    nxt = b.add(i, ir.Constant(I64, step), flags=("nuw",))
+    b.branch(header).set_metadata("llvm.loop", _loop_id(t.module, vectorize=False, unroll=False))
+    i.add_incoming(nxt, latch)
+    b.position_at_end(done)
+
+
+def _stream_copy(t: FunctionTranslator, op: StreamCopyOp) -> None:
+    """Ordinary stores up to dst's first cache line boundary and after its last
+    whole line; between them one non-temporal vector store per line.
+
+    The buffers' alignment is not known when compiling (a caller's `out=`
+    may start anywhere), and LLVM neither vectorises nor keeps a
+    `!nontemporal` store it cannot prove aligned: it wrote scalar `vmovss`.
+    """
+    b = t.builder
+    elem, align = _element_type(op.dst.type)
+    size = _byte_size(elem)
+    lanes = STREAM_VECTOR_BYTES // size
+    vector = ir.VectorType(elem, lanes)
+    dst = b.gep(t.get(op.dst), [t.get(op.dst_index)], inbounds=True, source_etype=elem)
+    src = b.gep(t.get(op.src), [t.get(op.src_index)], inbounds=True, source_etype=elem)
+    count = t.get(op.count)
+    address = b.ptrtoint(dst, I64)
+    line_mask = ir.Constant(I64, STREAM_VECTOR_BYTES - 1)
+    to_boundary = b.and_(b.sub(ir.Constant(I64, STREAM_VECTOR_BYTES), b.and_(address, line_mask)), line_mask)
+    # an element that straddles lines (dst not on an element boundary) never meets one: all ordinary stores
+    whole_elements = b.icmp_unsigned("==", b.and_(address, ir.Constant(I64, size - 1)), ir.Constant(I64, 0))
+    head = b.select(whole_elements, b.udiv(to_boundary, ir.Constant(I64, size)), count)
+    head = b.select(b.icmp_unsigned("<", head, count), head, count)
+    body_end = b.add(head, b.and_(b.sub(count, head), ir.Constant(I64, -lanes)))
+
+    def copy_one(i: ir.Value) -> None:
+        value = b.load(b.gep(src, [i], inbounds=True, source_etype=elem), typ=elem, align=align)
+        b.store(value, b.gep(dst, [i], inbounds=True, source_etype=elem), align=align)
+
+    def stream_line(i: ir.Value) -> None:
+        value = b.load(b.gep(src, [i], inbounds=True, source_etype=elem), typ=vector, align=align)
+        store = b.store(value, b.gep(dst, [i], inbounds=True, source_etype=elem), align=STREAM_VECTOR_BYTES)
+        store.set_metadata("nontemporal", t.module.add_metadata([ir.Constant(I32, 1)]))
+
+    _counted_loop(t, ir.Constant(I64, 0), head, 1, copy_one, "stream.head")
+    _counted_loop(t, head, body_end, lanes, stream_line, "stream.lines")
+    _counted_loop(t, body_end, count, 1, copy_one, "stream.tail")
+    t.set(op, [])
+
+
+def _store_fence(t: FunctionTranslator, op: StoreFenceOp) -> None:
+    if t.module.triple == NVPTX_TRIPLE:
+        raise CompileError(f"@{t.name}: llvm_ext.store_fence exists on the CPU only")
+    t.builder.call(t.intrinsic("llvm.x86.sse.sfence", ir.VoidType(), []), [])
+    t.set(op, [])
+
+
 def _nvvm_sreg(t: FunctionTranslator, op: NvvmSregOp) -> None:
     fn = t.intrinsic(f"llvm.nvvm.read.ptx.sreg.{op.register.data}", I32, [])
     t.set(op, [t.builder.zext(t.builder.call(fn, []), I64)])
@@ -811,6 +884,8 @@ _HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]
     ShflBflyOp: _shfl_bfly,
     SharedMemoryOp: _shared_memory,
     BarrierOp: _barrier,
+    StreamCopyOp: _stream_copy,
+    StoreFenceOp: _store_fence,
     llvm_dialect.AddressOfOp: _addressof,
     memref.ExtractAlignedPointerAsIndexOp: lambda t, op: t.set(op, [t.builder.ptrtoint(t.get(op.source), I64)]),
     LanesOp: _lanes,
