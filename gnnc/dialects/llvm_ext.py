@@ -86,6 +86,12 @@ class PrefetchOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' locality must be 0..3, got {self.locality_level}")
 
 
+def _check_float_buffer(op: IRDLOperation, buffer_type: Attribute, what: str) -> None:
+    if not (isinstance(buffer_type, MemRefType) and buffer_type.get_num_dims() == 1
+            and isinstance(buffer_type.element_type, Float32Type | Float64Type)):
+        raise VerifyException(f"'{op.name}' {what} 1-D buffers of f32 or f64, got {buffer_type}")
+
+
 def _check_slot_buffer(op: IRDLOperation, slots: SSAValue, buffer_type: Attribute) -> None:
     slots_type = slots.type
     if not (isinstance(slots_type, MemRefType) and slots_type.get_num_dims() == 1
@@ -276,10 +282,7 @@ class SharedMemoryOp(IRDLOperation):
         super().__init__(operands=[size], result_types=[result_type])
 
     def verify_(self) -> None:
-        result_type = self.result.type
-        assert isinstance(result_type, MemRefType)
-        if result_type.get_num_dims() != 1 or not isinstance(result_type.element_type, Float32Type | Float64Type):
-            raise VerifyException(f"'{self.name}' is a 1-D buffer of f32 or f64, got {result_type}")
+        _check_float_buffer(self, self.result.type, "is")
 
 
 @irdl_op_definition
@@ -330,10 +333,7 @@ class StreamCopyOp(IRDLOperation):
         super().__init__(operands=[src, src_index, dst, dst_index, count])
 
     def verify_(self) -> None:
-        dst_type = self.dst.type
-        assert isinstance(dst_type, MemRefType)
-        if dst_type.get_num_dims() != 1 or not isinstance(dst_type.element_type, Float32Type | Float64Type):
-            raise VerifyException(f"'{self.name}' copies between 1-D buffers of f32 or f64, got {dst_type}")
+        _check_float_buffer(self, self.dst.type, "copies between")
 
 
 @irdl_op_definition

@@ -69,6 +69,14 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "edges": (_Arg("sorted"),),
     "stream": (_Arg("outputs"),),
 }
+#: keyword -> (the keywords it cannot join, why).
+_EXCLUSIVE_DIRECTIVES = {
+    "edges": (REORDERING_DIRECTIVES,
+              "that walks the in-edges in a layout of its own, where an edge's position is not its id"),
+    "stream": (("partition", "group"),
+               "that builds a destination's row in pieces, each written to memory before the next, "
+               "and a streamed row is written once, whole"),
+}
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
 MAP_OPTIONS = {"group": "the thread group size", "tile": "the feature tile size",
@@ -206,24 +214,13 @@ class _Checker:
             for option, loc in options:
                 if keyword not in supported and f"map {option}" not in supported:
                     raise self.error(f"'map ... {option}' is not supported yet", loc)
-        if "edges" in given:
-            other = next((given[k] for k in REORDERING_DIRECTIVES if k in given), None)
+        for keyword, (others, why) in _EXCLUSIVE_DIRECTIVES.items():
+            other = next((given[k] for k in others if k in given), None) if keyword in given else None
             if other is not None:
                 raise self.error(
-                    f"'edges sorted' cannot be combined with '{_directive_phrase(other.words)}' "
-                    f"(line {other.loc.line}): that walks the in-edges in a layout of its own, where "
-                    "an edge's position is not its id",
-                    self.word_locs(given["edges"])[0],
-                )
-
-        if "stream" in given:
-            other = next((given[k] for k in ("partition", "group") if k in given), None)
-            if other is not None:
-                raise self.error(
-                    f"'stream outputs' cannot be combined with '{_directive_phrase(other.words)}' "
-                    f"(line {other.loc.line}): that builds a destination's row in pieces, each written "
-                    "to memory before the next, and a streamed row is written once, whole",
-                    self.word_locs(given["stream"])[0],
+                    f"'{_directive_phrase(given[keyword].words)}' cannot be combined with "
+                    f"'{_directive_phrase(other.words)}' (line {other.loc.line}): {why}",
+                    self.word_locs(given[keyword])[0],
                 )
 
     def positive_int(self, word: str, loc: SourceLocation, meaning: str, after: str) -> None:
