@@ -37,24 +37,32 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 EXAMPLES = HERE.parent / "examples"
 
-def _default_lines_but(kind: str, fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> list[str]:
-    """The default heuristic's directive lines for this call, without its `kind` line."""
+def _default_lines_but(kinds: str | tuple[str, ...], fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> list[str]:
+    """The default heuristic's directive lines for this call, without its lines of these kinds."""
     from gnnc.runtime import tune
     from gnnc.runtime.signature import prepare_call
 
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
     dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
     return [line for line in tune.default_key(fn, graph, dims).split("; ")
-            if line and directive_keyword(line.split()) != kind]
+            if line and directive_keyword(line.split()) not in kinds]
 
 
-def off_default(kind: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
-    """The default heuristic's pick for the call with its `kind` line dropped (`specialize`: sizes
-    given at run time; `edges`: edge ids read from in_eid; `vectorize_edges`: scalar walks), kinds
-    as schedule.directive_keyword names them."""
+def off_default(*kinds: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
+    """The default heuristic's pick for the call with its lines of these kinds dropped
+    (`specialize`: sizes given at run time; `edges`: edge ids read from in_eid;
+    `vectorize_edges`: scalar walks; `reorder` and `stream`: id order, rows stored
+    through the caches, and `edges sorted` back where the graph allows it), kinds as
+    schedule.directive_keyword names them."""
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
+        from gnnc.runtime import heuristic
+
+        lines = "; ".join(_default_lines_but(kinds, fn, graph, inputs))
+        if "reorder" in kinds:
+            lines = heuristic.fit_edge_ids(lines, graph)
         # a written schedule runs as written: "prefetch 8" is the kernel as compiled
-        return "; ".join(_default_lines_but(kind, fn, graph, inputs)) or "prefetch 8"
+        return lines or "prefetch 8"
 
     return schedule
 
@@ -70,7 +78,10 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
         from gnnc.runtime import heuristic
 
         # (gnnc loads after the thread settings: its names are looked up at call time)
-        lines = _default_lines_but(directive_keyword(directive.split()), fn, graph, inputs) + [directive]
+        kind = directive_keyword(directive.split())
+        # the default's lines the directive cannot join go too (`partition src` drops `stream outputs`)
+        lines = [line for line in _default_lines_but(kind, fn, graph, inputs)
+                 if not excludes(kind, directive_keyword(line.split()))] + [directive]
         # `edges sorted` goes where the directive reorders the in-edges
         return heuristic.fit_edge_ids("; ".join(lines), graph)
 
@@ -97,13 +108,17 @@ SCHEDULES: dict[str, dict[str, Any]] = {
         "without the default heuristic": "prefetch 8",
         "without specialize": without_specialize,
         "without edges sorted": off_default("edges"),
+        # the default takes both on graphs whose numbering scatters wide rows (mdual at F >= 128)
+        "without reorder rcm, stream outputs": off_default("reorder", "stream"),
     },
     "sage_mean": {"default": None, "partition src 4": on_default("partition src 4"),
                   "without prefetch": on_default("prefetch 0"),
-                  "without the default heuristic": "prefetch 8", "without specialize": without_specialize},
+                  "without the default heuristic": "prefetch 8", "without specialize": without_specialize,
+                  "without reorder rcm, stream outputs": off_default("reorder", "stream")},
     "sage_max": {"default": None, "partition src 4": on_default("partition src 4"),
                  "vectorize 32": on_default("vectorize 32"), "without prefetch": on_default("prefetch 0"),
-                 "without the default heuristic": "prefetch 8", "without specialize": without_specialize},
+                 "without the default heuristic": "prefetch 8", "without specialize": without_specialize,
+                 "without reorder rcm, stream outputs": off_default("reorder", "stream")},
     "attention": {"default": None, "order edges hilbert": on_default("order edges hilbert"),
                   "partition src 4": on_default("partition src 4"), "without prefetch": on_default("prefetch 0"),
                   "without specialize": without_specialize, "without edges sorted": off_default("edges")},
@@ -189,7 +204,7 @@ import graphs as bench_graphs  # noqa: E402
 
 import gnnc  # noqa: E402
 from gnnc.errors import ArgumentError, GnncError  # noqa: E402
-from gnnc.schedule import directive_keyword  # noqa: E402
+from gnnc.schedule import directive_keyword, excludes  # noqa: E402
 
 # ------------------------------------------------------------------ measuring
 

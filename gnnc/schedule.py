@@ -40,6 +40,23 @@ def directive_keyword(words: Sequence[str]) -> str:
 #: in-edge's position is not its edge id: `edges sorted` cannot join them.
 REORDERING_DIRECTIVES = ("sort", "reorder", "order")
 
+#: Directive keyword -> (the keywords it cannot join in one schedule, why); the
+#: frontend refuses such a schedule, pointing at the first.
+EXCLUSIVE_DIRECTIVES: dict[str, tuple[tuple[str, ...], str]] = {
+    "edges": (REORDERING_DIRECTIVES,
+              "that walks the in-edges in a layout of its own, where an edge's position is not its id"),
+    "stream": (("partition", "group"),
+               "that builds a destination's row in pieces, each written to memory before the next, "
+               "and a streamed row is written once, whole"),
+    "sort": (("reorder",), "both choose the order destinations run in"),
+}
+
+
+def excludes(a: str, b: str) -> bool:
+    """Whether directive keywords a and b cannot be given together (either way round)."""
+    return b in EXCLUSIVE_DIRECTIVES.get(a, ((), ""))[0] or a in EXCLUSIVE_DIRECTIVES.get(b, ((), ""))[0]
+
+
 #: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
 DESTINATION_ORDERS = ("identity", "degree", "locality", "rcm")
 

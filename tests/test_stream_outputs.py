@@ -136,6 +136,11 @@ def test_reorder_takes_locality_or_rcm():
         compiler.compile_source(source + "\nschedule gcn for cpu { reorder bfs }\n", stop_after="graph")
     with pytest.raises(gnnc.SourceError, match="expected 'outputs' after 'stream'"):
         compiler.compile_source(source + "\nschedule gcn for cpu { stream rows }\n", stop_after="graph")
+    # two destination orders: one would be dropped without a word
+    with pytest.raises(gnnc.SourceError, match="'sort degree' cannot be combined with 'reorder rcm' "
+                                               r"\(line 8\): both choose the order destinations run in"):
+        compiler.compile_source(source + "\nschedule gcn for cpu {\n    sort degree\n    reorder rcm\n}\n",
+                                stop_after="graph")
 
 
 # ------------------------------------------------------------------ rcm order

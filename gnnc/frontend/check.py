@@ -19,7 +19,7 @@ from typing import Literal
 
 from gnnc.errors import SourceError, SourceLocation
 from gnnc.frontend import ast
-from gnnc.schedule import EDGE_LANES, REORDERING_DIRECTIVES, directive_keyword
+from gnnc.schedule import EDGE_LANES, EXCLUSIVE_DIRECTIVES, directive_keyword
 
 #: Schedule directives the compiler implements, per target: keywords
 #: (``"partition"``) or, for ``map``, also ``"map warp_vertex"`` style phrases.
@@ -68,14 +68,6 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "prefetch": (_Arg(meaning="the prefetch distance"),),
     "edges": (_Arg("sorted"),),
     "stream": (_Arg("outputs"),),
-}
-#: keyword -> (the keywords it cannot join, why).
-_EXCLUSIVE_DIRECTIVES = {
-    "edges": (REORDERING_DIRECTIVES,
-              "that walks the in-edges in a layout of its own, where an edge's position is not its id"),
-    "stream": (("partition", "group"),
-               "that builds a destination's row in pieces, each written to memory before the next, "
-               "and a streamed row is written once, whole"),
 }
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
@@ -214,7 +206,7 @@ class _Checker:
             for option, loc in options:
                 if keyword not in supported and f"map {option}" not in supported:
                     raise self.error(f"'map ... {option}' is not supported yet", loc)
-        for keyword, (others, why) in _EXCLUSIVE_DIRECTIVES.items():
+        for keyword, (others, why) in EXCLUSIVE_DIRECTIVES.items():
             other = next((given[k] for k in others if k in given), None) if keyword in given else None
             if other is not None:
                 raise self.error(

@@ -597,7 +597,7 @@ def _prefetch(t: FunctionTranslator, op: PrefetchOp) -> None:
 
 
 #: Streaming stores write one cache line per vector.
-STREAM_VECTOR_BYTES = 32
+STREAM_VECTOR_BYTES = 64
 
 
 def _counted_loop(t: FunctionTranslator, lo: ir.Value, hi: ir.Value, step: int,
