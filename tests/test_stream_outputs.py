@@ -234,6 +234,19 @@ def test_the_default_reorders_and_streams_where_a_numbering_scatters_wide_rows()
     assert heuristic.REORDER not in default_of("gat", scrambled, {"H": 1, "F": 512})
 
 
+def test_a_prediction_takes_the_defaults_order_and_streaming_unless_it_chose_its_own():
+    scrambled, in_order = grid(256, 512, scramble=4), grid(256, 512)
+    kernel = getattr(compiled("gcn", None), "gcn")
+    dims = {"F": 512}
+    predicted = "prefetch 16; specialize F 512; edges sorted"
+    fitted = heuristic.fit_reorder(predicted, kernel, scrambled, dims).split("; ")
+    assert fitted == ["prefetch 16", "specialize F 512", heuristic.REORDER, heuristic.STREAM_OUTPUTS]
+    for own in ("partition src 4", "sort degree", "group neighbors 32"):
+        assert heuristic.fit_reorder(f"{own}; specialize F 512", kernel, scrambled, dims) == f"{own}; specialize F 512"
+    assert heuristic.fit_reorder(predicted, kernel, in_order, dims) == predicted
+    assert heuristic.fit_reorder("", kernel, scrambled, dims) == ""
+
+
 def test_the_tuner_times_rcm_order_with_and_without_streaming():
     traits = {"row": 64, "edge_result": False, "vertex_result": True}
     keys = tune.candidate_keys(traits, cores=2, default_key="prefetch 8")

@@ -61,7 +61,8 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
                 continue
             lanes = heuristic.lane_walks_for(kernel._abi, dims, graph)
             sized = bool(kernel._abi.get("lanes", {}).get("sized", False))
-            fitted = heuristic.fit_edge_lanes(heuristic.fit_edge_ids(concrete, graph), graph, lanes, sized)
+            fitted = heuristic.fit_edge_ids(concrete, graph)
+            fitted = heuristic.fit_edge_lanes(heuristic.fit_reorder(fitted, kernel, graph, dims), graph, lanes, sized)
             return Choice(fitted, threads, "predicted")
     directives = heuristic.kernel_default(kernel, graph, dims)
     return Choice("; ".join(directives.splitlines()) if directives else "", None, "default")
