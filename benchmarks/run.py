@@ -37,12 +37,11 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 EXAMPLES = HERE.parent / "examples"
 
-def _default_lines_but(kinds: str | tuple[str, ...], fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> list[str]:
+def _default_lines_but(kinds: tuple[str, ...], fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> list[str]:
     """The default heuristic's directive lines for this call, without its lines of these kinds."""
     from gnnc.runtime import tune
     from gnnc.runtime.signature import prepare_call
 
-    kinds = (kinds,) if isinstance(kinds, str) else kinds
     dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
     return [line for line in tune.default_key(fn, graph, dims).split("; ")
             if line and directive_keyword(line.split()) not in kinds]
@@ -80,7 +79,7 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
         # (gnnc loads after the thread settings: its names are looked up at call time)
         kind = directive_keyword(directive.split())
         # the default's lines the directive cannot join go too (`partition src` drops `stream outputs`)
-        lines = [line for line in _default_lines_but(kind, fn, graph, inputs)
+        lines = [line for line in _default_lines_but((kind,), fn, graph, inputs)
                  if not excludes(kind, directive_keyword(line.split()))] + [directive]
         # `edges sorted` goes where the directive reorders the in-edges
         return heuristic.fit_edge_ids("; ".join(lines), graph)

@@ -300,7 +300,8 @@ class KernelLowering:
             # src_meta (num_src, number of source blocks), src_blocks; see abi.py
             arg_types += [ibuf] * 2
         n_before_extras = len(arg_types)
-        if self.partitions is not None or self.group_size is not None or self.stream:
+        has_acc_rows = self.partitions is not None or self.group_size is not None or self.stream
+        if has_acc_rows:
             # per-row accumulators that outlive one destination visit: per
             # destination across partitions, or per neighbour group; or a
             # worker's rows of the results it streams; see abi.py
@@ -322,7 +323,7 @@ class KernelLowering:
         if self.swept:
             self.src_meta, self.src_blocks = rest[n_params + len(self.result_types) + n_temps:][:2]
         extras = list(entry.args[n_before_extras:])
-        self.acc_rows = extras.pop(0) if self.partitions is not None or self.group_size is not None or self.stream else None
+        self.acc_rows = extras.pop(0) if has_acc_rows else None
         if self.group_size is not None:
             (self.group_meta, self.group_blocks, self.group_dst, self.group_bounds,
              self.group_offsets) = extras[-5:]

@@ -170,12 +170,10 @@ def _per_piece(op: Operation, row: SSAValue, extent: SSAValue, offset: SSAValue,
         else:
             block.insert_ops_before(ops, after)
 
-    zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
     if outer is None:
-        lo = arith.AddiOp(zero, offset)
-        put([zero, lo, *piece(lo.result)])
+        put(piece(offset))
         return True
-    one = arith.ConstantOp(IntegerAttr(1, IndexType()))
+    zero, one = arith.ConstantOp(IntegerAttr(0, IndexType())), arith.ConstantOp(IntegerAttr(1, IndexType()))
     chunks = Block(arg_types=[IndexType()])
     start = arith.MuliOp(chunks.args[0], extent)
     lo = arith.AddiOp(start, offset)
