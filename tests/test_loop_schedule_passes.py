@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xdsl.dialects import func, memref, scf
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.parser import Parser
 
 import gnnc
@@ -27,6 +28,7 @@ from gnnc import abi, compiler
 from gnnc.dialects import loop
 from gnnc.passes import pipeline
 from gnnc.passes.loop_structure import constant_index
+from gnnc.passes.prefetch_neighbors import DESTINATION_PREFETCH_ATTR
 from tests.helpers import assert_matches, assert_random_kernel_matches
 from tests.strategies import graphs, random_kernels
 
@@ -141,6 +143,59 @@ def test_tiles_and_slices_prefetch_their_own_columns_of_a_row():
         assert rows and all(op.lb.owner.name == "arith.addi" for op in rows)
 
 
+def _destination_prefetches(module: ModuleOp) -> dict[int, bool]:
+    """The kernel argument number of each buffer a permuted sweep prefetches
+    for a later destination -> for writing?"""
+    fn = kernel(module)
+    found = {}
+    for op in module.walk():
+        if op.name == "llvm_ext.prefetch" and DESTINATION_PREFETCH_ATTR in op.parent_op().attributes:
+            found[fn.body.block.args.index(op.operands[0])] = op.is_write
+    return found
+
+
+def test_permuted_sweeps_prefetch_their_destinations_own_rows():
+    """In a permuted sweep a destination's own rows (gat's er[v]) are read at
+    random: the load of er[v] held a quarter of gat's samples under `reorder
+    rcm` on mdual until they were prefetched a few destinations ahead."""
+    users = len(abi.GRAPH_ARGUMENTS)
+    h, el, er, out = users, users + 1, users + 2, users + 3
+    module, pipeline_text = run_alone("order-destinations", "gat", "reorder rcm; stream outputs")
+    assert str(module) == pipeline_text
+    # er[v] only: h and el are gathered by source, out is streamed from a worker's row
+    assert _destination_prefetches(module) == {er: False}
+    (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
+    lookups = [op for op in for_dst.body.block.ops if isinstance(op, loop.DstAtOp)]
+    assert len(lookups) == 2 and DESTINATION_PREFETCH_ATTR in lookups[1].attributes
+    ahead = lookups[1].position.owner  # min(position + 4, positions - 1)
+    assert isinstance(ahead, arith.MinSIOp) and ahead.lhs.owner.lhs is for_dst.body.block.args[0]
+    assert constant_index(ahead.lhs.owner.rhs) == 4
+    assert ahead.rhs.owner.lhs is for_dst.num_vertices
+    assert "prefetch_destinations" not in schedule_keys(module)
+
+    # out[v] written in place: prefetched for writing
+    module, _ = run_alone("order-destinations", "gat", "reorder rcm")
+    assert _destination_prefetches(module) == {er: False, out: True}
+    # gin's x[v] is gathered too, and in a locality order just was
+    module, _ = run_alone("order-destinations", "gin", "reorder rcm")
+    assert users not in _destination_prefetches(module)
+    # no prefetching, or no permutation: nothing
+    for schedule in ("prefetch 0; reorder rcm", "parallel dst"):
+        module, _ = run_alone("order-destinations", "gat", schedule)
+        assert not _destination_prefetches(module)
+    # row slices leave it beside the lookup, once per destination
+    sliced, _ = run_alone("vectorize-rows", "gat_conv", "reorder rcm; vectorize 8")
+    (for_dst,) = [op for op in sliced.walk() if isinstance(op, loop.ForDstOp)]
+    marked = [op for op in for_dst.walk() if DESTINATION_PREFETCH_ATTR in op.attributes]
+    assert marked and all(op.parent_op() is for_dst for op in marked)
+    # each row size it needs is computed before it (gat_conv computes them in the body, then slices it)
+    body = list(for_dst.body.block.ops)
+    for op in marked:
+        for operand in op.operands:
+            if isinstance(operand.owner, Operation) and operand.owner.parent_block() is for_dst.body.block:
+                assert body.index(operand.owner) < body.index(op)
+
+
 def test_partition_sources_wraps_the_sweep_in_partitions():
     module, pipeline_text = run_alone("partition-sources", "gcn", "partition src 3")
     assert str(module) == pipeline_text
@@ -241,7 +296,8 @@ def test_order_destinations_maps_positions_through_dst_order():
 
     users = [u.operation for u in position.uses]
     assert first in users and any(isinstance(op, loop.ForInEdgesOp) for op in users)
-    assert all(op is first or indexes_indptr(op) for op in users)
+    # (and the prefetch of a later destination's rows, tested below)
+    assert all(op is first or indexes_indptr(op) or DESTINATION_PREFETCH_ATTR in op.attributes for op in users)
     assert json.loads(fn.attributes[abi.ABI_ATTR].data)["ordered_edges"] is True
     assert "order" not in schedule_keys(module)
     # the identity order needs no lookup
@@ -254,7 +310,8 @@ def test_a_partitioned_order_walks_the_in_csr_by_destination():
     module, _ = run_alone("order-destinations", "gcn", "sort degree\npartition src 2")
     fn = kernel(module)
     (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
-    assert [type(u.operation) for u in for_dst.body.block.args[0].uses] == [loop.DstAtOp]
+    assert [type(u.operation) for u in for_dst.body.block.args[0].uses
+            if DESTINATION_PREFETCH_ATTR not in u.operation.attributes] == [loop.DstAtOp]
     assert "ordered_edges" not in json.loads(fn.attributes[abi.ABI_ATTR].data)
 
 

@@ -18,7 +18,9 @@ of the identity order for gcn, sage_max and gat, and runs 0.42-0.68x with
 the ordered in-CSR (what is left is the scattered output rows and edge
 values of a permuted sweep: on a mesh of 4 in-edges per vertex they cost
 more than the shared source rows save). The ABI record says so
-(`ordered_edges`). A kernel whose edge indices cannot all be
+(`ordered_edges`). Where prefetch-neighbors asked for it
+(`prefetch_destinations`), the destination's own rows are prefetched a few
+positions ahead. A kernel whose edge indices cannot all be
 taken by position (a partitioned or grouped sweep, which walks plans of its
 own) keeps the in-CSR, indexed by destination.
 """
@@ -37,6 +39,7 @@ from gnnc import abi
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
 from gnnc.passes.loop_structure import kernel_buffer, sweeps, take_schedule
+from gnnc.passes.prefetch_neighbors import prefetch_destination_rows
 from gnnc.schedule import DESTINATION_ORDERS
 
 #: Schedule entries whose passes walk edge plans of their own, indexed by destination.
@@ -151,3 +154,6 @@ class OrderDestinationsPass(ModulePass):
         dst = loop.DstAtOp(kernel_buffer(fn, "dst_order"), position)
         body.insert_op_before(dst, body.first_op)  # type: ignore[arg-type]
         position.replace_uses_with_if(dst.result, lambda use: use.operation is not dst and use.operation not in kept)
+        ahead = take_schedule(for_dst, "prefetch_destinations")
+        if ahead is not None:
+            prefetch_destination_rows(for_dst, dst, ahead.value.data)  # type: ignore[union-attr]

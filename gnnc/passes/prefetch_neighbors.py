@@ -10,6 +10,14 @@ the body stores them: edge ids in source order scatter them.
 
 The distance D is the `prefetch` entry of the destination loop's schedule
 (default 8, `prefetch 0` turns it off); this pass consumes the entry.
+
+A sweep in a destination order of the runtime's (`reorder`, `sort degree`)
+also reads the destination's own rows at random: `er[v]`, `x[v]`, and
+`out[v]` where it is not streamed. On mdual (gat, H = 4, F = 32, `reorder
+rcm`) a quarter of the samples sat on the load of `er[v]`, the first thing a
+destination needs. This pass leaves `prefetch_destinations` in such a
+sweep's schedule; order-destinations, which maps positions to destinations,
+consumes it with `prefetch_destination_rows`.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     ModuleOp,
+    UnitAttr,
+    i64,
 )
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -31,15 +41,19 @@ from gnnc.passes.loop_structure import kernel_buffer, schedule_text
 
 index = IndexType()
 CACHE_LINE_BYTES = 64
+#: How many positions ahead a permuted sweep prefetches its destinations' own rows.
+DESTINATIONS_AHEAD = 4
+#: Marks the ops of a destination prefetch: they stay beside `loop.dst_at`, outside row slices.
+DESTINATION_PREFETCH_ATTR = "gnnc.destination_prefetch"
 
 
 def _const(value: int) -> arith.ConstantOp:
     return arith.ConstantOp(IntegerAttr(value, index))
 
 
-def _rows_at(edge_loop: loop.ForInEdgesOp, row_index: SSAValue) -> dict[tuple[SSAValue, SSAValue], bool]:
-    """(buffer, row size) -> written?, for every buffer the body accesses at row
-    `row_index` (the source `u`, or the edge id `e`).
+def _rows_at(scope: Operation, row_index: SSAValue) -> dict[tuple[SSAValue, SSAValue], bool]:
+    """(buffer, row size) -> written?, for every buffer the body of `scope` accesses
+    at row `row_index` (the source `u`, the edge id `e`, or the destination `v`).
 
     The lowering addresses a row as `row_index * row_size + offset`; a load or
     store whose index is computed from such a product accesses that buffer's row.
@@ -61,7 +75,9 @@ def _rows_at(edge_loop: loop.ForInEdgesOp, row_index: SSAValue) -> dict[tuple[SS
             return derived_from(op.lhs, depth + 1) or derived_from(op.rhs, depth + 1)
         return None
 
-    for op in edge_loop.body.walk():
+    for op in scope.walk():
+        if op is scope:
+            continue
         if isinstance(op, memref.LoadOp | memref.StoreOp) and len(op.indices) == 1:
             row = derived_from(op.indices[0])
             if row is not None:
@@ -119,6 +135,65 @@ def _insert_prefetches(edge_loop: loop.ForInEdgesOp, distance: int, num_edges: S
     body.insert_ops_before(ops, first)
 
 
+def _at_top(value: SSAValue, body: Block, ops: list[Operation]) -> SSAValue | None:
+    """value as computed at the top of the sweep's body: itself if defined
+    outside it (or a body argument), else a clone of its arith chain appended
+    to ops; None if it depends on anything else (an inner loop's index, a load)."""
+    owner = value.owner
+    if isinstance(owner, Block):
+        return value if owner is body or not body.is_ancestor(owner) else None
+    if not body.is_ancestor(owner):
+        return value
+    if owner.dialect_name() != "arith" or len(owner.results) != 1 or owner.regions:
+        return None
+    operands = [_at_top(x, body, ops) for x in owner.operands]
+    if any(x is None for x in operands):
+        return None
+    clone = owner.clone()
+    for i, operand in enumerate(operands):
+        clone.operands[i] = operand  # type: ignore[assignment]
+    ops.append(clone)
+    return clone.results[0]
+
+
+def prefetch_destination_rows(for_dst: loop.ForDstOp, dst: loop.DstAtOp, ahead: int) -> None:
+    """Prefetches the rows the sweep accesses at its destination (`dst`, the
+    destination at the current position) for the destination `ahead`
+    positions on, right after `dst`."""
+    body = for_dst.body.block
+    # a row of an array the sweep also gathers (gin's x[v]) was, in a locality
+    # order, just gathered for a neighbour: prefetching it again cost gin 0.96x
+    # on mdual at F = 128
+    gathered = {buffer for edge_loop in for_dst.walk() if isinstance(edge_loop, loop.ForInEdgesOp)
+                for buffer, _ in _rows_at(edge_loop, edge_loop.body.block.args[1])}
+    ops: list[Operation] = []
+    rows: dict[SSAValue, tuple[SSAValue, bool]] = {}  # buffer -> (row size at the top, written?)
+    for (buffer, row_size), written in _rows_at(for_dst, dst.result).items():
+        if buffer in gathered:
+            continue
+        if buffer in rows:  # the same row, its size computed again further down
+            rows[buffer] = (rows[buffer][0], rows[buffer][1] or written)
+            continue
+        size = _at_top(row_size, body, ops)
+        if size is not None:
+            rows[buffer] = (size, written)
+    if not rows:
+        for op in ops:
+            op.erase()
+        return
+    d, one, zero = _const(ahead), _const(1), _const(0)
+    later = arith.AddiOp(dst.position, d)
+    last = arith.SubiOp(for_dst.num_vertices, one)
+    clamped = arith.MinSIOp(later, last)
+    dst_ahead = loop.DstAtOp(dst.order, clamped.result)
+    ops += [d, one, zero, later, last, clamped, dst_ahead,
+            *_prefetch_rows({(buffer, size): written for buffer, (size, written) in rows.items()},
+                            dst_ahead.result, zero.result)]
+    for op in ops:
+        op.attributes[DESTINATION_PREFETCH_ATTR] = UnitAttr()
+    body.insert_ops_after(ops, dst)
+
+
 class PrefetchNeighborsPass(ModulePass):
     """Prefetches the rows gathered at `u`, `prefetch` edges ahead, in every in-edge loop."""
 
@@ -134,8 +209,10 @@ class PrefetchNeighborsPass(ModulePass):
                 distance_attr = schedule.pop("prefetch", None)
                 if distance_attr is None:
                     continue
-                for_dst.schedule = type(for_dst.schedule)(schedule)  # type: ignore[misc]
                 distance = distance_attr.value.data  # type: ignore[union-attr]
+                if distance > 0 and schedule_text(for_dst, "order") not in (None, "identity"):
+                    schedule["prefetch_destinations"] = IntegerAttr(DESTINATIONS_AHEAD, i64)
+                for_dst.schedule = type(for_dst.schedule)(schedule)  # type: ignore[misc]
                 if distance <= 0 or num_edges is None:
                     continue
                 in_order = kernel_buffer(fn, "in_eid") if schedule_text(for_dst, "edge_ids") == "sorted" else None

@@ -5,7 +5,8 @@ the output row slice does not move while the in-edge loop runs, LLVM keeps
 the accumulator in registers across all in-edges instead of loading and
 storing the row once per edge. Full slices run with the constant width
 (an `scf.for` over slice offsets), the remainder once with what is left (an
-`scf.if`). The destination lookup (`loop.dst_at`) stays outside the slices.
+`scf.if`). The destination lookup (`loop.dst_at`) and the prefetch of later
+destinations' rows stay outside the slices.
 
 Runs after `tile-features`: a tile is then sliced like a whole row.
 """
@@ -20,6 +21,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
+from gnnc.passes.prefetch_neighbors import DESTINATION_PREFETCH_ATTR
 from gnnc.passes.loop_structure import ancestors, check_row_split, narrow_row_pieces, over_axis, row_dim, sweeps, take_schedule
 
 index = IndexType()
@@ -49,7 +51,7 @@ def _check_partitioned_accumulators(fn: func.FuncOp, for_dst: loop.ForDstOp, wid
 def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) -> None:
     body = for_dst.body.block
     ops = list(body.ops)[:-1]
-    while ops and isinstance(ops[0], loop.DstAtOp):
+    while ops and (isinstance(ops[0], loop.DstAtOp) or DESTINATION_PREFETCH_ATTR in ops[0].attributes):
         ops.pop(0)
     terminator = body.last_op
     assert terminator is not None
