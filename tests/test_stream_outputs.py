@@ -228,10 +228,13 @@ def test_the_default_reorders_and_streams_where_a_numbering_scatters_wide_rows()
         picked = default_of(name, scrambled, {"F": 512}).split("; ")
         assert heuristic.REORDER in picked and heuristic.STREAM_OUTPUTS in picked, name
         assert heuristic.EDGES_SORTED not in picked  # the in-edges are walked in the order's layout
-    # rows that stay cached, a numbering with locality, a kernel writing edge rows by id: no
+    # rows that stay cached, a numbering with locality: no
     assert heuristic.REORDER not in default_of("gcn", scrambled, {"F": 32})
     assert heuristic.REORDER not in default_of("gcn", in_order, {"F": 512})
-    assert heuristic.REORDER not in default_of("gat", scrambled, {"H": 1, "F": 512})
+    # a kernel writing edge rows by id (gat's alpha, at random in RCM order): for rows of 2 KiB and up
+    assert heuristic.REORDER in default_of("gat", scrambled, {"H": 1, "F": 512})
+    assert heuristic.REORDER in default_of("gat", scrambled, {"H": 4, "F": 128})
+    assert heuristic.REORDER not in default_of("gat", scrambled, {"H": 1, "F": 256})
 
 
 def test_a_prediction_takes_the_defaults_order_and_streaming_unless_it_chose_its_own():

@@ -129,7 +129,8 @@ scalar: gcn 1.52x / 1.58x, sage_mean 1.30x / 1.54x, sage_max 2.67x / 1.75x
 on rmat-16 / copter2.
 
 The seventh, `reorder rcm` with `stream outputs`, for calls of kernels
-without edge results whose source rows exceed 64 MiB, on graphs where RCM
+without edge results (or with, for rows of 2 KiB and more) whose source rows
+exceed 64 MiB, on graphs where RCM
 order makes at least 0.25 more of the gathers find their row among the last
 64 MiB of rows gathered (`plans.gather_reuse_share`). Against the default's
 pick with `edges sorted` instead (2 threads, medians of 7, interleaved):
@@ -147,8 +148,9 @@ pick with `edges sorted` instead (2 threads, medians of 7, interleaved):
 mdual at F = 64 has a gain of 0.14; at F = 128 and up 0.28-0.44. Either
 directive alone gains little or loses: RCM order alone 0.89-1.10x (rows
 written at random, each read from memory first), streaming alone in id
-order 0.92-0.99x. gat is left out: 0.81x (F = 32, H = 4), 0.94x (F = 128),
-0.99x (F = 128, H = 4), 1.16x only at F = 512, H = 1.
+order 0.92-0.99x. Kernels with edge results take it for rows of 2 KiB and
+more only: gat ran 0.94-0.98x at 512-byte rows, 1.00-1.17x at 2 KiB and up
+(see `_reorder_pays`).
 
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
@@ -209,6 +211,9 @@ REORDER_MIN_ROWS_BYTES = 64 << 20
 #: ... and in RCM order at least this much larger a share of the gathers finds
 #: its row among the last (that many bytes of) rows gathered than in id order.
 REORDER_MIN_REUSE_GAIN = 0.25
+#: Kernels with edge results (gat's alpha, written at the edge ids, at random
+#: in RCM order) take it only for rows of at least this many bytes.
+REORDER_EDGE_RESULTS_MIN_ROW_BYTES = 2048
 REORDER = "reorder rcm"
 STREAM_OUTPUTS = "stream outputs"
 
@@ -302,7 +307,7 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
             lines.append(f"prefetch {distance}")
     if dims and e >= SPECIALIZE_MIN_EDGES and row_bytes <= SPECIALIZE_MAX_ROW_BYTES:
         lines.append(f"specialize {sizes_text(dims)}")
-    if (accumulates and not edge_results and e >= SPECIALIZE_MIN_EDGES
+    if (accumulates and (not edge_results or row_bytes >= REORDER_EDGE_RESULTS_MIN_ROW_BYTES) and e >= SPECIALIZE_MIN_EDGES
             and not any(line.startswith("partition") for line in lines) and _reorder_pays(graph, row_bytes, rows)):
         lines += [REORDER, STREAM_OUTPUTS]
     elif e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
@@ -322,9 +327,12 @@ def _reorder_pays(graph: Any, row_bytes: int, rows: int) -> bool:
     copter2 F = 512 0.86x (0.16) lose: their rows are mostly reused in id
     order already. Without streaming stores, RCM order alone ran 0.89-1.10x
     (the output rows are written at random, each first read from memory);
-    streaming alone, 0.92-0.99x. Kernels with edge results are left out: gat
-    ran 0.81-0.99x at F = 32 .. 128 (its alpha is written at the edge ids,
-    now at random) and gained only at F = 512, H = 1 (1.16x).
+    streaming alone, 0.92-0.99x. Kernels with edge results take it only for
+    rows of 2 KiB or more: gat, after a permuted sweep prefetched er[v], ran
+    0.94-0.98x at rows of 512 bytes (F = 128, or F = 32 with H = 4; its alpha
+    is written at the edge ids, now at random), 1.03x at 1 KiB, and 1.17x
+    (F = 512, H = 1), 1.03x (F = 128 and 256, H = 4), 1.00x (F = 512, H = 4)
+    at 2 KiB and more.
     """
     if row_bytes <= 0 or rows < REORDER_MIN_ROWS_BYTES:
         return False
