@@ -104,7 +104,11 @@ class LowerForDst(RewritePattern):
 
 class LowerForFeature(RewritePattern):
     """loop.for_feature -> scf.for over [0, extent); a head loop (one around other
-    loops) is not to be vectorised (see abi.NO_VECTORIZE_ATTR)."""
+    loops) is not to be vectorised (see abi.NO_VECTORIZE_ATTR). `rolled`: loops
+    to keep as loops whatever their extent (rows inside a kept head loop)."""
+
+    def __init__(self, rolled: set[loop.ForFeatureOp]):
+        self.rolled = rolled
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: loop.ForFeatureOp, rewriter: PatternRewriter) -> None:
@@ -114,7 +118,7 @@ class LowerForFeature(RewritePattern):
         if encloses_loops(op):
             attributes[NO_VECTORIZE_ATTR] = UnitAttr()
         elements = _unrolled_elements(op)
-        if elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS:
+        if (elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS) or op in self.rolled:
             attributes[NO_UNROLL_ATTR] = UnitAttr()
             if NO_VECTORIZE_ATTR not in attributes:
                 # four vectors per iteration, as LLVM picks for a row of run-time length
@@ -130,6 +134,36 @@ class LowerForFeature(RewritePattern):
 ROW_UNROLL_MAX_ELEMENTS = 128
 #: The interleave count of such a row loop, innermost.
 ROW_INTERLEAVE = 4
+
+
+#: A row loop inside a head loop that stays a loop is unrolled up to this
+#: many elements only; a longer one stays a loop too, four vectors an
+#: iteration. Each head's row of 128 (H = 4) or 64 (H = 8) unrolled into
+#: one block of loads and FMAs ran slower than the same row as a loop, the
+#: more where the gathers are quick enough to queue up behind it: on mdual
+#: (2 threads, medians of 7, either order) gat at H = 4, F = 128 with
+#: `reorder rcm` and `stream outputs` 1.13-1.14x, the sum of the same rows
+#: 1.15-1.17x, gat and gat_conv at H = 8, F = 64 1.04-1.09x, at H = 4,
+#: F = 64 1.01-1.09x; on rmat-16 gat at H = 4, F = 128 1.04x, F = 64 1.00x;
+#: attention 0.99-1.02x. Why the straight-line block is slower was not
+#: found: the instructions and the lines fetched are the same.
+ROW_UNROLL_MAX_IN_HEADS = 32
+
+
+def _rows_in_rolled_heads(module: Operation) -> set[loop.ForFeatureOp]:
+    """Feature loops of more than ROW_UNROLL_MAX_IN_HEADS elements inside a feature loop
+    that stays a loop (a head loop of more than ROW_UNROLL_MAX_ELEMENTS elements)."""
+    found = set()
+    for outer in module.walk():
+        if isinstance(outer, loop.ForFeatureOp):
+            elements = _unrolled_elements(outer)
+            if elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS:
+                for inner in outer.body.walk():
+                    if isinstance(inner, loop.ForFeatureOp) and inner is not outer:
+                        n = _unrolled_elements(inner)
+                        if n is not None and n > ROW_UNROLL_MAX_IN_HEADS:
+                            found.add(inner)
+    return found
 
 
 def _unrolled_elements(op: loop.ForFeatureOp) -> int | None:
@@ -219,7 +253,8 @@ class ConvertLoopToScfPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
             GreedyRewritePatternApplier([
-                LowerForTile(), LowerForPartition(), LowerForDst(), LowerForInEdges(), LowerForFeature(), LowerDstAt(),
+                LowerForTile(), LowerForPartition(), LowerForDst(), LowerForInEdges(),
+                LowerForFeature(_rows_in_rolled_heads(op)), LowerDstAt(),
             ]),
             apply_recursively=True,
         ).rewrite_module(op)

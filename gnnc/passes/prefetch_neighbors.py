@@ -174,12 +174,13 @@ def prefetch_destination_rows(for_dst: loop.ForDstOp, dst: loop.DstAtOp, ahead: 
         if buffer in rows:  # the same row, its size computed again further down
             rows[buffer] = (rows[buffer][0], rows[buffer][1] or written)
             continue
+        kept = len(ops)
         size = _at_top(row_size, body, ops)
-        if size is not None:
+        if size is None:
+            del ops[kept:]  # the start of a chain that could not be finished
+        else:
             rows[buffer] = (size, written)
     if not rows:
-        for op in ops:
-            op.erase()
         return
     d, one, zero = _const(ahead), _const(1), _const(0)
     later = arith.AddiOp(dst.position, d)
