@@ -159,7 +159,7 @@ def test_permuted_sweeps_prefetch_their_destinations_own_rows():
     random: the load of er[v] held a quarter of gat's samples under `reorder
     rcm` on mdual until they were prefetched a few destinations ahead."""
     users = len(abi.GRAPH_ARGUMENTS)
-    h, el, er, out = users, users + 1, users + 2, users + 3
+    er, out = users + 2, users + 3  # after h and el
     module, pipeline_text = run_alone("order-destinations", "gat", "reorder rcm; stream outputs")
     assert str(module) == pipeline_text
     # er[v] only: h and el are gathered by source, out is streamed from a worker's row

@@ -21,8 +21,16 @@ from xdsl.passes import ModulePass
 
 from gnnc.dialects import loop
 from gnnc.errors import CompileError
+from gnnc.passes.loop_structure import (
+    ancestors,
+    check_row_split,
+    narrow_row_pieces,
+    over_axis,
+    row_dim,
+    sweeps,
+    take_schedule,
+)
 from gnnc.passes.prefetch_neighbors import DESTINATION_PREFETCH_ATTR
-from gnnc.passes.loop_structure import ancestors, check_row_split, narrow_row_pieces, over_axis, row_dim, sweeps, take_schedule
 
 index = IndexType()
 
