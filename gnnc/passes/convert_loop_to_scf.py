@@ -104,8 +104,8 @@ class LowerForDst(RewritePattern):
 
 class LowerForFeature(RewritePattern):
     """loop.for_feature -> scf.for over [0, extent); a head loop (one around other
-    loops) is not to be vectorised (see abi.NO_VECTORIZE_ATTR). `rolled`: loops
-    to keep as loops whatever their extent (rows inside a kept head loop)."""
+    loops) is not to be vectorised (see abi.NO_VECTORIZE_ATTR); `rolled`, the
+    loops LLVM is not to unroll (`_loops_kept_rolled`)."""
 
     def __init__(self, rolled: set[loop.ForFeatureOp]):
         self.rolled = rolled
@@ -117,8 +117,7 @@ class LowerForFeature(RewritePattern):
         attributes: dict[str, Attribute] = {}
         if encloses_loops(op):
             attributes[NO_VECTORIZE_ATTR] = UnitAttr()
-        elements = _unrolled_elements(op)
-        if (elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS) or op in self.rolled:
+        if op in self.rolled:
             attributes[NO_UNROLL_ATTR] = UnitAttr()
             if NO_VECTORIZE_ATTR not in attributes:
                 # four vectors per iteration, as LLVM picks for a row of run-time length
@@ -150,20 +149,21 @@ ROW_INTERLEAVE = 4
 ROW_UNROLL_MAX_IN_HEADS = 32
 
 
-def _rows_in_rolled_heads(module: Operation) -> set[loop.ForFeatureOp]:
-    """Feature loops of more than ROW_UNROLL_MAX_IN_HEADS elements inside a feature loop
-    that stays a loop (a head loop of more than ROW_UNROLL_MAX_ELEMENTS elements)."""
-    found = set()
+def _loops_kept_rolled(module: Operation) -> set[loop.ForFeatureOp]:
+    """The feature loops to keep as loops: nests of more than ROW_UNROLL_MAX_ELEMENTS
+    constant elements, and inside such a nest, rows of more than ROW_UNROLL_MAX_IN_HEADS."""
+    kept = set()
     for outer in module.walk():
         if isinstance(outer, loop.ForFeatureOp):
             elements = _unrolled_elements(outer)
             if elements is not None and elements > ROW_UNROLL_MAX_ELEMENTS:
+                kept.add(outer)
                 for inner in outer.body.walk():
                     if isinstance(inner, loop.ForFeatureOp) and inner is not outer:
                         n = _unrolled_elements(inner)
                         if n is not None and n > ROW_UNROLL_MAX_IN_HEADS:
-                            found.add(inner)
-    return found
+                            kept.add(inner)
+    return kept
 
 
 def _unrolled_elements(op: loop.ForFeatureOp) -> int | None:
@@ -254,7 +254,7 @@ class ConvertLoopToScfPass(ModulePass):
         PatternRewriteWalker(
             GreedyRewritePatternApplier([
                 LowerForTile(), LowerForPartition(), LowerForDst(), LowerForInEdges(),
-                LowerForFeature(_rows_in_rolled_heads(op)), LowerDstAt(),
+                LowerForFeature(_loops_kept_rolled(op)), LowerDstAt(),
             ]),
             apply_recursively=True,
         ).rewrite_module(op)
