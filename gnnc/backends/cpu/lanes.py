@@ -242,6 +242,7 @@ class LanesTranslator:
         else:
             value = self.intrinsic(f"llvm.masked.load.{_type_suffix(vt)}.p0", vt,
                                    [ptr, align_arg, self.mask, zero])
+        t.tag_access(op.memref, value)
         t.set(op, [value])
 
     def store(self, op: memref.StoreOp) -> None:
@@ -254,13 +255,14 @@ class LanesTranslator:
         align_arg = ir.Constant(I32, align)
         void = ir.VoidType()
         if _is_vector(ptr):
-            self.intrinsic(f"llvm.masked.scatter.{_type_suffix(value.type)}.v{self.width}p0", void,
-                           [value, ptr, align_arg, self.mask])
+            instr = self.intrinsic(f"llvm.masked.scatter.{_type_suffix(value.type)}.v{self.width}p0", void,
+                                   [value, ptr, align_arg, self.mask])
         elif loop.WHOLE_VECTOR_ATTR in op.attributes:
-            self.b.store(value, ptr, align=align)
+            instr = self.b.store(value, ptr, align=align)
         else:
-            self.intrinsic(f"llvm.masked.store.{_type_suffix(value.type)}.p0", void,
-                           [value, ptr, align_arg, self.mask])
+            instr = self.intrinsic(f"llvm.masked.store.{_type_suffix(value.type)}.p0", void,
+                                   [value, ptr, align_arg, self.mask])
+        t.tag_access(op.memref, instr)
         t.set(op, [])
 
     # -- the result
