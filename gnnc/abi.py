@@ -114,6 +114,13 @@ NO_VECTORIZE_ATTR = "gnnc.no_vectorize"
 #: kept a loop, it is vectorised like a loop of run-time length.
 NO_UNROLL_ATTR = "gnnc.no_unroll"
 
+#: Discardable `func.func` attribute: the width in bits of the vectors LLVM
+#: should prefer in this function (the `prefer-vector-width` function
+#: attribute), from a schedule's `simd W`. Set on a kernel by the lowering,
+#: copied to its OpenMP worker functions, read by the translator. Without it
+#: LLVM keeps the CPU's own preference: 256 bits on Intel's AVX-512 cores.
+SIMD_BITS_ATTR = "gnnc.simd_bits"
+
 #: Symbol of the JSON metadata record in every gnnc shared object.
 METADATA_SYMBOL = "gnnc_metadata"
 

@@ -22,11 +22,14 @@ DEFAULT_PREFETCH_DISTANCE = 8
 
 #: CPU directives implemented by the pipeline (the frontend rejects others).
 IMPLEMENTED_CPU_DIRECTIVES = frozenset({"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                        "specialize", "edges", "vectorize_edges", "stream"})
+                                        "specialize", "edges", "vectorize_edges", "stream", "simd"})
 
 #: Lane counts `vectorize edges W` takes: a power of two, at most a 64-byte
 #: vector of f32 four times over.
 EDGE_LANES = (2, 4, 8, 16, 32, 64)
+
+#: Vector widths in bits `simd W` takes (SSE, AVX2, AVX-512 registers).
+SIMD_WIDTHS = (128, 256, 512)
 
 
 def directive_keyword(words: Sequence[str]) -> str:
@@ -87,6 +90,9 @@ class CpuSchedule:
     edge_lanes: int | None = None
     #: `stream outputs`: vertex results are built in a per-worker row and written with streaming stores
     stream_outputs: bool = False
+    #: `simd W`: the generated code prefers vectors of W bits (where the target has them),
+    #: None for the target's own preference
+    simd_bits: int | None = None
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> "CpuSchedule":
@@ -112,6 +118,7 @@ class CpuSchedule:
             edges_sorted=entries.get("cpu.edges") == "sorted",
             edge_lanes=int(entries["cpu.vectorize_edges"].split()[-1]) if "cpu.vectorize_edges" in entries else None,
             stream_outputs=entries.get("cpu.stream") == "outputs",
+            simd_bits=int(entries["cpu.simd"]) if "cpu.simd" in entries else None,
         )
 
 

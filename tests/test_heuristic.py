@@ -235,3 +235,26 @@ def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     x = random_inputs(gcn_norm.signature, ordered, {"F": 8}, np.float32, 7)
     gcn_norm(ordered, **x)
     assert not any("vectorize edges" in k for k in gcn_norm._variants)
+
+
+@pytest.mark.parametrize("row_bytes,wide,e,want", [
+    (4 * 128, True, 1 << 20, True),        # gcn, sage_max, attention F=128: 1.02-1.10x
+    (4 * (4 * 32 + 4), True, 1 << 20, True),  # gat H=4 F=32 (h and el): 1.06x
+    (4 * 64, True, 1 << 20, False),        # rows of 256 bytes: 0.96-1.02x
+    (4 * 32, True, 1 << 20, False),        # 128 bytes: gin, sage_max 0.89-0.91x on mdual
+    (4 * 512, False, 1 << 20, False),      # no 512-bit registers
+    (4 * 512, True, (1 << 14) - 1, False),  # a variant's compile would not pay
+])
+def test_simd_rule_follows_the_measurements(row_bytes, wide, e, want):
+    got = heuristic.default_directives(fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB,
+                                       wide_vectors=wide) or ""
+    assert ("simd 512" in got.splitlines()) == want
+
+
+@pytest.mark.parametrize("features,want", [(["avx2", "avx512f"], True), (["avx2"], False)])
+def test_simd_follows_the_kernels_cpu(features, want):
+    """512-bit vectors only where the object's CPU has them (its metadata's features)."""
+    gcn = gnnc.compile(EXAMPLES / "gcn.gnn").gcn
+    kernel = SimpleNamespace(signature=gcn.signature, _abi=gcn._abi, _metadata={"cpu": {"features": features}})
+    got = heuristic.kernel_default(kernel, fake_graph(1 << 16, 1 << 20), {"F": 128}) or ""
+    assert ("simd 512" in got.splitlines()) == want

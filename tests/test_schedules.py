@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc import compiler
+from gnnc.errors import SourceError
+from gnnc.runtime.native import host_cpu_flags
 from tests.helpers import (
     assert_matches,
     assert_random_kernel_matches,
@@ -52,6 +54,8 @@ SCHEDULES = st.sampled_from([
     "reorder rcm\nstream outputs\nvectorize 16",
     "stream outputs\ntile features 4\nprefetch 2",
     "stream outputs\ntile features 8\nvectorize 4\nreorder rcm",
+    "simd 512",
+    "simd 128\nvectorize 16\nprefetch 2",
 ])
 
 #: Schedules that split or partition a destination's in-edges, checked for
@@ -270,3 +274,27 @@ def test_random_kernels_split_or_partitioned_match_reference(source, schedule, g
             assert "softmax" in str(exc) or "no aggregation" in str(exc)
         return
     assert_random_kernel_matches(module, source, graph, f, threads, seed)
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_simd_directive_sets_the_vector_width(bits):
+    """`simd W` reaches every function of the kernel (LLVM inlines the worker into its
+    OpenMP trampoline, whose attribute then rules), and the code uses W-bit vectors."""
+    options = compiler.CompileOptions(schedule=f"specialize F 128\nsimd {bits}")
+    path = EXAMPLES / "gcn.gnn"
+    stages = compiler.compile_source(path.read_text(), str(path), options, stop_after="asm").stages
+    defines = [line for line in stages["translate-to-llvm"].splitlines() if line.startswith("define")]
+    assert len(defines) >= 3
+    for line in defines:
+        assert f'"prefer-vector-width"="{bits}"' in line, line
+    wide = re.search(r"\bv(fmadd\w*|add|mul)ps\s[^\n]*%zmm", stages["emit-asm"])
+    if bits == 256:
+        assert wide is None  # AMD's cores prefer 512 bits: the directive overrides either way
+    elif "avx512f" in (host_cpu_flags() or ()):
+        assert wide is not None
+
+
+def test_simd_takes_register_widths_only():
+    source = (EXAMPLES / "gcn.gnn").read_text() + "\nschedule gcn for cpu { simd 384 }\n"
+    with pytest.raises(SourceError, match="expected '128', '256' or '512' after 'simd', found '384'"):
+        compiler.compile_source(source, stop_after="graph")

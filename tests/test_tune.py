@@ -221,6 +221,8 @@ def test_the_space_has_edge_lanes_for_kernels_whose_walks_take_them():
     traits = {"row": 32, "edge_result": True, "vertex_result": True, "sizes": "H 1 F 32", "lane_walks": 3}
     keys = tune.candidate_keys(traits, 2, "prefetch 24")
     assert {"vectorize edges 8", "vectorize edges 16"} <= set(keys)
+    assert {"simd 256", "simd 512"} <= set(keys)
+    assert tune.family_of("simd 512") == "simd"
     assert not any(k.startswith("vectorize edges") for k in tune.candidate_keys({**traits, "lane_walks": 0}, 2, "x"))
 
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 from gnnc.errors import SourceError, SourceLocation
 from gnnc.frontend import ast
-from gnnc.schedule import EDGE_LANES, EXCLUSIVE_DIRECTIVES, directive_keyword
+from gnnc.schedule import EDGE_LANES, EXCLUSIVE_DIRECTIVES, SIMD_WIDTHS, directive_keyword
 
 #: Schedule directives the compiler implements, per target: keywords
 #: (``"partition"``) or, for ``map``, also ``"map warp_vertex"`` style phrases.
@@ -27,7 +27,7 @@ from gnnc.schedule import EDGE_LANES, EXCLUSIVE_DIRECTIVES, directive_keyword
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
 SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                                     "specialize", "edges", "vectorize_edges", "stream"},
+                                                     "specialize", "edges", "vectorize_edges", "stream", "simd"},
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
                                                       "map warp_edge", "map group", "map tile", "map lanes",
@@ -68,6 +68,7 @@ CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
     "prefetch": (_Arg(meaning="the prefetch distance"),),
     "edges": (_Arg("sorted"),),
     "stream": (_Arg("outputs"),),
+    "simd": (_Arg(tuple(str(w) for w in SIMD_WIDTHS)),),
 }
 MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.

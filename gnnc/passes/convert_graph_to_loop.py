@@ -415,6 +415,9 @@ class KernelLowering:
         attr = self.src_fn.attributes.get(irgen.SCHEDULE)
         if isinstance(attr, DictionaryAttr) and "cuda.map" in attr.data:
             fn.attributes[CUDA_MAP_ATTR] = attr.data["cuda.map"]
+        simd_bits = self.cpu_schedule().simd_bits
+        if simd_bits is not None:
+            fn.attributes[abi.SIMD_BITS_ATTR] = IntegerAttr(simd_bits, i64)
         return fn
 
     def abi_record(self) -> dict:

@@ -42,6 +42,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from gnnc.abi import SIMD_BITS_ATTR
 from gnnc.dialects import llvm_ext, loop
 from gnnc.errors import CompileError
 from gnnc.passes.loop_structure import WORKSHARING_KEYS, sweeps
@@ -116,6 +117,10 @@ class _Outliner:
                 call_args.append(cast.result)
         start.add_ops([func.CallOp(work.sym_name.data, call_args, []), func.ReturnOp()])
         trampoline = func.FuncOp(self.name, ([closure_type], []), Region(start), visibility="private")
+        # LLVM inlines the worker into the trampoline: both need the kernel's vector width
+        if SIMD_BITS_ATTR in self.fn.attributes:
+            for outlined in (work, trampoline):
+                outlined.attributes[SIMD_BITS_ATTR] = self.fn.attributes[SIMD_BITS_ATTR]
         return trampoline, work
 
     def _rematerialize(self, body: Block) -> None:

@@ -6,7 +6,7 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Seven decisions so far, each a rule fit to what was measured (2 threads, edge
+Eight decisions so far, each a rule fit to what was measured (2 threads, edge
 ids in CSR order, against the kernel as compiled in the same process): the
 first five on an AMD EPYC with 32 MiB of L3, the sixth and seventh on the
 Xeon this project later moved to (2 MiB of L2 a core, LLVM's 256-bit
@@ -152,6 +152,28 @@ order 0.92-0.99x. Kernels with edge results take it for rows of 2 KiB and
 more only: gat ran 0.94-0.98x at 512-byte rows, 1.00-1.17x at 2 KiB and up
 (see `_reorder_pays`).
 
+The eighth, `simd 512` (the generated code prefers 512-bit vectors), for
+those same calls gathering rows of 512 bytes or more, when the kernel's CPU
+has AVX-512. LLVM keeps to 256-bit vectors on Intel's AVX-512 cores (for the
+clock of older server parts), so a walk over wide rows issues twice the
+loads and FMAs it needs. Against the default's pick without it (2 threads,
+medians of 7, interleaved, this Xeon; H = 1 but where said):
+
+    kernel           mdual F=128  F=512   rmat-16 F=128  F=512
+    gcn              1.09x        1.06x   1.02x          1.07x
+    sage_max         1.09x        1.06x   1.10x          1.04x
+    sage_mean        1.06x        1.02x   1.06x          1.09x
+    gin              1.06x        0.97x   1.06x          1.01x
+    gcn_norm         1.05x        1.04x   1.05x          1.14x
+    attention        1.00x        1.08x   1.08x          1.17x
+    gat              1.00x        1.03x   1.09x          1.11x
+    gat H=4          1.07x        1.01x   1.12-1.26x     1.04x
+    gat_conv H=4     1.11x        1.10x   1.08x          1.04x
+
+gat with H = 4, F = 32 (528-byte rows of h and el) 1.06x on both graphs.
+Narrower rows gain nothing or lose: 256 bytes (F = 64) 0.96-1.02x, 128
+bytes (F = 32) on mdual gin and sage_max 0.89-0.91x, gat 0.94x (gcn 1.06x).
+
 Partitioning pays K extra sweeps over the destination rows to turn source
 row misses into hits: it wins when the source rows are several times the
 last-level cache and each row is gathered often enough (mean in-degree >= 8)
@@ -217,6 +239,11 @@ REORDER_EDGE_RESULTS_MIN_ROW_BYTES = 2048
 REORDER = "reorder rcm"
 STREAM_OUTPUTS = "stream outputs"
 
+#: `simd 512` where the kernel's CPU has AVX-512 (LLVM keeps to 256-bit vectors on
+#: Intel's cores otherwise), for gathered rows of at least this many bytes.
+SIMD_512_MIN_ROW_BYTES = 512
+SIMD_512 = "simd 512"
+
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
 #: ... gathering at most this many bytes per source.
@@ -252,6 +279,7 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         edge_results=any(r.domain == "E" for r in kernel.signature.results),
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
         lanes_need_sizes=bool(kernel._abi.get("lanes", {}).get("sized", False)),
+        wide_vectors="avx512f" in (getattr(kernel, "_metadata", {}).get("cpu") or {}).get("features", ()),
     )
 
 
@@ -271,7 +299,8 @@ def lane_walks_for(abi_record: dict, dims: dict[str, int], graph: Any) -> int:
 def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None, *,
                        phases: list[dict] | None = None, dims: dict[str, int] | None = None,
                        itemsize: int = 4, accumulates: bool = False, edge_results: bool = False,
-                       lane_walks: int = 0, lanes_need_sizes: bool = False) -> str | None:
+                       lane_walks: int = 0, lanes_need_sizes: bool = False,
+                       wide_vectors: bool = False) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
     `phases` is the kernel's ABI record of its destination loops (row axis,
@@ -281,6 +310,7 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
     walks whose lanes `vectorize edges` would give reductions or the whole walk
     (the ABI record's `lanes.reducing`), and `lanes_need_sizes` says those walks
     exist only once the call's sizes are compiled in (`lanes.sized`).
+    `wide_vectors` says the kernel's CPU has 512-bit vector registers.
     """
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
@@ -314,6 +344,8 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         lines.append(EDGES_SORTED)
     if _lanes_pay(lines, graph, lane_walks, lanes_need_sizes):
         lines.append(f"vectorize edges {EDGE_LANES}")
+    if wide_vectors and e >= SPECIALIZE_MIN_EDGES and row_bytes >= SIMD_512_MIN_ROW_BYTES:
+        lines.append(SIMD_512)
     return "\n".join(lines) or None
 
 

@@ -95,6 +95,8 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
         keys.append(f"specialize {traits['sizes']}")
     if traits.get("lane_walks"):
         keys += [f"vectorize edges {w}" for w in (8, 16)]
+    # 512-bit vectors: 1.02-1.17x at rows of 512 bytes and up, 0.89-0.95x at 128 (heuristic.py)
+    keys += [f"simd {w}" for w in (256, 512)]
     if cores > 1:
         keys.append(predictor.join_threads(UNSCHEDULED, 1))
         keys.append(predictor.join_threads(default_key, 1))
@@ -105,7 +107,7 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
 #: Families of directives, in the order a joined key lists them (one name per
 #: combination, so records of different cases name the same join alike).
 #: FeatGraph's source partitions and feature tiles are one family.
-FAMILIES = ("partition", "order", "group", "vectorize", "lanes", "prefetch", "specialize")
+FAMILIES = ("partition", "order", "group", "vectorize", "lanes", "prefetch", "specialize", "simd")
 #: How many families a combination joins at most.
 MAX_JOINED = 3
 

@@ -16,6 +16,8 @@ The contract with the lowering:
   load, store, prefetch and lane access through one says so (`!alias.scope`,
   `!noalias`), which the parameter attribute alone stops saying once LLVM
   inlines the function (`FunctionTranslator._scope_noalias_arguments`).
+- A function carrying `gnnc.simd_bits = W` (a schedule's `simd W`) gets
+  LLVM's `"prefer-vector-width"="W"`.
 - For OpenMP: `llvm.mlir.addressof @fn : !llvm.ptr` gives a function's address
   (`!llvm.ptr` is an opaque pointer anywhere), and `llvm_ext.store_buffer` /
   `llvm_ext.load_buffer` pass buffers through a `memref<?xi64>` closure, so
@@ -44,7 +46,7 @@ from xdsl.dialects import llvm as llvm_dialect
 from xdsl.dialects.utils.fast_math import FastMathAttrBase
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR
+from gnnc.abi import INTERLEAVE_ATTR, NO_UNROLL_ATTR, NO_VECTORIZE_ATTR, SIMD_BITS_ATTR
 from gnnc.dialects.loop import LanesOp
 from gnnc.dialects.llvm_ext import (
     AtomicRmwOp,
@@ -137,6 +139,16 @@ def _set_arg_attributes(arg: ir.Argument, attrs: builtin.DictionaryAttr, where: 
         elif key.startswith("llvm."):
             raise CompileError(f"{where}: argument attribute '{key}' has no LLVM translation in gnnc")
         # other dialects' argument attributes are annotations for earlier passes
+
+
+class _FunctionAttributes(ir.values.FunctionAttributes):
+    """llvmlite's function attributes plus quoted `"key"="value"` string attributes."""
+
+    def add(self, name: str) -> None:
+        if name.startswith('"'):
+            set.add(self, name)
+        else:
+            super().add(name)
 
 
 # ---------------------------------------------------------------- fast-math
@@ -961,6 +973,13 @@ def _declare_function(module: ir.Module, op: func.FuncOp) -> ir.Function:
         if op.sym_visibility is not None and op.sym_visibility.data == "private":
             fn.linkage = "internal"
         fn.attributes.add("nounwind")
+        simd = op.attributes.get(SIMD_BITS_ATTR)
+        if isinstance(simd, builtin.IntegerAttr):
+            attributes = _FunctionAttributes()
+            for name in fn.attributes:
+                attributes.add(name)
+            attributes.add(f'"prefer-vector-width"="{simd.value.data}"')
+            fn.attributes = attributes
         for i, block_arg in enumerate(op.body.blocks[0].args):
             fn.args[i].name = block_arg.name_hint or f"arg{i}"
     return fn
