@@ -19,7 +19,12 @@ from typing import Literal
 
 from gnnc.errors import SourceError, SourceLocation
 from gnnc.frontend import ast
-from gnnc.schedule import EDGE_LANES, EXCLUSIVE_DIRECTIVES, SIMD_WIDTHS, directive_keyword
+from gnnc.schedule import (
+    EDGE_LANES,
+    EXCLUSIVE_DIRECTIVES,
+    SIMD_WIDTHS,
+    directive_keyword,
+)
 
 #: Schedule directives the compiler implements, per target: keywords
 #: (``"partition"``) or, for ``map``, also ``"map warp_vertex"`` style phrases.
