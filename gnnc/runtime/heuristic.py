@@ -8,7 +8,7 @@ runs as written.
 
 Eight decisions so far, each a rule fit to what was measured (2 threads, edge
 ids in CSR order, against the kernel as compiled in the same process): the
-first five on an AMD EPYC with 32 MiB of L3, the sixth and seventh on the
+first five on an AMD EPYC with 32 MiB of L3, the sixth to eighth on the
 Xeon this project later moved to (2 MiB of L2 a core, LLVM's 256-bit
 vectors). The
 first, FeatGraph's 1-D source partitioning (`partition src K`):
@@ -170,7 +170,9 @@ medians of 7, interleaved, this Xeon; H = 1 but where said):
     gat H=4          1.07x        1.01x   1.12-1.26x     1.04x
     gat_conv H=4     1.11x        1.10x   1.08x          1.04x
 
-gat with H = 4, F = 32 (528-byte rows of h and el) 1.06x on both graphs.
+gat with H = 4, F = 32 (528-byte rows of h and el) 1.06x on both graphs;
+at F = 128 on copter2 gcn, sage_max, attention and gat 1.05-1.19x, on
+4elt (whose rows stay in the caches) 1.01-1.03x.
 Narrower rows gain nothing or lose: 256 bytes (F = 64) 0.96-1.02x, 128
 bytes (F = 32) on mdual gin and sage_max 0.89-0.91x, gat 0.94x (gcn 1.06x).
 
