@@ -972,14 +972,11 @@ def _declare_function(module: ir.Module, op: func.FuncOp) -> ir.Function:
     if op.body.blocks:
         if op.sym_visibility is not None and op.sym_visibility.data == "private":
             fn.linkage = "internal"
+        fn.attributes = _FunctionAttributes()
         fn.attributes.add("nounwind")
         simd = op.attributes.get(SIMD_BITS_ATTR)
         if isinstance(simd, builtin.IntegerAttr):
-            attributes = _FunctionAttributes()
-            for name in fn.attributes:
-                attributes.add(name)
-            attributes.add(f'"prefer-vector-width"="{simd.value.data}"')
-            fn.attributes = attributes
+            fn.attributes.add(f'"prefer-vector-width"="{simd.value.data}"')
         for i, block_arg in enumerate(op.body.blocks[0].args):
             fn.args[i].name = block_arg.name_hint or f"arg{i}"
     return fn
