@@ -22,6 +22,7 @@ from gnnc.frontend import ast
 from gnnc.schedule import (
     EDGE_LANES,
     EXCLUSIVE_DIRECTIVES,
+    IMPLEMENTED_CPU_DIRECTIVES,
     SIMD_WIDTHS,
     directive_keyword,
 )
@@ -31,8 +32,7 @@ from gnnc.schedule import (
 #: A directive that parses but is not listed here is an error ("... is not
 #: supported yet"), never silently ignored. ``map``'s options ``group`` and
 #: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
-SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": {"parallel", "prefetch", "sort", "reorder", "tile", "partition", "order", "vectorize", "group",
-                                                     "specialize", "edges", "vectorize_edges", "stream", "simd"},
+SUPPORTED_DIRECTIVES: dict[str, set[str]] = {"cpu": set(IMPLEMENTED_CPU_DIRECTIVES),
                                              # uGrapher's four mappings with grouping and tiling (map-threads)
                                              "cuda": {"map thread_vertex", "map warp_vertex", "map thread_edge",
                                                       "map warp_edge", "map group", "map tile", "map lanes",
