@@ -134,6 +134,11 @@ SYMBOL_PREFIX = "gnnc_"
 #: threads than on one).
 CACHE_LINE_BYTES = 64
 
+#: Under `stream outputs`, a vertex result row of a size compiled in (`specialize`)
+#: and at most this many bytes is built on the worker's stack, where LLVM keeps it
+#: in registers; a larger one, or one of a size known only at run time, in acc_rows.
+STACK_ROW_BYTES = 2048
+
 
 def scratch_slice_elements(elements: int, itemsize: int) -> int:
     """Elements of one worker's scratch slice: `elements` rounded up to whole

@@ -292,6 +292,7 @@ class KernelLowering:
             given = "partition src" if self.partitions is not None else "order edges hilbert"
             raise CompileError(f"'group neighbors' and '{given}' cannot be combined: choose one")
         self.stream = sched.stream_outputs and self.streams
+        self.fixed_sizes = dict(sched.sizes or ())
         if self.stream and (self.partitions is not None or self.group_size is not None):
             given = "partition src" if self.partitions is not None else "group neighbors"
             raise CompileError(f"'stream outputs' and '{given}' cannot be combined: choose one")
@@ -833,11 +834,11 @@ class KernelLowering:
         # `stream outputs`: each vertex result is built in the worker's row of
         # acc_rows (its own noalias buffer, apart from the softmax sums in
         # scratch) and then streamed to the output row, which is never read
-        self.staged: dict[int, SSAValue] = {}
+        self.staged: dict[int, tuple[SSAValue, SSAValue]] = {}
         if self.stream:
             for s in vertex_sinks:
                 if s.buffer in self.result_buf:
-                    self.staged[id(s)] = self.acc_row_base(self.worker, self.alloc_acc_row(s.shape))
+                    self.staged[id(s)] = self._staging_row(s.shape)
         vctx = _Context(v=v)
         count = None
         for lvl in range(1, max_level + 1):
@@ -870,13 +871,46 @@ class KernelLowering:
             self.for_features(s.shape, store_elem, hoist=[s.value], ctx=vctx)
         for s in vertex_sinks:
             if id(s) in self.staged:
-                self.em.op(StreamCopyOp(self.acc_rows, self.staged[id(s)], s.buffer, self.row_base(v, s.shape),
-                                        self.size_of(s.shape)))
+                staged, at = self.staged[id(s)]
+                self.em.op(StreamCopyOp(staged, at, s.buffer, self.row_base(v, s.shape), self.size_of(s.shape)))
+
+    def _staging_row(self, shape: Sequence[Dim]) -> tuple[SSAValue, SSAValue]:
+        """(buffer, index of element 0) of the row where a streamed result is built.
+
+        A row whose size the schedule fixes (`specialize`) and that is at
+        most abi.STACK_ROW_BYTES is a stack array of the worker (an alloca that
+        convert-loop-to-openmp recomputes in each worker). Its length is the
+        row's size as computed, a constant once specialize-sizes has run;
+        were the sizes not compiled in, it would still fit the row. Once LLVM has
+        unrolled the row loops, every access to it is at a constant offset,
+        and SROA turns the row into vector registers: the accumulators
+        start as zeros, are scaled, and reach the streaming stores without
+        a trip through memory. In acc_rows, LLVM kept them: it zeroed the
+        row, reloaded the zeros, stored the sums after the walk, reloaded
+        them to scale them and again to stream them.
+        """
+        count = self._fixed_size(shape)
+        elem_bytes = 8 if isinstance(self.elem, Float64Type) else 4
+        if count is not None and 0 < count * elem_bytes <= abi.STACK_ROW_BYTES:
+            row = self.em.pre(memref.AllocaOp.get(self.elem, abi.CACHE_LINE_BYTES, [DYNAMIC_INDEX],
+                                                  dynamic_sizes=[self.size_of(shape)]))
+            return row, self.em.index_const(0)
+        return self.acc_rows, self.acc_row_base(self.worker, self.alloc_acc_row(shape))  # type: ignore[arg-type]
+
+    def _fixed_size(self, shape: Sequence[Dim]) -> int | None:
+        """The number of elements of shape, if the schedule fixes every dimension in it."""
+        count = 1
+        for d in shape:
+            size = d if isinstance(d, int) else self.fixed_sizes.get(d)
+            if size is None:
+                return None
+            count *= size
+        return count
 
     def _sink_row(self, s: _Sink, v: SSAValue) -> tuple[SSAValue, SSAValue]:
         """(buffer, index of element 0) where destination v's row of vertex result s is built."""
         if id(s) in self.staged:
-            return self.acc_rows, self.staged[id(s)]  # type: ignore[return-value]
+            return self.staged[id(s)]
         return s.buffer, self.row_base(v, s.shape)
 
     def _in_degree(self, v: SSAValue) -> SSAValue:

@@ -61,6 +61,7 @@ from gnnc.dialects.llvm_ext import (
     StreamCopyOp,
 )
 from gnnc.errors import CompileError
+from gnnc.passes.loop_structure import constant_index
 
 I1 = ir.IntType(1)
 I32 = ir.IntType(32)
@@ -619,7 +620,8 @@ def _alloca(t: FunctionTranslator, op: memref.AllocaOp) -> None:
         raise CompileError(f"@{t.name}: memref.alloca with symbol operands is not supported")
     if op.dynamic_sizes:
         size_value = op.dynamic_sizes[0]
-        size = t.get(size_value)
+        fixed = constant_index(size_value)
+        size = t.get(size_value) if fixed is None else ir.Constant(I64, fixed)
         owner = size_value.owner
         hoist = (isinstance(owner, Block) and owner is t.top_block) or isinstance(size, ir.Constant)
     else:
@@ -657,6 +659,8 @@ def _prefetch(t: FunctionTranslator, op: PrefetchOp) -> None:
 
 #: Streaming stores write one cache line per vector.
 STREAM_VECTOR_BYTES = 64
+#: Copies of up to this many bytes known when compiling are straight-line code (_stream_copy_unrolled).
+STREAM_UNROLL_BYTES = 4096
 
 
 def _counted_loop(t: FunctionTranslator, lo: ir.Value, hi: ir.Value, step: int,
@@ -694,6 +698,11 @@ def _stream_copy(t: FunctionTranslator, op: StreamCopyOp) -> None:
     vector = ir.VectorType(elem, lanes)
     dst = b.gep(t.get(op.dst), [t.get(op.dst_index)], inbounds=True, source_etype=elem)
     src = b.gep(t.get(op.src), [t.get(op.src_index)], inbounds=True, source_etype=elem)
+    fixed = constant_index(op.count)
+    if fixed is not None and 0 < fixed * size <= STREAM_UNROLL_BYTES:
+        _stream_copy_unrolled(t, op, src, dst, fixed)
+        t.set(op, [])
+        return
     count = t.get(op.count)
     address = b.ptrtoint(dst, I64)
     line_mask = ir.Constant(I64, STREAM_VECTOR_BYTES - 1)
@@ -717,6 +726,52 @@ def _stream_copy(t: FunctionTranslator, op: StreamCopyOp) -> None:
     _counted_loop(t, head, body_end, lanes, stream_line, "stream.lines")
     _counted_loop(t, body_end, count, 1, copy_one, "stream.tail")
     t.set(op, [])
+
+
+def _stream_copy_unrolled(t: FunctionTranslator, op: StreamCopyOp, src: ir.Value, dst: ir.Value, count: int) -> None:
+    """A copy of a size known when compiling, as straight-line code: one
+    vector per line, streamed when dst starts on a line, ordinary stores
+    when it does not (a caller's `out=` may start anywhere).
+
+    Every load of src is then at a constant offset from it; for a row on
+    the worker's stack (convert-graph-to-loop's _staging_row) that is what
+    lets SROA keep the whole row in registers. The loop form's head and
+    tail, whose lengths depend on dst's address, read the row at variable
+    offsets.
+    """
+    b = t.builder
+    elem, align = _element_type(op.dst.type)
+    size = _byte_size(elem)
+    lanes = STREAM_VECTOR_BYTES // size
+    vector = ir.VectorType(elem, lanes)
+    on_line = b.icmp_unsigned(
+        "==", b.and_(b.ptrtoint(dst, I64), ir.Constant(I64, STREAM_VECTOR_BYTES - 1)), ir.Constant(I64, 0)
+    )
+    nontemporal = t.module.add_metadata([ir.Constant(I32, 1)])
+
+    def move(at: int, typ: ir.Type, stream: bool) -> None:
+        offset = ir.Constant(I64, at)
+        value = b.load(b.gep(src, [offset], inbounds=True, source_etype=elem), typ=typ, align=align)
+        t.tag_access(op.src, value)
+        store = b.store(value, b.gep(dst, [offset], inbounds=True, source_etype=elem),
+                        align=STREAM_VECTOR_BYTES if stream else align)
+        if stream:
+            store.set_metadata("nontemporal", nontemporal)
+        t.tag_access(op.dst, store)
+
+    whole_lines = count - count % lanes
+
+    def copy(stream: bool) -> None:
+        for first in range(0, whole_lines, lanes):
+            move(first, vector, stream)
+        for last in range(whole_lines, count):  # the part of a line after the last whole one
+            move(last, elem, False)
+
+    with b.if_else(on_line) as (streamed, ordinary):
+        with streamed:
+            copy(True)
+        with ordinary:
+            copy(False)
 
 
 def _store_fence(t: FunctionTranslator, op: StoreFenceOp) -> None:
