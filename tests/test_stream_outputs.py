@@ -316,6 +316,25 @@ def test_the_default_reorders_and_streams_where_a_numbering_scatters_wide_rows()
     assert heuristic.REORDER not in default_of("gat", scrambled, {"H": 1, "F": 256})
 
 
+def test_the_default_streams_results_past_the_caches_whose_rows_fit_on_the_stack():
+    scrambled, in_order = grid(256, 512, scramble=4), grid(256, 512)
+    # 131K rows of 2 KiB (F = 512): 256 MiB of results, in id order
+    picked = default_of("gcn", in_order, {"F": 512}).split("; ")
+    assert heuristic.STREAM_OUTPUTS in picked and heuristic.REORDER not in picked
+    assert heuristic.EDGES_SORTED in picked
+    # 16 MiB of results (F = 32) stay in the caches between calls
+    assert heuristic.STREAM_OUTPUTS not in default_of("gcn", in_order, {"F": 32})
+    # rows of 4 KiB (F = 1024) would be built in acc_rows, which lost (0.92-0.99x)
+    assert heuristic.STREAM_OUTPUTS not in default_of("gcn", in_order, {"F": 1024})
+    # gat's rows of 1 KiB: streamed in id order, not in RCM order (alpha is written by edge id)
+    picked = default_of("gat", scrambled, {"H": 1, "F": 256}).split("; ")
+    assert heuristic.STREAM_OUTPUTS in picked and heuristic.REORDER not in picked
+    # without the sizes compiled in (no dims), or with source partitions: no
+    assert heuristic.STREAM_OUTPUTS not in (heuristic.default_directives(in_order, 2048, result_rows=(2048,)) or "")
+    assert heuristic._streaming_pays(["specialize F 512"], 1 << 17, (2048,))
+    assert not heuristic._streaming_pays(["partition src 4", "specialize F 512"], 1 << 17, (2048,))
+
+
 def test_a_prediction_takes_the_defaults_order_and_streaming_unless_it_chose_its_own():
     scrambled, in_order = grid(256, 512, scramble=4), grid(256, 512)
     kernel = compiled("gcn", None).gcn
@@ -333,6 +352,8 @@ def test_the_tuner_times_rcm_order_with_and_without_streaming():
     traits = {"row": 64, "edge_result": False, "vertex_result": True}
     keys = tune.candidate_keys(traits, cores=2, default_key="prefetch 8")
     assert "reorder rcm" in keys and "reorder rcm; stream outputs" in keys
+    sized = tune.candidate_keys({**traits, "sizes": "F 64"}, cores=2, default_key="")
+    assert "specialize F 64; stream outputs" in sized
     assert tune.family_of("stream outputs") == tune.family_of("reorder rcm") == "order"
     edge_only = tune.candidate_keys({"row": 64, "edge_result": True, "vertex_result": False}, 2, "")
     assert "reorder rcm; stream outputs" not in edge_only

@@ -6,9 +6,9 @@ the runtime compiles that variant once (it needs the compiler, and the
 source the `.so` carries) and keeps it. A kernel with a schedule of its own
 runs as written.
 
-Eight decisions so far, each a rule fit to what was measured (2 threads, edge
+Nine decisions so far, each a rule fit to what was measured (2 threads, edge
 ids in CSR order, against the kernel as compiled in the same process): the
-first five on an AMD EPYC with 32 MiB of L3, the sixth to eighth on the
+first five on an AMD EPYC with 32 MiB of L3, the sixth to ninth on the
 Xeon this project later moved to (2 MiB of L2 a core, LLVM's 256-bit
 vectors). The
 first, FeatGraph's 1-D source partitioning (`partition src K`):
@@ -145,12 +145,33 @@ pick with `edges sorted` instead (2 threads, medians of 7, interleaved):
     copter2              sage_max                           0.93x
     rmat-16 (0.00)       gcn                                0.68x
 
-mdual at F = 64 has a gain of 0.14; at F = 128 and up 0.28-0.44. Either
-directive alone gains little or loses: RCM order alone 0.89-1.10x (rows
-written at random, each read from memory first), streaming alone in id
-order 0.92-0.99x. Kernels with edge results take it for rows of 2 KiB and
-more only: gat ran 0.94-0.98x at 512-byte rows, 1.00-1.17x at 2 KiB and up
-(see `_reorder_pays`).
+mdual at F = 64 has a gain of 0.14; at F = 128 and up 0.28-0.44. RCM
+order alone ran 0.89-1.10x (rows written at random, each read from memory
+first). Kernels with edge results take it for rows of 2 KiB and more only:
+gat ran 0.94-0.98x at 512-byte rows, 1.00-1.17x at 2 KiB and up (see
+`_reorder_pays`). These were measured with the streamed rows built in
+acc_rows. Built on the worker's stack (rows of up to 2 KiB whose size is
+compiled in, kept in registers), the same schedules ran faster again on
+mdual: gcn, sage_max, sage_mean and gcn_norm 1.07-1.14x at F = 128 and
+1.16-1.25x at F = 512, gin about 1.1x and 1.01x, gat 1.21x at F = 512 and
+1.24-1.46x at F = 128 with H = 4. At 512-byte rows gat still takes id
+order: streamed in id order it ran 1.03x (F = 128, H = 1) and 1.12x (F = 32,
+H = 4) faster than in RCM order.
+
+The ninth, `stream outputs` alone, in id order, for calls whose vertex
+results are 64 MiB or more and whose result rows are built on the stack
+(`specialize` taken, rows of at most 2 KiB), unless source partitions build
+them in pieces. With the rows in acc_rows this ran 0.92-0.99x; on the stack
+(see `_streaming_pays`), against the default's pick without it:
+
+    graph (results)      gcn    sage_max  sage_mean  gin    gcn_norm  gat
+    rmat-16 F=512 (134M) 1.05x  1.05x     1.07x      1.05x  1.05x     1.03x
+    copter2 F=512 (113M) 1.07x  1.06x     1.03x      1.10x  1.06x     1.06x
+    mdual gat, 132M: F = 128 1.08-1.12x, F = 32 with H = 4 1.08x
+
+Smaller results stay in the caches between calls, and streaming them wins
+or loses by kernel: rmat-16 at F = 32 and 128 (8 and 33 MB) gin 0.90x,
+gcn_norm 0.93-0.96x, gcn 0.97x, sage_max 1.11x, gat 1.08-1.18x.
 
 The eighth, `simd 512` (the generated code prefers 512-bit vectors), for
 those same calls gathering rows of 512 bytes or more, when the kernel's CPU
@@ -198,6 +219,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnc import abi
 from gnnc.runtime import plans
 from gnnc.schedule import REORDERING_DIRECTIVES, sizes_text
 
@@ -240,6 +262,8 @@ REORDER_MIN_REUSE_GAIN = 0.25
 REORDER_EDGE_RESULTS_MIN_ROW_BYTES = 2048
 REORDER = "reorder rcm"
 STREAM_OUTPUTS = "stream outputs"
+#: `stream outputs` alone, in id order, for vertex results of at least this many bytes in all.
+STREAM_MIN_RESULT_BYTES = 64 << 20
 
 #: `simd 512` where the kernel's CPU has AVX-512 (LLVM keeps to 256-bit vectors on
 #: Intel's cores otherwise), for gathered rows of at least this many bytes.
@@ -271,6 +295,18 @@ def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int
     return total
 
 
+def result_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> tuple[int, ...]:
+    """Bytes of one vertex's row of each vertex result."""
+    rows = []
+    for r in signature.results:
+        if r.domain == "V":
+            n = 1
+            for d in r.shape:
+                n *= d if isinstance(d, int) else dims[d]
+            rows.append(n * itemsize)
+    return tuple(rows)
+
+
 def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
     """default_directives for a call of a compiled kernel (its signature and ABI record)."""
     itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
@@ -279,6 +315,7 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         phases=kernel._abi.get("phases"), dims=dims, itemsize=itemsize,
         accumulates=any(r.domain == "V" for r in kernel.signature.results),
         edge_results=any(r.domain == "E" for r in kernel.signature.results),
+        result_rows=result_row_bytes(kernel.signature, dims, itemsize),
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
         lanes_need_sizes=bool(kernel._abi.get("lanes", {}).get("sized", False)),
         wide_vectors="avx512f" in (getattr(kernel, "_metadata", {}).get("cpu") or {}).get("features", ()),
@@ -302,7 +339,7 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
                        phases: list[dict] | None = None, dims: dict[str, int] | None = None,
                        itemsize: int = 4, accumulates: bool = False, edge_results: bool = False,
                        lane_walks: int = 0, lanes_need_sizes: bool = False,
-                       wide_vectors: bool = False) -> str | None:
+                       wide_vectors: bool = False, result_rows: tuple[int, ...] = ()) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
     `phases` is the kernel's ABI record of its destination loops (row axis,
@@ -313,6 +350,7 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
     (the ABI record's `lanes.reducing`), and `lanes_need_sizes` says those walks
     exist only once the call's sizes are compiled in (`lanes.sized`).
     `wide_vectors` says the kernel's CPU has 512-bit vector registers.
+    `result_rows` are the bytes of a vertex's row of each vertex result.
     """
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
@@ -344,6 +382,8 @@ def default_directives(graph: Any, row_bytes: int, llc_bytes: int | None = None,
         lines += [REORDER, STREAM_OUTPUTS]
     elif e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
         lines.append(EDGES_SORTED)
+    if STREAM_OUTPUTS not in lines and _streaming_pays(lines, v, result_rows):
+        lines.append(STREAM_OUTPUTS)
     if _lanes_pay(lines, graph, lane_walks, lanes_need_sizes):
         lines.append(f"vectorize edges {EDGE_LANES}")
     if wide_vectors and e >= SPECIALIZE_MIN_EDGES and row_bytes >= SIMD_512_MIN_ROW_BYTES:
@@ -373,6 +413,25 @@ def _reorder_pays(graph: Any, row_bytes: int, rows: int) -> bool:
     window = REORDER_MIN_ROWS_BYTES // row_bytes
     gain = plans.gather_reuse_share(graph, "rcm", window) - plans.gather_reuse_share(graph, "identity", window)
     return gain >= REORDER_MIN_REUSE_GAIN
+
+
+def _streaming_pays(lines: list[str], v: int, result_rows: tuple[int, ...]) -> bool:
+    """Whether a call's vertex results should be streamed in id order: results past the
+    caches, each row built on the worker's stack (`specialize` taken, rows of at most
+    abi.STACK_ROW_BYTES), never with source partitions (which build rows in pieces).
+
+    Measured (2 threads, medians of 7, interleaved, against the default without it):
+    rmat-16 at F = 512 (134 MB of results) gcn 1.05x, sage_max 1.05x, sage_mean 1.07x,
+    gin 1.05x, gcn_norm 1.05x, gat 1.03x; copter2 at F = 512 (113 MB) 1.03-1.10x; gat
+    on mdual 1.12x at F = 128 and 1.08x at F = 32 with H = 4 (132 MB), where RCM order
+    as well ran 0.97x and 0.89x of that. Smaller results, which stay in the caches
+    between calls, gain or lose: rmat-16 at F = 32 and 128 (8 and 33 MB) gin 0.90x,
+    gcn_norm 0.93-0.96x, gcn 0.97x, gat 1.08-1.18x.
+    """
+    return (bool(result_rows) and v * sum(result_rows) >= STREAM_MIN_RESULT_BYTES
+            and max(result_rows) <= abi.STACK_ROW_BYTES
+            and any(line.startswith("specialize") for line in lines)
+            and not any(line.startswith("partition") for line in lines))
 
 
 def _lanes_pay(lines: list[str], graph: Any, lane_walks: int, need_sizes: bool) -> bool:

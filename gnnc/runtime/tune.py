@@ -93,6 +93,9 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
     keys += [f"group neighbors {g}" for g in (32, 256)]
     if traits.get("sizes"):
         keys.append(f"specialize {traits['sizes']}")
+        if traits["vertex_result"]:
+            # streamed in id order: with the sizes compiled in, the rows are built in registers
+            keys.append(f"specialize {traits['sizes']}; {heuristic.STREAM_OUTPUTS}")
     if traits.get("lane_walks"):
         keys += [f"vectorize edges {w}" for w in (8, 16)]
     # 512-bit vectors: 1.02-1.17x at rows of 512 bytes and up, 0.89-0.95x at 128 (heuristic.py)
