@@ -382,6 +382,28 @@ def test_scheduled_stages_parse_back(name, schedule):
     assert "loop." not in lowered
 
 
+def test_a_tiled_sweep_ends_with_a_barrier():
+    """Every tile's sweep writes gat's alpha again and scales it by the softmax sum: with
+    the next tile's sweep started before the last ended, another thread's tile could
+    scale it a second time (1 call in 7 at 2 threads, `tile features 4`)."""
+    import re
+
+    text = stages("gat", "tile features 4")["convert-loop-to-openmp"]
+    assert "call @GOMP_loop_end_nowait" not in text and re.search(r"func\.call @GOMP_loop_end\(\)", text)
+    assert "call @GOMP_loop_end_nowait" in stages("gat", "")["convert-loop-to-openmp"]
+
+    rng = np.random.default_rng(3)
+    v = 40
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, 600), rng.integers(0, v, 600), num_vertices=v)
+    tiled = gnnc.compile(EXAMPLES / "gat.gnn", schedule="tile features 4").gat
+    inputs = {"h": rng.uniform(-1, 1, (v, 2, 16)).astype(np.float32),
+              "el": rng.uniform(-1, 1, (v, 2)).astype(np.float32), "er": rng.uniform(-1, 1, (v, 2)).astype(np.float32)}
+    want = tiled(graph, threads=1, **inputs)
+    for _ in range(20):
+        got = tiled(graph, threads=2, **inputs)
+        assert np.array_equal(got["alpha"], want["alpha"]) and np.array_equal(got["out"], want["out"])
+
+
 def test_sweep_wrappers_lower_sequentially():
     """Without the outliner, convert-loop-to-scf runs tiles and partitions as plain loops."""
     text = stages("gcn", "partition src 2\ntile features 8\nsort degree")

@@ -11,7 +11,7 @@ written for
 so a `.so` called from C is parallel too. A sweep inside tile or partition
 loops (`loop.for_tile`, `loop.for_partition`, from the schedule passes) is
 outlined with them: every worker runs those loops, the blocks of each sweep
-are shared out, and a barrier ends each partition's sweep. The schedule
+are shared out, and a barrier ends each partition's or tile's sweep. The schedule
 passes have rewritten the sweep by now; only the thread mapping (`parallel`)
 is this pass's to implement. The kernel's arguments travel to the
 outlined function in an i64 closure (buffers as pointers, sizes as integers);
@@ -218,9 +218,13 @@ class _Outliner:
 
         any_blocks = arith.CmpiOp(num_blocks, c0, "sgt")
         guarded = Block()
-        # partitions share destinations: the next one starts after a barrier
-        partitioned = any(isinstance(a, loop.ForPartitionOp) for a in _enclosing(d, self.phase))
-        end = "GOMP_loop_end" if partitioned else "GOMP_loop_end_nowait"
+        # Partitions share destinations, and so do tiles: each tile's sweep redoes a
+        # destination's per-edge work, writing its edge results (gat's alpha) again and
+        # scaling them by the softmax sum, maybe on another thread than the tile before
+        # (a scaling done twice, 1 call in 7 with `tile features 4` at 2 threads). The
+        # next sweep starts after a barrier.
+        shared = any(isinstance(a, loop.ForPartitionOp | loop.ForTileOp) for a in _enclosing(d, self.phase))
+        end = "GOMP_loop_end" if shared else "GOMP_loop_end_nowait"
         guarded.add_ops([
             scf.ForOp(c0, num_blocks, c1, [], chunk_loop),
             func.CallOp(end, [], []),
