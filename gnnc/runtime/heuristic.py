@@ -159,19 +159,23 @@ order: streamed in id order it ran 1.03x (F = 128, H = 1) and 1.12x (F = 32,
 H = 4) faster than in RCM order.
 
 The ninth, `stream outputs` alone, in id order, for calls whose vertex
-results are 64 MiB or more and whose result rows are built on the stack
+results are 16 MiB or more and whose result rows are built on the stack
 (`specialize` taken, rows of at most 2 KiB), unless source partitions build
 them in pieces. With the rows in acc_rows this ran 0.92-0.99x; on the stack
 (see `_streaming_pays`), against the default's pick without it:
 
     graph (results)      gcn    sage_max  sage_mean  gin    gcn_norm  gat
+    mdual F=32 (33M)     1.11-1.26x 1.12-1.15x 1.14-1.15x 1.30-1.51x 1.14-1.18x 1.02-1.07x
+    rmat-16 F=128 (34M)  0.97-1.07x 1.10-1.11x 1.05-1.09x 0.99-1.07x 0.93-1.08x 1.07-1.08x
+    copter2 F=128 (28M)  1.05-1.11x 1.02-1.03x 1.07-1.09x 1.04-1.14x 1.01-1.09x 1.06-1.08x
     rmat-16 F=512 (134M) 1.05x  1.05x     1.07x      1.05x  1.05x     1.03x
     copter2 F=512 (113M) 1.07x  1.06x     1.03x      1.10x  1.06x     1.06x
-    mdual gat, 132M: F = 128 1.08-1.12x, F = 32 with H = 4 1.08x
+    4elt F=512 (32M)     1.00x  1.02x               1.05x            1.00x
+    mdual gat, 132M: F = 128 1.08-1.12x, F = 32 with H = 4 1.08-1.09x
 
-Smaller results stay in the caches between calls, and streaming them wins
-or loses by kernel: rmat-16 at F = 32 and 128 (8 and 33 MB) gin 0.90x,
-gcn_norm 0.93-0.96x, gcn 0.97x, sage_max 1.11x, gat 1.08-1.18x.
+(two or three runs where a range is given). Smaller results stay in the caches
+between calls, and streaming them wins or loses by kernel and run: rmat-16
+at F = 32 (8 MB) gin 0.88-1.05x, gcn 0.96-1.08x, gat 1.13-1.18x.
 
 The eighth, `simd 512` (the generated code prefers 512-bit vectors), for
 those same calls gathering rows of 512 bytes or more, when the kernel's CPU
@@ -263,7 +267,7 @@ REORDER_EDGE_RESULTS_MIN_ROW_BYTES = 2048
 REORDER = "reorder rcm"
 STREAM_OUTPUTS = "stream outputs"
 #: `stream outputs` alone, in id order, for vertex results of at least this many bytes in all.
-STREAM_MIN_RESULT_BYTES = 64 << 20
+STREAM_MIN_RESULT_BYTES = 16 << 20
 
 #: `simd 512` where the kernel's CPU has AVX-512 (LLVM keeps to 256-bit vectors on
 #: Intel's cores otherwise), for gathered rows of at least this many bytes.
@@ -416,17 +420,18 @@ def _reorder_pays(graph: Any, row_bytes: int, rows: int) -> bool:
 
 
 def _streaming_pays(lines: list[str], v: int, result_rows: tuple[int, ...]) -> bool:
-    """Whether a call's vertex results should be streamed in id order: results past the
-    caches, each row built on the worker's stack (`specialize` taken, rows of at most
+    """Whether a call's vertex results should be streamed in id order: results of
+    STREAM_MIN_RESULT_BYTES or more, each row built on the worker's stack (`specialize` taken, rows of at most
     abi.STACK_ROW_BYTES), never with source partitions (which build rows in pieces).
 
-    Measured (2 threads, medians of 7, interleaved, against the default without it):
-    rmat-16 at F = 512 (134 MB of results) gcn 1.05x, sage_max 1.05x, sage_mean 1.07x,
-    gin 1.05x, gcn_norm 1.05x, gat 1.03x; copter2 at F = 512 (113 MB) 1.03-1.10x; gat
-    on mdual 1.12x at F = 128 and 1.08x at F = 32 with H = 4 (132 MB), where RCM order
-    as well ran 0.97x and 0.89x of that. Smaller results, which stay in the caches
-    between calls, gain or lose: rmat-16 at F = 32 and 128 (8 and 33 MB) gin 0.90x,
-    gcn_norm 0.93-0.96x, gcn 0.97x, gat 1.08-1.18x.
+    Measured (2 threads, medians of 7-9, interleaved, against the default without
+    it; the table in the module docstring): 1.02-1.51x on mdual at F = 32 (33 MB of
+    results), 1.03-1.14x on copter2 at F = 128 and 512 and on rmat-16 at F = 512,
+    0.93-1.11x on rmat-16 at F = 128 (34 MB) in two runs, 1.00-1.05x on 4elt at
+    F = 512; gat on mdual 1.12x at F = 128 and 1.08x at F = 32 with H = 4 (132 MB),
+    where RCM order as well ran 0.97x and 0.89x of that. Smaller results, which
+    stay in the caches between calls, gain or lose by kernel and run: rmat-16 at
+    F = 32 (8 MB) 0.88-1.18x.
     """
     return (bool(result_rows) and v * sum(result_rows) >= STREAM_MIN_RESULT_BYTES
             and max(result_rows) <= abi.STACK_ROW_BYTES
