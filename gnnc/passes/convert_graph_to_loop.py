@@ -831,9 +831,9 @@ class KernelLowering:
         reductions, edge_sinks, vertex_sinks = plan.reductions, plan.edge_sinks, plan.vertex_sinks
         rescaled, in_place, max_level = plan.rescaled, plan.in_place, plan.max_level
         self.acc: dict[tuple[Operation, str], _Accumulator] = {}
-        # `stream outputs`: each vertex result is built in the worker's row of
-        # acc_rows (its own noalias buffer, apart from the softmax sums in
-        # scratch) and then streamed to the output row, which is never read
+        # `stream outputs`: each vertex result is built apart, on the worker's
+        # stack or in its row of acc_rows (see _staging_row), and then streamed
+        # to the output row, which is never read
         self.staged: dict[int, tuple[SSAValue, SSAValue]] = {}
         if self.stream:
             for s in vertex_sinks:
@@ -877,16 +877,17 @@ class KernelLowering:
     def _staging_row(self, shape: Sequence[Dim]) -> tuple[SSAValue, SSAValue]:
         """(buffer, index of element 0) of the row where a streamed result is built.
 
-        A row whose size the schedule fixes (`specialize`) and that is at
-        most abi.STACK_ROW_BYTES is a stack array of the worker (an alloca that
+        A row whose size the schedule fixes (`specialize`) and that is at most
+        abi.STACK_ROW_BYTES is a stack array of the worker (an alloca that
         convert-loop-to-openmp recomputes in each worker). Its length is the
         row's size as computed, a constant once specialize-sizes has run;
-        were the sizes not compiled in, it would still fit the row. Once LLVM has
-        unrolled the row loops, every access to it is at a constant offset,
-        and SROA turns the row into vector registers: the accumulators
-        start as zeros, are scaled, and reach the streaming stores without
-        a trip through memory. In acc_rows, LLVM kept them: it zeroed the
-        row, reloaded the zeros, stored the sums after the walk, reloaded
+        were the sizes not compiled in, it would still fit the row. Once
+        LLVM has unrolled the row loops, every access to it is at a constant
+        offset, and SROA turns the row into vector registers: the
+        accumulators start as zeros, are scaled, and reach the streaming
+        stores without a trip through memory. Any other row is built in the
+        worker's row of acc_rows (its own noalias buffer), where LLVM zeroed
+        it, reloaded the zeros, stored the sums after the walk, and reloaded
         them to scale them and again to stream them.
         """
         count = self._fixed_size(shape)

@@ -421,13 +421,14 @@ def _reorder_pays(graph: Any, row_bytes: int, rows: int) -> bool:
 
 def _streaming_pays(lines: list[str], v: int, result_rows: tuple[int, ...]) -> bool:
     """Whether a call's vertex results should be streamed in id order: results of
-    STREAM_MIN_RESULT_BYTES or more, each row built on the worker's stack (`specialize` taken, rows of at most
-    abi.STACK_ROW_BYTES), never with source partitions (which build rows in pieces).
+    STREAM_MIN_RESULT_BYTES or more, each row built on the worker's stack
+    (`specialize` taken, rows of at most abi.STACK_ROW_BYTES), never with source
+    partitions (which build rows in pieces).
 
     Measured (2 threads, medians of 7-9, interleaved, against the default without
     it; the table in the module docstring): 1.02-1.51x on mdual at F = 32 (33 MB of
     results), 1.03-1.14x on copter2 at F = 128 and 512 and on rmat-16 at F = 512,
-    0.93-1.11x on rmat-16 at F = 128 (34 MB) in two runs, 1.00-1.05x on 4elt at
+    0.93-1.11x on rmat-16 at F = 128 (34 MB) in three runs, 1.00-1.05x on 4elt at
     F = 512; gat on mdual 1.12x at F = 128 and 1.08x at F = 32 with H = 4 (132 MB),
     where RCM order as well ran 0.97x and 0.89x of that. Smaller results, which
     stay in the caches between calls, gain or lose by kernel and run: rmat-16 at
