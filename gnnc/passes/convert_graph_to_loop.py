@@ -255,6 +255,7 @@ class KernelLowering:
         self.result_names = [s.data for s in fn.attributes[irgen.RESULT_NAMES].data]  # type: ignore[union-attr]
         self.param_names = [s.data for s in fn.attributes[irgen.PARAM_NAMES].data]  # type: ignore[union-attr]
         self.elem = self.result_types[0].element_type
+        self.elem_bytes = 8 if isinstance(self.elem, Float64Type) else 4
         self.ret = fn.body.block.last_op
         assert isinstance(self.ret, func.ReturnOp)
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
@@ -366,7 +367,7 @@ class KernelLowering:
             for phase_sinks in phases:
                 self._emit_phase(phase_sinks)
         # scratch_slice_elements(top) of abi.py: whole cache lines plus one
-        line = self.em.index_const(abi.CACHE_LINE_BYTES // (8 if isinstance(self.elem, Float64Type) else 4))
+        line = self.em.index_const(abi.CACHE_LINE_BYTES // self.elem_bytes)
         rounded_up = self.em.pre(arith.AddiOp(self.scratch_top, self.em.pre(arith.SubiOp(line, self.em.index_const(1)))))
         lines = self.em.pre(arith.DivUIOp(rounded_up, line))
         padded = self.em.pre(arith.AddiOp(self.em.pre(arith.MuliOp(lines, line)), line))
@@ -891,8 +892,7 @@ class KernelLowering:
         them to scale them and again to stream them.
         """
         count = self._fixed_size(shape)
-        elem_bytes = 8 if isinstance(self.elem, Float64Type) else 4
-        if count is not None and 0 < count * elem_bytes <= abi.STACK_ROW_BYTES:
+        if count is not None and 0 < count * self.elem_bytes <= abi.STACK_ROW_BYTES:
             row = self.em.pre(memref.AllocaOp.get(self.elem, abi.CACHE_LINE_BYTES, [DYNAMIC_INDEX],
                                                   dynamic_sizes=[self.size_of(shape)]))
             return row, self.em.index_const(0)

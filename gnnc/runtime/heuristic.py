@@ -292,23 +292,13 @@ def source_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> int
     for p in signature.params:
         if p.domain != "V" or (p.sides and "src" not in p.sides):
             continue
-        n = 1
-        for d in p.shape:
-            n *= d if isinstance(d, int) else dims[d]
-        total += n * itemsize
+        total += p.row_elements(dims) * itemsize
     return total
 
 
 def result_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> tuple[int, ...]:
     """Bytes of one vertex's row of each vertex result."""
-    rows = []
-    for r in signature.results:
-        if r.domain == "V":
-            n = 1
-            for d in r.shape:
-                n *= d if isinstance(d, int) else dims[d]
-            rows.append(n * itemsize)
-    return tuple(rows)
+    return tuple(r.row_elements(dims) * itemsize for r in signature.results if r.domain == "V")
 
 
 def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
@@ -554,8 +544,5 @@ def row_elements(signature: Any, dims: dict[str, int]) -> int:
     for t in [*signature.params, *signature.results]:
         if t.domain not in ("V", "E"):
             continue
-        n = 1
-        for d in t.shape:
-            n *= d if isinstance(d, int) else dims[d]
-        widest = max(widest, n)
+        widest = max(widest, t.row_elements(dims))
     return widest

@@ -146,10 +146,7 @@ def kernel_traits(abi_record: dict, params: Any, results: Any, dims: dict[str, i
     source_bytes = 0
     for p in params:
         if p.domain == "V":
-            n = 1
-            for d in p.shape:
-                n *= d if isinstance(d, int) else dims[d]
-            source_bytes += n * itemsize
+            source_bytes += p.row_elements(dims) * itemsize
     return {
         "row": int(dims.get(row_dim, 1)) if row_dim else 1,
         "source_bytes": source_bytes,

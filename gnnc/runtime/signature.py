@@ -70,6 +70,14 @@ class TensorSig:
             record["sides"] = list(self.sides)
         return record
 
+    def row_elements(self, dims: dict[str, int]) -> int:
+        """Elements of one vertex's or edge's row (of the whole tensor, for a
+        parameter), named dimensions sized by ``dims``."""
+        n = 1
+        for d in self.shape:
+            n *= d if isinstance(d, int) else dims[d]
+        return n
+
     def describe(self) -> str:
         """The declared type without its dtype: ``[V, H, F]``, ``[D1, 64]``, ``scalar``."""
         dims = ([self.domain] if self.domain else []) + [str(d) for d in self.shape]

@@ -700,7 +700,7 @@ def _stream_copy(t: FunctionTranslator, op: StreamCopyOp) -> None:
     src = b.gep(t.get(op.src), [t.get(op.src_index)], inbounds=True, source_etype=elem)
     fixed = constant_index(op.count)
     if fixed is not None and 0 < fixed * size <= STREAM_UNROLL_BYTES:
-        _stream_copy_unrolled(t, op, src, dst, fixed)
+        _stream_copy_unrolled(t, op, src, dst, vector, align, fixed)
         t.set(op, [])
         return
     count = t.get(op.count)
@@ -728,7 +728,8 @@ def _stream_copy(t: FunctionTranslator, op: StreamCopyOp) -> None:
     t.set(op, [])
 
 
-def _stream_copy_unrolled(t: FunctionTranslator, op: StreamCopyOp, src: ir.Value, dst: ir.Value, count: int) -> None:
+def _stream_copy_unrolled(t: FunctionTranslator, op: StreamCopyOp, src: ir.Value, dst: ir.Value,
+                          vector: ir.VectorType, align: int, count: int) -> None:
     """A copy of a size known when compiling, as straight-line code: one
     vector per line, streamed when dst starts on a line, ordinary stores
     when it does not (a caller's `out=` may start anywhere).
@@ -737,13 +738,10 @@ def _stream_copy_unrolled(t: FunctionTranslator, op: StreamCopyOp, src: ir.Value
     the worker's stack (convert-graph-to-loop's _staging_row) that is what
     lets SROA keep the whole row in registers. The loop form's head and
     tail, whose lengths depend on dst's address, read the row at variable
-    offsets.
+    offsets. `vector` is one line of elements, `align` an element's alignment.
     """
     b = t.builder
-    elem, align = _element_type(op.dst.type)
-    size = _byte_size(elem)
-    lanes = STREAM_VECTOR_BYTES // size
-    vector = ir.VectorType(elem, lanes)
+    elem, lanes = vector.element, vector.count
     on_line = b.icmp_unsigned(
         "==", b.and_(b.ptrtoint(dst, I64), ir.Constant(I64, STREAM_VECTOR_BYTES - 1)), ir.Constant(I64, 0)
     )
