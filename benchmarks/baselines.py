@@ -107,8 +107,11 @@ def optional(name: str) -> Any | None:
 
 
 def library_versions() -> dict[str, str]:
-    versions = {"numpy": np.__version__, "scipy": importlib.import_module("scipy").__version__,
-                "numba": numba.__version__}
+    versions = {
+        "numpy": np.__version__,
+        "scipy": importlib.import_module("scipy").__version__,
+        "numba": numba.__version__,
+    }
     for name in ("torch", "torch_geometric", "dgl", "torch_scatter", "torch_sparse"):
         module = optional(name)
         versions[name] = getattr(module, "__version__", "?") if module is not None else _ERRORS[name]
@@ -151,7 +154,8 @@ class Problem:
     def t(self) -> Any:
         torch = optional("torch")
         return types.SimpleNamespace(
-            src=torch.from_numpy(self.src), dst=torch.from_numpy(self.dst),
+            src=torch.from_numpy(self.src),
+            dst=torch.from_numpy(self.dst),
             indptr=torch.from_numpy(self.indptr),
             edge_index=torch.stack([torch.from_numpy(self.src), torch.from_numpy(self.dst)]),
         )
@@ -160,8 +164,7 @@ class Problem:
         torch = optional("torch")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.sparse_csr_tensor(self.t.indptr, self.t.src, values, (self.V, self.V),
-                                           check_invariants=False)
+            return torch.sparse_csr_tensor(self.t.indptr, self.t.src, values, (self.V, self.V), check_invariants=False)
 
     @cached_property
     def dgl_graph(self) -> Any:
@@ -370,8 +373,12 @@ def _np(t: Any) -> np.ndarray:
 def make(kernel: str, p: Problem, inputs: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
     """Every baseline of ``kernel``; libraries that are missing give an entry with ``available`` set."""
     builders = {
-        "gcn": _gcn, "sage_mean": _sage_mean, "sage_max": _sage_max,
-        "attention": _attention, "gat": _gat, "mlp_aggr": _mlp_aggr,
+        "gcn": _gcn,
+        "sage_mean": _sage_mean,
+        "sage_max": _sage_max,
+        "attention": _attention,
+        "gat": _gat,
+        "mlp_aggr": _mlp_aggr,
     }
     result = []
     for b in builders[kernel](p, inputs, s):
@@ -406,6 +413,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
 
         def run():
             box["y"] = a @ x
+
         return run, lambda: {"out": box["y"]}
 
     def scipy_inplace():
@@ -418,6 +426,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
         def run():
             y.fill(0)  # csr_matvecs accumulates into y
             _sparsetools.csr_matvecs(V, V, F, a.indptr, a.indices, a.data, xr, yr)
+
         return run, lambda: {"out": y}
 
     def torch_sparse_mm():
@@ -426,6 +435,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
 
         def run():
             box["y"] = torch.sparse.mm(a, tx)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def torch_addmm_out():
@@ -435,6 +445,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
 
         def run():
             torch.addmm(y, a, tx, beta=0, out=y)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def pyg_spmm():
@@ -445,6 +456,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
 
         def run():
             box["y"] = spmm(a, tx, reduce="sum")
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def pyg_mp():
@@ -455,6 +467,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
 
         def run():
             box["y"] = conv(tx, p.t.edge_index, tw)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def index_add():
@@ -467,6 +480,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
             msg.mul_(tw.unsqueeze(1))
             y.zero_()
             y.index_add_(0, p.t.dst, msg)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def dgl_gspmm():
@@ -476,6 +490,7 @@ def _gcn(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
 
         def run():
             box["y"] = dgl.ops.gspmm(g, "mul", "sum", tx, tw)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def numba_csr():
@@ -533,6 +548,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
             y = a @ x
             y *= inv
             box["y"] = y
+
         return run, lambda: {"out": box["y"]}
 
     def torch_sparse_mm():
@@ -541,6 +557,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
 
         def run():
             box["y"] = torch.sparse.mm(a, tx, torch_reduce)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def pyg_spmm():
@@ -551,6 +568,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
 
         def run():
             box["y"] = spmm(a, tx, reduce=reduce)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def pyg_mp():
@@ -560,6 +578,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
 
         def run():
             box["y"] = conv(tx, p.t.edge_index)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def scatter_reduce():
@@ -572,6 +591,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
             msg = tx.index_select(0, p.t.src)
             y.zero_()
             y.scatter_reduce_(0, index, msg, reduce=torch_reduce, include_self=False)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def dgl_gspmm():
@@ -586,6 +606,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
             if reduce == "max":
                 y.index_fill_(0, empty, 0.0)  # dgl leaves -inf at a vertex without in-edges; gnnc gives 0
             box["y"] = y
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def torch_scatter():
@@ -596,6 +617,7 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
 
         def run():
             ts.segment_csr(tx.index_select(0, p.t.src), p.t.indptr, out=y, reduce=reduce)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def numba_csr():
@@ -612,8 +634,13 @@ def _reduce_baselines(p: Problem, inp: dict[str, np.ndarray], s: Shape, reduce: 
         Baseline(f"pyg MessagePassing({reduce})", "torch_geometric", 2 * E * F * F32 + E * I64 * F + out_b, pyg_mp),
         Baseline(f"torch scatter_reduce_({torch_reduce})", "torch", E * F * F32 + out_b, scatter_reduce, quick=False),
         Baseline(f"torch_scatter segment_csr({reduce})", "torch_scatter", E * F * F32 + out_b, torch_scatter),
-        Baseline(f"dgl gspmm(copy_lhs,{reduce})", "dgl", out_b * (2 if reduce == "max" else 1), dgl_gspmm,
-                 "empty rows set to 0" if reduce == "max" else ""),
+        Baseline(
+            f"dgl gspmm(copy_lhs,{reduce})",
+            "dgl",
+            out_b * (2 if reduce == "max" else 1),
+            dgl_gspmm,
+            "empty rows set to 0" if reduce == "max" else "",
+        ),
         Baseline("numba prange CSR", "numba", out_b, numba_csr),
     ]
     return result
@@ -646,6 +673,7 @@ def _attention(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baselin
         def run():
             for h in range(H):
                 torch.sparse.sampled_addmm(outs[h], qh[h], kt[h], beta=0, out=outs[h])
+
         return _wrap_torch(run), lambda: {"out": np.stack([_np(o.values()) for o in outs], axis=1)}
 
     def gather_dot():
@@ -657,6 +685,7 @@ def _attention(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baselin
             prod = tq.index_select(0, p.t.dst)
             prod.mul_(tk.index_select(0, p.t.src))
             torch.sum(prod, dim=-1, out=y)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def dgl_gsddmm():
@@ -666,6 +695,7 @@ def _attention(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baselin
 
         def run():
             box["y"] = dgl.ops.gsddmm(g, "dot", tk, tq, lhs_target="u", rhs_target="v")
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"]).reshape(E, H)}
 
     def numba_csr():
@@ -674,8 +704,13 @@ def _attention(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baselin
 
     extra_copies = 2 * V * H * F * F32 if H > 1 else 0
     return [
-        Baseline("torch.sparse.sampled_addmm", "torch", out_b + E * I64 * 2 + extra_copies, sampled_addmm,
-                 "one call per head" if H > 1 else ""),
+        Baseline(
+            "torch.sparse.sampled_addmm",
+            "torch",
+            out_b + E * I64 * 2 + extra_copies,
+            sampled_addmm,
+            "one call per head" if H > 1 else "",
+        ),
         Baseline("torch index_select*mul.sum", "torch", 2 * E * H * F * F32 + out_b, gather_dot, quick=False),
         Baseline("dgl gsddmm(dot)", "dgl", out_b, dgl_gsddmm),
         Baseline("numba prange CSR", "numba", out_b, numba_csr),
@@ -704,6 +739,7 @@ def _gat(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
             a = conv.edge_updater(p.t.edge_index, alpha=(tel, ter), edge_attr=None, size=None)
             box["alpha"] = a
             box["y"] = conv.propagate(p.t.edge_index, x=(th, th), alpha=a, size=None)
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"]), "alpha": _np(box["alpha"])}
 
     def unfused_torch():
@@ -724,6 +760,7 @@ def _gat(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
             y.zero_()
             y.index_add_(0, p.t.dst, msg)
             box["alpha"] = a
+
         return _wrap_torch(run), lambda: {"out": _np(y), "alpha": _np(box["alpha"])}
 
     def dgl_pipeline():
@@ -741,6 +778,7 @@ def _gat(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
             a = edge_softmax(g, score)
             box["alpha"] = a
             box["y"] = dgl.ops.gspmm(g, "mul", "sum", th, a.unsqueeze(-1))
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"]), "alpha": _np(box["alpha"])}
 
     def numba_fused():
@@ -749,10 +787,20 @@ def _gat(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline]:
         return (lambda: _nb_gat(p.indptr, p.src, h, el, er, y, a)), lambda: {"out": y, "alpha": a}
 
     return [
-        Baseline("pyg GATConv edge_updater+propagate", "torch_geometric", 2 * ehf + 8 * eh + out_b, gatconv,
-                 "precomputed h, el, er: no linear transform, no self loops"),
-        Baseline("torch+pyg softmax unfused", "torch_geometric", ehf + 8 * eh + out_b, unfused_torch,
-                 "index_select, leaky_relu, utils.softmax, index_add_"),
+        Baseline(
+            "pyg GATConv edge_updater+propagate",
+            "torch_geometric",
+            2 * ehf + 8 * eh + out_b,
+            gatconv,
+            "precomputed h, el, er: no linear transform, no self loops",
+        ),
+        Baseline(
+            "torch+pyg softmax unfused",
+            "torch_geometric",
+            ehf + 8 * eh + out_b,
+            unfused_torch,
+            "index_select, leaky_relu, utils.softmax, index_add_",
+        ),
         Baseline("dgl gsddmm+edge_softmax+gspmm", "dgl", 6 * eh + out_b, dgl_pipeline),
         Baseline("numba prange fused", "numba", out_b + eh, numba_fused),
     ]
@@ -779,6 +827,7 @@ def _mlp_aggr(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline
             m = torch.relu_(m @ tW)
             y.zero_()
             y.scatter_reduce_(0, index, m, reduce="amax", include_self=False)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def transformed_first():
@@ -795,6 +844,7 @@ def _mlp_aggr(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline
             torch.relu_(m)
             y.zero_()
             y.scatter_reduce_(0, index, m, reduce="amax", include_self=False)
+
         return _wrap_torch(run), lambda: {"out": _np(y)}
 
     def dgl_pipeline():
@@ -811,6 +861,7 @@ def _mlp_aggr(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline
             y = dgl.ops.gspmm(g, "copy_rhs", "max", None, m)
             y.index_fill_(0, empty, 0.0)  # -inf at a vertex without in-edges, as above
             box["y"] = y
+
         return _wrap_torch(run), lambda: {"out": _np(box["y"])}
 
     def numba_csr():
@@ -820,6 +871,7 @@ def _mlp_aggr(p: Problem, inp: dict[str, np.ndarray], s: Shape) -> list[Baseline
         def run():
             np.matmul(x, W, out=xw)
             _nb_mlp_max(p.indptr, p.src, xw, y)
+
         return run, lambda: {"out": y}
 
     return [

@@ -67,8 +67,9 @@ def run(problems: dict[str, Any], features: list[int], repeat: int = 5) -> list[
             x = rng.random((p.V, f), dtype=np.float32)
             w = rng.random(p.E, dtype=np.float32)
             t_gnnc = _median(lambda: module.gcn(p.graph, x=x, w=w), repeat, lambda: None)
-            a = torch.sparse_csr_tensor(torch.from_numpy(p.indptr), torch.from_numpy(p.src), torch.from_numpy(w),
-                                        (p.V, p.V), device="cuda")
+            a = torch.sparse_csr_tensor(
+                torch.from_numpy(p.indptr), torch.from_numpy(p.src), torch.from_numpy(w), (p.V, p.V), device="cuda"
+            )
             xd = torch.from_numpy(x).cuda()
             t_cusparse = _median(lambda: torch.sparse.mm(a, xd), repeat, torch.cuda.synchronize)
             row = {"graph": name, "F": f, "gnnc_cuda_s": t_gnnc, "torch_cusparse_s": t_cusparse}
@@ -78,11 +79,18 @@ def run(problems: dict[str, Any], features: list[int], repeat: int = 5) -> list[
 
                 g = dgl.graph((torch.from_numpy(p.src), torch.from_numpy(p.dst)), num_nodes=p.V).to("cuda")
                 g.ndata["x"], g.edata["w"] = xd, torch.from_numpy(w).cuda()
-                row["dgl_s"] = _median(lambda: g.update_all(fn.u_mul_e("x", "w", "m"), fn.sum("m", "o")),
-                                       repeat, torch.cuda.synchronize)
+                row["dgl_s"] = _median(
+                    lambda: g.update_all(fn.u_mul_e("x", "w", "m"), fn.sum("m", "o")), repeat, torch.cuda.synchronize
+                )
             except Exception as exc:  # DGL absent or built without CUDA: say so, keep the other rows
                 row["dgl_skipped"] = str(exc)[:80]
-            print(f"{name} F={f}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                                               for k, v in row.items() if k not in ("graph", "F")))
+            print(
+                f"{name} F={f}: "
+                + ", ".join(
+                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in row.items()
+                    if k not in ("graph", "F")
+                )
+            )
             rows.append(row)
     return rows

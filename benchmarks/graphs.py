@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gnnc.errors import GraphError
-from gnnc.runtime import graph_io
+from gnnc.graph import io as graph_io
 
 if TYPE_CHECKING:
-    from gnnc.runtime.graph import Graph
+    from gnnc.graph.graph import Graph
 
 EdgeArrays = tuple[np.ndarray, np.ndarray, int]
 
@@ -90,7 +90,7 @@ def edges(name: str, *, symmetric: bool | None = None) -> EdgeArrays:
     return graph_io.read_edges(path_of(name), symmetric=symmetric)
 
 
-def load(name: str, *, symmetric: bool | None = None) -> "Graph":
+def load(name: str, *, symmetric: bool | None = None) -> Graph:
     """A benchmark graph as a runtime ``Graph``."""
     return graph_io.load_graph(path_of(name), symmetric=symmetric)
 
@@ -98,8 +98,8 @@ def load(name: str, *, symmetric: bool | None = None) -> "Graph":
 # ---------------------------------------------------------------------- synthetic
 
 
-def _graph(arrays: EdgeArrays) -> "Graph":
-    from gnnc.runtime.graph import Graph
+def _graph(arrays: EdgeArrays) -> Graph:
+    from gnnc.graph.graph import Graph
 
     src, dst, n = arrays
     return Graph.from_coo(src, dst, num_vertices=n)
@@ -161,7 +161,7 @@ def rmat(
     seed: int = 0,
     *,
     permute: bool = True,
-) -> "Graph":
+) -> Graph:
     """An R-MAT graph (see ``rmat_edges``) as a runtime ``Graph``."""
     return _graph(rmat_edges(scale, edge_factor, a, b, c, seed, permute=permute))
 
@@ -190,6 +190,6 @@ def featgraph_rand100k_edges(seed: int = 0, scale: float = 1.0) -> EdgeArrays:
     return src, dst, n
 
 
-def featgraph_rand100k(seed: int = 0, scale: float = 1.0) -> "Graph":
+def featgraph_rand100k(seed: int = 0, scale: float = 1.0) -> Graph:
     """FeatGraph's rand-100K (see ``featgraph_rand100k_edges``) as a runtime ``Graph``."""
     return _graph(featgraph_rand100k_edges(seed, scale))

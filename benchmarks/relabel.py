@@ -25,16 +25,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import numpy as np  # noqa: E402
-
 import graphs as bench_graphs  # noqa: E402
+import numpy as np  # noqa: E402
 
 import gnnc  # noqa: E402
 from gnnc.runtime.tune import sample_inputs  # noqa: E402
 
 KERNELS = [
-    ("gcn", {"F": 32}), ("gcn", {"F": 128}), ("sage_max", {"F": 32}), ("sage_max", {"F": 128}),
-    ("attention", {"H": 1, "D": 32}), ("gat", {"H": 1, "F": 32}), ("gat", {"H": 4, "F": 32}),
+    ("gcn", {"F": 32}),
+    ("gcn", {"F": 128}),
+    ("sage_max", {"F": 32}),
+    ("sage_max", {"F": 128}),
+    ("attention", {"H": 1, "D": 32}),
+    ("gat", {"H": 1, "F": 32}),
+    ("gat", {"H": 4, "F": 32}),
 ]
 
 
@@ -60,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         r = graph.reordered("rcm")
-        print(f"{name}: {graph.num_vertices} vertices, {graph.num_edges} edges; relabelled in {time.perf_counter() - t0:.2f} s")
+        print(
+            f"{name}: {graph.num_vertices} vertices, {graph.num_edges} edges; relabelled in {time.perf_counter() - t0:.2f} s"
+        )
         for kname, dims in KERNELS:
             kernel = getattr(gnnc.compile(REPO / "examples" / f"{kname}.gnn"), kname)
             sig = kernel.signature
@@ -87,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                         run()
                     best[i] = min(best[i], (time.perf_counter() - t0) / calls)
             sizes = ",".join(f"{k}={v}" for k, v in dims.items())
-            print(f"{name:<10} {kname:<10} {sizes:<10} {best[0] * 1e3:>9.2f} {best[1] * 1e3:>14.2f} {best[0] / best[1]:>7.2f}x",
-                  flush=True)
+            print(
+                f"{name:<10} {kname:<10} {sizes:<10} {best[0] * 1e3:>9.2f} {best[1] * 1e3:>14.2f} {best[0] / best[1]:>7.2f}x",
+                flush=True,
+            )
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import functools
 import inspect
 import json
 import math
@@ -37,14 +38,18 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 EXAMPLES = HERE.parent / "examples"
 
+
 def _default_lines_but(kinds: tuple[str, ...], fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> list[str]:
     """The default heuristic's directive lines for this call, without its lines of these kinds."""
     from gnnc.runtime import tune
     from gnnc.runtime.signature import prepare_call
 
     dims = prepare_call(fn.signature, graph, (), dict(inputs))[2]
-    return [line for line in tune.default_key(fn, graph, dims).split("; ")
-            if line and directive_keyword(line.split()) not in kinds]
+    return [
+        line
+        for line in tune.default_key(fn, graph, dims).split("; ")
+        if line and directive_keyword(line.split()) not in kinds
+    ]
 
 
 def off_default(*kinds: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]:
@@ -55,7 +60,7 @@ def off_default(*kinds: str) -> Callable[[Any, Any, dict[str, np.ndarray]], str]
     schedule.directive_keyword names them."""
 
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
-        from gnnc.runtime import heuristic
+        from gnnc.autotune import heuristic
 
         lines = "; ".join(_default_lines_but(kinds, fn, graph, inputs))
         if "reorder" in kinds:
@@ -73,14 +78,18 @@ def on_default(directive: str) -> Callable[[Any, Any, dict[str, np.ndarray]], st
     """The default heuristic's pick for the call with `directive` added (a default line of the same
     kind, e.g. its `vectorize` or `prefetch`, replaced): the directive's own effect, not also the
     loss of the default's `specialize` and `vectorize` that a schedule written alone would bring."""
+
     def schedule(fn: Any, graph: Any, inputs: dict[str, np.ndarray]) -> str:
-        from gnnc.runtime import heuristic
+        from gnnc.autotune import heuristic
 
         # (gnnc loads after the thread settings: its names are looked up at call time)
         kind = directive_keyword(directive.split())
         # the default's lines the directive cannot join go too (`partition src` drops `stream outputs`)
-        lines = [line for line in _default_lines_but((kind,), fn, graph, inputs)
-                 if not excludes(kind, directive_keyword(line.split()))] + [directive]
+        lines = [
+            line
+            for line in _default_lines_but((kind,), fn, graph, inputs)
+            if not excludes(kind, directive_keyword(line.split()))
+        ] + [directive]
         # `edges sorted` goes where the directive reorders the in-edges
         return heuristic.fit_edge_ids("; ".join(lines), graph)
 
@@ -110,24 +119,47 @@ SCHEDULES: dict[str, dict[str, Any]] = {
         # the default takes both on graphs whose numbering scatters wide rows (mdual at F >= 128)
         "without reorder rcm, stream outputs": off_default("reorder", "stream"),
     },
-    "sage_mean": {"default": None, "partition src 4": on_default("partition src 4"),
-                  "without prefetch": on_default("prefetch 0"),
-                  "without the default heuristic": "prefetch 8", "without specialize": without_specialize,
-                  "without reorder rcm, stream outputs": off_default("reorder", "stream")},
-    "sage_max": {"default": None, "partition src 4": on_default("partition src 4"),
-                 "vectorize 32": on_default("vectorize 32"), "without prefetch": on_default("prefetch 0"),
-                 "without the default heuristic": "prefetch 8", "without specialize": without_specialize,
-                 "without reorder rcm, stream outputs": off_default("reorder", "stream")},
-    "attention": {"default": None, "order edges hilbert": on_default("order edges hilbert"),
-                  "partition src 4": on_default("partition src 4"), "without prefetch": on_default("prefetch 0"),
-                  "without specialize": without_specialize, "without edges sorted": off_default("edges")},
-    "gat": {"default": None, "sort degree": on_default("sort degree"),
-            "tile features 32": on_default("tile features 32"), "without prefetch": on_default("prefetch 0"),
-            "without specialize": without_specialize, "without edges sorted": off_default("edges"),
-            # the default takes it where it pays (half the in-edges at destinations with 8 or
-            # more): only its absence is measured, so mdual shows 1.00x (added there: 0.74x)
-            "without vectorize edges": off_default("vectorize_edges")},
-    "mlp_aggr": {"default": None, "without prefetch": on_default("prefetch 0"), "without specialize": without_specialize},
+    "sage_mean": {
+        "default": None,
+        "partition src 4": on_default("partition src 4"),
+        "without prefetch": on_default("prefetch 0"),
+        "without the default heuristic": "prefetch 8",
+        "without specialize": without_specialize,
+        "without reorder rcm, stream outputs": off_default("reorder", "stream"),
+    },
+    "sage_max": {
+        "default": None,
+        "partition src 4": on_default("partition src 4"),
+        "vectorize 32": on_default("vectorize 32"),
+        "without prefetch": on_default("prefetch 0"),
+        "without the default heuristic": "prefetch 8",
+        "without specialize": without_specialize,
+        "without reorder rcm, stream outputs": off_default("reorder", "stream"),
+    },
+    "attention": {
+        "default": None,
+        "order edges hilbert": on_default("order edges hilbert"),
+        "partition src 4": on_default("partition src 4"),
+        "without prefetch": on_default("prefetch 0"),
+        "without specialize": without_specialize,
+        "without edges sorted": off_default("edges"),
+    },
+    "gat": {
+        "default": None,
+        "sort degree": on_default("sort degree"),
+        "tile features 32": on_default("tile features 32"),
+        "without prefetch": on_default("prefetch 0"),
+        "without specialize": without_specialize,
+        "without edges sorted": off_default("edges"),
+        # the default takes it where it pays (half the in-edges at destinations with 8 or
+        # more): only its absence is measured, so mdual shows 1.00x (added there: 0.74x)
+        "without vectorize edges": off_default("vectorize_edges"),
+    },
+    "mlp_aggr": {
+        "default": None,
+        "without prefetch": on_default("prefetch 0"),
+        "without specialize": without_specialize,
+    },
 }
 
 # Compile-time variants tried by --ablation (issue 4's switches): label -> gnnc.compile(**options).
@@ -150,15 +182,20 @@ MEM_SLACK = 1.25  # estimates count the big buffers only; allocator and temporar
 GAIN_THRESHOLD = 1.05  # an ablation gain below 5% is within this machine's noise
 
 QUICK = {"kernels": ["gcn", "sage_max", "attention", "gat"], "features": [32, 128], "heads": [1]}
-FULL = {"kernels": ["gcn", "sage_mean", "sage_max", "attention", "gat", "mlp_aggr"],
-        "features": [32, 128, 512], "heads": [1, 4]}
+FULL = {
+    "kernels": ["gcn", "sage_mean", "sage_max", "attention", "gat", "mlp_aggr"],
+    "features": [32, 128, 512],
+    "heads": [1, 4],
+}
 HEADED = ("attention", "gat")  # kernels with a head dimension
 METIS_MESHES = ("4elt", "copter2", "mdual")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="gnnc benchmarks against scipy / torch / PyG / DGL / numba")
-    ap.add_argument("--quick", action="store_true", help="mdual (or 4elt) + one R-MAT, F = 32, 128, gcn/sage_max/attention/gat")
+    ap.add_argument(
+        "--quick", action="store_true", help="mdual (or 4elt) + one R-MAT, F = 32, 128, gcn/sage_max/attention/gat"
+    )
     ap.add_argument("--ablation", action="store_true", help="gnnc alone under each SCHEDULES / COMPILE_VARIANTS entry")
     ap.add_argument("--threads", type=int, default=2, help="threads for gnnc and every baseline (default 2)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per measurement, median reported (>= 5)")
@@ -166,11 +203,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--kernels", nargs="*", help="kernels (default: the mode's set)")
     ap.add_argument("--features", type=int, nargs="*", help="F values (default: the mode's set)")
     ap.add_argument("--heads", type=int, nargs="*", help="head counts for attention / gat")
-    ap.add_argument("--rmat-scale", type=int, default=None, help="R-MAT scale (default 16 quick, 17 full); edge factor 16")
+    ap.add_argument(
+        "--rmat-scale", type=int, default=None, help="R-MAT scale (default 16 quick, 17 full); edge factor 16"
+    )
     ap.add_argument("--featgraph-scale", type=float, default=0.25, help="rand-100K vertex scale (1.0 = 48M edges)")
-    ap.add_argument("--mem-fraction", type=float, default=0.6, help="skip a baseline needing more than this x MemAvailable")
-    ap.add_argument("--relabel", action="store_true",
-                    help="relabel every graph for locality first (Graph.reordered('rcm')); every implementation runs on it")
+    ap.add_argument(
+        "--mem-fraction", type=float, default=0.6, help="skip a baseline needing more than this x MemAvailable"
+    )
+    ap.add_argument(
+        "--relabel",
+        action="store_true",
+        help="relabel every graph for locality first (Graph.reordered('rcm')); every implementation runs on it",
+    )
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     args = ap.parse_args(argv)
@@ -203,13 +247,14 @@ import graphs as bench_graphs  # noqa: E402
 
 import gnnc  # noqa: E402
 from gnnc.errors import ArgumentError, GnncError  # noqa: E402
-from gnnc.schedule import directive_keyword, excludes  # noqa: E402
+from gnnc.ir.schedule import directive_keyword, excludes  # noqa: E402
 
 # ------------------------------------------------------------------ measuring
 
 
-def median_time(fn: Callable[[], Any], repeat: int, warmup: bool = True,
-                on_first: Callable[[Callable[[], Any]], Any] | None = None) -> float:
+def median_time(
+    fn: Callable[[], Any], repeat: int, warmup: bool = True, on_first: Callable[[Callable[[], Any]], Any] | None = None
+) -> float:
     """Median wall time of `repeat` calls after one warm-up; `on_first` wraps the first timed call."""
     if warmup:
         fn()
@@ -331,7 +376,7 @@ def measure_machine(threads: int) -> Machine:
     n = 1 << 24  # 3 x 128 MiB of float64, far beyond any last-level cache
     a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
     _triad(a, b, c, 3.0)
-    best = min(_timed(lambda: _triad(a, b, c, 3.0)) for _ in range(5))
+    best = min(_timed(functools.partial(_triad, a, b, c, 3.0)) for _ in range(5))
     stream = 24.0 * n / best / 1e9
     del a, b, c
     rows, width = 1 << 21, 64  # 2M rows of 256 bytes: 512 MiB
@@ -387,8 +432,15 @@ class GnncKernels:
         got = getattr(mod, kernel)(graph, **inputs)
         return {k: np.asarray(v, np.float32) for k, v in (got.items() if isinstance(got, dict) else [("out", got)])}
 
-    def caller(self, graph: Any, kernel: str, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
-               schedule: Any = None, variant: str = "default (fused)") -> Callable[[], Any]:
+    def caller(
+        self,
+        graph: Any,
+        kernel: str,
+        inputs: dict[str, np.ndarray],
+        outputs: dict[str, np.ndarray],
+        schedule: Any = None,
+        variant: str = "default (fused)",
+    ) -> Callable[[], Any]:
         mod = self.module(kernel, variant)
         if mod is None:
             raise GnncError(self.errors[(kernel, variant)])
@@ -483,15 +535,17 @@ def max_abs_err(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> floa
     return err
 
 
-def run_cell(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, machine: Machine,
-             args: argparse.Namespace) -> list[Result]:
+def run_cell(
+    p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, machine: Machine, args: argparse.Namespace
+) -> list[Result]:
     inputs = B.make_inputs(kernel, p, shape)
     outputs = B.make_outputs(kernel, p, shape)
     fl, by = B.flops(kernel, p, shape), B.ideal_bytes(kernel, p, shape)
 
     def result(impl: str, library: str, seconds: float, **kw: Any) -> Result:
-        return Result(p.name, kernel, shape.F, shape.H, impl, library, seconds,
-                      fl / seconds / 1e9, by / seconds / 1e9, **kw)
+        return Result(
+            p.name, kernel, shape.F, shape.H, impl, library, seconds, fl / seconds / 1e9, by / seconds / 1e9, **kw
+        )
 
     timers: dict[str, Callable[[], Any]] = {}
     try:
@@ -508,17 +562,39 @@ def run_cell(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, machine
         reference = gk.reference(p.graph, kernel, inputs)
 
     for b in B.make(kernel, p, inputs, shape):
-        base = dict(mem_estimate=b.mem_bytes, note=b.note)
+        base = {"mem_estimate": b.mem_bytes, "note": b.note}
         if args.quick and not b.quick:
             continue
         if b.available is not None:
-            rows.append(Result(p.name, kernel, shape.F, shape.H, b.name, b.library, None,
-                               status=f"unavailable: {b.available}", **base))
+            rows.append(
+                Result(
+                    p.name,
+                    kernel,
+                    shape.F,
+                    shape.H,
+                    b.name,
+                    b.library,
+                    None,
+                    status=f"unavailable: {b.available}",
+                    **base,
+                )
+            )
             continue
         budget = args.mem_fraction * mem_available()
         if MEM_SLACK * b.mem_bytes > budget:
-            rows.append(Result(p.name, kernel, shape.F, shape.H, b.name, b.library, None,
-                               status=f"skipped: needs {b.mem_bytes / 2**30:.1f} GiB", **base))
+            rows.append(
+                Result(
+                    p.name,
+                    kernel,
+                    shape.F,
+                    shape.H,
+                    b.name,
+                    b.library,
+                    None,
+                    status=f"skipped: needs {b.mem_bytes / 2**30:.1f} GiB",
+                    **base,
+                )
+            )
             continue
         try:
             run, get = b.setup()
@@ -528,8 +604,19 @@ def run_cell(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, machine
             seconds = median_time(run, args.repeat, warmup=False, on_first=peak)
         except Exception as exc:  # noqa: BLE001 - one broken baseline must not stop the run
             msg = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ""
-            rows.append(Result(p.name, kernel, shape.F, shape.H, b.name, b.library, None,
-                               status=f"failed: {type(exc).__name__}: {msg}", **base))
+            rows.append(
+                Result(
+                    p.name,
+                    kernel,
+                    shape.F,
+                    shape.H,
+                    b.name,
+                    b.library,
+                    None,
+                    status=f"failed: {type(exc).__name__}: {msg}",
+                    **base,
+                )
+            )
             continue
         rows.append(result(b.name, b.library, seconds, max_err=err, peak_extra_bytes=peak.extra, **base))
         timers[b.name] = run
@@ -577,8 +664,11 @@ def print_cell(rows: list[Result], p: B.Problem, machine: Machine) -> None:
         ratio = f"{r.seconds / g.seconds:7.2f}x" if g.seconds else "      -"
         extra = f"  {100 * r.gbs / bw:.0f}% of {what}" if r.impl == "gnnc" else ""
         note = f"  ({r.note})" if r.note else ""
-        print(f"   {r.impl:38s} {r.seconds * 1e3:10.3f} {r.gflops:8.2f} {r.gbs:7.2f} {ratio} "
-              f"{r.max_err:9.1e} {fmt_bytes(r.peak_extra_bytes):>6s}{extra}{note}", flush=True)
+        print(
+            f"   {r.impl:38s} {r.seconds * 1e3:10.3f} {r.gflops:8.2f} {r.gbs:7.2f} {ratio} "
+            f"{r.max_err:9.1e} {fmt_bytes(r.peak_extra_bytes):>6s}{extra}{note}",
+            flush=True,
+        )
 
 
 def is_rmat_like(graph: str) -> bool:
@@ -610,8 +700,13 @@ def met(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "NOT met")
 
 
-def print_targets(results: list[Result], machine: Machine, problems: dict[str, B.Problem],
-                  ablation: list[dict] | None, relabelled: bool = False) -> list[dict]:
+def print_targets(
+    results: list[Result],
+    machine: Machine,
+    problems: dict[str, B.Problem],
+    ablation: list[dict] | None,
+    relabelled: bool = False,
+) -> list[dict]:
     lines: list[dict] = []
 
     def line(issue: int, text: str, value: str, ok: bool | None) -> None:
@@ -628,8 +723,10 @@ def print_targets(results: list[Result], machine: Machine, problems: dict[str, B
         g = next(r for r in by_cell[c] if r.impl == "gnnc" and r.status == "ok")
         if g.gbs and machine.stream_gbs:
             ceilings[c] = best.seconds / (g.gbs * g.seconds / machine.stream_gbs)
-    print("\n== targets (2 threads in the issues; this run: %d threads)" % machine.threads
-          + (", every graph relabelled by reverse Cuthill-McKee (--relabel)" if relabelled else ""))
+    print(
+        f"\n== targets (2 threads in the issues; this run: {machine.threads} threads)"
+        + (", every graph relabelled by reverse Cuthill-McKee (--relabel)" if relabelled else "")
+    )
 
     # issue 2's floor: the sum aggregation at least as fast as scipy's CSR product, ~1M edges
     floor = []
@@ -640,41 +737,65 @@ def print_targets(results: list[Result], machine: Machine, problems: dict[str, B
         sc = [r for r in rows if r.library == "scipy" and r.status == "ok"]
         if g and sc:
             floor.append((c, min(r.seconds for r in sc) / g.seconds))
-    line(2, "sum aggregation at least as fast as scipy's CSR product (graphs of ~1M edges)",
-         ", ".join(f"{c[0]} F={c[2]}: {r:.2f}x" for c, r in floor) or "not measured",
-         all(r >= 1.0 for _, r in floor) if floor else None)
+    line(
+        2,
+        "sum aggregation at least as fast as scipy's CSR product (graphs of ~1M edges)",
+        ", ".join(f"{c[0]} F={c[2]}: {r:.2f}x" for c, r in floor) or "not measured",
+        all(r >= 1.0 for _, r in floor) if floor else None,
+    )
 
     losses = [(c, br) for c, br in ratios.items() if br[0] < 1.0]
     text = ", ".join(f"{'/'.join(map(str, c))} {r:.2f}x vs {b.impl}" for c, (r, b) in losses[:8])
-    line(3, "every graph x kernel x F: gnnc at least as fast as the best baseline",
-         f"{len(ratios) - len(losses)}/{len(ratios)} cells" + (f"; losses: {text}" if losses else ""),
-         (not losses) if ratios else None)
-    for kernel, label, goal in (("gcn", "sum aggregation", 3.0), ("sage_mean", "mean aggregation", 3.0),
-                                ("sage_max", "max aggregation", 3.0), ("attention", "SDDMM dot", 2.0),
-                                ("gat", "gat", 5.0)):
+    line(
+        3,
+        "every graph x kernel x F: gnnc at least as fast as the best baseline",
+        f"{len(ratios) - len(losses)}/{len(ratios)} cells" + (f"; losses: {text}" if losses else ""),
+        (not losses) if ratios else None,
+    )
+    for kernel, label, goal in (
+        ("gcn", "sum aggregation", 3.0),
+        ("sage_mean", "mean aggregation", 3.0),
+        ("sage_max", "max aggregation", 3.0),
+        ("attention", "SDDMM dot", 2.0),
+        ("gat", "gat", 5.0),
+    ):
         rs = [r for c, (r, _) in ratios.items() if c[1] == kernel]
         if not rs:
             line(3, f"{label}: geomean vs best baseline >= {goal:g}x", "not measured in this run", None)
             continue
         gm = geomean(rs)
         ceiling = geomean([ceilings[c] for c in ratios if c[1] == kernel and c in ceilings])
-        bound = (f"; ceiling {ceiling:.2f}x (a kernel moving only what a perfect cache would, at STREAM"
-                 f"{': the target is out of reach on this machine' if ceiling < goal else ''})"
-                 if not math.isnan(ceiling) else "")
-        line(3, f"{label}: geomean vs best baseline >= {goal:g}x",
-             f"{gm:.2f}x over {len(rs)} cells (min {min(rs):.2f}x){bound}", gm >= goal)
+        bound = (
+            f"; ceiling {ceiling:.2f}x (a kernel moving only what a perfect cache would, at STREAM"
+            f"{': the target is out of reach on this machine' if ceiling < goal else ''})"
+            if not math.isnan(ceiling)
+            else ""
+        )
+        line(
+            3,
+            f"{label}: geomean vs best baseline >= {goal:g}x",
+            f"{gm:.2f}x over {len(rs)} cells (min {min(rs):.2f}x){bound}",
+            gm >= goal,
+        )
 
     def gnnc_rows(pred: Callable[[Result], bool]) -> list[Result]:
         return [r for r in results if r.impl == "gnnc" and r.status == "ok" and pred(r)]
 
     mesh = gnnc_rows(lambda r: r.kernel == "gcn" and r.graph in METIS_MESHES)
     fr = [r.gbs / machine.stream_gbs for r in mesh]
-    line(3, f"METIS meshes, sum aggregation >= 50% of STREAM ({machine.stream_gbs:.1f} GB/s)",
-         ", ".join(f"{r.graph} F={r.F}: {100 * f:.0f}%" for r, f in zip(mesh, fr)) or "not measured",
-         min(fr) >= 0.5 if fr else None)
+    line(
+        3,
+        f"METIS meshes, sum aggregation >= 50% of STREAM ({machine.stream_gbs:.1f} GB/s)",
+        ", ".join(f"{r.graph} F={r.F}: {100 * f:.0f}%" for r, f in zip(mesh, fr)) or "not measured",
+        min(fr) >= 0.5 if fr else None,
+    )
     rm = gnnc_rows(lambda r: r.kernel == "gcn" and is_rmat_like(r.graph))
-    line(3, f"R-MAT, sum aggregation as a fraction of the random-gather rate ({machine.gather_gbs:.1f} GB/s)",
-         ", ".join(f"{r.graph} F={r.F}: {100 * r.gbs / machine.gather_gbs:.0f}%" for r in rm) or "not measured", None)
+    line(
+        3,
+        f"R-MAT, sum aggregation as a fraction of the random-gather rate ({machine.gather_gbs:.1f} GB/s)",
+        ", ".join(f"{r.graph} F={r.F}: {100 * r.gbs / machine.gather_gbs:.0f}%" for r in rm) or "not measured",
+        None,
+    )
     if ablation is None:
         line(3, "each optimisation shows a measured gain in the ablation", "not measured: run --ablation", None)
     else:
@@ -683,10 +804,13 @@ def print_targets(results: list[Result], machine: Machine, problems: dict[str, B
         gains = {a["label"] for a in ran if a["gain"] and a["gain"] >= GAIN_THRESHOLD}
         labels = sorted({a["label"] for a in sched})
         no_gain = [lab for lab in labels if lab not in gains]
-        line(3, f"each optimisation shows a measured gain (>= {GAIN_THRESHOLD:.2f}x over the default) in the ablation",
-             f"{len(gains)}/{len(labels)} schedules gain somewhere" +
-             (f"; none or unsupported: {', '.join(no_gain)}" if no_gain else ""),
-             (not no_gain) if ran else None)
+        line(
+            3,
+            f"each optimisation shows a measured gain (>= {GAIN_THRESHOLD:.2f}x over the default) in the ablation",
+            f"{len(gains)}/{len(labels)} schedules gain somewhere"
+            + (f"; none or unsupported: {', '.join(no_gain)}" if no_gain else ""),
+            (not no_gain) if ran else None,
+        )
 
     # issue 4
     gat_cells = {c: rows for c, rows in by_cell.items() if c[1] == "gat"}
@@ -697,9 +821,17 @@ def print_targets(results: list[Result], machine: Machine, problems: dict[str, B
             b = next((r for r in rows if r.impl == impl and r.status == "ok"), None)
             if g and b:
                 rs.append((c, b.seconds / g.seconds))
-        value = (f"min {min(x for _, x in rs):.2f}x, geomean {geomean([x for _, x in rs]):.2f}x over {len(rs)} cells"
-                 if rs else "not measured")
-        line(4, f"gat: >= {goal:g}x faster than {impl} in every cell", value, min(x for _, x in rs) >= goal if rs else None)
+        value = (
+            f"min {min(x for _, x in rs):.2f}x, geomean {geomean([x for _, x in rs]):.2f}x over {len(rs)} cells"
+            if rs
+            else "not measured"
+        )
+        line(
+            4,
+            f"gat: >= {goal:g}x faster than {impl} in every cell",
+            value,
+            min(x for _, x in rs) >= goal if rs else None,
+        )
     if gat_cells:
         largest = max(gat_cells, key=lambda c: (problems[c[0]].E, c[2] * c[3]))
         p = problems[largest[0]]
@@ -710,15 +842,32 @@ def print_targets(results: list[Result], machine: Machine, problems: dict[str, B
         ok = None
         if g is not None and g.peak_extra_bytes is not None:
             ok = g.peak_extra_bytes < max(ehf // 2, 64 << 20)
-        line(4, f"gat peak extra memory O(V*F + E), no E*F term (largest cell {'/'.join(map(str, largest))}, "
-                f"E*H*F*4 = {fmt_bytes(ehf)})", peaks or "not measured", ok)
+        line(
+            4,
+            f"gat peak extra memory O(V*F + E), no E*F term (largest cell {'/'.join(map(str, largest))}, "
+            f"E*H*F*4 = {fmt_bytes(ehf)})",
+            peaks or "not measured",
+            ok,
+        )
     else:
         line(4, "gat peak extra memory O(V*F + E)", "not measured in this run", None)
-    tbg = [a for a in (ablation or []) if a["kind"] == "compile" and a["kernel"] == "mlp_aggr"
-           and a["label"] == "no transform-before-gather" and a["F"] == 128 and a["status"] == "ok"]
+    tbg = [
+        a
+        for a in (ablation or [])
+        if a["kind"] == "compile"
+        and a["kernel"] == "mlp_aggr"
+        and a["label"] == "no transform-before-gather"
+        and a["F"] == 128
+        and a["status"] == "ok"
+    ]
     if tbg:
         gain = geomean([a["gain"] for a in tbg])
-        line(4, "mlp_aggr: transform-before-gather >= 3x faster than without (D1 = D2 = 128)", f"{gain:.2f}x", gain >= 3.0)
+        line(
+            4,
+            "mlp_aggr: transform-before-gather >= 3x faster than without (D1 = D2 = 128)",
+            f"{gain:.2f}x",
+            gain >= 3.0,
+        )
     else:
         # the switch exists (COMPILE_VARIANTS); the cell was not in this run
         why = "not measured: run --ablation --kernels mlp_aggr --features 128"
@@ -745,8 +894,17 @@ def run_ablation(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, arg
     tried += [("compile", label, None, label) for label in COMPILE_VARIANTS if label != "default (fused)"]
     calls: list[tuple[dict, Callable[[], Any]]] = []
     for kind, label, sched, variant in tried:
-        row = {"graph": p.name, "kernel": kernel, "F": shape.F, "H": shape.H, "kind": kind, "label": label,
-               "seconds": None, "gain": None, "status": "ok"}
+        row = {
+            "graph": p.name,
+            "kernel": kernel,
+            "F": shape.F,
+            "H": shape.H,
+            "kind": kind,
+            "label": label,
+            "seconds": None,
+            "gain": None,
+            "status": "ok",
+        }
         try:
             if callable(sched):
                 sched = sched(getattr(gk.module(kernel, variant), kernel), p.graph, inputs)
@@ -776,15 +934,19 @@ def run_ablation(p: B.Problem, kernel: str, shape: B.Shape, gk: GnncKernels, arg
             row["gain"] = row["seconds"] / row_base if removes else row_base / row["seconds"]
         t = f"{row['seconds'] * 1e3:10.3f} ms" if row["seconds"] else " " * 13
         g = f"  gain {row['gain']:.2f}x" if row["gain"] else ""
-        print(f"   {row['kind']:8s} {row['label']:30s} {t}{g}  {'' if row['status'] == 'ok' else row['status']}",
-              flush=True)
+        print(
+            f"   {row['kind']:8s} {row['label']:30s} {t}{g}  {'' if row['status'] == 'ok' else row['status']}",
+            flush=True,
+        )
     return rows
 
 
 def print_ablation_summary(ablation: list[dict]) -> None:
     """Per schedule / variant: the best gain over all cells, and where."""
-    print("\n== ablation summary (gain: default time / schedule time; 'without ...' and compile variants: "
-          "their time / default time)")
+    print(
+        "\n== ablation summary (gain: default time / schedule time; 'without ...' and compile variants: "
+        "their time / default time)"
+    )
     labels: dict[tuple[str, str], list[dict]] = {}
     for a in ablation:
         if a["label"] != "default":
@@ -796,8 +958,10 @@ def print_ablation_summary(ablation: list[dict]) -> None:
             continue
         best = max(ran, key=lambda a: a["gain"])
         where = f"{best['graph']} {best['kernel']} F={best['F']}"
-        print(f"   {kind:8s} {label:30s} best {best['gain']:.2f}x ({where}), worst {min(a['gain'] for a in ran):.2f}x, "
-              f"{len(ran)} cells")
+        print(
+            f"   {kind:8s} {label:30s} best {best['gain']:.2f}x ({where}), worst {min(a['gain'] for a in ran):.2f}x, "
+            f"{len(ran)} cells"
+        )
 
 
 # ------------------------------------------------------------------ plot
@@ -829,12 +993,22 @@ def plot(results: list[Result], path: Path, machine: Machine) -> str:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}x"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
     for bar, (_, r, impl) in zip(bars, items):  # the value, and which baseline was best
-        ax.annotate(f"{r:.2f}\n{impl}", (bar.get_x() + bar.get_width() / 2, r), ha="center",
-                    va="bottom" if r >= 1 else "top", fontsize=5, rotation=90 if len(items) > 24 else 0)
+        ax.annotate(
+            f"{r:.2f}\n{impl}",
+            (bar.get_x() + bar.get_width() / 2, r),
+            ha="center",
+            va="bottom" if r >= 1 else "top",
+            fontsize=5,
+            rotation=90 if len(items) > 24 else 0,
+        )
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(list(xs))
-    ax.set_xticklabels([f"{c[0]} F={c[2]}" + (f" H={c[3]}" if c[1] in HEADED else "") for c, _, _ in items],
-                       rotation=70, ha="right", fontsize=7)
+    ax.set_xticklabels(
+        [f"{c[0]} F={c[2]}" + (f" H={c[3]}" if c[1] in HEADED else "") for c, _, _ in items],
+        rotation=70,
+        ha="right",
+        fontsize=7,
+    )
     ax.set_ylabel("speedup of gnnc over the best baseline (log)")
     ax.set_title(f"gnnc vs best baseline per cell ({machine.threads} threads; > 1: gnnc faster)")
     from matplotlib.patches import Patch
@@ -864,16 +1038,22 @@ def main(args: argparse.Namespace) -> int:
 
     machine = measure_machine(args.threads)
     versions = B.library_versions()
-    print(f"gnnc benchmark: {'quick' if args.quick else 'full'}{' + ablation' if args.ablation else ''}, "
-          f"{args.threads} threads (gnnc threads= {'passed' if gk.takes_threads else 'not supported yet'}), "
-          f"median of {args.repeat} after a warm-up, float32")
-    print(f"machine: {machine.cpu}; STREAM triad {machine.stream_gbs:.1f} GB/s, "
-          f"random 256-B row gather {machine.gather_gbs:.1f} GB/s (numba prange, {args.threads} threads); "
-          f"MemAvailable {mem_available() / 2**30:.1f} GiB")
+    print(
+        f"gnnc benchmark: {'quick' if args.quick else 'full'}{' + ablation' if args.ablation else ''}, "
+        f"{args.threads} threads (gnnc threads= {'passed' if gk.takes_threads else 'not supported yet'}), "
+        f"median of {args.repeat} after a warm-up, float32"
+    )
+    print(
+        f"machine: {machine.cpu}; STREAM triad {machine.stream_gbs:.1f} GB/s, "
+        f"random 256-B row gather {machine.gather_gbs:.1f} GB/s (numba prange, {args.threads} threads); "
+        f"MemAvailable {mem_available() / 2**30:.1f} GiB"
+    )
     print("libraries: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     load_start = os.getloadavg()[0]
-    print(f"load average at start: {load_start:.2f}" +
-          ("  (other processes are running: times are noisier than on an idle machine)" if load_start > 0.5 else ""))
+    print(
+        f"load average at start: {load_start:.2f}"
+        + ("  (other processes are running: times are noisier than on an idle machine)" if load_start > 0.5 else "")
+    )
 
     results: list[Result] = []
     ablation: list[dict] | None = [] if args.ablation else None
@@ -885,11 +1065,14 @@ def main(args: argparse.Namespace) -> int:
             graph = graph.reordered("rcm").graph  # edge ids stay in CSR order
         p = B.problem_from_graph(name, graph)
         problems[name] = p
-        print(f"\n#### graph {name}: V={p.V:,} E={p.E:,} max in-degree {int(p.deg.max()) if p.V else 0} "
-              f"(built in {time.perf_counter() - t0:.1f} s)", flush=True)
+        print(
+            f"\n#### graph {name}: V={p.V:,} E={p.E:,} max in-degree {int(p.deg.max()) if p.V else 0} "
+            f"(built in {time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
         for kernel in kernels:
             for f in features:
-                for h in (heads if kernel in HEADED else [1]):
+                for h in heads if kernel in HEADED else [1]:
                     shape = B.Shape(f, h)
                     if args.ablation:
                         print(f"\n== ablation {name} {kernel} F={f}" + (f" H={h}" if kernel in HEADED else ""))
@@ -910,11 +1093,18 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     payload = {
-        "mode": "quick" if args.quick else "full", "ablation": args.ablation, "relabel": args.relabel, "threads": args.threads,
-        "repeat": args.repeat, "machine": asdict(machine), "libraries": versions,
+        "mode": "quick" if args.quick else "full",
+        "ablation": args.ablation,
+        "relabel": args.relabel,
+        "threads": args.threads,
+        "repeat": args.repeat,
+        "machine": asdict(machine),
+        "libraries": versions,
         "load_average": [load_start, load_end],
         "graphs": {n: {"V": p.V, "E": p.E} for n, p in problems.items()},
-        "results": [asdict(r) for r in results], "ablation_results": ablation, "targets": targets,
+        "results": [asdict(r) for r in results],
+        "ablation_results": ablation,
+        "targets": targets,
         "gpu_results": gpu_results,
     }
     for path in (args.out / f"results-{stamp}.json", args.out / "latest.json"):

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import gnnc  # noqa: E402
 from graphs import rmat  # noqa: E402
+
+import gnnc  # noqa: E402
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -37,6 +38,7 @@ def _spin() -> None:
 
 def free_cores() -> float:
     """Two processes' throughput over one's: about 2.0 on an idle two-core machine."""
+
     def run(n: int) -> float:
         procs = [Process(target=_spin) for _ in range(n)]
         start = time.perf_counter()
@@ -50,8 +52,9 @@ def free_cores() -> float:
     return 2 * one / two
 
 
-def hub_graph(v: int = 100_000, hub_edges: int = 2_000_000, rand_edges: int = 200_000,
-              hubs: int = 1, seed: int = 0) -> gnnc.Graph:
+def hub_graph(
+    v: int = 100_000, hub_edges: int = 2_000_000, rand_edges: int = 200_000, hubs: int = 1, seed: int = 0
+) -> gnnc.Graph:
     """`hubs` destinations sharing `hub_edges` in-edges, plus uniform random edges."""
     rng = np.random.default_rng(seed)
     src = np.concatenate([rng.integers(0, v, hub_edges), rng.integers(0, v, rand_edges)])
@@ -59,8 +62,7 @@ def hub_graph(v: int = 100_000, hub_edges: int = 2_000_000, rand_edges: int = 20
     return gnnc.Graph.from_coo(src, dst, num_vertices=v)
 
 
-def paired(graph: gnnc.Graph, name: str, dims: dict[str, int], schedules: list[str], reps: int,
-           threads: int) -> None:
+def paired(graph: gnnc.Graph, name: str, dims: dict[str, int], schedules: list[str], reps: int, threads: int) -> None:
     kernels = {s: getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=s), name) for s in schedules}
     rng = np.random.default_rng(1)
     inputs = {}
@@ -77,8 +79,9 @@ def paired(graph: gnnc.Graph, name: str, dims: dict[str, int], schedules: list[s
             kernels[s](graph, threads=threads, **inputs)
             times[s].append(time.perf_counter() - start)
     base = float(np.median(times[schedules[0]]))
-    cells = [f"[{s}] {1e3 * float(np.median(times[s])):.1f} ms {base / float(np.median(times[s])):.2f}x"
-             for s in schedules]
+    cells = [
+        f"[{s}] {1e3 * float(np.median(times[s])):.1f} ms {base / float(np.median(times[s])):.2f}x" for s in schedules
+    ]
     print(f"{name} {dims} threads={threads}: " + "  ".join(cells), flush=True)
 
 
@@ -97,21 +100,35 @@ def main() -> None:
             for threads in (1, args.threads):
                 paired(graph, name, {"F": 32}, ["parallel dst", "group neighbors 1024"], args.reps, threads)
     elif args.which == "group":
-        for label, graph in [("1 hub, 2M in-edges, + 200K random", hub_graph()),
-                             ("4 hubs, 500K in-edges each, + 200K random", hub_graph(hubs=4)),
-                             ("rmat-16", rmat(16))]:
+        for label, graph in [
+            ("1 hub, 2M in-edges, + 200K random", hub_graph()),
+            ("4 hubs, 500K in-edges each, + 200K random", hub_graph(hubs=4)),
+            ("rmat-16", rmat(16)),
+        ]:
             deg = np.diff(graph.in_indptr)
             print(f"# {label}: V={graph.num_vertices} E={graph.num_edges} max in-degree {deg.max()}", flush=True)
             for name in ("gcn", "sage_max", "gin"):
-                paired(graph, name, {"F": 32}, ["parallel dst", "group neighbors 1024", "group neighbors 8192"],
-                       args.reps, args.threads)
+                paired(
+                    graph,
+                    name,
+                    {"F": 32},
+                    ["parallel dst", "group neighbors 1024", "group neighbors 8192"],
+                    args.reps,
+                    args.threads,
+                )
     else:
         for scale in (16, 17):
             graph = rmat(scale)
             print(f"# rmat-{scale}: V={graph.num_vertices} E={graph.num_edges}", flush=True)
             for dims in ({"H": 1, "F": 512}, {"H": 4, "F": 128}, {"H": 1, "F": 64}):
-                paired(graph, "gat", dims, ["parallel dst", "partition src 2", "partition src 4", "partition src 8"],
-                       args.reps, args.threads)
+                paired(
+                    graph,
+                    "gat",
+                    dims,
+                    ["parallel dst", "partition src 2", "partition src 4", "partition src 8"],
+                    args.reps,
+                    args.threads,
+                )
 
 
 if __name__ == "__main__":

@@ -241,14 +241,32 @@ def memory_child(args: argparse.Namespace) -> None:
     base = _status("VmRSS")
     for _ in range(args.memory_epochs):
         epoch()
-    print(json.dumps({"delta": _status("VmHWM") - base, "base": base,
-                      "hwm": _status("VmHWM")}))
+    print(json.dumps({"delta": _status("VmHWM") - base, "base": base, "hwm": _status("VmHWM")}))
 
 
 def measure_memory(framework: str, model: str, hidden: int, args: argparse.Namespace) -> dict | str:
-    cmd = [sys.executable, __file__, "--graph", args.graph, "--models", model, "--hidden", str(hidden),
-           "--in-features", str(args.in_features), "--classes", str(args.classes), "--heads", str(args.heads),
-           "--threads", str(args.threads), "--memory-epochs", str(args.memory_epochs), "--memory-child", framework]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--graph",
+        args.graph,
+        "--models",
+        model,
+        "--hidden",
+        str(hidden),
+        "--in-features",
+        str(args.in_features),
+        "--classes",
+        str(args.classes),
+        "--heads",
+        str(args.heads),
+        "--threads",
+        str(args.threads),
+        "--memory-epochs",
+        str(args.memory_epochs),
+        "--memory-child",
+        framework,
+    ]
     if args.pyg_uncached:
         cmd.append("--pyg-uncached")
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -302,11 +320,15 @@ def main() -> None:
 
     data = make_data(args)
     edge_index, n = data[0], data[1]
-    print(f"graph {args.graph}: {n} vertices, {edge_index.shape[1]} edges (undirected, self loops); "
-          f"{args.in_features} input features, {args.classes} classes; {args.threads} threads; "
-          f"median of {args.reps} round-robin epochs; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'model':5s} {'hidden':>6s} {'gnnc ms':>9s} {'PyG ms':>9s} {'PyG/gnnc':>8s} "
-          f"{'gnnc MB':>8s} {'PyG MB':>8s}  target (>= {TARGET_SPEEDUP:g}x, less memory)")
+    print(
+        f"graph {args.graph}: {n} vertices, {edge_index.shape[1]} edges (undirected, self loops); "
+        f"{args.in_features} input features, {args.classes} classes; {args.threads} threads; "
+        f"median of {args.reps} round-robin epochs; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'model':5s} {'hidden':>6s} {'gnnc ms':>9s} {'PyG ms':>9s} {'PyG/gnnc':>8s} "
+        f"{'gnnc MB':>8s} {'PyG MB':>8s}  target (>= {TARGET_SPEEDUP:g}x, less memory)"
+    )
     refusal = gat_refusal() if "gat" in args.models else None
     for model in args.models:
         for hidden in args.hidden:
@@ -326,13 +348,18 @@ def main() -> None:
             if mem and all(isinstance(m, dict) for m in mem.values()):
                 less = mem["gnnc"]["delta"] < mem["pyg"]["delta"]
                 met = "met" if ratio >= TARGET_SPEEDUP and less else "NOT met"
-                detail = (f"({ratio:.2f}x, memory {'lower' if less else 'higher'}; whole-process peak "
-                          f"{mem['gnnc']['hwm'] / 2**20:.0f} / {mem['pyg']['hwm'] / 2**20:.0f} MB)")
+                detail = (
+                    f"({ratio:.2f}x, memory {'lower' if less else 'higher'}; whole-process peak "
+                    f"{mem['gnnc']['hwm'] / 2**20:.0f} / {mem['pyg']['hwm'] / 2**20:.0f} MB)"
+                )
             else:
                 met = "met (time)" if ratio >= TARGET_SPEEDUP else "NOT met (time)"
                 detail = f"({ratio:.2f}x; memory not measured)"
-            print(f"{model:5s} {hidden:6d} {t['gnnc'] * 1e3:9.1f} {t['pyg'] * 1e3:9.1f} {ratio:8.2f} "
-                  f"{mb('gnnc'):>8s} {mb('pyg'):>8s}  {met} {detail}", flush=True)
+            print(
+                f"{model:5s} {hidden:6d} {t['gnnc'] * 1e3:9.1f} {t['pyg'] * 1e3:9.1f} {ratio:8.2f} "
+                f"{mb('gnnc'):>8s} {mb('pyg'):>8s}  {met} {detail}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ mode of `tune`), and appends the record to `benchmarks/results/tune_records.json
 Then:
 
 - the predictor is fit on the TRAIN graphs' records only and written to
-  `gnnc/runtime/schedule_model.json`, the model gnnc ships (`--no-write` keeps
+  `gnnc/autotune/schedule_model.json`, the model gnnc ships (`--no-write` keeps
   the shipped one);
 - on each HELD-OUT case the model predicts a schedule without looking at that
   case's times; the prediction counts as good when its measured time is within
@@ -45,9 +45,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import graphs as bench_graphs  # noqa: E402
 
 import gnnc  # noqa: E402
-from gnnc.runtime import predictor, tune  # noqa: E402
-from gnnc.runtime.graph_io import load_graph  # noqa: E402
-from gnnc.runtime.tuning_cache import machine_key, read_records  # noqa: E402
+from gnnc.autotune import predictor  # noqa: E402
+from gnnc.autotune.cache import machine_key, read_records  # noqa: E402
+from gnnc.graph.io import load_graph  # noqa: E402
+from gnnc.runtime import tune  # noqa: E402
 
 RECORDS = REPO / "benchmarks" / "results" / "tune_records.jsonl"
 GOOD_WITHIN = 1.15
@@ -148,9 +149,12 @@ def collect(names: dict[str, tuple], cases: list, split: str, rounds: int, machi
             record["split"] = split
             with open(RECORDS, "a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
-            print(f"  {split}: {name} {kname} {dims}: best {result.best or '(as compiled)'} "
-                  f"{result.speedup_over_unscheduled:.2f}x unscheduled, {result.speedup_over_default:.2f}x default "
-                  f"({time.perf_counter() - t0:.0f}s)", flush=True)
+            print(
+                f"  {split}: {name} {kname} {dims}: best {result.best or '(as compiled)'} "
+                f"{result.speedup_over_unscheduled:.2f}x unscheduled, {result.speedup_over_default:.2f}x default "
+                f"({time.perf_counter() - t0:.0f}s)",
+                flush=True,
+            )
 
 
 CONFIRM = REPO / "benchmarks" / "results" / "tune_confirm.jsonl"
@@ -164,7 +168,7 @@ def confirm(record: dict, keys: list[str], graph_cache: dict, modules: dict, rou
     fresh, interleaved measurement instead. Results are kept in CONFIRM.
     """
     cid = case_id(record["graph_name"], record["kernel"], record["dims"]) + json.dumps(sorted(keys))
-    for line in (CONFIRM.read_text().splitlines() if CONFIRM.exists() else []):
+    for line in CONFIRM.read_text().splitlines() if CONFIRM.exists() else []:
         saved = json.loads(line)
         if saved["id"] == cid and saved["machine"] == record["machine"]:
             return saved["times"]
@@ -211,9 +215,21 @@ def evaluate(model: predictor.Model, records: list[dict], rounds: int) -> bool:
         good += ratio <= GOOD_WITHIN
         gains.append(times[r["baseline"]] / times[best_key])
         vs_default.append(times[r["default"]] / times[best_key])
-        rows.append((r["graph_name"], r["kernel"], _dims(r["dims"]), pred or "(as compiled)", origin, ratio,
-                     best_key or "(as compiled)", times[r["baseline"]] / times[best_key]))
-    print(f"\n{'graph':<14} {'kernel':<10} {'sizes':<10} {'predicted':<34} {'vs best':>8}  {'tuned best':<34} {'vs unsched':>10}")
+        rows.append(
+            (
+                r["graph_name"],
+                r["kernel"],
+                _dims(r["dims"]),
+                pred or "(as compiled)",
+                origin,
+                ratio,
+                best_key or "(as compiled)",
+                times[r["baseline"]] / times[best_key],
+            )
+        )
+    print(
+        f"\n{'graph':<14} {'kernel':<10} {'sizes':<10} {'predicted':<34} {'vs best':>8}  {'tuned best':<34} {'vs unsched':>10}"
+    )
     for g, k, d, p, o, ratio, b, gain in rows:
         mark = "" if ratio <= GOOD_WITHIN else "  <- more than 15% slower"
         p_shown = p if o == "predicted" else f"{p} [default]"
@@ -224,13 +240,19 @@ def evaluate(model: predictor.Model, records: list[dict], rounds: int) -> bool:
     worst_default = min(vs_default) if vs_default else 0.0
     ok1, ok2, ok3 = frac >= 0.8, geo >= 1.2, worst_default >= 1.0
     print("\n('vs best': the predicted schedule's time over the tuned best's, both timed again head to head)")
-    print(f"TARGET predicted within 15% of the tuned best on held-out graphs: {good}/{n} = {frac:.0%} "
-          f"(target >= 80%): {'MET' if ok1 else 'NOT MET'}")
+    print(
+        f"TARGET predicted within 15% of the tuned best on held-out graphs: {good}/{n} = {frac:.0%} "
+        f"(target >= 80%): {'MET' if ok1 else 'NOT MET'}"
+    )
     # three decimals: 1.198x printed as "1.20x ... NOT MET" read as a contradiction
-    print(f"TARGET tuned best vs unscheduled kernel, geometric mean: {geo:.3f}x (target >= 1.2x): "
-          f"{'MET' if ok2 else 'NOT MET'}")
-    print(f"TARGET tuned best never slower than the default heuristic: worst {worst_default:.2f}x "
-          f"(target >= 1.00x): {'MET' if ok3 else 'NOT MET'}")
+    print(
+        f"TARGET tuned best vs unscheduled kernel, geometric mean: {geo:.3f}x (target >= 1.2x): "
+        f"{'MET' if ok2 else 'NOT MET'}"
+    )
+    print(
+        f"TARGET tuned best never slower than the default heuristic: worst {worst_default:.2f}x "
+        f"(target >= 1.00x): {'MET' if ok3 else 'NOT MET'}"
+    )
     return ok1 and ok2 and ok3
 
 
@@ -248,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="two graphs a side and two kernels")
     ap.add_argument("--rounds", type=int, default=5, help="round-robin timings of every candidate (median)")
     ap.add_argument("--evaluate-only", action="store_true", help="measure nothing; fit and evaluate the records")
-    ap.add_argument("--no-write", action="store_true", help="do not overwrite gnnc/runtime/schedule_model.json")
+    ap.add_argument("--no-write", action="store_true", help="do not overwrite gnnc/autotune/schedule_model.json")
     args = ap.parse_args(argv)
 
     machine = machine_key()
@@ -268,9 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         print("no records to fit or to evaluate (were the graphs found?)")
         return 1
     model = predictor.Model.fit(train_records, machine)
-    print(f"\npredictor fit on {len(train_records)} cases of {len({r['graph_name'] for r in train_records})} "
-          f"training graphs; evaluated on {len(held_records)} cases of "
-          f"{len({r['graph_name'] for r in held_records})} held-out graphs")
+    print(
+        f"\npredictor fit on {len(train_records)} cases of {len({r['graph_name'] for r in train_records})} "
+        f"training graphs; evaluated on {len(held_records)} cases of "
+        f"{len({r['graph_name'] for r in held_records})} held-out graphs"
+    )
     if not args.no_write and not args.quick:
         predictor.SHIPPED_MODEL.write_text(model.to_json() + "\n")
         print(f"wrote {predictor.SHIPPED_MODEL.relative_to(REPO)}")

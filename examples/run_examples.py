@@ -70,8 +70,10 @@ def main() -> None:
         ok = err < 1e-3
         failures += not ok
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in results.items())
-        print(f"  {name:10s} compile {compile_s:6.2f} s   run {run_ms:8.2f} ms   {shapes:32s} "
-              f"max |error| {err:.2e}  {'ok' if ok else 'MISMATCH'}")
+        print(
+            f"  {name:10s} compile {compile_s:6.2f} s   run {run_ms:8.2f} ms   {shapes:32s} "
+            f"max |error| {err:.2e}  {'ok' if ok else 'MISMATCH'}"
+        )
     if failures:
         raise SystemExit(f"{failures} kernel(s) disagree with the reference")
 

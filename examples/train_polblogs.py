@@ -237,8 +237,10 @@ def main() -> None:
         results = {"gnnc": [], "pyg": []}
         for seed in range(args.seeds):
             perm = torch.from_numpy(np.random.default_rng(seed).permutation(n))
-            masks = tuple(torch.zeros(n, dtype=torch.bool).index_fill_(0, perm[a:b], True)
-                          for a, b in ((0, int(0.6 * n)), (int(0.6 * n), int(0.8 * n)), (int(0.8 * n), n)))
+            masks = tuple(
+                torch.zeros(n, dtype=torch.bool).index_fill_(0, perm[a:b], True)
+                for a, b in ((0, int(0.6 * n)), (int(0.6 * n), int(0.8 * n)), (int(0.8 * n), n))
+            )
             for framework in ("gnnc", "pyg"):
                 torch.manual_seed(seed)
                 if framework == "gnnc" and name == "gat":  # the same initial weights as PyG's
@@ -251,8 +253,10 @@ def main() -> None:
         for framework, runs in results.items():
             acc = np.mean([r[0] for r in runs]) * 100
             epoch = np.median([r[1] for r in runs]) * 1000
-            print(f"{name:10s} {framework:5s} test accuracy {acc:6.2f}% (mean of {args.seeds} seeds)  "
-                  f"epoch (forward + backward) {epoch:7.2f} ms")
+            print(
+                f"{name:10s} {framework:5s} test accuracy {acc:6.2f}% (mean of {args.seeds} seeds)  "
+                f"epoch (forward + backward) {epoch:7.2f} ms"
+            )
 
 
 if __name__ == "__main__":

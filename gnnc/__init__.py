@@ -9,8 +9,6 @@ Importing gnnc loads only the runtime; the compiler (xDSL, llvmlite) is
 imported on the first `gnnc.compile`.
 """
 
-__version__ = "0.1.0"
-
 from gnnc.errors import (  # noqa: E402
     ArgumentError,
     CompileError,
@@ -19,9 +17,10 @@ from gnnc.errors import (  # noqa: E402
     SourceError,
     ToolchainError,
 )
-from gnnc.runtime.graph import Graph  # noqa: E402
+from gnnc.graph.graph import Graph  # noqa: E402
 from gnnc.runtime.memory import aligned, empty, zeros  # noqa: E402
 from gnnc.runtime.module import Module, load  # noqa: E402
+from gnnc.version import __version__  # noqa: E402, F401
 
 
 def compile(source_or_path, **options):  # noqa: A001 - the natural name for users

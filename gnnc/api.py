@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gnnc.errors import ArgumentError
+from gnnc.runtime import compile_hook
 from gnnc.runtime.module import Module
 
 
@@ -14,11 +15,11 @@ class ReferenceKernel:
     """A kernel evaluated by the numpy reference (float64), for checking."""
 
     def __init__(self, kernel: Any):
-        from gnnc.runtime.signature import KernelSignature
+        from gnnc.lang.signature import kernel_signature
 
         self.kernel = kernel
         self.name = kernel.name
-        self.signature = KernelSignature.from_ast(kernel)
+        self.signature = kernel_signature(kernel)
 
     def __call__(self, graph: Any, *args: Any, **kwargs: Any) -> Any:
         from gnnc import reference
@@ -61,18 +62,21 @@ def compile(
     `arch` and loads it on the GPU (`gnnc.runtime.cuda`); `"cuda-emulation"`
     runs the cuda thread mapping's grid as loops on the CPU.
     """
-    from gnnc import compiler
-    from gnnc.schedule import directives_text
+    from gnnc.driver import compiler
+    from gnnc.ir.schedule import directives_text
 
     source, file = compiler.read_source(source_or_path)
     if target == "reference":
-        from gnnc.frontend import parse_and_check
+        from gnnc.lang import parse_and_check
 
         return ReferenceModule(parse_and_check(source, file))
     if target not in compiler.TARGETS:
         raise ArgumentError(f"unknown target {target!r}: use one of {', '.join(compiler.TARGETS)} or 'reference'")
     options = compiler.CompileOptions(
-        target=target, cpu=cpu, kernels=kernels, opt_level=opt_level,
+        target=target,
+        cpu=cpu,
+        kernels=kernels,
+        opt_level=opt_level,
         schedule=directives_text(schedule) if schedule is not None else None,
         disable_passes=tuple(disable_passes),
         fusion=fusion,
@@ -102,10 +106,10 @@ def compile_grad(
     gradient can reuse: `(results, saved)`, then `grad(..., saved=saved)`.
     `target="reference"` evaluates them with numpy.
     """
-    from gnnc import compiler
+    from gnnc.driver import compiler
     from gnnc.errors import CompileError
-    from gnnc.frontend import parse_and_check
-    from gnnc.frontend.grad import gradient_program
+    from gnnc.lang import parse_and_check
+    from gnnc.lang.autodiff import gradient_program
     from gnnc.runtime.gradient import Gradient
 
     source, file = compiler.read_source(source_or_path)
@@ -119,8 +123,19 @@ def compile_grad(
         raise CompileError(f"{kernel}: no input has a gradient kernel")
     module = compile(grad.source + grad.forward, target=target, **options)
     return Gradient(
-        module, kernel, [(k.name, k.wrt, k.reverse, k.reduce, k.inputs) for k in grad.kernels],
-        [p.name for p in forward.params], grad.constant, grad.skipped,
-        [r.name for r in forward.results], grad.gouts, "edge_id(e)" in grad.source, grad.transposes,
+        module,
+        kernel,
+        [(k.name, k.wrt, k.reverse, k.reduce, k.inputs) for k in grad.kernels],
+        [p.name for p in forward.params],
+        grad.constant,
+        grad.skipped,
+        [r.name for r in forward.results],
+        grad.gouts,
+        "edge_id(e)" in grad.source,
+        grad.transposes,
         grad.saved,
     )
+
+
+# Variants a loaded kernel needs (another schedule, the default's pick) compile through here.
+compile_hook.install_compiler(compile)

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from gnnc.errors import ArgumentError, GnncError
-from gnnc.frontend import ast
-from gnnc.runtime.graph import Graph
-from gnnc.runtime.signature import KernelSignature, pack_results, prepare_call
+from gnnc.graph.graph import Graph
+from gnnc.lang import ast
+from gnnc.lang.signature import kernel_signature
+from gnnc.runtime.signature import pack_results, prepare_call
 
 __all__ = ["evaluate"]
 
@@ -282,7 +283,7 @@ def evaluate(kernel: Any, graph: Graph, *args: Any, **kwargs: Any) -> Any:
     kwargs.pop("threads", None)
     kwargs.pop("schedule", None)
     out = kwargs.pop("out", None)
-    sig = KernelSignature.from_ast(kernel)
+    sig = kernel_signature(kernel)
     inputs, outputs, dims = prepare_call(sig, graph, args, kwargs, out=out)
     params: dict[str, tuple[str | None, np.ndarray]] = {}
     for p, arr in zip(sig.params, inputs):

@@ -41,7 +41,9 @@ def as_graph(graph: Any, num_vertices: int | None = None, size: Any = None) -> g
     """
     if isinstance(graph, gnnc.Graph):
         if size is not None and (graph.num_src, graph.num_dst) != tuple(int(n) for n in size):
-            raise ArgumentError(f"the graph has (num_src, num_dst) = {(graph.num_src, graph.num_dst)}, not size={tuple(size)}")
+            raise ArgumentError(
+                f"the graph has (num_src, num_dst) = {(graph.num_src, graph.num_dst)}, not size={tuple(size)}"
+            )
         return graph
     if isinstance(graph, torch.Tensor):
         entry = _GRAPHS.get(id(graph))
@@ -71,8 +73,8 @@ class Kernel:
     """A compiled kernel and its gradient kernels, callable on tensors with autograd."""
 
     def __init__(self, source_or_path: Any, name: str, **options: Any):
-        from gnnc import compiler
-        from gnnc.frontend import parse_and_check
+        from gnnc.driver import compiler
+        from gnnc.lang import parse_and_check
 
         source, self.file = compiler.read_source(source_or_path)
         program = parse_and_check(source, self.file)
@@ -92,8 +94,9 @@ class Kernel:
 
     def forward_kernel(self, dtype: str) -> Any:
         if dtype not in self._forward:
-            self._forward[dtype] = getattr(gnnc.compile(self._sources[dtype], kernels=[self.name], **self.options),
-                                           self.name)
+            self._forward[dtype] = getattr(
+                gnnc.compile(self._sources[dtype], kernels=[self.name], **self.options), self.name
+            )
         return self._forward[dtype]
 
     def gradient(self, dtype: str) -> Any:
@@ -103,12 +106,12 @@ class Kernel:
             self._backward[dtype] = compile_grad(self._sources[dtype], self.name, **self.options)
         return self._backward[dtype]
 
-    def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None,
-                 size: Any = None) -> Any:
+    def __call__(self, graph: Any, *inputs: torch.Tensor, num_vertices: int | None = None, size: Any = None) -> Any:
         """The result, or a tuple of the results in signature order for a kernel with several."""
         if len(inputs) != len(self.params):
-            raise ArgumentError(f"{self.name} takes {len(self.params)} inputs ({', '.join(self.params)}), "
-                                f"got {len(inputs)}")
+            raise ArgumentError(
+                f"{self.name} takes {len(self.params)} inputs ({', '.join(self.params)}), got {len(inputs)}"
+            )
         return _KernelFunction.apply(self, as_graph(graph, num_vertices, size), *inputs)
 
 
@@ -148,8 +151,10 @@ class _KernelFunction(torch.autograd.Function):
         grad = ctx.op.gradient(ctx.dtype)
         for i in wanted:
             if ctx.op.params[i] in grad.skipped:
-                raise CompileError(f"{ctx.op.name}: the gradient of '{ctx.op.params[i]}' (a parameter without a V "
-                                   "or E axis) is not generated yet; pass it without requires_grad")
+                raise CompileError(
+                    f"{ctx.op.name}: the gradient of '{ctx.op.params[i]}' (a parameter without a V "
+                    "or E axis) is not generated yet; pass it without requires_grad"
+                )
         arrays = [_numpy(t) for t in inputs]
         if len(gouts) == 1:
             gout: Any = _numpy(gouts[0])

@@ -1,6 +1,6 @@
 """Hypothesis profiles: `ci` (the default; keeps .ci/run fast) and `thorough`.
 
-    HYPOTHESIS_PROFILE=thorough python -m pytest
+HYPOTHESIS_PROFILE=thorough python -m pytest
 """
 
 from __future__ import annotations

@@ -25,33 +25,82 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 #: CPU schedules: tests/test_schedules.py's lists, and the ones the other tests name.
 CPU_SCHEDULES = [
     None,
-    "parallel dst", "prefetch 0", "prefetch 1", "prefetch 16", "sort degree", "reorder locality",
-    "sort degree\nprefetch 3", "tile features 4", "tile features 16\nprefetch 2", "partition src 3",
-    "partition src 2\ntile features 8\nsort degree", "order edges hilbert",
-    "order edges hilbert\nprefetch 2\ntile features 2", "vectorize 16", "vectorize 4\npartition src 2\nsort degree",
-    "tile features 8\nvectorize 4", "group neighbors 1", "group neighbors 4", "group neighbors 16\nvectorize 16",
-    "group neighbors 3\ntile features 4\nsort degree", "group neighbors 8\nprefetch 0\nreorder locality",
-    "reorder rcm", "stream outputs", "reorder rcm\nstream outputs\nvectorize 16",
-    "stream outputs\ntile features 4\nprefetch 2", "stream outputs\ntile features 8\nvectorize 4\nreorder rcm",
-    "simd 512", "simd 128\nvectorize 16\nprefetch 2", "group neighbors 7", "group neighbors 256\nvectorize 16",
-    "partition src 4; tile features 64; vectorize 32; prefetch 16", "edges sorted", "edges sorted; prefetch 4",
-    "prefetch 16; vectorize edges 16", "specialize F 32", "specialize F 128", "specialize F 32; stream outputs",
-    "specialize F 64; stream outputs", "prefetch 16\nspecialize F 128", "prefetch 16; specialize F 512; edges sorted",
-    "specialize H 4 F 64", "specialize H 1 F 128\nstream outputs\nprefetch 15",
-    "prefetch 15\nspecialize H 4 F 32\nreorder rcm\nstream outputs", "specialize H 2 D 32", "specialize D1 5 D2 7",
-    "partition src 2\ntile features 4\nvectorize 2", "order edges hilbert\ntile features 2\nvectorize 2",
-    "group neighbors 2\ntile features 2\nvectorize 2", "specialize F 128\nsimd 512", "reorder rcm; vectorize 8",
+    "parallel dst",
+    "prefetch 0",
+    "prefetch 1",
+    "prefetch 16",
+    "sort degree",
+    "reorder locality",
+    "sort degree\nprefetch 3",
+    "tile features 4",
+    "tile features 16\nprefetch 2",
+    "partition src 3",
+    "partition src 2\ntile features 8\nsort degree",
+    "order edges hilbert",
+    "order edges hilbert\nprefetch 2\ntile features 2",
+    "vectorize 16",
+    "vectorize 4\npartition src 2\nsort degree",
+    "tile features 8\nvectorize 4",
+    "group neighbors 1",
+    "group neighbors 4",
+    "group neighbors 16\nvectorize 16",
+    "group neighbors 3\ntile features 4\nsort degree",
+    "group neighbors 8\nprefetch 0\nreorder locality",
+    "reorder rcm",
+    "stream outputs",
+    "reorder rcm\nstream outputs\nvectorize 16",
+    "stream outputs\ntile features 4\nprefetch 2",
+    "stream outputs\ntile features 8\nvectorize 4\nreorder rcm",
+    "simd 512",
+    "simd 128\nvectorize 16\nprefetch 2",
+    "group neighbors 7",
+    "group neighbors 256\nvectorize 16",
+    "partition src 4; tile features 64; vectorize 32; prefetch 16",
+    "edges sorted",
+    "edges sorted; prefetch 4",
+    "prefetch 16; vectorize edges 16",
+    "specialize F 32",
+    "specialize F 128",
+    "specialize F 32; stream outputs",
+    "specialize F 64; stream outputs",
+    "prefetch 16\nspecialize F 128",
+    "prefetch 16; specialize F 512; edges sorted",
+    "specialize H 4 F 64",
+    "specialize H 1 F 128\nstream outputs\nprefetch 15",
+    "prefetch 15\nspecialize H 4 F 32\nreorder rcm\nstream outputs",
+    "specialize H 2 D 32",
+    "specialize D1 5 D2 7",
+    "partition src 2\ntile features 4\nvectorize 2",
+    "order edges hilbert\ntile features 2\nvectorize 2",
+    "group neighbors 2\ntile features 2\nvectorize 2",
+    "specialize F 128\nsimd 512",
+    "reorder rcm; vectorize 8",
 ]
 
 #: CUDA mappings: tests/test_cuda_ptx.py's and the emulation tests'.
 CUDA_MAPPINGS = [
     None,
-    "map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
-    "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4",
-    "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2", "map thread_vertex hybrid 8",
-    "map warp_vertex lanes 8 hybrid 4", "map thread_edge group 2 hybrid 8", "map warp_edge tile 2 hybrid 4",
-    "map warp_vertex group 3 tile 2", "map warp_edge group 5", "map thread_edge group 2", "map warp_vertex lanes 4",
-    "map warp_edge lanes 8 group 3", "map thread_vertex hybrid 3", "map warp_edge hybrid 2 tile 2",
+    "map thread_vertex",
+    "map thread_vertex group 4",
+    "map warp_vertex",
+    "map warp_vertex group 2 tile 4",
+    "map thread_edge",
+    "map thread_edge group 4",
+    "map warp_edge",
+    "map warp_edge group 2 tile 4",
+    "map warp_vertex lanes 8",
+    "map warp_edge lanes 4 group 2",
+    "map thread_vertex hybrid 8",
+    "map warp_vertex lanes 8 hybrid 4",
+    "map thread_edge group 2 hybrid 8",
+    "map warp_edge tile 2 hybrid 4",
+    "map warp_vertex group 3 tile 2",
+    "map warp_edge group 5",
+    "map thread_edge group 2",
+    "map warp_vertex lanes 4",
+    "map warp_edge lanes 8 group 3",
+    "map thread_vertex hybrid 3",
+    "map warp_edge hybrid 2 tile 2",
 ]
 
 
@@ -59,11 +108,11 @@ def _compiler():
     try:
         from gnnc.driver import compiler  # the layout of the Architecture issue
     except ImportError:
-        from gnnc import compiler  # type: ignore[no-redef]
+        from gnnc.driver import compiler  # type: ignore[no-redef]
     return compiler
 
 
-_METADATA = re.compile(r'^@gnnc_metadata = .*$', re.M)
+_METADATA = re.compile(r"^@gnnc_metadata = .*$", re.M)
 
 
 def _one(job: tuple[str, str, str | None]) -> tuple[str, str, str]:

@@ -132,7 +132,7 @@ def scalar_edge_expr(draw, depth: int = 2) -> str:
     if choice == 2:
         return f"tanh(dot({draw(vec_edge_expr(1))}, {draw(vec_edge_expr(1))}))"
     if choice == 3:
-        return f"rsqrt(deg_out(u) * deg_in(v))"
+        return "rsqrt(deg_out(u) * deg_in(v))"
     if choice == 4:
         return f"exp(tanh({sub()}))"
     return f"sqrt(1 + abs({sub()}))"

@@ -9,8 +9,8 @@ import pytest
 
 import gnnc
 from gnnc.api import compile_grad
-from gnnc.frontend import parse_and_check
-from gnnc.frontend.parser import CALL_FUNCTIONS
+from gnnc.lang import parse_and_check
+from gnnc.lang.parser import CALL_FUNCTIONS
 from tests.helpers import numeric_grad
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -123,8 +123,11 @@ def test_names_of_generated_tensors_are_kept_free():
 def test_every_builtin_is_differentiated(func):
     """No call of the language is refused: each, applied to x, has a gradient w.r.t. x (checked numerically)."""
     calls = {
-        "leaky_relu": "leaky_relu(x[u], 0.2)", "dot": "dot(x[u], x[v])", "outer": "outer(x[u], x[v] * x[v])",
-        "transpose": "transpose(outer(x[u], x[v] * x[v]))", "softmax": "softmax(x[u]) * x[v]",
+        "leaky_relu": "leaky_relu(x[u], 0.2)",
+        "dot": "dot(x[u], x[v])",
+        "outer": "outer(x[u], x[v] * x[v])",
+        "transpose": "transpose(outer(x[u], x[v] * x[v]))",
+        "softmax": "softmax(x[u]) * x[v]",
         "step": "step(x[u] - 1.0) * x[v]",  # piecewise constant: the gradient is through x[v]
     }
     rank = {"dot": "", "outer": ", K, K", "transpose": ", K, K"}.get(func, ", K")
@@ -154,12 +157,19 @@ kernel at_matrix(m: f64[V, N, K], W: f64[N, K]) -> f64[V, K, K] {
 """
 
 
-@pytest.mark.parametrize("name,dims", [
-    ("outer_k", {"K": 3, "N": 2}), ("outer_k", {"K": 1, "N": 4}), ("outer_k", {"K": 3, "N": 1}),
-    ("transposed", {"H": 2, "K": 3, "N": 2}), ("transposed", {"H": 1, "K": 1, "N": 3}),
-    ("at_matrix", {"K": 2, "N": 3}), ("at_matrix", {"K": 1, "N": 1}),
-    ("softmax_t", {"H": 2, "K": 3, "N": 2}),
-])
+@pytest.mark.parametrize(
+    "name,dims",
+    [
+        ("outer_k", {"K": 3, "N": 2}),
+        ("outer_k", {"K": 1, "N": 4}),
+        ("outer_k", {"K": 3, "N": 1}),
+        ("transposed", {"H": 2, "K": 3, "N": 2}),
+        ("transposed", {"H": 1, "K": 1, "N": 3}),
+        ("at_matrix", {"K": 2, "N": 3}),
+        ("at_matrix", {"K": 1, "N": 1}),
+        ("softmax_t", {"H": 2, "K": 3, "N": 2}),
+    ],
+)
 def test_outer_and_transpose_gradients_match_finite_differences(name, dims):
     """outer w.r.t. both operands (b's is a dot of the transposed adjoint) and transpose itself."""
     kernel = parse_and_check(OUTER).kernel(name)
@@ -174,16 +184,23 @@ def test_outer_and_transpose_gradients_match_finite_differences(name, dims):
         np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
 
 
-
 # ------------------------------------------------- hypothesis: random kernels and graphs
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from tests.strategies import graphs  # noqa: E402
 
 _ATOMS = ["x[u]", "x[v]", "w[e]", "y[u]", "y[v]", "deg_in(v)", "2", "c"]
-_UNARY = ["exp(({0}) * 0.3)", "sigmoid({0})", "tanh({0})", "sqrt(1 + ({0}) * ({0}))", "log(2 + ({0}) * ({0}))",
-          "rsqrt(1 + ({0}) * ({0}))", "-({0})"]
+_UNARY = [
+    "exp(({0}) * 0.3)",
+    "sigmoid({0})",
+    "tanh({0})",
+    "sqrt(1 + ({0}) * ({0}))",
+    "log(2 + ({0}) * ({0}))",
+    "rsqrt(1 + ({0}) * ({0}))",
+    "-({0})",
+]
 _BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / (1 + ({1}) * ({1})))"]
 
 
@@ -228,14 +245,22 @@ def _kernels(draw):
 
 # each example compiles its own gradient kernels: fewer examples than the profile's default
 @settings(max_examples=min(8, settings().max_examples))
-@given(graph=graphs(max_vertices=12, max_edges=40), source=_kernels(), f=st.sampled_from([1, 3]),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    graph=graphs(max_vertices=12, max_edges=40),
+    source=_kernels(),
+    f=st.sampled_from([1, 3]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_random_kernels_directional_derivatives(graph, source, f, seed):
     """<grad, d> equals the central difference of <gout, out> along a random direction d."""
     rng = np.random.default_rng(seed)
     n, m = graph.num_vertices, graph.num_edges
-    args = {"x": rng.uniform(-1, 1, (n, f)), "y": rng.uniform(-1, 1, n), "w": rng.uniform(-1, 1, m),
-            "c": np.array(rng.uniform(-1, 1))}
+    args = {
+        "x": rng.uniform(-1, 1, (n, f)),
+        "y": rng.uniform(-1, 1, n),
+        "w": rng.uniform(-1, 1, m),
+        "c": np.array(rng.uniform(-1, 1)),
+    }
     forward = gnnc.compile(source, target="reference").k
     gout = rng.normal(size=forward(graph, **args).shape)
     compiled = compile_grad(source, "k")(graph, gout=gout, **args)
@@ -248,11 +273,13 @@ def test_random_kernels_directional_derivatives(graph, source, f, seed):
         numeric = np.sum((forward(graph, **plus) - forward(graph, **minus)) * gout) / (2 * h)
         analytic = float(np.sum(reference[name] * d))
         assert abs(analytic - numeric) <= 1e-5 * (1 + abs(numeric)), (name, analytic, numeric)
-        np.testing.assert_allclose(compiled[name], reference[name], rtol=1e-9, atol=1e-9 * (1 + np.abs(reference[name]).max(initial=0)))
+        np.testing.assert_allclose(
+            compiled[name], reference[name], rtol=1e-9, atol=1e-9 * (1 + np.abs(reference[name]).max(initial=0))
+        )
 
 
 def test_cli_grad_dumps_gradient_kernels(capsys):
-    from gnnc.cli import main
+    from gnnc.tools.cli import main
 
     assert main(["compile", "--grad", str(EXAMPLES / "gcn.gnn"), "--emit", "graph"]) == 0
     dump = capsys.readouterr().out
@@ -376,8 +403,12 @@ def test_max_aggregation_gradient_goes_to_the_first_nan():
 
 
 @settings(max_examples=min(8, settings().max_examples))
-@given(graph=graphs(max_vertices=10, max_edges=30), f=st.sampled_from([1, 3]), seed=st.integers(0, 2**31 - 1),
-       dtype=st.sampled_from([np.float32, np.float64]))
+@given(
+    graph=graphs(max_vertices=10, max_edges=30),
+    f=st.sampled_from([1, 3]),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
 def test_max_min_gradients_on_random_graphs(graph, f, seed, dtype):
     rng = np.random.default_rng(seed)
     x = rng.integers(-1, 2, (graph.num_vertices, f)).astype(dtype)
@@ -474,7 +505,7 @@ def test_gat_gradient_by_hand():
 
 
 def test_gat_stages_are_per_edge_and_head_never_per_feature():
-    from gnnc.frontend.grad import gradient_program
+    from gnnc.lang.autodiff import gradient_program
 
     grad = gradient_program(parse_and_check(GAT).kernel("gat1"))
     stages = [k for k in grad.kernels if k.wrt.endswith("__")]
@@ -489,8 +520,11 @@ def test_gat_stages_are_per_edge_and_head_never_per_feature():
 
 
 @settings(max_examples=min(6, settings().max_examples))
-@given(graph=graphs(max_vertices=10, max_edges=30), seed=st.integers(0, 2**31 - 1),
-       dtype=st.sampled_from([np.float32, np.float64]))
+@given(
+    graph=graphs(max_vertices=10, max_edges=30),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
 def test_gat_gradients_on_random_graphs(graph, seed, dtype):
     """Compiled against the reference's gradients (empty graphs, isolated vertices, duplicates, H = F = 1 too)."""
     rng = np.random.default_rng(seed)
@@ -498,7 +532,10 @@ def test_gat_gradients_on_random_graphs(graph, seed, dtype):
     args = {"h": rng.normal(size=(n, H, F)), "el": rng.normal(size=(n, H)), "er": rng.normal(size=(n, H))}
     source = GAT if dtype == np.float64 else GAT.replace("f64", "f32")
     args = {k: v.astype(dtype) for k, v in args.items()}
-    gouts = {"out": rng.normal(size=(n, H, F)).astype(dtype), "alpha": rng.normal(size=(graph.num_edges, H)).astype(dtype)}
+    gouts = {
+        "out": rng.normal(size=(n, H, F)).astype(dtype),
+        "alpha": rng.normal(size=(graph.num_edges, H)).astype(dtype),
+    }
     got = compile_grad(source, "gat2")(graph, gout=gouts, **args)
     want = compile_grad(source, "gat2", target="reference")(graph, gout=gouts, **args)
     from tests.helpers import assert_matches
@@ -542,7 +579,11 @@ def _ns_kernels(draw):
         agg = draw(st.sampled_from(["max", "min", "sum", "mean"]))
         stmts, result = [f"out[v] = {agg}({body}) + relu(x[v]) * y[v]"], "f64[V, F]"
     elif form == "softmax":
-        stmts = [f"a[e] = softmax({score})", f"a_max[v] = max(a[e] * {body})", f"out[v] = sum(a[e] * {body}) + a_max[v]"]
+        stmts = [
+            f"a[e] = softmax({score})",
+            f"a_max[v] = max(a[e] * {body})",
+            f"out[v] = sum(a[e] * {body}) + a_max[v]",
+        ]
         result = "f64[V, F]"
     elif form == "two_phase":
         stmts = [f"h[v] = max({body})", "out[v] = sum(abs(h[u] - x[v]) * w[e]) + min(h[v], x[v])"]
@@ -554,13 +595,21 @@ def _ns_kernels(draw):
 
 
 @settings(max_examples=min(8, settings().max_examples))
-@given(graph=graphs(max_vertices=12, max_edges=40), source=_ns_kernels(), f=st.sampled_from([1, 3]),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    graph=graphs(max_vertices=12, max_edges=40),
+    source=_ns_kernels(),
+    f=st.sampled_from([1, 3]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_random_non_smooth_kernels_compiled_gradients_match_the_reference(graph, source, f, seed):
     rng = np.random.default_rng(seed)
     n, m = graph.num_vertices, graph.num_edges
-    args = {"x": rng.uniform(-1, 1, (n, f)), "y": rng.uniform(-1, 1, n), "w": rng.uniform(-1, 1, m),
-            "c": np.array(rng.uniform(-1, 1))}
+    args = {
+        "x": rng.uniform(-1, 1, (n, f)),
+        "y": rng.uniform(-1, 1, n),
+        "w": rng.uniform(-1, 1, m),
+        "c": np.array(rng.uniform(-1, 1)),
+    }
     forward = gnnc.compile(source, target="reference").k
     gout = rng.normal(size=forward(graph, **args).shape)
     compiled = compile_grad(source, "k")(graph, gout=gout, **args)
@@ -577,7 +626,9 @@ def test_gradient_kernels_under_the_cuda_thread_mapping_emulation(name):
     path = EXAMPLES / f"{name}.gnn"
     kernel = parse_and_check(path.read_text()).kernel(name)
     rng = np.random.default_rng(4)
-    args = {k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()}
+    args = {
+        k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()
+    }
     if name == "sage_max":
         args["x"] = rng.integers(-1, 2, args["x"].shape).astype(np.float32)  # ties
     out = getattr(gnnc.compile(path, target="reference"), name)(GRAPH, **args)
@@ -637,7 +688,9 @@ def test_forward_keeps_what_the_gradient_reuses(name):
     path = EXAMPLES / f"{name}.gnn"
     kernel = parse_and_check(path.read_text()).kernel(name)
     rng = np.random.default_rng(6)
-    args = {k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()}
+    args = {
+        k: (v - 0.85).astype(np.float32) for k, v in _inputs(kernel, rng, {"F": 3, "H": 2, "D1": 3, "D2": 4}).items()
+    }
     grad = compile_grad(path, name)
     out, saved = grad.forward(GRAPH, **args)
     assert list(saved) == grad.saved and grad.saved
@@ -664,7 +717,7 @@ kernel gat_projected(h: f32[V, H, F], a_src: f32[H, F], a_dst: f32[H, F]) -> f32
 def test_forward_variant_reads_the_kernels_own_vertex_values():
     """GAT with its attention projection in the kernel: the forward variant saves el and er as
     themselves (no second evaluation), and its saved values give the gradient unchanged."""
-    from gnnc.frontend.grad import gradient_program
+    from gnnc.lang.autodiff import gradient_program
 
     kernel = parse_and_check(GAT_PROJECTED).kernel("gat_projected")
     forward_source = gradient_program(kernel).forward
@@ -677,11 +730,13 @@ def test_forward_variant_reads_the_kernels_own_vertex_values():
     gout = rng.normal(size=out.shape).astype(np.float32)
     with_saved = grad(GRAPH, gout=gout, saved=saved, **args)
     want = compile_grad(GAT_PROJECTED.replace("f32", "f64"), "gat_projected", target="reference")(
-        GRAPH, gout=gout.astype(np.float64), **{k: v.astype(np.float64) for k, v in args.items()})
+        GRAPH, gout=gout.astype(np.float64), **{k: v.astype(np.float64) for k, v in args.items()}
+    )
     for k in want:
         np.testing.assert_allclose(with_saved[k], want[k], rtol=1e-4, atol=1e-5)
     forward = gnnc.compile(GAT_PROJECTED.replace("f32", "f64"), target="reference").gat_projected
     args64 = {k: v.astype(np.float64) for k, v in args.items()}
     for p in ("h", "a_src", "a_dst"):
-        np.testing.assert_allclose(want[p], _numeric(forward, GRAPH, args64, {"out": gout.astype(np.float64)}, p),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            want[p], _numeric(forward, GRAPH, args64, {"out": gout.astype(np.float64)}, p), rtol=1e-5, atol=1e-6
+        )

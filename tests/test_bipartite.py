@@ -19,9 +19,10 @@ import gnnc
 from gnnc import reference
 from gnnc.api import compile_grad
 from gnnc.errors import ArgumentError, GraphError
-from gnnc.frontend import parse_and_check
-from gnnc.runtime import plans
-from gnnc.runtime.signature import KernelSignature, vertex_rows
+from gnnc.graph import plans
+from gnnc.lang import parse_and_check
+from gnnc.lang.signature import kernel_signature
+from gnnc.runtime.signature import vertex_rows
 
 from .helpers import assert_matches, numeric_grad
 
@@ -74,13 +75,13 @@ def bipartite_edge_lists(draw, max_side: int = 30, max_edges: int = 150):
     return src.astype(np.int64), dst.astype(np.int64), n_src, n_dst
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _program(source_key: str):
     text = EXTRA if source_key == "extra" else (EXAMPLES / f"{source_key}.gnn").read_text()
     return parse_and_check(text, source_key), text
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(source_key: str, schedule: str | None = None):
     _, text = _program(source_key)
     return gnnc.compile(text, schedule=schedule) if schedule else gnnc.compile(text)
@@ -93,7 +94,7 @@ def _kernel(name: str):
 
 
 def _inputs(kernel, graph, rng, dtype=np.float32):
-    sig = KernelSignature.from_ast(kernel)
+    sig = kernel_signature(kernel)
     args = {}
     for p in sig.params:
         lead = {"V": [vertex_rows(p, graph)[0]] if p.domain == "V" else [], "E": [graph.num_edges], None: []}[p.domain]
@@ -103,7 +104,7 @@ def _inputs(kernel, graph, rng, dtype=np.float32):
 
 
 def _reads_both_sides(kernel) -> bool:
-    return any(p.sides == ("src", "dst") for p in KernelSignature.from_ast(kernel).params)
+    return any(p.sides == ("src", "dst") for p in kernel_signature(kernel).params)
 
 
 @pytest.mark.parametrize("name", EXAMPLE_KERNELS + ["hoisted", "cross_degrees", "edgy"])
@@ -125,10 +126,17 @@ def test_kernels_match_reference_on_bipartite_graphs(name, edges, seed):
     assert_matches(got, want, graph, np.float32)
 
 
-@pytest.mark.parametrize("schedule", [
-    "partition src 3", "group neighbors 4", "sort degree", "reorder locality", "tile features 2",
-    "parallel dst; prefetch 4",
-])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "partition src 3",
+        "group neighbors 4",
+        "sort degree",
+        "reorder locality",
+        "tile features 2",
+        "parallel dst; prefetch 4",
+    ],
+)
 @pytest.mark.parametrize("name", ["gcn", "mlp_aggr"])  # mlp_aggr: a source sweep beside the plan
 @given(edges=bipartite_edge_lists(), seed=st.integers(0, 2**31 - 1))
 def test_graph_plans_on_bipartite_graphs(name, schedule, edges, seed):
@@ -203,10 +211,14 @@ def test_vertex_values_read_at_sources_need_a_square_graph():
 
 def test_constructors_take_a_shape():
     ei = np.array([[0, 4, 4], [1, 0, 1]])
-    for g in (gnnc.Graph(ei, shape=(5, 2)), gnnc.Graph.from_edge_index(ei, shape=(5, 2)),
-              gnnc.Graph.from_coo(ei[0], ei[1], shape=(5, 2)), gnnc.Graph((ei[0], ei[1]), shape=(5, 2)),
-              gnnc.Graph.from_csr([0, 1, 1, 1, 1, 3], [1, 0, 1], shape=(5, 2)),
-              gnnc.Graph.from_scipy(sp.coo_matrix((np.ones(3), (ei[0], ei[1])), shape=(5, 2)))):
+    for g in (
+        gnnc.Graph(ei, shape=(5, 2)),
+        gnnc.Graph.from_edge_index(ei, shape=(5, 2)),
+        gnnc.Graph.from_coo(ei[0], ei[1], shape=(5, 2)),
+        gnnc.Graph((ei[0], ei[1]), shape=(5, 2)),
+        gnnc.Graph.from_csr([0, 1, 1, 1, 1, 3], [1, 0, 1], shape=(5, 2)),
+        gnnc.Graph.from_scipy(sp.coo_matrix((np.ones(3), (ei[0], ei[1])), shape=(5, 2))),
+    ):
         assert (g.num_src, g.num_dst, g.num_edges, g.num_vertices, g.bipartite) == (5, 2, 3, 2, True)
         np.testing.assert_array_equal(g.deg_out(), [1, 0, 0, 0, 2])
         np.testing.assert_array_equal(g.deg_in(), [1, 2])
@@ -220,15 +232,18 @@ def test_constructors_take_a_shape():
     assert not square.bipartite and square.num_vertices == 5
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: gnnc.Graph.from_coo([0, 5], [1, 0], shape=(5, 2)), r"src\[1\] = 5.*num_src is 5"),
-    (lambda: gnnc.Graph.from_coo([0, 1], [1, 2], shape=(5, 2)), r"dst\[1\] = 2.*num_dst is 2"),
-    (lambda: gnnc.Graph.from_coo([0], [0], num_vertices=3, shape=(3, 3)), "not both"),
-    (lambda: gnnc.Graph.from_coo([0], [0], shape=(3,)), r"pair \(num_src, num_dst\)"),
-    (lambda: gnnc.Graph.from_coo([0], [0], shape=(3, -1)), "num_dst must be a non-negative"),
-    (lambda: gnnc.Graph.from_csr([0, 1, 2], [0, 3], shape=(2, 3)), r"indices\[1\] = 3.*num_dst is 3"),
-    (lambda: gnnc.Graph.from_csr([0, 1, 2], [0, 1], shape=(1, 3)), "num_src = 1 is less than the 2 rows"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: gnnc.Graph.from_coo([0, 5], [1, 0], shape=(5, 2)), r"src\[1\] = 5.*num_src is 5"),
+        (lambda: gnnc.Graph.from_coo([0, 1], [1, 2], shape=(5, 2)), r"dst\[1\] = 2.*num_dst is 2"),
+        (lambda: gnnc.Graph.from_coo([0], [0], num_vertices=3, shape=(3, 3)), "not both"),
+        (lambda: gnnc.Graph.from_coo([0], [0], shape=(3,)), r"pair \(num_src, num_dst\)"),
+        (lambda: gnnc.Graph.from_coo([0], [0], shape=(3, -1)), "num_dst must be a non-negative"),
+        (lambda: gnnc.Graph.from_csr([0, 1, 2], [0, 3], shape=(2, 3)), r"indices\[1\] = 3.*num_dst is 3"),
+        (lambda: gnnc.Graph.from_csr([0, 1, 2], [0, 1], shape=(1, 3)), "num_src = 1 is less than the 2 rows"),
+    ],
+)
 def test_bad_shapes_are_graph_errors(build, message):
     with pytest.raises(GraphError, match=message):
         build()
@@ -272,8 +287,7 @@ def test_gradients_on_bipartite_graphs_match_finite_differences(name, sides):
         if p.type.domain is None and p.type.shape == []:
             continue  # scalar parameters: not generated
         assert grads[p.name].shape == args[p.name].shape
-        np.testing.assert_allclose(grads[p.name], _fd(kernel, graph, args, p.name, gout),
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(grads[p.name], _fd(kernel, graph, args, p.name, gout), rtol=1e-6, atol=1e-6)
 
 
 def test_torch_bipartite_edge_index_and_backward():
@@ -314,7 +328,7 @@ def test_cuda_emulation_on_bipartite_graphs(name, edges, seed):
     assert_matches(got, reference.evaluate(kernel, graph, **args), graph, np.float32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _emulated(key: str):
     return gnnc.compile(_program(key)[1], target="cuda-emulation")
 
@@ -326,15 +340,19 @@ def test_cuda_mappings_without_a_source_sweep_refuse_bipartite_graphs():
     with pytest.raises(ArgumentError, match=r"no source sweep.*square graph"):
         _emulated("mlp_aggr").mlp_aggr(graph, x, w)
     square = gnnc.Graph.from_coo([0, 4, 2], [1, 0, 1], num_vertices=5)
-    assert_matches(_emulated("mlp_aggr").mlp_aggr(square, x, w),
-                   reference.evaluate(_kernel("mlp_aggr")[1], square, x, w), square, np.float32)
+    assert_matches(
+        _emulated("mlp_aggr").mlp_aggr(square, x, w),
+        reference.evaluate(_kernel("mlp_aggr")[1], square, x, w),
+        square,
+        np.float32,
+    )
 
 
 @pytest.mark.parametrize("mapping", ["map thread_vertex hybrid 4", "map warp_edge hybrid 4"])
 def test_hybrid_slots_cover_every_source_of_a_bipartite_graph(mapping):
     # more sources than destinations, and the busiest sources have ids beyond num_dst:
     # the slot table must be indexed by source id, not sized by the destinations
-    from gnnc.runtime import plans
+    from gnnc.graph import plans
 
     rng = np.random.default_rng(7)
     n_src, n_dst, n = 40, 6, 300

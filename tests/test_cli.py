@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gnnc
-from gnnc.passes import pipeline
+from gnnc.driver import pipeline
 from tests.helpers import assert_matches
 
 ROOT = Path(__file__).parent.parent
@@ -32,13 +32,13 @@ def _is_x86_64() -> bool:
 
 def gnnc_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gnnc.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120
+        [sys.executable, "-m", "gnnc.tools.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120
     )
 
 
 def gnnc_opt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gnnc.opt", *map(str, args)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gnnc.tools.opt", *map(str, args)], capture_output=True, text=True, timeout=120
     )
 
 
@@ -138,7 +138,6 @@ def test_emit_obj_is_an_elf_object(tmp_path):
 def test_dump_ir_writes_one_numbered_file_per_stage(tmp_path):
     from llvmlite import binding as llvm
     from xdsl.parser import Parser
-
 
     ir_dir = tmp_path / "ir"
     proc = gnnc_cli("compile", GAT, "-o", tmp_path / "gat.so", "--dump-ir", ir_dir)
@@ -300,7 +299,7 @@ def test_gnnc_opt_reads_a_dumped_graph_stage(tmp_path):
     assert "loop.for_dst" in opt.stdout and "graph.gather" not in opt.stdout
     # the compiler's own loop stage: the loop dialect after every loop pass
     cpu = pipeline.CPU_PIPELINE
-    loop_passes = cpu[cpu.index("convert-graph-to-loop"): cpu.index("convert-loop-to-openmp")]
+    loop_passes = cpu[cpu.index("convert-graph-to-loop") : cpu.index("convert-loop-to-openmp")]
     opt = gnnc_opt(graph_file, "-p", ",".join(loop_passes))
     assert opt.returncode == 0, opt.stderr
     loop = gnnc_cli("compile", GCN, "--emit", "loop")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import gnnc
-from gnnc import compiler
+from gnnc.driver import compiler
 from gnnc.errors import ToolchainError
 from gnnc.runtime import native
 from tests.helpers import assert_matches
@@ -135,7 +135,7 @@ def test_different_source_or_options_different_entries(cache):
 def test_native_objects_are_keyed_by_the_host_cpu(monkeypatch):
     """A cache shared with another machine (NFS home, a runner on another CPU) builds its own
     `native` object instead of handing over one this CPU may refuse."""
-    from gnnc.backends.cpu import codegen
+    from gnnc.target.cpu import codegen
 
     opts = compiler.CompileOptions()
     here = compiler.cache_key(SOURCE, opts)
@@ -277,7 +277,7 @@ def test_missing_cpu_feature_refused_before_any_call(cache, tmp_path, monkeypatc
     """A .so whose metadata needs a CPU feature this machine lacks is refused at load."""
     if native.host_cpu_flags() is None:
         pytest.skip("no /proc/cpuinfo to check against")
-    from gnnc.backends.cpu import codegen
+    from gnnc.target.cpu import codegen
 
     real_embed = codegen.embed_metadata
 

@@ -31,11 +31,11 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region
 from xdsl.parser import Parser
 
-from gnnc.backends.cpu import codegen
-from gnnc.backends.cpu.llvm_translate import translate_module
-from gnnc.dialects.llvm_ext import LlvmExt, PrefetchOp
 from gnnc.errors import CompileError, ToolchainError
+from gnnc.ir.llvm_ext import LlvmExt, PrefetchOp
 from gnnc.runtime import native
+from gnnc.target.cpu import codegen
+from gnnc.target.llvm.translate import translate_module
 
 needs_cc = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc").split()[0]) is None, reason="no C compiler")
 x86_only = pytest.mark.skipif(not codegen._is_x86_64_host(), reason="x86-64 levels need an x86-64 host")
@@ -150,7 +150,7 @@ def test_saxpy_python_api(tmp_path):
     lib, md, text, opt, _ = build_so(saxpy_module(), tmp_path)
     got, want = run_saxpy(lib)
     assert_saxpy(got, want)
-    signature = text.splitlines()[[i for i, l in enumerate(text.splitlines()) if "define" in l][0]]
+    signature = next(line for line in text.splitlines() if "define" in line)
     assert re.search(r"ptr noalias readonly %\"?x", signature), signature
     assert re.search(r"ptr noalias %\"?y", signature), signature
     assert "llvm.loop.mustprogress" in text
@@ -295,24 +295,30 @@ CMPI = {
 
 # (name, T, R, body defining %r, numpy reference, inputs, ulps of tolerance; 0 = exact)
 CASES: list[tuple] = []
-for T, dt in (("f32", np.float32), ("f64", np.float64)):
+for T in ("f32", "f64"):
     for op, ref in {
         "addf": np.add, "subf": np.subtract, "mulf": np.multiply, "divf": np.divide,
         "maximumf": np.maximum, "minimumf": np.minimum, "maxnumf": np.fmax, "minnumf": np.fmin,
     }.items():  # fmt: skip
-        CASES.append((f"{op}_{T}", T, T, f"%r = arith.{op} %a, %b : {T}", lambda a, b, c, ref=ref: ref(a, b), _float_inputs, 0))
+        CASES.append(
+            (f"{op}_{T}", T, T, f"%r = arith.{op} %a, %b : {T}", lambda a, b, c, ref=ref: ref(a, b), _float_inputs, 0)
+        )
     CASES.append((f"negf_{T}", T, T, f"%r = arith.negf %a : {T}", lambda a, b, c: -a, _float_inputs, 0))
     for op, ref, ulps in (
         ("exp", np.exp, 4), ("log", np.log, 4), ("sqrt", np.sqrt, 0), ("absf", np.abs, 0), ("tanh", np.tanh, 4),
     ):  # fmt: skip
-        CASES.append((f"{op}_{T}", T, T, f"%r = math.{op} %a : {T}", lambda a, b, c, ref=ref: ref(a), _float_inputs, ulps))
+        CASES.append(
+            (f"{op}_{T}", T, T, f"%r = math.{op} %a : {T}", lambda a, b, c, ref=ref: ref(a), _float_inputs, ulps)
+        )
     for op, ref, ulps in (
         ("exp2", np.exp2, 4), ("log2", np.log2, 4), ("log10", np.log10, 4), ("sin", np.sin, 4), ("cos", np.cos, 4),
         ("floor", np.floor, 0), ("ceil", np.ceil, 0), ("trunc", np.trunc, 0),
         ("round", lambda a: np.copysign(np.floor(np.abs(a) + a.dtype.type(0.5)), a), 0),
         ("log1p", np.log1p, 4), ("expm1", np.expm1, 4), ("erf", np.vectorize(pymath.erf, otypes=[float]), 4),
     ):  # fmt: skip
-        CASES.append((f"{op}_{T}", T, T, f"%r = math.{op} %a : {T}", lambda a, b, c, ref=ref: ref(a), _float_inputs, ulps))
+        CASES.append(
+            (f"{op}_{T}", T, T, f"%r = math.{op} %a : {T}", lambda a, b, c, ref=ref: ref(a), _float_inputs, ulps)
+        )
     for op, ref, ulps in (("copysign", np.copysign, 0), ("powf", np.power, 4)):
         CASES.append(
             (f"{op}_{T}", T, T, f"%r = math.{op} %a, %b : {T}", lambda a, b, c, ref=ref: ref(a, b), _float_inputs, ulps)
@@ -801,7 +807,10 @@ def test_bad_llvm_ir_is_a_compile_error():
     with pytest.raises(CompileError, match="does not parse"):
         codegen.optimize_and_emit("define void @f( {", codegen.resolve_cpu("native"))
     with pytest.raises(CompileError, match="does not verify"):
-        codegen.optimize_and_emit("define i32 @f() {\nentry:\n  %a = add i32 %b, 1\n  %b = add i32 1, 1\n  ret i32 %a\n}\n", codegen.resolve_cpu("native"))
+        codegen.optimize_and_emit(
+            "define i32 @f() {\nentry:\n  %a = add i32 %b, 1\n  %b = add i32 1, 1\n  ret i32 %a\n}\n",
+            codegen.resolve_cpu("native"),
+        )
 
 
 # ---------------------------------------------------------------- CPU levels
@@ -1120,7 +1129,7 @@ def test_dot_reductions_are_not_interleaved(name, tagged):
     """A dot's loop carries interleave count 1 to LLVM (a 32-long dot otherwise missed the wide loop)."""
     from pathlib import Path
 
-    from gnnc import compiler
+    from gnnc.driver import compiler
 
     path = Path(__file__).parent.parent / "examples" / f"{name}.gnn"
     stages = compiler.compile_source(path.read_text(), str(path), stop_after="llvm").stages
@@ -1128,16 +1137,19 @@ def test_dot_reductions_are_not_interleaved(name, tagged):
     assert ('!"llvm.loop.interleave.count", i32 1' in stages["translate-to-llvm"]) == tagged
 
 
-@pytest.mark.parametrize("name,schedule", [
-    ("sage_max", "vectorize 32\nprefetch 0"),  # vectorised across edges: 3-4x slower
-    ("gat", "prefetch 0"),
-    ("gcn", None),
-])
+@pytest.mark.parametrize(
+    "name,schedule",
+    [
+        ("sage_max", "vectorize 32\nprefetch 0"),  # vectorised across edges: 3-4x slower
+        ("gat", "prefetch 0"),
+        ("gcn", None),
+    ],
+)
 def test_row_walks_are_not_vectorized_across_edges(name, schedule):
     """Every in-edge walk over rows tells LLVM not to vectorise it across edges."""
     from pathlib import Path
 
-    from gnnc import compiler
+    from gnnc.driver import compiler
 
     path = Path(__file__).parent.parent / "examples" / f"{name}.gnn"
     options = compiler.CompileOptions(schedule=schedule)
@@ -1169,7 +1181,7 @@ def test_literal_sizes_keep_rows_in_vector_lanes(source):
     (2.6x slower); head loops are tagged not to vectorise, dots not to unroll."""
     import re
 
-    from gnnc import compiler
+    from gnnc.driver import compiler
 
     result = compiler.compile_source(source, "literal.gnn", stop_after="asm")
     scf_text = result.stages["convert-loop-to-scf"]
@@ -1184,7 +1196,7 @@ def test_literal_sizes_keep_rows_in_vector_lanes(source):
 
 def test_scalar_walks_may_vectorize():
     """A walk of one value per edge has no row loop and keeps LLVM's choice."""
-    from gnnc import compiler
+    from gnnc.driver import compiler
 
     source = "kernel wsum(w: f32[E]) -> f32[V] {\n    out[v] = sum(w[e])\n}\n"
     options = compiler.CompileOptions(schedule="prefetch 0")  # the prefetch loop walks a row's cache lines
@@ -1200,7 +1212,9 @@ def test_scalar_walks_may_vectorize():
 def test_noalias_buffers_get_alias_scopes():
     """Every access through a noalias buffer names its scope and the other buffers'."""
     text = str(translate_module(saxpy_module(prefetch=True)))
-    accesses = [line for line in text.splitlines() if re.search(r'\bload float|\bstore float|call void @"?llvm\.prefetch', line)]
+    accesses = [
+        line for line in text.splitlines() if re.search(r'\bload float|\bstore float|call void @"?llvm\.prefetch', line)
+    ]
     assert len(accesses) == 5  # x, y, y and the two prefetches
     for line in accesses:
         assert re.search(r"!alias\.scope !\d+, !noalias !\d+", line), line
@@ -1215,14 +1229,19 @@ def test_prefetches_leave_accumulators_in_registers():
     the row's 16 vector stores in every edge's iteration (gat, 4 heads of 32 floats)."""
     from pathlib import Path
 
-    from gnnc import compiler
+    from gnnc.driver import compiler
 
     path = Path(__file__).parent.parent / "examples" / "gat.gnn"
     options = compiler.CompileOptions(schedule="prefetch 15\nspecialize H 4 F 32\nreorder rcm\nstream outputs")
     opt = compiler.compile_source(path.read_text(), str(path), options, stop_after="asm").stages["llvm-opt"]
     blocks = re.split(r"\n(?=[\w.]+:)", opt)
-    walks = [b for b in blocks if "@llvm.prefetch" in b and re.search(r"fmul contract <\d+ x float>", b)
-             and re.search(r"br i1 [^\n]*label %" + re.escape(b.split(":")[0]) + r"\b", b)]
+    walks = [
+        b
+        for b in blocks
+        if "@llvm.prefetch" in b
+        and re.search(r"fmul contract <\d+ x float>", b)
+        and re.search(r"br i1 [^\n]*label %" + re.escape(b.split(":")[0]) + r"\b", b)
+    ]
     assert walks, "the in-edge walk that gathers h is one block"
     for walk in walks:
         # alpha's store and the weight's are scalar rows of 4; the accumulators stay in registers

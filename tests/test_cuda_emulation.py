@@ -20,15 +20,21 @@ from hypothesis import strategies as st
 from xdsl.parser import Parser
 
 import gnnc
-from gnnc import compiler
-from gnnc.passes import pipeline
+from gnnc.driver import compiler, pipeline
 from tests.helpers import assert_matches
 from tests.strategies import graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {"F": 1},
-        "attention": {"H": 2, "D": 17}, "gat": {"H": 2, "F": 3}, "mlp_aggr": {"D1": 5, "D2": 130},
-        "gcn_norm": {"F": 17}}
+DIMS = {
+    "gcn": {"F": 17},
+    "sage_max": {"F": 3},
+    "sage_mean": {"F": 64},
+    "gin": {"F": 1},
+    "attention": {"H": 2, "D": 17},
+    "gat": {"H": 2, "F": 3},
+    "mlp_aggr": {"D1": 5, "D2": 130},
+    "gcn_norm": {"F": 17},
+}
 
 #: Vertex group sizes: 1, sizes that do and do not divide a graph's vertex count.
 GROUPS = st.sampled_from([1, 2, 3, 7])
@@ -57,15 +63,18 @@ LANE_COUNTS = st.sampled_from([None, 2, 8])
 
 
 def mapping_text(strategy: str, group: int, tile: int | None = None, lanes: int | None = None) -> str:
-    return (f"map {strategy} group {group}" + (f" tile {tile}" if tile is not None else "")
-            + (f" lanes {lanes}" if lanes is not None else ""))
+    return (
+        f"map {strategy} group {group}"
+        + (f" tile {tile}" if tile is not None else "")
+        + (f" lanes {lanes}" if lanes is not None else "")
+    )
 
 
 @functools.cache
-def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None,
-             lanes: int | None = None):
-    return gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation",
-                        schedule=mapping_text(strategy, group, tile, lanes))
+def emulated(name: str, group: int, strategy: str = "thread_vertex", tile: int | None = None, lanes: int | None = None):
+    return gnnc.compile(
+        EXAMPLES / f"{name}.gnn", target="cuda-emulation", schedule=mapping_text(strategy, group, tile, lanes)
+    )
 
 
 @functools.cache
@@ -73,8 +82,9 @@ def reference(name: str):
     return gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
 
 
-def check(name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None,
-          lanes=None) -> None:
+def check(
+    name: str, group: int, graph: gnnc.Graph, seed: int, dims=None, strategy="thread_vertex", tile=None, lanes=None
+) -> None:
     kernel = getattr(emulated(name, group, strategy, tile, lanes), name)
     inputs = random_inputs(kernel.signature, graph, dims or DIMS[name], np.float32, seed)
     got = kernel(graph, **inputs)
@@ -100,8 +110,11 @@ def test_warp_vertex_matches_reference(name, graph, group, tile, lanes, seed):
 def test_warp_mappings_refuse_what_lanes_cannot_split(tmp_path, strategy):
     path = tmp_path / "k.gnn"
     path.write_text(CHAINED_PRODUCTS)
-    with pytest.raises(gnnc.CompileError, match=f"kernel 'k': map {strategy} is refused: .*feature indices other "
-                                                f"than the ones a lane owns.*; use map {strategy.replace('warp', 'thread')}"):
+    with pytest.raises(
+        gnnc.CompileError,
+        match=f"kernel 'k': map {strategy} is refused: .*feature indices other "
+        f"than the ones a lane owns.*; use map {strategy.replace('warp', 'thread')}",
+    ):
         gnnc.compile(path, target="cuda-emulation", schedule=f"map {strategy}")
 
 
@@ -111,8 +124,11 @@ def test_a_vector_matrix_product_is_interchanged_for_the_lanes():
     src = (EXAMPLES / "mlp_aggr.gnn").read_text()
     opts = compiler.CompileOptions(target="cuda-emulation", schedule="map warp_vertex")
     mapped = compiler.compile_source(src, options=opts, stop_after="scf").stages["map-threads"]
-    assert re.search(r'scf.for %\d+ = %\d+ to %\d+ step %\d+ \{\n.*\n.*\n.*\n.*\n *scf.if %\d+ \{\n *loop.for_feature '
-                     r'%\d+ dim "D1"', mapped)
+    assert re.search(
+        r"scf.for %\d+ = %\d+ to %\d+ step %\d+ \{\n.*\n.*\n.*\n.*\n *scf.if %\d+ \{\n *loop.for_feature "
+        r'%\d+ dim "D1"',
+        mapped,
+    )
     for lanes in (None, 4):
         kernel = emulated("mlp_aggr", 2, "warp_vertex", 2, lanes).mlp_aggr
         graph = _hub_graph(200, 600)
@@ -139,13 +155,24 @@ def dots_kernel(mapping: str):
 
     path = Path(tempfile.mkdtemp()) / "dots.gnn"
     path.write_text(DOTS)
-    return (gnnc.compile(path, target="cuda-emulation", schedule=mapping).dots,
-            gnnc.compile(path, target="reference").dots)
+    return (
+        gnnc.compile(path, target="cuda-emulation", schedule=mapping).dots,
+        gnnc.compile(path, target="reference").dots,
+    )
 
 
-@pytest.mark.parametrize("mapping", ["map warp_vertex", "map warp_vertex group 3 tile 2", "map warp_edge",
-                                     "map warp_edge group 5", "map thread_edge group 2", "map warp_vertex lanes 4",
-                                     "map warp_edge lanes 8 group 3"])
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        "map warp_vertex",
+        "map warp_vertex group 3 tile 2",
+        "map warp_edge",
+        "map warp_edge group 5",
+        "map thread_edge group 2",
+        "map warp_vertex lanes 4",
+        "map warp_edge lanes 8 group 3",
+    ],
+)
 @given(graph=graphs(), d=st.sampled_from([1, 3, 31, 32, 33, 70]), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=5)
 def test_warp_dot_products_match_reference(mapping, graph, d, seed):
@@ -181,14 +208,13 @@ def test_warp_edge_matches_reference(name, graph, group, tile, lanes, seed):
     check(name, group, graph, seed, strategy="warp_edge", tile=tile, lanes=lanes)
 
 
-
 @pytest.mark.parametrize("strategy", ["thread_edge", "warp_edge"])
 def test_edge_mappings_keep_max_semantics(strategy):
     # NaN propagates through the atomic max (fmaximum, not maxnum), and a
     # destination with no in-edges gets 0, not the -inf its row starts from
     graph = gnnc.Graph.from_coo(np.array([0, 1, 2, 2, 0]), np.array([1, 1, 1, 3, 3]), num_vertices=5)
     x = np.array([[1.0, -2.0], [np.nan, -2.0], [1.0, -3.0], [4.0, 0.0], [9.0, 9.0]], np.float32)
-    got = getattr(emulated("sage_max", 2, strategy), "sage_max")(graph, x=x)
+    got = emulated("sage_max", 2, strategy).sage_max(graph, x=x)
     want = np.array([[0, 0], [np.nan, -2.0], [0, 0], [1.0, -2.0], [0, 0]], np.float32)
     np.testing.assert_array_equal(got, want)
 
@@ -212,13 +238,20 @@ def test_the_stabilizing_max_is_exact_through_integer_atomics(strategy, dtype, g
     np_dtype = np.float32 if dtype == "f32" else np.float64
     tiny = np.finfo(np_dtype).smallest_subnormal
     specials = [0.0, -0.0, 1.5, -1.5, -7.0, 30.0, -30.0, tiny, -tiny, np.inf, -np.inf, np.nan]
-    scores = np.array(data.draw(st.lists(st.sampled_from(specials), min_size=graph.num_edges,
-                                         max_size=graph.num_edges), label="s"), np_dtype)
+    scores = np.array(
+        data.draw(st.lists(st.sampled_from(specials), min_size=graph.num_edges, max_size=graph.num_edges), label="s"),
+        np_dtype,
+    )
     source = _softmax_sum_kernel(dtype)
     module = _compiled(source, mapping_text(strategy, 2))
-    assert 'atomic_rmw "fmax"' in compiler.compile_source(
-        source, options=compiler.CompileOptions(target="cuda-emulation", schedule=mapping_text(strategy, 2)),
-        stop_after="scf").stages["map-threads"]
+    assert (
+        'atomic_rmw "fmax"'
+        in compiler.compile_source(
+            source,
+            options=compiler.CompileOptions(target="cuda-emulation", schedule=mapping_text(strategy, 2)),
+            stop_after="scf",
+        ).stages["map-threads"]
+    )
     h = np.random.default_rng(0).standard_normal((graph.num_vertices, 3)).astype(np_dtype)
     got = module.wsum(graph, h=h, s=scores)
     want = gnnc.compile(source, target="reference").wsum(graph, h=h, s=scores)
@@ -236,7 +269,7 @@ def test_edge_grid_sizes_follow_the_edges():
     module = emulated("sage_mean", 3, "thread_edge")
     grid = module.sage_mean._abi["grid"]
     assert grid["grids"] == [{"over": "V", "group": 1}, {"over": "E", "group": 3}, {"over": "V", "group": 1}]
-    from gnnc import abi
+    from gnnc.ir import abi
 
     assert abi.grid_blocks(grid, 300, 3 * 256 * 2 + 1) == [2, 3, 2]
     src = (EXAMPLES / "sage_mean.gnn").read_text()
@@ -259,8 +292,10 @@ def test_edge_grid_over_several_blocks_and_a_hub(strategy, group):
         check(name, group, graph, seed=group, strategy=strategy)
 
 
-@pytest.mark.parametrize("name, strategy, tile", [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None),
-                                                  ("sage_max", "warp_edge", 3)])
+@pytest.mark.parametrize(
+    "name, strategy, tile",
+    [("gcn", "warp_vertex", 2), ("sage_mean", "warp_vertex", None), ("sage_max", "warp_edge", 3)],
+)
 def test_warp_vertex_feature_sizes(name, strategy, tile):
     # feature sizes below, at and above a warp's 32 lanes (times the tile)
     rng = np.random.default_rng(1)
@@ -302,15 +337,18 @@ def test_cpu_schedules_do_not_reach_the_cuda_target():
     assert "arith.constant 2 : index" in result.stages["map-threads"]
 
 
-@pytest.mark.parametrize("directive, reason", [
-    ("map thread_edge tile 2", "nothing to tile over threads"),
-    ("map thread_vertex lanes 4", "map thread_vertex lanes 4 is refused: .*use map warp_vertex lanes 4"),
-    ("map warp_vertex lanes 3", "'lanes' must be a power of two up to 32"),
-    ("map warp_vertex lanes 64", "'lanes' must be a power of two up to 32"),
-    ("map thread_vertex tile 2", "nothing to tile over threads"),
-    ("map thread_vertex group 0", "positive integer"),
-    ("map vertex_thread", "thread_vertex"),
-])
+@pytest.mark.parametrize(
+    "directive, reason",
+    [
+        ("map thread_edge tile 2", "nothing to tile over threads"),
+        ("map thread_vertex lanes 4", "map thread_vertex lanes 4 is refused: .*use map warp_vertex lanes 4"),
+        ("map warp_vertex lanes 3", "'lanes' must be a power of two up to 32"),
+        ("map warp_vertex lanes 64", "'lanes' must be a power of two up to 32"),
+        ("map thread_vertex tile 2", "nothing to tile over threads"),
+        ("map thread_vertex group 0", "positive integer"),
+        ("map vertex_thread", "thread_vertex"),
+    ],
+)
 def test_unimplemented_or_bad_mappings_are_refused(directive, reason):
     src = (EXAMPLES / "gcn.gnn").read_text()
     with pytest.raises(gnnc.GnncError, match=reason):
@@ -318,7 +356,7 @@ def test_unimplemented_or_bad_mappings_are_refused(directive, reason):
 
 
 def test_map_threads_refuses_what_the_frontend_would_not_catch():
-    from gnnc.schedule import CudaSchedule
+    from gnnc.ir.schedule import CudaSchedule
 
     with pytest.raises(gnnc.CompileError, match="unknown thread mapping"):
         CudaSchedule.parse("block_vertex")
@@ -335,10 +373,20 @@ def test_unknown_target_is_refused():
         gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emu")
 
 
-@pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 2"), ("mlp_aggr", "map thread_vertex"),
-                                           ("mlp_aggr", "map thread_edge group 2"), ("sage_max", "map warp_edge tile 2"),
-    ("attention", "map warp_vertex"), ("attention", "map warp_edge group 2"), ("gat", "map warp_vertex hybrid 4"),
-    ("gin", "map thread_edge hybrid 2"), ("mlp_aggr", "map warp_vertex")])
+@pytest.mark.parametrize(
+    "name, mapping",
+    [
+        ("gat", "map thread_vertex group 2"),
+        ("mlp_aggr", "map thread_vertex"),
+        ("mlp_aggr", "map thread_edge group 2"),
+        ("sage_max", "map warp_edge tile 2"),
+        ("attention", "map warp_vertex"),
+        ("attention", "map warp_edge group 2"),
+        ("gat", "map warp_vertex hybrid 4"),
+        ("gin", "map thread_edge hybrid 2"),
+        ("mlp_aggr", "map warp_vertex"),
+    ],
+)
 def test_every_cuda_emulation_stage_parses_back(name, mapping):
     path = EXAMPLES / f"{name}.gnn"
     opts = compiler.CompileOptions(target="cuda-emulation", schedule=mapping)
@@ -357,7 +405,7 @@ def test_grid_verifier_rejects_a_block_size_off_the_warp():
     from xdsl.ir import Block
     from xdsl.utils.exceptions import VerifyException
 
-    from gnnc.dialects import loop
+    from gnnc.ir import loop
 
     n = arith.ConstantOp(IntegerAttr(1, IndexType()))
     body = Block(arg_types=[IndexType(), IndexType()])
@@ -382,7 +430,7 @@ def test_atomic_rmw_verifier():
     from xdsl.dialects.builtin import DYNAMIC_INDEX, FloatAttr, IndexType, IntegerAttr, MemRefType, f32, f64
     from xdsl.utils.exceptions import VerifyException
 
-    from gnnc.dialects.llvm_ext import AtomicRmwOp
+    from gnnc.ir.llvm_ext import AtomicRmwOp
 
     buf = test.TestOp(result_types=[MemRefType(f32, [DYNAMIC_INDEX])]).results[0]
     i = arith.ConstantOp(IntegerAttr(0, IndexType())).result
@@ -403,7 +451,7 @@ def _hub_graph(v: int = 600, hub_edges: int = 2000, seed: int = 0) -> gnnc.Graph
 
 
 def test_default_cuda_mapping_rule():
-    from gnnc.runtime.heuristic import default_cuda_mappings
+    from gnnc.autotune.heuristic import default_cuda_mappings
 
     rng = np.random.default_rng(0)
     sparse = gnnc.Graph.from_coo(rng.integers(0, 500, 1000), rng.integers(0, 500, 1000), num_vertices=500)
@@ -419,13 +467,16 @@ def test_default_cuda_mapping_rule():
     assert default_cuda_mappings(_hub_graph(), 4) == ["thread_edge", "thread_vertex"]
 
 
-@pytest.mark.parametrize("name, dims, expected", [
-    ("gcn", {"F": 64}, "warp_edge"),
-    ("gat", {"H": 2, "F": 32}, "warp_edge"),     # softmax as three edge launches
-    ("mlp_aggr", {"D1": 5, "D2": 40}, "warp_edge"),  # its `@` interchanged for the lanes
-    ("sage_max", {"F": 3}, "thread_edge"),
-    ("sage_mean", {"F": 12}, "warp_vertex lanes 16"),
-])
+@pytest.mark.parametrize(
+    "name, dims, expected",
+    [
+        ("gcn", {"F": 64}, "warp_edge"),
+        ("gat", {"H": 2, "F": 32}, "warp_edge"),  # softmax as three edge launches
+        ("mlp_aggr", {"D1": 5, "D2": 40}, "warp_edge"),  # its `@` interchanged for the lanes
+        ("sage_max", {"F": 3}, "thread_edge"),
+        ("sage_mean", {"F": 12}, "warp_vertex lanes 16"),
+    ],
+)
 def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, expected):
     module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation")
     kernel = getattr(module, name)
@@ -443,18 +494,32 @@ def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, exp
     assert chosen._abi["grid"]["lanes"] == (int(lanes) if lanes else 32 if mapping.startswith("warp") else 1)
     # a small, sparse graph with narrow rows runs as compiled (thread_vertex)
     small = gnnc.Graph.from_coo(np.array([0, 1]), np.array([1, 2]), num_vertices=3)
-    assert kernel._default_variant(small, {k: 2 for k in dims}) is None
+    assert kernel._default_variant(small, dict.fromkeys(dims, 2)) is None
 
 
 #: every mapping with its options, on random kernels: a mapping either refuses
 #: the kernel naming itself and the reason, or matches the reference
-RANDOM_MAPPINGS = st.sampled_from(["map thread_vertex group 2", "map warp_vertex tile 2", "map warp_vertex lanes 4",
-                                   "map thread_edge group 3", "map warp_edge", "map warp_edge lanes 8 group 2",
-                                   "map thread_vertex hybrid 3", "map warp_edge hybrid 2 tile 2"])
+RANDOM_MAPPINGS = st.sampled_from(
+    [
+        "map thread_vertex group 2",
+        "map warp_vertex tile 2",
+        "map warp_vertex lanes 4",
+        "map thread_edge group 3",
+        "map warp_edge",
+        "map warp_edge lanes 8 group 2",
+        "map thread_vertex hybrid 3",
+        "map warp_edge hybrid 2 tile 2",
+    ]
+)
 
 
-@given(source=random_kernels(), mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120),
-       f=st.sampled_from((1, 3, 17, 40)), seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(),
+    mapping=RANDOM_MAPPINGS,
+    graph=graphs(max_edges=120),
+    f=st.sampled_from((1, 3, 17, 40)),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=16)
 def test_random_kernels_under_every_mapping(tmp_path_factory, source, mapping, graph, f, seed):
     path = tmp_path_factory.mktemp("k") / "k.gnn"
@@ -485,13 +550,21 @@ kernel red(m: f32[V, F, F], x: f32[V, F]) -> f32[V, F] {
 """
 
 
-@given(name=st.sampled_from(["tr", "back", "edge", "red"]), mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120),
-       f=st.sampled_from((1, 3, 17)), k=st.sampled_from((1, 2)), seed=st.integers(0, 2**32 - 1))
+@given(
+    name=st.sampled_from(["tr", "back", "edge", "red"]),
+    mapping=RANDOM_MAPPINGS,
+    graph=graphs(max_edges=120),
+    f=st.sampled_from((1, 3, 17)),
+    k=st.sampled_from((1, 2)),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=16)
 def test_transpose_under_every_mapping(name, mapping, graph, f, k, seed):
     """transpose reads its operand at swapped indices: lanes and tiles that split F still read the right rows."""
     try:
-        kernel = getattr(gnnc.compile(TRANSPOSE_SOURCE, kernels=[name], target="cuda-emulation", schedule=mapping), name)
+        kernel = getattr(
+            gnnc.compile(TRANSPOSE_SOURCE, kernels=[name], target="cuda-emulation", schedule=mapping), name
+        )
     except gnnc.CompileError as exc:
         assert re.search(f"map {mapping.split()[1]}( hybrid \\d+)? is refused: ", str(exc)), str(exc)
         return
@@ -503,9 +576,16 @@ def test_transpose_under_every_mapping(name, mapping, graph, f, k, seed):
 # ------------------------------------------------ hybrid partitioning (FeatGraph)
 
 #: mappings with `hybrid K`: the hot sources' rows staged in shared memory per block
-HYBRID_MAPPINGS = st.sampled_from(["map thread_vertex hybrid {k}", "map thread_vertex group 3 hybrid {k}",
-                                   "map warp_vertex tile 2 hybrid {k}", "map warp_vertex lanes 8 hybrid {k}",
-                                   "map thread_edge group 2 hybrid {k}", "map warp_edge lanes 4 hybrid {k}"])
+HYBRID_MAPPINGS = st.sampled_from(
+    [
+        "map thread_vertex hybrid {k}",
+        "map thread_vertex group 3 hybrid {k}",
+        "map warp_vertex tile 2 hybrid {k}",
+        "map warp_vertex lanes 8 hybrid {k}",
+        "map thread_edge group 2 hybrid {k}",
+        "map warp_edge lanes 4 hybrid {k}",
+    ]
+)
 HYBRID_NAMES = ["attention", "gat", "gcn", "gcn_norm", "gin", "mlp_aggr", "sage_max", "sage_mean"]
 
 
@@ -515,8 +595,13 @@ def emulated_with(name: str, mapping: str):
 
 
 @pytest.mark.parametrize("name", HYBRID_NAMES)
-@given(graph=graphs(), mapping=HYBRID_MAPPINGS, k=st.sampled_from([1, 2, 5, 64]), f=st.sampled_from([1, 3, 17, 40]),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    graph=graphs(),
+    mapping=HYBRID_MAPPINGS,
+    k=st.sampled_from([1, 2, 5, 64]),
+    f=st.sampled_from([1, 3, 17, 40]),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=6)
 def test_hybrid_matches_reference(name, graph, mapping, k, f, seed):
     mapping = mapping.format(k=k)
@@ -525,7 +610,7 @@ def test_hybrid_matches_reference(name, graph, mapping, k, f, seed):
     except gnnc.CompileError as exc:  # what the mapping refuses without hybrid, it refuses with it
         assert f"map {mapping.split()[1]} is refused: " in str(exc) and "hybrid" not in str(exc).split(":")[1]
         return
-    dims = {d: f for d in ("F", "D", "D1", "D2")} | {"H": 2}
+    dims = dict.fromkeys(("F", "D", "D1", "D2"), f) | {"H": 2}
     inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
     assert_matches(kernel(graph, **inputs), getattr(reference(name), name)(graph, **inputs), graph, np.float32)
 
@@ -538,13 +623,20 @@ def _hybrid_hub_graph(v: int = 900, seed: int = 0) -> gnnc.Graph:
     return gnnc.Graph.from_coo(src, rng.integers(0, v, n), num_vertices=v)
 
 
-@pytest.mark.parametrize("mapping", ["map thread_vertex hybrid 8", "map warp_vertex group 2 hybrid 8",
-                                     "map thread_edge hybrid 8", "map warp_edge group 3 hybrid 8"])
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        "map thread_vertex hybrid 8",
+        "map warp_vertex group 2 hybrid 8",
+        "map thread_edge hybrid 8",
+        "map warp_edge group 3 hybrid 8",
+    ],
+)
 @pytest.mark.parametrize("f", [1, 33, 5000])
 def test_hybrid_over_several_blocks_and_a_capped_k(mapping, f):
     # F = 5000 f32: 20 000 bytes a row, two rows fit in 48 KB, so K' = 2 < 8
-    from gnnc import abi
-    from gnnc.runtime.plans import hybrid_plan
+    from gnnc.graph.plans import hybrid_plan
+    from gnnc.ir import abi
 
     graph = _hybrid_hub_graph()
     kernel = emulated_with("gcn", mapping).gcn
@@ -557,7 +649,7 @@ def test_hybrid_over_several_blocks_and_a_capped_k(mapping, f):
 
 
 def test_hybrid_plan_ranks_sources_by_out_degree():
-    from gnnc.runtime import plans
+    from gnnc.graph import plans
 
     # out-degrees: 3 -> 3 edges, 1 -> 2, 0 -> 2 (ties by id: 0 before 1), 2 -> 0
     graph = gnnc.Graph.from_coo(np.array([3, 1, 3, 0, 1, 3, 0]), np.array([0, 0, 1, 2, 2, 2, 3]), num_vertices=4)
@@ -577,8 +669,11 @@ def test_hybrid_row_wider_than_shared_memory_is_a_clear_error():
     graph = _hybrid_hub_graph()
     kernel = emulated_with("gcn", "map thread_vertex hybrid 4").gcn
     inputs = random_inputs(kernel.signature, graph, {"F": 13000}, np.float32, 0)
-    with pytest.raises(gnnc.ArgumentError, match=r"map thread_vertex hybrid 4: one source's rows take 52000 bytes, "
-                                                 r"more than the 48 KB"):
+    with pytest.raises(
+        gnnc.ArgumentError,
+        match=r"map thread_vertex hybrid 4: one source's rows take 52000 bytes, "
+        r"more than the 48 KB",
+    ):
         kernel(graph, **inputs)
 
 
@@ -588,7 +683,7 @@ def test_hybrid_stages_then_waits_then_computes():
     stages = compiler.compile_source(src, options=opts, stop_after="scf").stages
     mapped = stages["map-threads"]
     assert mapped.count("llvm_ext.barrier") == 1 and "llvm_ext.shared_memory" in mapped
-    grid = json.loads(re.search(r'gnnc.abi = "(.*?)"\}', mapped).group(1).replace("\\22", '"'))["grid"]
+    grid = json.loads(re.search(r'gnnc.ir.abi = "(.*?)"\}', mapped).group(1).replace("\\22", '"'))["grid"]
     assert grid["hybrid"] == 16 and grid["grids"] == [{"group": 1, "over": "V", "shared": [["H"], ["F", "H"]]}]
     emulated_ir = stages["emulate-grid"]
     # MCUDA: the block's thread loop split at the barrier, the shared memory one stack buffer
@@ -603,7 +698,7 @@ def test_hybrid_needs_the_barrier(tmp_path, monkeypatch):
     from xdsl.dialects import arith
     from xdsl.dialects.builtin import IndexType, IntegerAttr
 
-    from gnnc.passes import map_threads
+    from gnnc.transforms.loop import map_threads
 
     v = 40
     graph = gnnc.Graph.from_coo(np.zeros(v, dtype=np.int64), np.arange(v), num_vertices=v)  # source 0 is hot
@@ -625,9 +720,14 @@ def test_hybrid_refuses_a_kernel_without_source_rows(tmp_path):
         gnnc.compile(path, target="cuda-emulation", schedule="map thread_vertex hybrid 4")
 
 
-@pytest.mark.parametrize("directive, reason", [("map thread_vertex hybrid 0", "positive integer"),
-                                               ("map thread_vertex hybrid", "needs a positive integer"),
-                                               ("map warp_vertex hybrid 2 hybrid 3", "given twice")])
+@pytest.mark.parametrize(
+    "directive, reason",
+    [
+        ("map thread_vertex hybrid 0", "positive integer"),
+        ("map thread_vertex hybrid", "needs a positive integer"),
+        ("map warp_vertex hybrid 2 hybrid 3", "given twice"),
+    ],
+)
 def test_bad_hybrid_directives(directive, reason):
     with pytest.raises(gnnc.GnncError, match=reason):
         emulated_with("gcn", directive)
@@ -650,12 +750,22 @@ def accumulators_kernel(mapping: str):
 
     path = Path(tempfile.mkdtemp()) / "acc.gnn"
     path.write_text(ACCUMULATORS)
-    return (gnnc.compile(path, target="cuda-emulation", schedule=mapping).acc,
-            gnnc.compile(path, target="reference").acc)
+    return (
+        gnnc.compile(path, target="cuda-emulation", schedule=mapping).acc,
+        gnnc.compile(path, target="reference").acc,
+    )
 
 
-@pytest.mark.parametrize("mapping", ["map thread_edge", "map thread_edge group 3", "map warp_edge tile 2",
-                                     "map warp_edge lanes 4 group 2", "map thread_edge hybrid 4"])
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        "map thread_edge",
+        "map thread_edge group 3",
+        "map warp_edge tile 2",
+        "map warp_edge lanes 4 group 2",
+        "map thread_edge hybrid 4",
+    ],
+)
 @given(graph=graphs(), f=st.sampled_from([1, 3, 40]), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=6)
 def test_edge_mappings_keep_destination_accumulators(mapping, graph, f, seed):
@@ -712,8 +822,9 @@ def test_edge_mappings_keep_one_launch_temporaries_per_thread(tmp_path, mapping)
     for graph in (gnnc.Graph.from_coo(np.zeros(300, int), np.zeros(300, int), num_vertices=1), _hub_graph()):
         for f in (3, 40):
             inputs = random_inputs(kernel.signature, graph, {"F": f}, np.float32, 0)
-            assert_matches(kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph,
-                           np.float32)
+            assert_matches(
+                kernel(graph, **inputs), gnnc.compile(path, target="reference").k(graph, **inputs), graph, np.float32
+            )
 
 
 # ------------------------------------------------ log and tanh, expanded inline as on the GPU
@@ -737,13 +848,32 @@ kernel k(x: {t}[V, F], w: {t}[E]) -> {t}[V, F] {{
 def test_log_and_tanh_match_the_reference_specials_included(dtype, mapping):
     t = "f32" if dtype == np.float32 else "f64"
     source = LOG_TANH.format(t=t)
-    result = compiler.compile_source(source, "k.gnn", compiler.CompileOptions(target="cuda-emulation", schedule=mapping),
-                                     stop_after="scf")
+    result = compiler.compile_source(
+        source, "k.gnn", compiler.CompileOptions(target="cuda-emulation", schedule=mapping), stop_after="scf"
+    )
     assert "math.log" not in result.stages["expand-log"] and "math.tanh" not in result.stages["expand-tanh"]
     kernel = gnnc.compile(source, target="cuda-emulation", schedule=mapping).k
     finfo = np.finfo(dtype)
-    specials = [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, finfo.smallest_subnormal, finfo.tiny, finfo.max, 1e-3,
-                -1e-3, 0.625, -0.625, 0.62, 9.5, -25.0, 1.0, 2.0]
+    specials = [
+        0.0,
+        -0.0,
+        -1.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        finfo.smallest_subnormal,
+        finfo.tiny,
+        finfo.max,
+        1e-3,
+        -1e-3,
+        0.625,
+        -0.625,
+        0.62,
+        9.5,
+        -25.0,
+        1.0,
+        2.0,
+    ]
     rng = np.random.default_rng(0)
     values = np.concatenate([specials, rng.uniform(-30, 30, 200), np.exp(rng.uniform(-80, 80, 200))]).astype(dtype)
     x = values.reshape(-1, 2)
@@ -767,8 +897,9 @@ def test_log_and_tanh_match_the_reference_specials_included(dtype, mapping):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@given(mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    mapping=RANDOM_MAPPINGS, graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1)
+)
 @settings(max_examples=8)
 def test_log_and_tanh_in_aggregations_under_every_mapping(dtype, mapping, graph, f, seed):
     source = LOG_TANH_AGGREGATE.format(t="f32" if dtype == np.float32 else "f64")

@@ -17,20 +17,30 @@ import pytest
 from xdsl.parser import Parser
 
 import gnnc
-from gnnc import compiler
-from gnnc.backends.cuda import codegen
-from gnnc.passes import pipeline
+from gnnc.driver import compiler, pipeline
+from gnnc.target.cuda import codegen
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.gnn"))
 ARCHS = ("sm_75", "sm_80", "sm_90")
 #: every implemented mapping, with and without vertex grouping and feature tiling
-MAPPINGS = ("map thread_vertex", "map thread_vertex group 4", "map warp_vertex", "map warp_vertex group 2 tile 4",
-            "map thread_edge", "map thread_edge group 4", "map warp_edge", "map warp_edge group 2 tile 4",
-            "map warp_vertex lanes 8", "map warp_edge lanes 4 group 2",
-            # FeatGraph's hybrid partitioning: hot sources' rows in shared memory, bar.sync
-            "map thread_vertex hybrid 8", "map warp_vertex lanes 8 hybrid 4", "map thread_edge group 2 hybrid 8",
-            "map warp_edge tile 2 hybrid 4")
+MAPPINGS = (
+    "map thread_vertex",
+    "map thread_vertex group 4",
+    "map warp_vertex",
+    "map warp_vertex group 2 tile 4",
+    "map thread_edge",
+    "map thread_edge group 4",
+    "map warp_edge",
+    "map warp_edge group 2 tile 4",
+    "map warp_vertex lanes 8",
+    "map warp_edge lanes 4 group 2",
+    # FeatGraph's hybrid partitioning: hot sources' rows in shared memory, bar.sync
+    "map thread_vertex hybrid 8",
+    "map warp_vertex lanes 8 hybrid 4",
+    "map thread_edge group 2 hybrid 8",
+    "map warp_edge tile 2 hybrid 4",
+)
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
 
 
@@ -44,7 +54,7 @@ def nvvm(name: str, mapping: str) -> compiler.CompileResult:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
     ir_text = nvvm(name, mapping).stages["translate-to-nvvm"]
-    assert "define ptx_kernel void @\"gnnc_" in ir_text
+    assert 'define ptx_kernel void @"gnnc_' in ir_text
     for arch in ARCHS:
         _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
         assert f".target {arch}" in ptx and ".entry gnnc_" in ptx
@@ -54,8 +64,14 @@ def test_every_example_and_mapping_gives_ptx_ptxas_accepts(name, mapping):
             codegen.ptxas(ptx, arch)
 
 
-@pytest.mark.parametrize("name, atom", [("gcn", "atom.global.add.f32"), ("sage_mean", "atom.global.add.f32"),
-                                        ("sage_max", "atom.relaxed.sys.global.cas.b32")])
+@pytest.mark.parametrize(
+    "name, atom",
+    [
+        ("gcn", "atom.global.add.f32"),
+        ("sage_mean", "atom.global.add.f32"),
+        ("sage_max", "atom.relaxed.sys.global.cas.b32"),
+    ],
+)
 def test_edge_mappings_update_destinations_with_atomics(name, atom):
     # sums as the hardware's float add; max as LLVM's compare-and-swap loop on the bits
     result = nvvm(name, "map thread_edge")
@@ -66,16 +82,19 @@ def test_edge_mappings_update_destinations_with_atomics(name, atom):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-@pytest.mark.parametrize("mapping, rounds", [("map warp_vertex", 5), ("map warp_edge group 2", 5),
-                                             ("map warp_vertex lanes 8", 3)])
+@pytest.mark.parametrize(
+    "mapping, rounds", [("map warp_vertex", 5), ("map warp_edge group 2", 5), ("map warp_vertex lanes 8", 3)]
+)
 def test_warp_dot_products_shuffle(dtype, mapping, rounds):
     # FeatGraph's tree reduction: five butterfly shuffles per dot; a double as two 32-bit halves
     src = f"kernel a(q: {dtype}[V, H, D], k: {dtype}[V, H, D]) -> {dtype}[E, H] {{ out[e] = dot(q[v], k[u]) }}\n"
-    result = compiler.compile_source(src, "a.gnn", compiler.CompileOptions(target="cuda", schedule=mapping),
-                                     stop_after="nvvm")
+    result = compiler.compile_source(
+        src, "a.gnn", compiler.CompileOptions(target="cuda", schedule=mapping), stop_after="nvvm"
+    )
     ir_text = result.stages["translate-to-nvvm"]
-    assert ir_text.count('call float @"llvm.nvvm.shfl.sync.bfly.f32"' if dtype == "f32"
-                         else 'call i32 @"llvm.nvvm.shfl.sync.bfly.i32"') == rounds * (1 if dtype == "f32" else 2)
+    assert ir_text.count(
+        'call float @"llvm.nvvm.shfl.sync.bfly.f32"' if dtype == "f32" else 'call i32 @"llvm.nvvm.shfl.sync.bfly.i32"'
+    ) == rounds * (1 if dtype == "f32" else 2)
     # a group of fewer lanes than the warp shuffles under its own lanes' mask
     assert ("llvm.nvvm.read.ptx.sreg.laneid" in ir_text) == (rounds < 5)
     for arch in ARCHS:
@@ -101,11 +120,20 @@ def test_ptxas_rejection_is_reported():
 
 def test_bad_arch_is_refused():
     with pytest.raises(gnnc.CompileError, match="unknown GPU architecture 'sm_70'"):
-        compiler.compile_source((EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda", arch="sm_70"))
+        compiler.compile_source(
+            (EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda", arch="sm_70")
+        )
 
 
-@pytest.mark.parametrize("name, mapping", [("gat", "map thread_vertex group 4"), ("mlp_aggr", "map thread_vertex group 4"),
-                                           ("sage_max", "map thread_edge group 2"), ("gat", "map warp_edge hybrid 2")])
+@pytest.mark.parametrize(
+    "name, mapping",
+    [
+        ("gat", "map thread_vertex group 4"),
+        ("mlp_aggr", "map thread_vertex group 4"),
+        ("sage_max", "map thread_edge group 2"),
+        ("gat", "map warp_edge hybrid 2"),
+    ],
+)
 def test_every_cuda_stage_parses_back(name, mapping):
     result = nvvm(name, mapping)
     for stage in [pipeline.FRONTEND_STAGE, *pipeline.CUDA_PIPELINE]:
@@ -115,8 +143,12 @@ def test_every_cuda_stage_parses_back(name, mapping):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gnnc.cli", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).parent.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "gnnc.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
 
 
 def test_cli_writes_ptx_with_metadata(tmp_path):
@@ -139,7 +171,16 @@ def test_cli_emit_nvvm_and_errors(tmp_path):
     assert proc.returncode == 1 and "--emit nvvm or ptx" in proc.stderr
     proc = _cli("compile", "examples/gcn.gnn", "--emit", "ptx")
     assert proc.returncode == 1 and "needs --target cuda" in proc.stderr
-    proc = _cli("compile", "examples/gcn.gnn", "--target", "cuda", "--print-ir-after", "map-threads", "-o", str(tmp_path / "g.ptx"))
+    proc = _cli(
+        "compile",
+        "examples/gcn.gnn",
+        "--target",
+        "cuda",
+        "--print-ir-after",
+        "map-threads",
+        "-o",
+        str(tmp_path / "g.ptx"),
+    )
     assert proc.returncode == 0 and "loop.grid" in proc.stderr
 
 
@@ -151,8 +192,14 @@ def test_passes_lists_the_cuda_stages():
     assert listed.index("map-threads") < listed.index("convert-grid-to-nvvm") < listed.index("emit-ptx")
 
 
-@pytest.mark.parametrize("name, mapping", [("gcn", "map thread_vertex hybrid 8"), ("gat", "map warp_vertex hybrid 4"),
-                                           ("sage_mean", "map warp_edge hybrid 2")])
+@pytest.mark.parametrize(
+    "name, mapping",
+    [
+        ("gcn", "map thread_vertex hybrid 8"),
+        ("gat", "map warp_vertex hybrid 4"),
+        ("sage_mean", "map warp_edge hybrid 2"),
+    ],
+)
 def test_hybrid_stages_rows_in_shared_memory(name, mapping):
     # the block's dynamic shared memory (.extern .shared), the cooperative copy
     # into it, one bar.sync before the edges read it; the two hybrid arrays last
@@ -171,8 +218,16 @@ def test_hybrid_stages_rows_in_shared_memory(name, mapping):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("mapping", ["map thread_vertex group 2", "map warp_vertex tile 2", "map thread_edge group 3",
-                                     "map warp_edge lanes 8 group 2", "map thread_vertex hybrid 3"])
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        "map thread_vertex group 2",
+        "map warp_vertex tile 2",
+        "map thread_edge group 3",
+        "map warp_edge lanes 8 group 2",
+        "map thread_vertex hybrid 3",
+    ],
+)
 def test_transposes_assemble(mapping):
     """transpose is index arithmetic by the time it reaches the grid: each mapping's PTX assembles."""
     from tests.test_cuda_emulation import TRANSPOSE_SOURCE
@@ -185,8 +240,20 @@ def test_transposes_assemble(mapping):
 
 
 #: every elementwise function of the language, applied to a source value and combined with a destination one
-ELEMENTWISE = ("exp({0})", "log({0})", "sqrt({0})", "rsqrt({0})", "abs({0})", "relu({0})", "sigmoid({0})",
-               "tanh({0})", "step({0})", "leaky_relu({0}, 0.2)", "max({0}, x[v])", "min({0}, x[v])")
+ELEMENTWISE = (
+    "exp({0})",
+    "log({0})",
+    "sqrt({0})",
+    "rsqrt({0})",
+    "abs({0})",
+    "relu({0})",
+    "sigmoid({0})",
+    "tanh({0})",
+    "step({0})",
+    "leaky_relu({0}, 0.2)",
+    "max({0}, x[v])",
+    "min({0}, x[v])",
+)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
@@ -196,8 +263,9 @@ def test_every_elementwise_function_gives_ptx_ptxas_accepts(function, dtype):
     body = function.format("x[u]")
     source = f"kernel k(x: {dtype}[V, F]) -> {dtype}[E, F] {{\n    out[e] = {body} * x[v]\n}}\n"
     for mapping in ("map warp_edge", "map thread_vertex"):
-        result = compiler.compile_source(source, "k.gnn", compiler.CompileOptions(target="cuda", schedule=mapping),
-                                         stop_after="nvvm")
+        result = compiler.compile_source(
+            source, "k.gnn", compiler.CompileOptions(target="cuda", schedule=mapping), stop_after="nvvm"
+        )
         ir_text = result.stages["translate-to-nvvm"]
         assert not re.search(r"@\"?llvm\.(exp|log|tanh)\.", ir_text)
         for arch in ARCHS:
@@ -209,7 +277,9 @@ def test_every_elementwise_function_gives_ptx_ptxas_accepts(function, dtype):
 
 def test_an_unexpanded_libm_intrinsic_is_an_internal_error_not_an_abort():
     """LLVM's NVPTX backend aborts the process on llvm.tanh ("Cannot select ftanh"); gnnc stops first."""
-    ir_text = ("declare float @llvm.tanh.f32(float)\n"
-               "define float @f(float %x) {\n  %y = call float @llvm.tanh.f32(float %x)\n  ret float %y\n}\n")
+    ir_text = (
+        "declare float @llvm.tanh.f32(float)\n"
+        "define float @f(float %x) {\n  %y = call float @llvm.tanh.f32(float %x)\n  ret float %y\n}\n"
+    )
     with pytest.raises(gnnc.CompileError, match="internal error: tanh reached the NVPTX backend unexpanded"):
         codegen.optimize_and_emit_ptx(ir_text, "sm_80")

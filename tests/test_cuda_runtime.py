@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gnnc
-from gnnc import compiler
+from gnnc.driver import compiler
 from gnnc.runtime import cuda as cuda_runtime
 from tests.helpers import assert_matches
 from tests.strategies import random_inputs
@@ -25,9 +25,16 @@ def _gpu_reason() -> str | None:
 
 GPU_MISSING = _gpu_reason()
 EXAMPLES = Path(__file__).parent.parent / "examples"
-DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {"F": 1},
-        "attention": {"H": 2, "D": 17}, "gat": {"H": 2, "F": 3}, "mlp_aggr": {"D1": 5, "D2": 130},
-        "gcn_norm": {"F": 17}}
+DIMS = {
+    "gcn": {"F": 17},
+    "sage_max": {"F": 3},
+    "sage_mean": {"F": 64},
+    "gin": {"F": 1},
+    "attention": {"H": 2, "D": 17},
+    "gat": {"H": 2, "F": 3},
+    "mlp_aggr": {"D1": 5, "D2": 130},
+    "gcn_norm": {"F": 17},
+}
 
 
 @pytest.mark.skipif(GPU_MISSING is None, reason="a GPU is present")
@@ -77,13 +84,20 @@ class FakeDeviceArray:
     """An object in device memory as CuPy or Numba describe one (never dereferenced here)."""
 
     def __init__(self, shape, typestr="<f4", ptr=0x7F0000000000, strides=None, readonly=False, stream=None):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, readonly),
-                                         "strides": strides, "version": 3, "stream": stream}
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "data": (ptr, readonly),
+            "strides": strides,
+            "version": 3,
+            "stream": stream,
+        }
 
 
 def _signature(name: str):
-    result = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
-                                     options=compiler.CompileOptions(target="cuda"), stop_after="nvvm")
+    result = compiler.compile_source(
+        (EXAMPLES / f"{name}.gnn").read_text(), options=compiler.CompileOptions(target="cuda"), stop_after="nvvm"
+    )
     return cuda_runtime.KernelSignature.from_dict(result.metadata["kernels"][0])
 
 
@@ -104,12 +118,15 @@ def test_device_inputs_are_borrowed_after_the_host_checks():
     assert isinstance(host.outputs[0], np.ndarray) and host.outputs[0].shape == (3, 5) and host.template is None
 
 
-@pytest.mark.parametrize("x, message", [
-    (FakeDeviceArray((3, 17), "<f8"), "input 'x' of gcn: expected float32, got float64"),
-    (FakeDeviceArray((4, 17)), r"leading axis \(V\) has 4 entries but the graph has 3 vertices"),
-    (FakeDeviceArray((3, 17, 2)), r"expected 2 axes \[V, F\]"),
-    (FakeDeviceArray((3, 17), strides=(4, 12)), "not C-contiguous.*does not copy device arrays"),
-])
+@pytest.mark.parametrize(
+    "x, message",
+    [
+        (FakeDeviceArray((3, 17), "<f8"), "input 'x' of gcn: expected float32, got float64"),
+        (FakeDeviceArray((4, 17)), r"leading axis \(V\) has 4 entries but the graph has 3 vertices"),
+        (FakeDeviceArray((3, 17, 2)), r"expected 2 axes \[V, F\]"),
+        (FakeDeviceArray((3, 17), strides=(4, 12)), "not C-contiguous.*does not copy device arrays"),
+    ],
+)
 def test_bad_device_inputs_are_refused_like_host_ones(x, message):
     with pytest.raises(gnnc.ArgumentError, match=message):
         cuda_runtime.bind_call(_signature("gcn"), GRAPH, (x, np.ones(4, np.float32)), {})
@@ -121,10 +138,12 @@ def test_device_outputs_are_checked_and_written_in_place():
     out = FakeDeviceArray((3, 8), ptr=0x7F0000200000)
     call = cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=out)
     assert call.outputs[0].ptr == 0x7F0000200000 and call.outputs[0].owner is out
-    for bad, message in [(FakeDeviceArray((3, 9), ptr=0x7F0000200000), r"expected shape \(3, 8\), got \(3, 9\)"),
-                         (FakeDeviceArray((3, 8), "<f8", ptr=0x7F0000200000), "expected float32, got float64"),
-                         (FakeDeviceArray((3, 8), ptr=0x7F0000200000, readonly=True), "read-only"),
-                         (FakeDeviceArray((3, 8), ptr=0x7F0000000010), "overlaps another device array")]:
+    for bad, message in [
+        (FakeDeviceArray((3, 9), ptr=0x7F0000200000), r"expected shape \(3, 8\), got \(3, 9\)"),
+        (FakeDeviceArray((3, 8), "<f8", ptr=0x7F0000200000), "expected float32, got float64"),
+        (FakeDeviceArray((3, 8), ptr=0x7F0000200000, readonly=True), "read-only"),
+        (FakeDeviceArray((3, 8), ptr=0x7F0000000010), "overlaps another device array"),
+    ]:
         with pytest.raises(gnnc.ArgumentError, match=message):
             cuda_runtime.bind_call(sig, GRAPH, (x, w), {}, out=bad)
     # a host out= beside device inputs is checked as on the CPU, and copied back
@@ -188,8 +207,10 @@ class FakeDriver:
 
         ok = self.CUresult.CUDA_SUCCESS
         self.ok = ok
-        self.params = {m.group(1): len(re.findall(r"\.param ", m.group(2)))
-                       for m in re.finditer(r"\.entry (\w+)\(\n(.*?)\)", ptx, re.S)}
+        self.params = {
+            m.group(1): len(re.findall(r"\.param ", m.group(2)))
+            for m in re.finditer(r"\.entry (\w+)\(\n(.*?)\)", ptx, re.S)
+        }
         self.memory: dict[int, ctypes.Array] = {}
         self.launches: list[dict] = []
 
@@ -229,8 +250,16 @@ class FakeDriver:
         n = self.params[function]
         slots = (ctypes.c_void_p * n).from_address(params)
         values = [ctypes.c_uint64.from_address(slots[i]).value for i in range(n)]
-        self.launches.append({"function": function, "blocks": gx, "threads": bx, "shared": shared,
-                              "values": values, "live": set(self.memory)})
+        self.launches.append(
+            {
+                "function": function,
+                "blocks": gx,
+                "threads": bx,
+                "shared": shared,
+                "values": values,
+                "live": set(self.memory),
+            }
+        )
         return (self.ok,)
 
     def cuCtxSynchronize(self):
@@ -243,13 +272,19 @@ class FakeDriver:
 import ctypes  # noqa: E402  (beside the fake driver that uses it)
 
 
-@pytest.mark.parametrize("name, mapping, dims", [("gin", "map thread_edge hybrid 4", {"F": 6}),
-                                                 ("gat", "map warp_edge hybrid 2", {"H": 2, "F": 3}),
-                                                 ("gcn", "map thread_vertex", {"F": 5})])
+@pytest.mark.parametrize(
+    "name, mapping, dims",
+    [
+        ("gin", "map thread_edge hybrid 4", {"F": 6}),
+        ("gat", "map warp_edge hybrid 2", {"H": 2, "F": 3}),
+        ("gcn", "map thread_vertex", {"F": 5}),
+    ],
+)
 def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypatch, name, mapping, dims):
     # no GPU: a fake driver checks the launches' arguments against the PTX
-    result = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
-                                     options=compiler.CompileOptions(target="cuda", schedule=mapping))
+    result = compiler.compile_source(
+        (EXAMPLES / f"{name}.gnn").read_text(), options=compiler.CompileOptions(target="cuda", schedule=mapping)
+    )
     path = tmp_path / f"{name}.ptx"
     path.write_text(result.ptx)
     fake = FakeDriver(result.ptx)
@@ -264,7 +299,8 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
     got = kernel(graph, **inputs)
     grid = kernel._abi["grid"]
     assert [launch["function"] for launch in fake.launches] == [
-        p for p, n in zip(grid["phases"], cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n]
+        p for p, n in zip(grid["phases"], cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n
+    ]
     for launch in fake.launches:
         values = launch["values"]
         assert values[:4] == [40, 60, values[2], 1] and launch["threads"] == 256
@@ -274,11 +310,12 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
         assert buffers.count(0x7F0000000000) == 1
         assert launch["live"] <= set(buffers)  # and nothing allocated goes unpassed: the counts agree
     if grid.get("hybrid"):
-        from gnnc.runtime import plans
+        from gnnc.graph import plans
 
         _, _, shared = plans.hybrid_plan(graph, grid, dims, 4)
-        assert [launch["shared"] for launch in fake.launches] == [s for s, n in zip(
-            shared, cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n] and max(shared) > 0
+        assert [launch["shared"] for launch in fake.launches] == [
+            s for s, n in zip(shared, cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n
+        ] and max(shared) > 0
     # a device input: the results were allocated on the device, and stay there
     results = got.values() if isinstance(got, dict) else [got]
     assert all(isinstance(r, cuda_runtime.DeviceArray) for r in results)

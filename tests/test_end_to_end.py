@@ -59,7 +59,9 @@ def test_example_matches_reference(name, graph, data, seed):
     assert_matches(got, want, graph, np.float32)
 
 
-@given(source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1)
+)
 @settings(max_examples=25)
 def test_random_kernel_matches_reference(source, graph, f, seed):
     module = compiled(source)

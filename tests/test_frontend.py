@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnnc.errors import GnncError, SourceError
-from gnnc.frontend import ast, load_program, parse, parse_and_check
-from gnnc.frontend.check import check
-from gnnc.frontend.lexer import tokenize
+from gnnc.lang import ast, load_program, parse, parse_and_check
+from gnnc.lang.lexer import tokenize
+from gnnc.lang.sema import check
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.gnn"))
@@ -132,10 +132,7 @@ kernel k(x: f32[V, F], w: f32[E], c: f32) -> (a: f32[E, F], b: f32[E, F], d: f32
 
 def test_vertex_values_read_later_at_u_and_v():
     program = parse_and_check(
-        "kernel two(x: f32[V, F]) -> f32[V, F] {\n"
-        "  h[v] = mean(x[u])\n"
-        "  out[v] = sum(h[u] - h[v]) + h[v]\n"
-        "}\n"
+        "kernel two(x: f32[V, F]) -> f32[V, F] {\n  h[v] = mean(x[u])\n  out[v] = sum(h[u] - h[v]) + h[v]\n}\n"
     )
     out = body(program)["out"]
     assert out.lhs.operand.lhs.gtype == "S"
@@ -182,7 +179,7 @@ def test_dot_and_matvec_shapes():
 
 
 def test_schedules_are_attached(monkeypatch):
-    import gnnc.frontend.check as check_module
+    import gnnc.lang.sema as check_module
 
     monkeypatch.setitem(check_module.SUPPORTED_DIRECTIVES, "cpu", {"partition", "tile", "parallel", "order"})
     monkeypatch.setitem(check_module.SUPPORTED_DIRECTIVES, "cuda", {"map"})
@@ -213,7 +210,7 @@ schedule gcn for cuda { map warp_vertex group 4 tile 2 }
 
 
 def test_supported_map_phrase(monkeypatch):
-    import gnnc.frontend.check as check_module
+    import gnnc.lang.sema as check_module
 
     monkeypatch.setitem(check_module.SUPPORTED_DIRECTIVES, "cuda", {"map thread_vertex"})
     src = "kernel k(x: f32[V]) -> f32[V] { out[v] = x[v] }\nschedule k for cuda { map thread_vertex }\n"
@@ -348,12 +345,12 @@ def test_error_duplicates():
     assert_error(
         "kernel k(x: f32[V]) -> f32[V] {\n  out[v] = x[v]\n  out[v] = x[v]\n}", 3, 3, "'out' is already defined", 3
     )
-    assert_error(
-        "kernel k(x: f32[V]) -> (a: f32[V], a: f32[V]) { a[v] = x[v] }", 1, 36, "duplicate result 'a'"
-    )
+    assert_error("kernel k(x: f32[V]) -> (a: f32[V], a: f32[V]) { a[v] = x[v] }", 1, 36, "duplicate result 'a'")
     assert_error(
         "kernel k(x: f32[V]) -> f32[V] { out[v] = x[v] }\nkernel k(x: f32[V]) -> f32[V] { out[v] = x[v] }",
-        2, 8, "kernel 'k' is already defined at line 1",
+        2,
+        8,
+        "kernel 'k' is already defined at line 1",
     )
     assert_error("kernel k(x: f32[V]) -> f32[V] { x[v] = 1; out[v] = x[v] }", 1, 33, "'x' is a parameter")
 
@@ -368,7 +365,10 @@ def test_error_reserved_parameter_names():
 def test_error_mixed_element_types():
     assert_error(
         "kernel k(x: f32[V, F], w: f64[E]) -> f32[V, F] { out[v] = sum(w[e] * x[u]) }",
-        1, 27, "mixes element types: 'w' is f64 but 'x' is f32", 6,
+        1,
+        27,
+        "mixes element types: 'w' is f64 but 'x' is f32",
+        6,
     )
     assert_error("kernel k(x: f64[V]) -> f32[V] { out[v] = x[v] }", 1, 24, "'out' is f32 but 'x' is f64", 6)
 
@@ -394,12 +394,13 @@ def test_error_results():
     assert_error(
         "kernel k(x: f32[V]) -> (a: f32[V], b: f32[E]) {\n  a[v] = x[v]\n}", 1, 36, "result 'b' is never defined"
     )
+    assert_error("kernel k(x: f32[V]) -> f32[E] {\n  out[v] = x[v]\n}", 2, 3, "result 'out' is an edge tensor", 3)
     assert_error(
-        "kernel k(x: f32[V]) -> f32[E] {\n  out[v] = x[v]\n}", 2, 3, "result 'out' is an edge tensor", 3
-    )
-    assert_error(
-        "kernel k(x: f32[V, F]) -> f32[V] {\n  out[v] = x[v]\n}", 2, 3,
-        "result 'out' is declared f32[V] (value shape [] (a scalar)) but its definition has shape [F]", 3,
+        "kernel k(x: f32[V, F]) -> f32[V] {\n  out[v] = x[v]\n}",
+        2,
+        3,
+        "result 'out' is declared f32[V] (value shape [] (a scalar)) but its definition has shape [F]",
+        3,
     )
     assert_error("kernel k(x: f32[V, F]) -> f32[F] { out[v] = 1 }", 1, 27, "must be a vertex or edge tensor", 6)
     assert_error(
@@ -410,9 +411,7 @@ def test_error_results():
 def test_error_vertex_definition_reads_u_or_e():
     assert_error(SIG + "  out[v] = x[u]\n}\n", 2, 12, "x[u] reads the source vertex u outside an aggregation", 4)
     assert_error(SIG + "  out[v] = x[v] * w[e]\n}\n", 2, 19, "w[e] reads an edge outside an aggregation", 4)
-    assert_error(
-        SIG + "  out[v] = x[v] * deg_out(u)\n}\n", 2, 19, "deg_out(u) reads the source vertex u", 7
-    )
+    assert_error(SIG + "  out[v] = x[v] * deg_out(u)\n}\n", 2, 19, "deg_out(u) reads the source vertex u", 7)
 
 
 def test_error_aggregations_in_edge_context():
@@ -461,7 +460,13 @@ def test_error_schedules():
     assert_error(k + "schedule k for tpu { parallel dst }\n", 2, 16, "unknown target 'tpu'", 3)
     assert_error(k + "schedule k for cpu { frobnicate 3 }\n", 2, 22, "unknown cpu schedule directive 'frobnicate'", 10)
     assert_error(k + "schedule k for cpu { map warp_edge }\n", 2, 22, "'map' is a cuda directive, not a cpu one", 3)
-    assert_error(k + "schedule k for cpu {\n  group neighbors\n}\n", 3, 9, "'group neighbors' needs a positive integer (the neighbour group size)", 9)
+    assert_error(
+        k + "schedule k for cpu {\n  group neighbors\n}\n",
+        3,
+        9,
+        "'group neighbors' needs a positive integer (the neighbour group size)",
+        9,
+    )
     assert_error(k + "schedule k for cpu { partition src 0 }\n", 2, 36, "expected a positive integer")
     assert_error(k + "schedule k for cpu { partition dst 4 }\n", 2, 32, "expected 'src' after 'partition'", 3)
     assert_error(k + "schedule k for cpu { tile features }\n", 2, 27, "'tile features' needs a positive integer", 8)
@@ -474,7 +479,7 @@ def test_error_schedules():
 
 
 def test_error_duplicate_directive(monkeypatch):
-    import gnnc.frontend.check as check_module
+    import gnnc.lang.sema as check_module
 
     monkeypatch.setitem(check_module.SUPPORTED_DIRECTIVES, "cpu", {"parallel"})
     k = "kernel k(x: f32[V]) -> f32[V] { out[v] = x[v] }\n"
@@ -520,11 +525,63 @@ EXAMPLE_SOURCES = [p.read_text() for p in EXAMPLE_FILES] + [
     "schedule gcn for cuda { map warp_vertex group 4 tile 2 }\n",
 ]
 FRAGMENTS = [
-    "(", ")", "[", "]", "{", "}", ",", ":", ";", "\n", "->", "+", "-", "*", "/", "@", "=", "#",
-    "u", "v", "e", "x", "out", "V", "E", "F", "f32", "f64", "sum", "max", "min", "mean", "dot",
-    "softmax", "leaky_relu", "deg_in", "deg_out", "kernel", "schedule", "for", "cpu", "cuda",
-    "0", "1", "2.5", "1e-3", "1e999", "map", "partition", "src", "\t", "\r", "\x0c", "\u2028", "é",
-    "(" * 300, "x[u] + " * 200,
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    ";",
+    "\n",
+    "->",
+    "+",
+    "-",
+    "*",
+    "/",
+    "@",
+    "=",
+    "#",
+    "u",
+    "v",
+    "e",
+    "x",
+    "out",
+    "V",
+    "E",
+    "F",
+    "f32",
+    "f64",
+    "sum",
+    "max",
+    "min",
+    "mean",
+    "dot",
+    "softmax",
+    "leaky_relu",
+    "deg_in",
+    "deg_out",
+    "kernel",
+    "schedule",
+    "for",
+    "cpu",
+    "cuda",
+    "0",
+    "1",
+    "2.5",
+    "1e-3",
+    "1e999",
+    "map",
+    "partition",
+    "src",
+    "\t",
+    "\r",
+    "\x0c",
+    "\u2028",
+    "é",
+    "(" * 300,
+    "x[u] + " * 200,
 ]
 
 
@@ -535,7 +592,7 @@ def mutated_sources(draw):
         pos = draw(st.integers(0, len(source)))
         action = draw(st.sampled_from(["delete", "insert", "insert_text", "duplicate"]))
         if action == "delete":
-            source = source[:pos] + source[pos + draw(st.integers(1, 8)):]
+            source = source[:pos] + source[pos + draw(st.integers(1, 8)) :]
         elif action == "insert":
             source = source[:pos] + draw(st.sampled_from(FRAGMENTS)) + source[pos:]
         elif action == "insert_text":
@@ -573,8 +630,30 @@ def test_fuzz_token_mutations(source: str):
 
 # Random well-formed syntax over a fixed signature: exercises the checker's
 # rules (most mutated sources stop in the parser).
-_LEAVES = ["x[u]", "x[v]", "x[e]", "h[u]", "h[v]", "w[e]", "w[u]", "a[e]", "s[v]", "s[u]", "eps", "W", "M",
-           "x", "u", "2", "0.5", "deg_in(v)", "deg_out(u)", "nope[v]", "out[v]", "t[e]"]
+_LEAVES = [
+    "x[u]",
+    "x[v]",
+    "x[e]",
+    "h[u]",
+    "h[v]",
+    "w[e]",
+    "w[u]",
+    "a[e]",
+    "s[v]",
+    "s[u]",
+    "eps",
+    "W",
+    "M",
+    "x",
+    "u",
+    "2",
+    "0.5",
+    "deg_in(v)",
+    "deg_out(u)",
+    "nope[v]",
+    "out[v]",
+    "t[e]",
+]
 _UNARY = sorted(ast.UNARY_FUNCTIONS) + ["softmax", "sum", "mean", "max", "min", "-"]
 _BINARY = ["+", "-", "*", "/", "@", "max", "min", "dot", "leaky_relu"]
 

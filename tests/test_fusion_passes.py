@@ -18,13 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gnnc
-from gnnc import abi, compiler
-from gnnc.passes import pipeline
-from gnnc.passes.deferred_division import DeferredDivisionPass
-from gnnc.passes.fusion_report import AnnotateFusionPass
-from gnnc.passes.transform_before_gather import TransformBeforeGatherPass
-from gnnc.passes.unfuse_graph import UnfusePass
+from gnnc.driver import compiler, pipeline
+from gnnc.ir import abi
 from gnnc.runtime.module import Module
+from gnnc.transforms.graph.annotate_fusion import AnnotateFusionPass
+from gnnc.transforms.graph.deferred_division import DeferredDivisionPass
+from gnnc.transforms.graph.transform_before_gather import TransformBeforeGatherPass
+from gnnc.transforms.graph.unfuse import UnfusePass
 from tests.helpers import assert_matches
 from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
 from tests.test_end_to_end import EXAMPLE_DIMS
@@ -50,8 +50,10 @@ def pass_list(extra: tuple[str, ...]) -> list[str]:
 def compile_with(source: str, extra: tuple[str, ...]) -> compiler.CompileResult:
     """compile_source with `extra` graph passes in the pipeline (stages recorded)."""
     names = pass_list(extra)
-    with mock.patch.object(pipeline, "pass_names", lambda disabled=(), fusion=True, target="cpu": names), \
-            mock.patch.dict(pipeline.PASSES, OUR_PASSES):
+    with (
+        mock.patch.object(pipeline, "pass_names", lambda disabled=(), fusion=True, target="cpu": names),
+        mock.patch.dict(pipeline.PASSES, OUR_PASSES),
+    ):
         return compiler.compile_source(source, "<test>")
 
 
@@ -75,8 +77,7 @@ def example(name: str) -> str:
 
 def draw_dims(names, data) -> dict[str, int]:
     return {
-        d: data.draw(st.sampled_from((1, 2, 4)) if d == "H" else st.sampled_from(FEATURE_SIZES), label=d)
-        for d in names
+        d: data.draw(st.sampled_from((1, 2, 4)) if d == "H" else st.sampled_from(FEATURE_SIZES), label=d) for d in names
     }
 
 
@@ -109,7 +110,7 @@ def matrix_loads_in_edge_loops(loop_text: str, param_index: int) -> int:
         s = line.strip()
         if s.startswith("}") and stack:
             stack.pop()
-        if any(stack) and s.startswith(f"%") and f"memref.load {buffer}[" in s:
+        if any(stack) and s.startswith("%") and f"memref.load {buffer}[" in s:
             count += 1
         if s.endswith("{"):
             stack.append("loop.for_in_edges" in s)
@@ -154,14 +155,17 @@ kernel gat_projected(h: f32[V, H, F], a_src: f32[H, F], a_dst: f32[H, F]) -> f32
 TBG = ("transform-before-gather",)
 
 
-@pytest.mark.parametrize("source,name,dims", [
-    (example("mlp_aggr"), "mlp_aggr", ("D1", "D2")),
-    (SAGE_MATVEC, "sage_lin", ("K", "N")),
-    (DST_MATVEC, "dst_lin", ("K", "N")),
-    (TWO_PHASE_MATVEC, "two_phase", ("F",)),
-    (NESTED_MATVEC, "nested", ("K", "N")),
-    (GAT_PROJECTED, "gat_projected", ("H", "F")),
-])
+@pytest.mark.parametrize(
+    "source,name,dims",
+    [
+        (example("mlp_aggr"), "mlp_aggr", ("D1", "D2")),
+        (SAGE_MATVEC, "sage_lin", ("K", "N")),
+        (DST_MATVEC, "dst_lin", ("K", "N")),
+        (TWO_PHASE_MATVEC, "two_phase", ("F",)),
+        (NESTED_MATVEC, "nested", ("K", "N")),
+        (GAT_PROJECTED, "gat_projected", ("H", "F")),
+    ],
+)
 @given(graph=graphs(), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_transform_before_gather_matches_reference(source, name, dims, graph, data, seed):
     check(source, TBG, name, graph, draw_dims(dims, data), seed)
@@ -199,7 +203,9 @@ def test_transform_before_gather_leaves_k1_alone():
     assert "graph.materialize" not in build(source, TBG)[1]["dce"]
 
 
-@given(source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1)
+)
 @settings(max_examples=15)
 def test_random_kernels_with_all_fusion_passes(source, graph, f, seed):
     module, _ = build(source, ("transform-before-gather", "deferred-division", "annotate-fusion"))
@@ -305,7 +311,7 @@ def test_deferred_division_with_alpha_evaluates_exp_once_per_edge():
     assert before.count("math.exp") == 2  # sum of exponentials, then the weights
     assert after.count("math.exp") == 1  # stored as alpha beside the sums
     # the last walk only scales the stored weights: no gathers, no exp
-    lines = after[after.rindex("loop.for_in_edges"):].splitlines()
+    lines = after[after.rindex("loop.for_in_edges") :].splitlines()
     indent = len(after[: after.rindex("loop.for_in_edges")].splitlines()[-1])
     end = next(i for i, line in enumerate(lines) if i and line == " " * indent + "}")
     last_walk = "\n".join(lines[: end + 1])
@@ -365,7 +371,9 @@ def test_unfuse_splits_loop_nests(name):
         assert unfused > 1
 
 
-@given(source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1)
+)
 @settings(max_examples=10)
 def test_unfuse_random_kernels(source, graph, f, seed):
     module, _ = build(source, UNFUSE)

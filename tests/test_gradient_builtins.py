@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gnnc
 from tests.helpers import assert_matches
@@ -91,8 +92,12 @@ def test_edge_id_reads_only_the_edge():
 
 
 @settings(max_examples=min(10, settings().max_examples))
-@given(graph=graphs(max_vertices=20, max_edges=80), f=st.sampled_from([1, 3]), seed=st.integers(0, 2**31 - 1),
-       dtype=st.sampled_from([np.float32, np.float64]))
+@given(
+    graph=graphs(max_vertices=20, max_edges=80),
+    f=st.sampled_from([1, 3]),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
 def test_argmax_argmin_match_the_reference_on_random_graphs(graph, f, seed, dtype):
     rng = np.random.default_rng(seed)
     x = rng.integers(-2, 3, (graph.num_vertices, f)).astype(dtype)

@@ -1,4 +1,4 @@
-"""Graph file loading (gnnc.runtime.graph_io), the committed example graphs, and the benchmark generators."""
+"""Graph file loading (gnnc.graph.io), the committed example graphs, and the benchmark generators."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 import gnnc
 from gnnc.errors import GraphError
-from gnnc.runtime.graph_io import load_graph, read_edges, read_gt, read_vertex_labels
+from gnnc.graph.io import load_graph, read_edges, read_gt, read_vertex_labels
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "examples" / "data"
@@ -118,7 +118,10 @@ def test_mtx_matches_scipy(tmp_path):
         ("%%MatrixMarket matrix coordinate real general\n2 3 1\n1 1 1\n", r"bipartite graph \(2 sources, 3 dest"),
         ("%%MatrixMarket matrix coordinate real symmetric\n2 3 1\n1 1 1\n", "symmetric matrix is square"),
         ("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n", "announces 2 entries"),
-        ("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n3 1 1\n", r"bad\.mtx:4: row index 3 out of range"),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n3 1 1\n",
+            r"bad\.mtx:4: row index 3 out of range",
+        ),
         ("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n1 1\n", r"bad\.mtx:4: expected 3 values"),
         ("%%MatrixMarket matrix coordinate pattern general\n2 2 1\n1 0\n", r"bad\.mtx:3: column index 0"),
     ],
@@ -181,7 +184,8 @@ def _bipartite_files(tmp_path):
     """The same bipartite graph (3 sources, 2 destinations) in each format that can hold one."""
     src, dst = np.array([0, 2, 2, 1]), np.array([1, 0, 1, 1])
     mtx = "%%MatrixMarket matrix coordinate pattern general\n3 2 4\n" + "".join(
-        f"{u + 1} {v + 1}\n" for u, v in zip(src, dst))
+        f"{u + 1} {v + 1}\n" for u, v in zip(src, dst)
+    )
     np.savez(tmp_path / "b.npz", src=src, dst=dst, num_src=3, num_dst=2)
     sp.save_npz(tmp_path / "s.npz", sp.coo_matrix((np.ones(4), (src, dst)), shape=(3, 2)).tocsr())
     return src, dst, [write(tmp_path / "b.mtx", mtx), tmp_path / "b.npz", tmp_path / "s.npz"]
@@ -193,7 +197,10 @@ def test_bipartite_files_load_as_bipartite_graphs(tmp_path):
         g = load_graph(path)
         assert g.bipartite and (g.num_src, g.num_dst) == (3, 2), path
         assert sorted(zip(g.src.tolist(), g.dst.tolist())) == sorted(zip(src.tolist(), dst.tolist())), path
-        with pytest.raises(GraphError, match=r"bipartite graph \(3 sources, 2 destinations\) has no single vertex count: load it with load_graph"):
+        with pytest.raises(
+            GraphError,
+            match=r"bipartite graph \(3 sources, 2 destinations\) has no single vertex count: load it with load_graph",
+        ):
             read_edges(path)
         with pytest.raises(GraphError, match="cannot be made symmetric"):
             load_graph(path, symmetric=True)
@@ -213,7 +220,10 @@ def test_a_bipartite_file_runs_a_kernel(tmp_path):
     "arrays, pattern",
     [
         ({"src": np.array([0]), "dst": np.array([1]), "num_src": 2}, "needs both 'num_src' and 'num_dst'"),
-        ({"src": np.array([0]), "dst": np.array([1]), "num_src": 2, "num_dst": 2, "num_vertices": 2}, "no 'num_vertices'"),
+        (
+            {"src": np.array([0]), "dst": np.array([1]), "num_src": 2, "num_dst": 2, "num_vertices": 2},
+            "no 'num_vertices'",
+        ),
         ({"src": np.array([4]), "dst": np.array([1]), "num_src": 2, "num_dst": 2}, "num_src is 2 but source id 4"),
         ({"src": np.array([0]), "dst": np.array([2]), "num_src": 2, "num_dst": 2}, "num_dst is 2 but destination id 2"),
     ],
@@ -235,7 +245,16 @@ def test_metis_plain(tmp_path, name):
     src, dst, n = read_edges(write(tmp_path / name, METIS_PLAIN))
     assert n == 5
     assert list(zip(src.tolist(), dst.tolist())) == [
-        (0, 1), (0, 3), (0, 2), (1, 0), (1, 2), (2, 1), (2, 3), (2, 0), (3, 2), (3, 0),
+        (0, 1),
+        (0, 3),
+        (0, 2),
+        (1, 0),
+        (1, 2),
+        (2, 1),
+        (2, 3),
+        (2, 0),
+        (3, 2),
+        (3, 0),
     ]
     half = read_edges(write(tmp_path / name, METIS_PLAIN), symmetric=False)
     assert sorted(zip(half[0].tolist(), half[1].tolist())) == [(0, 1), (0, 2), (0, 3), (1, 2), (2, 3)]
@@ -421,7 +440,7 @@ def test_large_edge_list_is_fast(tmp_path):
 
 
 def test_load_graph_builds_a_graph(tmp_path):
-    pytest.importorskip("gnnc.runtime.graph")
+    pytest.importorskip("gnnc.graph.graph")
     g = load_graph(write(tmp_path / "g.txt", "0 1\n1 2\n"))
     assert g.num_vertices == 3
 

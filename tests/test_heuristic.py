@@ -8,10 +8,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gnnc
-from gnnc.runtime import heuristic
+from gnnc.autotune import heuristic
 
 from .helpers import assert_matches
 from .strategies import random_inputs
@@ -24,15 +25,18 @@ def fake_graph(v: int, e: int) -> SimpleNamespace:
     return SimpleNamespace(num_vertices=v, num_edges=e)
 
 
-@pytest.mark.parametrize("v,e,f,want", [
-    (131072, 2097152, 512, "partition src 4"),  # rmat-17: rows = 8 LLC
-    (131072, 2097152, 256, "partition src 2"),  # rows = 4 LLC
-    (131072, 2097152, 128, "prefetch 16"),      # rows = 2 LLC: partitioning measured slower
-    (65536, 1048576, 256, None),
-    (258569, 1026264, 512, None),               # mdual: mean degree 4, measured slower
-    (1 << 22, 1 << 26, 512, "partition src 8"),  # capped
-    (0, 0, 64, None),
-])
+@pytest.mark.parametrize(
+    "v,e,f,want",
+    [
+        (131072, 2097152, 512, "partition src 4"),  # rmat-17: rows = 8 LLC
+        (131072, 2097152, 256, "partition src 2"),  # rows = 4 LLC
+        (131072, 2097152, 128, "prefetch 16"),  # rows = 2 LLC: partitioning measured slower
+        (65536, 1048576, 256, None),
+        (258569, 1026264, 512, None),  # mdual: mean degree 4, measured slower
+        (1 << 22, 1 << 26, 512, "partition src 8"),  # capped
+        (0, 0, 64, None),
+    ],
+)
 def test_partition_rule_follows_the_measurements(v, e, f, want):
     assert heuristic.default_directives(fake_graph(v, e), 4 * f, llc_bytes=32 * MIB) == want
 
@@ -46,31 +50,48 @@ def test_source_row_bytes_counts_the_inputs_read_at_sources():
 
 
 def test_a_kernel_gathering_nothing_at_sources_may_still_vectorize():
-    got = heuristic.default_directives(fake_graph(65536, 1 << 20), 0, llc_bytes=32 * MIB,
-                                       phases=ONE_WALK, dims={"F": 32}, accumulates=True)
+    got = heuristic.default_directives(
+        fake_graph(65536, 1 << 20), 0, llc_bytes=32 * MIB, phases=ONE_WALK, dims={"F": 32}, accumulates=True
+    )
     assert got == "vectorize 32\nspecialize F 32"
 
 
-@pytest.mark.parametrize("e,row_bytes,dims,want", [
-    (1 << 20, 4 * 36, {"H": 4, "F": 8}, "prefetch 24\nspecialize H 4 F 8"),
-    (1 << 14, 4 * 128, {"F": 128}, "prefetch 16\nspecialize F 128"),
-    ((1 << 14) - 1, 4 * 128, {"F": 128}, None),   # a variant's compile would not pay
-    (1 << 20, 4 * 260, {"H": 4, "F": 64}, "specialize H 4 F 64"),   # gat H=4 F=64: 1.16-1.35x (Xeon)
-    (1 << 20, 4 * 2052, {"H": 4, "F": 512}, None),  # gat H=4 F=512: 0.98-1.01x
-    (1 << 20, 4 * 32, {}, "prefetch 24"),          # sizes written in the source
-])
+@pytest.mark.parametrize(
+    "e,row_bytes,dims,want",
+    [
+        (1 << 20, 4 * 36, {"H": 4, "F": 8}, "prefetch 24\nspecialize H 4 F 8"),
+        (1 << 14, 4 * 128, {"F": 128}, "prefetch 16\nspecialize F 128"),
+        ((1 << 14) - 1, 4 * 128, {"F": 128}, None),  # a variant's compile would not pay
+        (1 << 20, 4 * 260, {"H": 4, "F": 64}, "specialize H 4 F 64"),  # gat H=4 F=64: 1.16-1.35x (Xeon)
+        (1 << 20, 4 * 2052, {"H": 4, "F": 512}, None),  # gat H=4 F=512: 0.98-1.01x
+        (1 << 20, 4 * 32, {}, "prefetch 24"),  # sizes written in the source
+    ],
+)
 def test_specialize_rule_follows_the_measurements(e, row_bytes, dims, want):
-    got = heuristic.default_directives(fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB,
-                                       phases=[{"row_dim": "H", "edge_walks": 3}], dims=dims)
+    got = heuristic.default_directives(
+        fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB, phases=[{"row_dim": "H", "edge_walks": 3}], dims=dims
+    )
     assert got == want
 
 
-@pytest.mark.parametrize("row_bytes,distance", [
-    (4, 24), (128, 24), (4 * 64, 24), (4 * 80, 24), (4 * 86, 23), (4 * 128, 16), (4 * 256, 8), (4 * 512, 8),
-])
+@pytest.mark.parametrize(
+    "row_bytes,distance",
+    [
+        (4, 24),
+        (128, 24),
+        (4 * 64, 24),
+        (4 * 80, 24),
+        (4 * 86, 23),
+        (4 * 128, 16),
+        (4 * 256, 8),
+        (4 * 512, 8),
+    ],
+)
 def test_prefetch_distance_keeps_about_8_kib_of_rows_in_flight(row_bytes, distance):
     assert heuristic.prefetch_distance(row_bytes) == distance
-    got = heuristic.default_directives(fake_graph(1 << 18, 1 << 20), row_bytes, llc_bytes=32 * MIB)  # degree 4: no partitions
+    got = heuristic.default_directives(
+        fake_graph(1 << 18, 1 << 20), row_bytes, llc_bytes=32 * MIB
+    )  # degree 4: no partitions
     assert got == (f"prefetch {distance}" if distance != 8 else None)
 
 
@@ -104,7 +125,11 @@ def dense_graph(seed: int, v: int = 100, degree: int = 12) -> gnnc.Graph:
     return gnnc.Graph.from_coo(rng.integers(0, v, v * degree), rng.integers(0, v, v * degree), num_vertices=v)
 
 
-@given(seed=st.integers(0, 2**32 - 1), f=st.sampled_from((8, 17, 64)), kernel=st.sampled_from(("gcn", "sage_max", "sage_mean")))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    f=st.sampled_from((8, 17, 64)),
+    kernel=st.sampled_from(("gcn", "sage_max", "sage_mean")),
+)
 def test_a_call_without_schedule_runs_the_picked_partitioning(seed, f, kernel):
     source = EXAMPLES / f"{kernel}.gnn"
     compiled = getattr(gnnc.compile(source), kernel)
@@ -142,9 +167,13 @@ def test_a_kernel_the_pick_cannot_apply_to_runs_as_compiled(tiny_cache, monkeypa
 
 
 def test_a_written_schedule_is_kept(tiny_cache):
-    for module in (gnnc.compile(EXAMPLES / "gcn.gnn", schedule="prefetch 4"),
-                   gnnc.compile("kernel gcn(x: f32[V, F], w: f32[E]) -> f32[V, F] {\n    out[v] = sum(w[e] * x[u])\n}\n"
-                                "schedule gcn for cpu { prefetch 16 }\n")):
+    for module in (
+        gnnc.compile(EXAMPLES / "gcn.gnn", schedule="prefetch 4"),
+        gnnc.compile(
+            "kernel gcn(x: f32[V, F], w: f32[E]) -> f32[V, F] {\n    out[v] = sum(w[e] * x[u])\n}\n"
+            "schedule gcn for cpu { prefetch 16 }\n"
+        ),
+    ):
         graph = dense_graph(2)
         inputs = random_inputs(module.gcn.signature, graph, {"F": 64}, np.float32, 2)
         module.gcn(graph, **inputs)
@@ -154,25 +183,38 @@ def test_a_written_schedule_is_kept(tiny_cache):
 ONE_WALK = [{"row_dim": "F", "edge_walks": 1}]
 
 
-@pytest.mark.parametrize("phases,f,accumulates,want", [
-    (ONE_WALK, 32, True, "vectorize 32"),   # rmat-16 gcn: 1.25x
-    (ONE_WALK, 16, True, "vectorize 16"),   # 1.33x
-    (ONE_WALK, 64, True, "vectorize 64"),   # 1.06-1.35x on four graphs
-    (ONE_WALK, 128, True, "vectorize 128"), # 1.03-1.30x on mdual, rmat-16, copter2; 1.10x over 30 tuning cases
-    (ONE_WALK, 256, True, None),            # sixteen registers: not measured, not taken
-    (ONE_WALK, 4, True, None),
-    ([{"row_dim": "F", "edge_walks": 3}], 32, True, None),  # gat: 0.57x
-    ([{"row_dim": "H", "edge_walks": 1}], 8, False, None),  # edge-wise attention: 0.88x
-    (ONE_WALK * 2, 32, True, None),          # two phases
-])
+@pytest.mark.parametrize(
+    "phases,f,accumulates,want",
+    [
+        (ONE_WALK, 32, True, "vectorize 32"),  # rmat-16 gcn: 1.25x
+        (ONE_WALK, 16, True, "vectorize 16"),  # 1.33x
+        (ONE_WALK, 64, True, "vectorize 64"),  # 1.06-1.35x on four graphs
+        (ONE_WALK, 128, True, "vectorize 128"),  # 1.03-1.30x on mdual, rmat-16, copter2; 1.10x over 30 tuning cases
+        (ONE_WALK, 256, True, None),  # sixteen registers: not measured, not taken
+        (ONE_WALK, 4, True, None),
+        ([{"row_dim": "F", "edge_walks": 3}], 32, True, None),  # gat: 0.57x
+        ([{"row_dim": "H", "edge_walks": 1}], 8, False, None),  # edge-wise attention: 0.88x
+        (ONE_WALK * 2, 32, True, None),  # two phases
+    ],
+)
 def test_vectorize_rule_follows_the_measurements(phases, f, accumulates, want):
     # too few edges for the specialize rule, which would add a line
-    got = heuristic.default_directives(fake_graph(4096, 1 << 13), 4 * f, llc_bytes=32 * MIB,
-                                       phases=phases, dims={"F": f, "H": f}, accumulates=accumulates)
+    got = heuristic.default_directives(
+        fake_graph(4096, 1 << 13),
+        4 * f,
+        llc_bytes=32 * MIB,
+        phases=phases,
+        dims={"F": f, "H": f},
+        accumulates=accumulates,
+    )
     assert got == want
 
 
-@given(seed=st.integers(0, 2**32 - 1), f=st.sampled_from((8, 17, 32, 64, 128)), kernel=st.sampled_from(("gcn", "sage_max", "sage_mean", "gin")))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    f=st.sampled_from((8, 17, 32, 64, 128)),
+    kernel=st.sampled_from(("gcn", "sage_max", "sage_mean", "gin")),
+)
 def test_a_small_row_runs_vectorized_and_matches_the_reference(seed, f, kernel):
     source = EXAMPLES / f"{kernel}.gnn"
     compiled = getattr(gnnc.compile(source), kernel)
@@ -187,22 +229,34 @@ def test_a_small_row_runs_vectorized_and_matches_the_reference(seed, f, kernel):
 def degree_graph(degrees: list[int]) -> SimpleNamespace:
     """A stand-in graph with these in-degrees (what the lanes rule reads)."""
     indptr = np.concatenate([[0], np.cumsum(degrees)])
-    return SimpleNamespace(num_vertices=len(degrees), num_edges=int(indptr[-1]), in_indptr=indptr, plans={},
-                           edges_sorted=False)
+    return SimpleNamespace(
+        num_vertices=len(degrees), num_edges=int(indptr[-1]), in_indptr=indptr, plans={}, edges_sorted=False
+    )
 
 
-@pytest.mark.parametrize("degrees,lane_walks,want", [
-    ([4] * 8192, 2, False),              # mdual-like: 0.72x measured
-    ([12] * 2048, 2, True),              # copter2, 4elt: 1.5-1.7x
-    ([1] * 8000 + [64] * 300, 2, True),  # R-MAT-like: most edges at hubs
-    ([4] * 4096 + [8] * 1024, 2, False),  # 8 in-edges hold a third of them
-    ([12] * 2048, 0, False),             # lanes would only weigh rows (gcn_norm): 0.84-1.04x
-    ([12] * 1300, 2, False),             # under 16K edges: no variant
-])
+@pytest.mark.parametrize(
+    "degrees,lane_walks,want",
+    [
+        ([4] * 8192, 2, False),  # mdual-like: 0.72x measured
+        ([12] * 2048, 2, True),  # copter2, 4elt: 1.5-1.7x
+        ([1] * 8000 + [64] * 300, 2, True),  # R-MAT-like: most edges at hubs
+        ([4] * 4096 + [8] * 1024, 2, False),  # 8 in-edges hold a third of them
+        ([12] * 2048, 0, False),  # lanes would only weigh rows (gcn_norm): 0.84-1.04x
+        ([12] * 1300, 2, False),  # under 16K edges: no variant
+    ],
+)
 def test_edge_lanes_rule_follows_the_measurements(degrees, lane_walks, want):
-    got = heuristic.default_directives(degree_graph(degrees), 4 * 33, llc_bytes=32 * MIB,
-                                       phases=[{"row_dim": "F", "edge_walks": 3}], dims={"H": 1, "F": 32},
-                                       lane_walks=lane_walks) or ""
+    got = (
+        heuristic.default_directives(
+            degree_graph(degrees),
+            4 * 33,
+            llc_bytes=32 * MIB,
+            phases=[{"row_dim": "F", "edge_walks": 3}],
+            dims={"H": 1, "F": 32},
+            lane_walks=lane_walks,
+        )
+        or ""
+    )
     assert ("vectorize edges 16" in got.splitlines()) == want
 
 
@@ -220,8 +274,9 @@ def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     order = np.argsort(dst, kind="stable")
     unsorted = gnnc.Graph.from_coo(src, dst, num_vertices=v)
     ordered = gnnc.Graph.from_coo(src[order], dst[order], num_vertices=v)
-    refs = {name: getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name)
-            for name in ("gat", "gat_conv")}
+    refs = {
+        name: getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name) for name in ("gat", "gat_conv")
+    }
     for graph in (unsorted, ordered):
         for kernel in (gat, gat_conv):
             inputs = random_inputs(kernel.signature, graph, {"H": 1, "F": 8}, np.float32, 7)
@@ -237,17 +292,19 @@ def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     assert not any("vectorize edges" in k for k in gcn_norm._variants)
 
 
-@pytest.mark.parametrize("row_bytes,wide,e,want", [
-    (4 * 128, True, 1 << 20, True),        # gcn, sage_max, attention F=128: 1.02-1.10x
-    (4 * (4 * 32 + 4), True, 1 << 20, True),  # gat H=4 F=32 (h and el): 1.06x
-    (4 * 64, True, 1 << 20, False),        # rows of 256 bytes: 0.96-1.02x
-    (4 * 32, True, 1 << 20, False),        # 128 bytes: gin, sage_max 0.89-0.91x on mdual
-    (4 * 512, False, 1 << 20, False),      # no 512-bit registers
-    (4 * 512, True, (1 << 14) - 1, False),  # a variant's compile would not pay
-])
+@pytest.mark.parametrize(
+    "row_bytes,wide,e,want",
+    [
+        (4 * 128, True, 1 << 20, True),  # gcn, sage_max, attention F=128: 1.02-1.10x
+        (4 * (4 * 32 + 4), True, 1 << 20, True),  # gat H=4 F=32 (h and el): 1.06x
+        (4 * 64, True, 1 << 20, False),  # rows of 256 bytes: 0.96-1.02x
+        (4 * 32, True, 1 << 20, False),  # 128 bytes: gin, sage_max 0.89-0.91x on mdual
+        (4 * 512, False, 1 << 20, False),  # no 512-bit registers
+        (4 * 512, True, (1 << 14) - 1, False),  # a variant's compile would not pay
+    ],
+)
 def test_simd_rule_follows_the_measurements(row_bytes, wide, e, want):
-    got = heuristic.default_directives(fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB,
-                                       wide_vectors=wide) or ""
+    got = heuristic.default_directives(fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB, wide_vectors=wide) or ""
     assert ("simd 512" in got.splitlines()) == want
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from xdsl.parser import Parser
 
-from gnnc import compiler
-from gnnc.passes import pipeline
+from gnnc.driver import compiler, pipeline
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.gnn"))
 
@@ -49,7 +48,7 @@ def test_two_phase_kernel_splits_at_neighbour_reads():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_stage_of_the_gradient_kernels_parses_back(path: Path):
     """The generated kernels use step, edge_id, argmax, outer and matvecs by W^T: their dumps parse back too."""
-    from gnnc.frontend.grad import gradient_source
+    from gnnc.lang.autodiff import gradient_source
 
     source = gradient_source(path.read_text(), str(path))
     result = compiler.compile_source(source, f"<gradients of {path.stem}>", stop_after="loop")

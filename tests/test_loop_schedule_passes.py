@@ -24,11 +24,10 @@ from xdsl.ir import Operation
 from xdsl.parser import Parser
 
 import gnnc
-from gnnc import abi, compiler
-from gnnc.dialects import loop
-from gnnc.passes import pipeline
-from gnnc.passes.loop_structure import constant_index
-from gnnc.passes.prefetch_neighbors import DESTINATION_PREFETCH_ATTR
+from gnnc.driver import compiler, pipeline
+from gnnc.ir import abi, loop
+from gnnc.ir.loop_structure import constant_index
+from gnnc.transforms.loop.prefetch_neighbors import DESTINATION_PREFETCH_ATTR
 from tests.helpers import assert_matches, assert_random_kernel_matches
 from tests.strategies import graphs, random_kernels
 
@@ -91,7 +90,7 @@ def test_schedule_passes_run_between_the_lowering_and_the_outlining():
     for name in pipeline.CPU_SCHEDULE_PASSES:
         assert pipeline.PASSES[name].name == name
         # one module per pass, named as on the command line
-        assert pipeline.PASSES[name].__module__ == "gnnc.passes." + name.replace("-", "_")
+        assert pipeline.PASSES[name].__module__ == "gnnc.transforms.loop." + name.replace("-", "_")
 
 
 def test_tile_features_wraps_the_sweep_in_tiles():
@@ -107,12 +106,17 @@ def test_tile_features_wraps_the_sweep_in_tiles():
     assert all(any(u.operation.name == "arith.addi" for u in op.body.block.args[0].uses) for op in features)
     assert start.uses
     assert "tile" not in schedule_keys(module)
-    assert 'loop.for_tile %' in pipeline_text and 'by 4 dim "F"' in pipeline_text
+    assert "loop.for_tile %" in pipeline_text and 'by 4 dim "F"' in pipeline_text
 
 
 def _prefetch_loops(scope) -> list[scf.ForOp]:
-    return [op for op in scope.walk() if isinstance(op, scf.ForOp) and op.body.block.first_op is not None
-            and any(o.name == "llvm_ext.prefetch" for o in op.body.block.ops)]
+    return [
+        op
+        for op in scope.walk()
+        if isinstance(op, scf.ForOp)
+        and op.body.block.first_op is not None
+        and any(o.name == "llvm_ext.prefetch" for o in op.body.block.ops)
+    ]
 
 
 def test_tiles_and_slices_prefetch_their_own_columns_of_a_row():
@@ -136,8 +140,13 @@ def test_tiles_and_slices_prefetch_their_own_columns_of_a_row():
     assert el_rows and all(op.lb.owner.value.value.data == 0 for op in el_rows)
 
     sliced, _ = run_alone("vectorize-rows", "gcn", "vectorize 4")
-    for piece in [op for op in kernel(sliced).walk() if isinstance(op, scf.ForOp | scf.IfOp)
-                  and op.parent_op() is not None and isinstance(op.parent_op(), loop.ForDstOp)]:
+    for piece in [
+        op
+        for op in kernel(sliced).walk()
+        if isinstance(op, scf.ForOp | scf.IfOp)
+        and op.parent_op() is not None
+        and isinstance(op.parent_op(), loop.ForDstOp)
+    ]:
         # x[u] by the slice's columns; w[e], one value per edge, whole
         rows = [op for op in _prefetch_loops(piece) if constant_index(op.ub) != 1]
         assert rows and all(op.lb.owner.name == "arith.addi" for op in rows)
@@ -247,13 +256,18 @@ def test_source_sweeps_are_sliced_where_slicing_is_legal():
     assert "vectorize = 8" in sweep_schedule(mlp_aggr, "vectorize 8")
     assert "vectorize" not in sweep_schedule(DOT_SWEEP, "")
     sliced = stages("mlp_aggr", "")["vectorize-rows"]
-    sweep = sliced[sliced.index('parallel = "sources"'):sliced.index('parallel = "dst"')]
+    sweep = sliced[sliced.index('parallel = "sources"') : sliced.index('parallel = "dst"')]
     assert "scf.for" in sweep and "scf.if" in sweep  # full slices, then the tail
 
 
 @settings(deadline=None, max_examples=20)
-@given(graph=graphs(), d1=st.sampled_from([1, 5, 32, 70]), d2=st.sampled_from([1, 7, 31, 32, 33, 64, 100]),
-       schedule=st.sampled_from(["", "vectorize 8", "vectorize 16"]), seed=st.integers(0, 2**32 - 1))
+@given(
+    graph=graphs(),
+    d1=st.sampled_from([1, 5, 32, 70]),
+    d2=st.sampled_from([1, 7, 31, 32, 33, 64, 100]),
+    schedule=st.sampled_from(["", "vectorize 8", "vectorize 16"]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_sliced_source_sweeps_match_the_reference(graph, d1, d2, schedule, seed):
     from tests.strategies import random_inputs
 
@@ -269,8 +283,11 @@ _MLP_AGGR: dict[str, object] = {}
 def _compiled_mlp_aggr(schedule: str):
     if schedule not in _MLP_AGGR:
         path = EXAMPLES / "mlp_aggr.gnn"
-        module = (gnnc.compile(path, target="reference") if schedule == "reference"
-                  else gnnc.compile(path, schedule=schedule or None))
+        module = (
+            gnnc.compile(path, target="reference")
+            if schedule == "reference"
+            else gnnc.compile(path, schedule=schedule or None)
+        )
         _MLP_AGGR[schedule] = module.mlp_aggr
     return _MLP_AGGR[schedule]
 
@@ -310,8 +327,11 @@ def test_a_partitioned_order_walks_the_in_csr_by_destination():
     module, _ = run_alone("order-destinations", "gcn", "sort degree\npartition src 2")
     fn = kernel(module)
     (for_dst,) = [op for op in module.walk() if isinstance(op, loop.ForDstOp)]
-    assert [type(u.operation) for u in for_dst.body.block.args[0].uses
-            if DESTINATION_PREFETCH_ATTR not in u.operation.attributes] == [loop.DstAtOp]
+    assert [
+        type(u.operation)
+        for u in for_dst.body.block.args[0].uses
+        if DESTINATION_PREFETCH_ATTR not in u.operation.attributes
+    ] == [loop.DstAtOp]
     assert "ordered_edges" not in json.loads(fn.attributes[abi.ABI_ATTR].data)
 
 
@@ -331,15 +351,37 @@ DOT_ALONG_F = "kernel k(x: f32[V, F]) -> f32[V, F] {\n    out[v] = sum(dot(x[u],
 NO_FEATURES = "kernel k(w: f32[E]) -> f32[V] {\n    out[v] = sum(w[e])\n}\n"
 
 
-@pytest.mark.parametrize("pass_name, source, schedule, message", [
-    ("hilbert-edge-order", EXAMPLES / "gcn.gnn", "order edges hilbert", "order edges hilbert: needs an edge-wise kernel"),
-    ("tile-features", DOT_ALONG_F, "tile features 2", "tile features 2: the kernel reduces over the feature axis 'F'"),
-    ("vectorize-rows", DOT_ALONG_F, "vectorize 4", "vectorize 4: the kernel reduces over the feature axis 'F'"),
-    ("tile-features", NO_FEATURES, "tile features 4", "tile features 4: the kernel has no loop over a feature axis"),
-    ("vectorize-rows", EXAMPLES / "gat.gnn", "partition src 2\nvectorize 4", "vectorize 4: with partition src"),
-    ("partition-sources", NO_FEATURES.replace("sum(w[e])", "2 * deg_in(v)"), "partition src 2",
-     "partition src 2: the kernel walks no in-edges"),
-])
+@pytest.mark.parametrize(
+    "pass_name, source, schedule, message",
+    [
+        (
+            "hilbert-edge-order",
+            EXAMPLES / "gcn.gnn",
+            "order edges hilbert",
+            "order edges hilbert: needs an edge-wise kernel",
+        ),
+        (
+            "tile-features",
+            DOT_ALONG_F,
+            "tile features 2",
+            "tile features 2: the kernel reduces over the feature axis 'F'",
+        ),
+        ("vectorize-rows", DOT_ALONG_F, "vectorize 4", "vectorize 4: the kernel reduces over the feature axis 'F'"),
+        (
+            "tile-features",
+            NO_FEATURES,
+            "tile features 4",
+            "tile features 4: the kernel has no loop over a feature axis",
+        ),
+        ("vectorize-rows", EXAMPLES / "gat.gnn", "partition src 2\nvectorize 4", "vectorize 4: with partition src"),
+        (
+            "partition-sources",
+            NO_FEATURES.replace("sum(w[e])", "2 * deg_in(v)"),
+            "partition src 2",
+            "partition src 2: the kernel walks no in-edges",
+        ),
+    ],
+)
 def test_a_schedule_pass_refuses_what_it_cannot_apply(pass_name, source, schedule, message):
     """The refusal comes from the pass that cannot apply the directive, run alone on its input."""
     if isinstance(source, Path):
@@ -396,8 +438,11 @@ def test_a_tiled_sweep_ends_with_a_barrier():
     v = 40
     graph = gnnc.Graph.from_coo(rng.integers(0, v, 600), rng.integers(0, v, 600), num_vertices=v)
     tiled = gnnc.compile(EXAMPLES / "gat.gnn", schedule="tile features 4").gat
-    inputs = {"h": rng.uniform(-1, 1, (v, 2, 16)).astype(np.float32),
-              "el": rng.uniform(-1, 1, (v, 2)).astype(np.float32), "er": rng.uniform(-1, 1, (v, 2)).astype(np.float32)}
+    inputs = {
+        "h": rng.uniform(-1, 1, (v, 2, 16)).astype(np.float32),
+        "el": rng.uniform(-1, 1, (v, 2)).astype(np.float32),
+        "er": rng.uniform(-1, 1, (v, 2)).astype(np.float32),
+    }
     want = tiled(graph, threads=1, **inputs)
     for _ in range(20):
         got = tiled(graph, threads=2, **inputs)
@@ -418,8 +463,12 @@ def test_gnnc_opt_runs_a_schedule_pass(tmp_path):
     text = stages("gcn", "tile features 16")
     path = tmp_path / "gcn.mlir"
     path.write_text(text["partition-sources"])  # the input tile-features gets in the pipeline
-    proc = subprocess.run([sys.executable, "-m", "gnnc.opt", str(path), "-p", "tile-features"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gnnc.tools.opt", str(path), "-p", "tile-features"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == text["tile-features"].strip()
     assert re.search(r"loop\.for_tile %\d+ by 16 dim \"F\"", proc.stdout)
@@ -450,10 +499,12 @@ def test_loop_dialect_verifiers():
     )
     with pytest.raises(Exception, match="one destination sweep, got 2"):
         Parser(ctx, two).parse_module().verify()
-    side_effect = bad.replace("loop.for_partition 0 {\n      ^bb0(%p: index):",
-                              "loop.for_partition 2 {\n      ^bb0(%p: index):\n"
-                              "        %z = arith.constant 0 : index\n        memref.store %p, %b[%z] : memref<?xi64>")
-    with pytest.raises(Exception):
+    side_effect = bad.replace(
+        "loop.for_partition 0 {\n      ^bb0(%p: index):",
+        "loop.for_partition 2 {\n      ^bb0(%p: index):\n"
+        "        %z = arith.constant 0 : index\n        memref.store %p, %b[%z] : memref<?xi64>",
+    )
+    with pytest.raises(Exception):  # noqa: B017 - the parser or the verifier, whichever sees it first
         Parser(ctx, side_effect).parse_module().verify()
     dst_at = """
     func.func @k(%o: memref<?xf32>, %p: index) {
@@ -465,11 +516,14 @@ def test_loop_dialect_verifiers():
         Parser(ctx, dst_at).parse_module().verify()
 
 
-@pytest.mark.parametrize("name, schedule, dims", [
-    ("gcn", "tile features 8\nvectorize 4", {"F": 17}),
-    ("gcn", "partition src 2\ntile features 8\nvectorize 4", {"F": 19}),
-    ("attention", "order edges hilbert\ntile features 2\nvectorize 2", {"H": 5, "D": 3}),
-])
+@pytest.mark.parametrize(
+    "name, schedule, dims",
+    [
+        ("gcn", "tile features 8\nvectorize 4", {"F": 17}),
+        ("gcn", "partition src 2\ntile features 8\nvectorize 4", {"F": 19}),
+        ("attention", "order edges hilbert\ntile features 2\nvectorize 2", {"H": 5, "D": 3}),
+    ],
+)
 def test_tiles_sliced_into_vectors_match_reference(name, schedule, dims):
     """tile-features then vectorize-rows: the slices of each tile (once an internal error)."""
     from tests.strategies import random_inputs
@@ -486,33 +540,60 @@ def test_tiles_sliced_into_vectors_match_reference(name, schedule, dims):
         assert_matches(k(graph, threads=threads, **inputs), want, graph, np.float32)
 
 
-@pytest.mark.parametrize("pass_name, schedule, shows", [
-    ("tile-features", "tile features 4", 'by 4 dim "F"'),
-    ("partition-sources", "partition src 3", "loop.for_partition 3"),
-    ("order-destinations", "sort degree", "loop.dst_at"),
-    ("vectorize-rows", "vectorize 8", "scf.for"),
-])
+@pytest.mark.parametrize(
+    "pass_name, schedule, shows",
+    [
+        ("tile-features", "tile features 4", 'by 4 dim "F"'),
+        ("partition-sources", "partition src 3", "loop.for_partition 3"),
+        ("order-destinations", "sort degree", "loop.dst_at"),
+        ("vectorize-rows", "vectorize 8", "scf.for"),
+    ],
+)
 def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
     proc = subprocess.run(
-        [sys.executable, "-m", "gnnc.cli", "compile", str(EXAMPLES / "gcn.gnn"), "--emit", "loop",
-         "--schedule", schedule, "--print-ir-after", pass_name],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "gnnc.tools.cli",
+            "compile",
+            str(EXAMPLES / "gcn.gnn"),
+            "--emit",
+            "loop",
+            "--schedule",
+            schedule,
+            "--print-ir-after",
+            pass_name,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     header = f"// -----// IR Dump After {pass_name} //----- //"
     assert header in proc.stderr
     dump = proc.stderr.split(header, 1)[1].split("// -----//", 1)[0]
     assert shows in dump
-    listed = subprocess.run([sys.executable, "-m", "gnnc.cli", "passes"], capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, "-m", "gnnc.tools.cli", "passes"], capture_output=True, text=True, timeout=120
+    )
     assert re.search(rf"^\s+\d+\s+{pass_name}$", listed.stdout, re.M)
 
 
-@given(source=random_kernels(),
-       schedule=st.sampled_from(["tile features 2\nvectorize 2", "partition src 2\ntile features 4\nvectorize 2",
-                                 "tile features 3\nvectorize 2\nsort degree",
-                                 "group neighbors 2\ntile features 2\nvectorize 2"]),
-       graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), threads=st.integers(1, 3),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(),
+    schedule=st.sampled_from(
+        [
+            "tile features 2\nvectorize 2",
+            "partition src 2\ntile features 4\nvectorize 2",
+            "tile features 3\nvectorize 2\nsort degree",
+            "group neighbors 2\ntile features 2\nvectorize 2",
+        ]
+    ),
+    graph=graphs(max_edges=120),
+    f=st.sampled_from((1, 3, 17)),
+    threads=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=15)
 def test_random_kernels_tiled_and_sliced_match_reference(source, schedule, graph, f, threads, seed):
     """The schedule passes compose: random kernels under tiles sliced into vectors either are refused or match."""

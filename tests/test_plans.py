@@ -1,4 +1,4 @@
-"""Per-graph plans (gnnc.runtime.plans): blocks, vertex orders, Hilbert edge order, groups, partitions."""
+"""Per-graph plans (gnnc.graph.plans): blocks, vertex orders, Hilbert edge order, groups, partitions."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gnnc.errors import ArgumentError
-from gnnc.runtime import plans
-from gnnc.runtime.graph import Graph
+from gnnc.graph import plans
+from gnnc.graph.graph import Graph
 
 from .strategies import graphs
 
@@ -102,8 +102,8 @@ def test_ordered_in_csr_holds_each_destinations_edges_at_its_position(graph, kin
     assert indptr[0] == 0 and indptr[-1] == graph.num_edges
     for i, v in enumerate(order):
         lo, hi = graph.in_indptr[v], graph.in_indptr[v + 1]
-        assert np.array_equal(src[indptr[i]:indptr[i + 1]], graph.in_src[lo:hi])
-        assert np.array_equal(eid[indptr[i]:indptr[i + 1]], graph.in_eid[lo:hi])
+        assert np.array_equal(src[indptr[i] : indptr[i + 1]], graph.in_src[lo:hi])
+        assert np.array_equal(eid[indptr[i] : indptr[i + 1]], graph.in_eid[lo:hi])
     assert plans.ordered_in_csr(graph, kind)[1] is src  # cached
 
 
@@ -138,7 +138,7 @@ def test_locality_order_puts_equal_neighbour_sets_together():
     # in-neighbour set (with duplicates and a varying edge order)
     clusters = rng.permutation(np.arange(100, 200)).reshape(20, 5)
     src, dst = [], []
-    for c, members in enumerate(clusters):
+    for members in clusters:
         neighbours = rng.choice(100, size=rng.integers(1, 12), replace=False)
         for d in members:
             s = np.concatenate([rng.permutation(neighbours), neighbours[: rng.integers(0, 3)]])
@@ -164,8 +164,9 @@ def test_locality_order_arguments():
     for bad in ({"num_hashes": 0}, {"seed": -1}, {"seed": 1.5}, {"num_hashes": True}):
         with pytest.raises(ArgumentError):
             plans.locality_order(graph, **bad)
-    assert not np.array_equal(plans.locality_order(_random_graph(1000, 3000), seed=0),
-                              plans.locality_order(_random_graph(1000, 3000), seed=1))
+    assert not np.array_equal(
+        plans.locality_order(_random_graph(1000, 3000), seed=0), plans.locality_order(_random_graph(1000, 3000), seed=1)
+    )
 
 
 # ------------------------------------------------------------ Hilbert order
@@ -418,9 +419,9 @@ def test_runtime_plans_do_not_import_the_compiler():
     import sys
 
     code = (
-        "import sys, gnnc.runtime.plans\n"
+        "import sys, gnnc.graph.plans\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('xdsl', 'llvmlite', 'numba')"
-        " or m.startswith(('gnnc.frontend', 'gnnc.passes', 'gnnc.backends'))]\n"
+        " or m.startswith(('gnnc.lang', 'gnnc.transforms', 'gnnc.target'))]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

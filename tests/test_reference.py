@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from gnnc import reference
 from gnnc.errors import ArgumentError, SourceLocation
-from gnnc.frontend import ast
-from gnnc.runtime.graph import Graph
+from gnnc.graph.graph import Graph
+from gnnc.lang import ast
 
 from .strategies import graphs
 
@@ -115,19 +115,39 @@ def out_e(value, *shape, params, dtype="f32", name="k"):
 
 # --------------------------------------------------------------- the kernels
 
-GCN = out_v(agg("sum", bin("*", at("w", "e"), at("x", "u", "F"))), "F",
-            params=[param("x", "V", "F"), param("w", "E")], name="gcn")
-GCN_NORM = out_v(agg("sum", bin("*", at("x", "u", "F"), call("rsqrt", bin("*", deg("out", "u"), deg("in", "v"))))),
-                 "F", params=[param("x", "V", "F")], name="gcn_norm")
-GIN = out_v(bin("+", bin("*", bin("+", num(1), par("eps")), at("x", "v", "F")), agg("sum", at("x", "u", "F"))), "F",
-            params=[param("x", "V", "F"), param("eps", None)], name="gin")
+GCN = out_v(
+    agg("sum", bin("*", at("w", "e"), at("x", "u", "F"))),
+    "F",
+    params=[param("x", "V", "F"), param("w", "E")],
+    name="gcn",
+)
+GCN_NORM = out_v(
+    agg("sum", bin("*", at("x", "u", "F"), call("rsqrt", bin("*", deg("out", "u"), deg("in", "v"))))),
+    "F",
+    params=[param("x", "V", "F")],
+    name="gcn_norm",
+)
+GIN = out_v(
+    bin("+", bin("*", bin("+", num(1), par("eps")), at("x", "v", "F")), agg("sum", at("x", "u", "F"))),
+    "F",
+    params=[param("x", "V", "F"), param("eps", None)],
+    name="gin",
+)
 SAGE_MAX = out_v(agg("max", at("x", "u", "F")), "F", params=[param("x", "V", "F")], name="sage_max")
 SAGE_MIN = out_v(agg("min", at("x", "u", "F")), "F", params=[param("x", "V", "F")], name="sage_min")
 SAGE_MEAN = out_v(agg("mean", at("x", "u", "F")), "F", params=[param("x", "V", "F")], name="sage_mean")
-ATTENTION = out_e(call("dot", at("q", "v", "H", "D"), at("k", "u", "H", "D")), "H",
-                  params=[param("q", "V", "H", "D"), param("k", "V", "H", "D")], name="attention")
-MLP_AGGR = out_v(agg("max", call("relu", bin("@", bin("+", at("x", "u", "D1"), at("x", "v", "D1")), par("W", "D1", "D2")))),
-                 "D2", params=[param("x", "V", "D1"), param("W", None, "D1", "D2")], name="mlp_aggr")
+ATTENTION = out_e(
+    call("dot", at("q", "v", "H", "D"), at("k", "u", "H", "D")),
+    "H",
+    params=[param("q", "V", "H", "D"), param("k", "V", "H", "D")],
+    name="attention",
+)
+MLP_AGGR = out_v(
+    agg("max", call("relu", bin("@", bin("+", at("x", "u", "D1"), at("x", "v", "D1")), par("W", "D1", "D2")))),
+    "D2",
+    params=[param("x", "V", "D1"), param("W", None, "D1", "D2")],
+    name="mlp_aggr",
+)
 GAT = kernel(
     "gat",
     [param("h", "V", "H", "F"), param("el", "V", "H"), param("er", "V", "H")],
@@ -279,8 +299,12 @@ def test_leading_axes_broadcasting_when_sizes_coincide():
     got = reference.evaluate(GAT, g, h, el, er)
     # each vertex has one in-edge, so alpha == 1 and out[v] = h[u]
     close(got["out"], h.astype(np.float64)[[1, 0]])
-    k = out_v(agg("sum", bin("*", at("a", "u", "H"), at("h", "u", "H", "F"))), "H", "F",
-              params=[param("a", "V", "H"), param("h", "V", "H", "F")])
+    k = out_v(
+        agg("sum", bin("*", at("a", "u", "H"), at("h", "u", "H", "F"))),
+        "H",
+        "F",
+        params=[param("a", "V", "H"), param("h", "V", "H", "F")],
+    )
     got = reference.evaluate(k, g, el, h)
     want = el.astype(np.float64)[[1, 0]][:, :, None] * h.astype(np.float64)[[1, 0]]
     close(got, want)
@@ -291,8 +315,12 @@ def test_attention_dot():
     q, k = rand((5, 2, 4), 1), rand((5, 2, 4), 2)
     got = reference.evaluate(ATTENTION, g, q, k)
     q64, k64 = q.astype(np.float64), k.astype(np.float64)
-    want = np.array([[sum(q64[g.dst[e], hd, d] * k64[g.src[e], hd, d] for d in range(4)) for hd in range(2)]
-                     for e in range(g.num_edges)])
+    want = np.array(
+        [
+            [sum(q64[g.dst[e], hd, d] * k64[g.src[e], hd, d] for d in range(4)) for hd in range(2)]
+            for e in range(g.num_edges)
+        ]
+    )
     assert got.shape == (8, 2)
     close(got, want)
 
@@ -348,8 +376,11 @@ def test_parameter_only_values_and_degrees():
 
 def test_empty_aggregation_division_is_nan():
     # sum(a[e] * h[u]) / sum(a[e]) at a vertex without in-edges is 0/0 = NaN
-    k = out_v(bin("/", agg("sum", bin("*", at("a", "e"), at("h", "u", "F"))), agg("sum", at("a", "e"))), "F",
-              params=[param("a", "E"), param("h", "V", "F")])
+    k = out_v(
+        bin("/", agg("sum", bin("*", at("a", "e"), at("h", "u", "F"))), agg("sum", at("a", "e"))),
+        "F",
+        params=[param("a", "E"), param("h", "V", "F")],
+    )
     g = small_graph()
     a, h = np.abs(rand(8)) + 0.1, rand((5, 2), 1)
     got = reference.evaluate(k, g, a, h)
@@ -401,9 +432,15 @@ def test_elementwise_max_min_leaky_relu_and_negation():
 
 def test_matmul_on_vertex_values_and_parameters():
     # out[v] = tanh(x[v] @ W) + sum(x[u]) @ W
-    k = out_v(bin("+", call("tanh", bin("@", at("x", "v", "F"), par("W", "F", 2))),
-                  bin("@", agg("sum", at("x", "u", "F")), par("W", "F", 2))), 2,
-              params=[param("x", "V", "F"), param("W", None, "F", 2)])
+    k = out_v(
+        bin(
+            "+",
+            call("tanh", bin("@", at("x", "v", "F"), par("W", "F", 2))),
+            bin("@", agg("sum", at("x", "u", "F")), par("W", "F", 2)),
+        ),
+        2,
+        params=[param("x", "V", "F"), param("W", None, "F", 2)],
+    )
     g = small_graph()
     x, W = rand((5, 3)), rand((3, 2), 1)
     got = reference.evaluate(k, g, x, W)
@@ -451,11 +488,19 @@ def test_calling_convention():
 
 @pytest.mark.parametrize(
     "name, hand_built",
-    [("gcn", GCN), ("gcn_norm", GCN_NORM), ("gin", GIN), ("sage_max", SAGE_MAX), ("sage_mean", SAGE_MEAN),
-     ("attention", ATTENTION), ("mlp_aggr", MLP_AGGR), ("gat", GAT)],
+    [
+        ("gcn", GCN),
+        ("gcn_norm", GCN_NORM),
+        ("gin", GIN),
+        ("sage_max", SAGE_MAX),
+        ("sage_mean", SAGE_MEAN),
+        ("attention", ATTENTION),
+        ("mlp_aggr", MLP_AGGR),
+        ("gat", GAT),
+    ],
 )
 def test_parsed_examples_agree_with_hand_built_trees(name, hand_built):
-    from gnnc.frontend import load_program
+    from gnnc.lang import load_program
 
     parsed = load_program(EXAMPLES / f"{name}.gnn").kernel(name)
     g = small_graph()

@@ -391,7 +391,14 @@ def test_buffer_addresses_are_the_arrays_data_pointers():
     from gnnc.runtime import module
 
     base = np.arange(100, dtype=np.float32)
-    arrays = [base, base[7:], base[10:20], np.empty(0, np.int64), np.zeros((5, 4))[2:],
-              np.ascontiguousarray(np.arange(12).reshape(3, 4).T), np.frombuffer(bytes(16), np.uint8)]
+    arrays = [
+        base,
+        base[7:],
+        base[10:20],
+        np.empty(0, np.int64),
+        np.zeros((5, 4))[2:],
+        np.ascontiguousarray(np.arange(12).reshape(3, 4).T),
+        np.frombuffer(bytes(16), np.uint8),
+    ]
     assert module._addresses(arrays) == [a.ctypes.data for a in arrays]
     assert module._addresses is module._addresses_by_struct  # the fast path is the one in use

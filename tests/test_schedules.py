@@ -11,52 +11,65 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gnnc
-from gnnc import compiler
+from gnnc.driver import compiler
 from gnnc.errors import SourceError
 from gnnc.runtime.native import host_cpu_flags
 from tests.helpers import (
     assert_matches,
     assert_random_kernel_matches,
+)
+from tests.helpers import (
     compiled_example as compiled,
+)
+from tests.helpers import (
     reference_example as reference,
 )
 from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-DIMS = {"gcn": {"F": 17}, "sage_max": {"F": 3}, "sage_mean": {"F": 64}, "gin": {"F": 5},
-        "attention": {"H": 2, "D": 17}, "gat": {"H": 2, "F": 17}, "mlp_aggr": {"D1": 5, "D2": 7},
-        "gcn_norm": {"F": 1}}
+DIMS = {
+    "gcn": {"F": 17},
+    "sage_max": {"F": 3},
+    "sage_mean": {"F": 64},
+    "gin": {"F": 5},
+    "attention": {"H": 2, "D": 17},
+    "gat": {"H": 2, "F": 17},
+    "mlp_aggr": {"D1": 5, "D2": 7},
+    "gcn_norm": {"F": 1},
+}
 
-SCHEDULES = st.sampled_from([
-    "parallel dst",
-    "prefetch 0",
-    "prefetch 1",
-    "prefetch 16",
-    "sort degree",
-    "reorder locality",
-    "sort degree\nprefetch 3",
-    "tile features 4",
-    "tile features 16\nprefetch 2",
-    "partition src 3",
-    "partition src 2\ntile features 8\nsort degree",
-    "order edges hilbert",
-    "order edges hilbert\nprefetch 2\ntile features 2",
-    "vectorize 16",
-    "vectorize 4\npartition src 2\nsort degree",
-    "tile features 8\nvectorize 4",
-    "group neighbors 1",
-    "group neighbors 4",
-    "group neighbors 16\nvectorize 16",
-    "group neighbors 3\ntile features 4\nsort degree",
-    "group neighbors 8\nprefetch 0\nreorder locality",
-    "reorder rcm",
-    "stream outputs",
-    "reorder rcm\nstream outputs\nvectorize 16",
-    "stream outputs\ntile features 4\nprefetch 2",
-    "stream outputs\ntile features 8\nvectorize 4\nreorder rcm",
-    "simd 512",
-    "simd 128\nvectorize 16\nprefetch 2",
-])
+SCHEDULES = st.sampled_from(
+    [
+        "parallel dst",
+        "prefetch 0",
+        "prefetch 1",
+        "prefetch 16",
+        "sort degree",
+        "reorder locality",
+        "sort degree\nprefetch 3",
+        "tile features 4",
+        "tile features 16\nprefetch 2",
+        "partition src 3",
+        "partition src 2\ntile features 8\nsort degree",
+        "order edges hilbert",
+        "order edges hilbert\nprefetch 2\ntile features 2",
+        "vectorize 16",
+        "vectorize 4\npartition src 2\nsort degree",
+        "tile features 8\nvectorize 4",
+        "group neighbors 1",
+        "group neighbors 4",
+        "group neighbors 16\nvectorize 16",
+        "group neighbors 3\ntile features 4\nsort degree",
+        "group neighbors 8\nprefetch 0\nreorder locality",
+        "reorder rcm",
+        "stream outputs",
+        "reorder rcm\nstream outputs\nvectorize 16",
+        "stream outputs\ntile features 4\nprefetch 2",
+        "stream outputs\ntile features 8\nvectorize 4\nreorder rcm",
+        "simd 512",
+        "simd 128\nvectorize 16\nprefetch 2",
+    ]
+)
 
 #: Schedules that split or partition a destination's in-edges, checked for
 #: every kernel on graphs with hubs of 5,000 to 100,000 in-edges.
@@ -114,12 +127,15 @@ def test_splitting_schedules_match_reference(name, schedule, graph, data, thread
     assert_matches(got, want, graph, np.float32)
 
 
-@pytest.mark.parametrize(("name", "schedule"), [
-    (name, schedule)
-    for name in ("gcn", "gat", "sage_mean", "sage_max", "gin")
-    for schedule in ("parallel dst", "group neighbors 3", "partition src 3", "reorder rcm\nstream outputs")
-    if (name, schedule) != ("gat", "group neighbors 3")
-])
+@pytest.mark.parametrize(
+    ("name", "schedule"),
+    [
+        (name, schedule)
+        for name in ("gcn", "gat", "sage_mean", "sage_max", "gin")
+        for schedule in ("parallel dst", "group neighbors 3", "partition src 3", "reorder rcm\nstream outputs")
+        if (name, schedule) != ("gat", "group neighbors 3")
+    ],
+)
 @given(graph=graphs(huge_hubs=True), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=5)
 def test_results_are_bit_identical_for_any_thread_count(name, schedule, graph, seed):
@@ -143,14 +159,13 @@ def test_prefetch_directive_reaches_the_code():
     assert "llvm_ext.prefetch" not in off.stages["convert-loop-to-scf"]
 
 
-
-
 def test_edge_rows_are_prefetched_at_the_users_edge_ids():
     # gat writes alpha[e] (prefetched for writing), gcn reads w[e]: both at
     # in_eid[pos + D], where edge ids in source order scatter them
     for name, write in (("gat", "true"), ("gcn", "false")):
-        stage = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(),
-                                        stop_after="loop").stages["prefetch-neighbors"]
+        stage = compiler.compile_source((EXAMPLES / f"{name}.gnn").read_text(), stop_after="loop").stages[
+            "prefetch-neighbors"
+        ]
         loop_header = re.search(r"loop.for_in_edges %\d+ in %\d+, %\d+, (%\d+)", stage)
         assert loop_header is not None
         assert f"memref.load {loop_header.group(1)}[" in stage
@@ -168,11 +183,14 @@ def test_call_time_schedule_compiles_a_variant():
     assert module.gcn._variants  # compiled once, kept
 
 
-@pytest.mark.parametrize("options,phases", [
-    ({}, 2),                                                    # x @ W once per vertex, then the walk
-    ({"disable_passes": ["transform-before-gather"]}, 1),       # x[u] @ W on every edge
-    ({"fusion": False, "opt_level": 1}, None),
-])
+@pytest.mark.parametrize(
+    "options,phases",
+    [
+        ({}, 2),  # x @ W once per vertex, then the walk
+        ({"disable_passes": ["transform-before-gather"]}, 1),  # x[u] @ W on every edge
+        ({"fusion": False, "opt_level": 1}, None),
+    ],
+)
 def test_a_variant_keeps_the_objects_compile_options(options, phases):
     """A schedule variant is compiled as its object was: the ablation's 'no transform-before-gather'
     once came back with the pass (the default heuristic's variant dropped the option)."""
@@ -186,8 +204,9 @@ def test_a_variant_keeps_the_objects_compile_options(options, phases):
     graph = gnnc.Graph(np.array([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]]))
     rng = np.random.default_rng(0)
     x, w = rng.random((4, 8), dtype=np.float32), rng.random((8, 8), dtype=np.float32)
-    np.testing.assert_allclose(module.mlp_aggr(graph, x=x, W=w, schedule="prefetch 4"),
-                               module.mlp_aggr(graph, x=x, W=w), rtol=1e-5)
+    np.testing.assert_allclose(
+        module.mlp_aggr(graph, x=x, W=w, schedule="prefetch 4"), module.mlp_aggr(graph, x=x, W=w), rtol=1e-5
+    )
 
 
 def _hub_graph(hub_in_edges: int = 5000, v: int = 300, seed: int = 0) -> gnnc.Graph:
@@ -233,8 +252,10 @@ def test_group_neighbors_is_applied_and_deterministic():
     plain = compiled("gcn", "parallel dst").gcn(graph, x=x, w=w)
     assert not np.array_equal(results[0][5], plain[5])
     assert_matches(results[0], reference("gcn").gcn(graph, x=x, w=w), graph, np.float32)
-    ir = compiler.compile_source((EXAMPLES / "gcn.gnn").read_text() + "schedule gcn for cpu { group neighbors 3 }\n",
-                                 stop_after="convert-graph-to-loop")
+    ir = compiler.compile_source(
+        (EXAMPLES / "gcn.gnn").read_text() + "schedule gcn for cpu { group neighbors 3 }\n",
+        stop_after="convert-graph-to-loop",
+    )
     assert 'parallel = "groups"' in ir.stages["convert-graph-to-loop"]
 
 
@@ -250,7 +271,7 @@ def test_grouped_aggregations_keep_nan_ties_and_empty_rows(kind):
     rng = np.random.default_rng(4)
     # few distinct values: many ties among the hub's 5000 in-edges
     x = rng.integers(-3, 4, (graph.num_vertices, 3)).astype(np.float32)
-    hub_sources = graph.in_src[graph.in_indptr[5]:graph.in_indptr[6]]
+    hub_sources = graph.in_src[graph.in_indptr[5] : graph.in_indptr[6]]
     x[hub_sources[2500], 0] = np.nan  # in a middle group of the hub only
     got = module.k(graph, x=x, threads=2)
     want = ref.k(graph, x=x)
@@ -259,10 +280,16 @@ def test_grouped_aggregations_keep_nan_ties_and_empty_rows(kind):
     assert np.all(got[-2:] == 0)  # isolated vertices
 
 
-@given(source=random_kernels(), schedule=st.sampled_from(["group neighbors 2", "group neighbors 5\nvectorize 4",
-                                                          "partition src 2", "partition src 3\ntile features 2"]),
-       graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), threads=st.integers(1, 3),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(),
+    schedule=st.sampled_from(
+        ["group neighbors 2", "group neighbors 5\nvectorize 4", "partition src 2", "partition src 3\ntile features 2"]
+    ),
+    graph=graphs(max_edges=120),
+    f=st.sampled_from((1, 3, 17)),
+    threads=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=25)
 def test_random_kernels_split_or_partitioned_match_reference(source, schedule, graph, f, threads, seed):
     """Random kernels (edge results, several phases, softmax, @, scalar terms) under the splitting schedules."""

@@ -12,17 +12,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gnnc
-from gnnc import compiler
-from gnnc.runtime import heuristic
-from tests.helpers import assert_matches, compiled_example as compiled, reference_example as reference
+from gnnc.autotune import heuristic
+from gnnc.driver import compiler
+from tests.helpers import assert_matches
+from tests.helpers import compiled_example as compiled
+from tests.helpers import reference_example as reference
 from tests.strategies import edge_lists, random_inputs
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-DIMS = {"gcn": {"F": 17}, "gat": {"H": 2, "F": 5}, "attention": {"H": 1, "D": 17}, "gin": {"F": 5},
-        "gcn_norm": {"F": 1}, "sage_max": {"F": 3}}
+DIMS = {
+    "gcn": {"F": 17},
+    "gat": {"H": 2, "F": 5},
+    "attention": {"H": 1, "D": 17},
+    "gin": {"F": 5},
+    "gcn_norm": {"F": 1},
+    "sage_max": {"F": 3},
+}
 #: Schedules `edges sorted` joins (destination orders and the Hilbert order are refused).
-WITH = ["", "prefetch 0", "prefetch 3", "specialize", "group neighbors 4", "partition src 2", "tile features 4",
-        "vectorize 4\nprefetch 24"]
+WITH = [
+    "",
+    "prefetch 0",
+    "prefetch 3",
+    "specialize",
+    "group neighbors 4",
+    "partition src 2",
+    "tile features 4",
+    "vectorize 4\nprefetch 24",
+]
 
 
 def sorted_graph(src: np.ndarray, dst: np.ndarray, v: int) -> gnnc.Graph:
@@ -62,8 +78,12 @@ def test_sorted_by_destination_renumbers_the_edges_and_says_how(edges, seed):
 
 
 @pytest.mark.parametrize("name", sorted(DIMS))
-@given(graph=sorted_graphs(huge_hubs=True), extra=st.sampled_from(WITH), threads=st.integers(1, 3),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    graph=sorted_graphs(huge_hubs=True),
+    extra=st.sampled_from(WITH),
+    threads=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=8, deadline=None)
 def test_kernels_with_sorted_edge_ids_match_the_reference(name, graph, extra, threads, seed):
     dims = DIMS[name]
@@ -121,8 +141,9 @@ def fake_graph(v: int, e: int, edges_sorted: bool) -> SimpleNamespace:
     return SimpleNamespace(num_vertices=v, num_edges=e, edges_sorted=edges_sorted)
 
 
-@pytest.mark.parametrize("e,edges_sorted,has", [(1 << 20, True, True), (1 << 20, False, False),
-                                                ((1 << 14) - 1, True, False)])
+@pytest.mark.parametrize(
+    "e,edges_sorted,has", [(1 << 20, True, True), (1 << 20, False, False), ((1 << 14) - 1, True, False)]
+)
 def test_the_default_heuristic_takes_sorted_ids_in_calls_that_get_a_variant(e, edges_sorted, has):
     got = heuristic.default_directives(fake_graph(e // 16, e, edges_sorted), 128, llc_bytes=32 << 20) or ""
     assert (heuristic.EDGES_SORTED in got.splitlines()) == has

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gnnc
-from gnnc import compiler
+from gnnc.driver import compiler
 
 from .helpers import assert_matches
 from .strategies import graphs, random_inputs
@@ -31,13 +32,20 @@ def specialized_stage(source: str) -> str:
     return compiler.compile_source(source, stop_after="loop").stages["specialize-unit-dims"]
 
 
-@pytest.mark.parametrize("name,versioned", [
-    ("gat", True), ("gcn", False), ("sage_max", False), ("gcn_norm", False), ("gin", False),
-    ("attention", True),  # its heads enclose the dot's reduction
-    # the matvec's input axis D1 encloses its output axis D2, but the matvec
-    # runs in a source sweep (transform-before-gather), sliced by row instead
-    ("mlp_aggr", False),
-])
+@pytest.mark.parametrize(
+    "name,versioned",
+    [
+        ("gat", True),
+        ("gcn", False),
+        ("sage_max", False),
+        ("gcn_norm", False),
+        ("gin", False),
+        ("attention", True),  # its heads enclose the dot's reduction
+        # the matvec's input axis D1 encloses its output axis D2, but the matvec
+        # runs in a source sweep (transform-before-gather), sliced by row instead
+        ("mlp_aggr", False),
+    ],
+)
 def test_only_kernels_with_a_head_axis_are_versioned(name, versioned):
     text = specialized_stage((EXAMPLES / f"{name}.gnn").read_text())
     assert ("arith.cmpi eq" in text and "scf.if" in text) == versioned
@@ -49,7 +57,7 @@ def test_the_unit_copy_recomputes_what_derives_from_the_axis():
     # so nothing in it reads H: LLVM then folds them all
     text = specialized_stage((EXAMPLES / "gat.gnn").read_text())
     flag, axis = re.search(r"(%\d+) = arith.cmpi eq, (%\d+), %\d+ : index", text).groups()
-    unit = text[text.index(f"scf.if {flag} {{"):text.index("} else {")]
+    unit = text[text.index(f"scf.if {flag} {{") : text.index("} else {")]
     assert re.search(axis + r"\b", unit) is None
     assert "arith.muli" in unit.split("loop.for_feature")[0]  # the recomputed offsets
 
@@ -69,9 +77,14 @@ def test_row_slicing_keeps_the_versioned_body():
     assert sliced.count("arith.cmpi eq") >= 2  # one versioning per copy of the body (full slices, the tail)
 
 
-@pytest.mark.parametrize("source,name", [
-    ((EXAMPLES / "gat.gnn").read_text(), "gat"), (HEADS, "heads"), ((EXAMPLES / "attention.gnn").read_text(), "attention"),
-])
+@pytest.mark.parametrize(
+    "source,name",
+    [
+        ((EXAMPLES / "gat.gnn").read_text(), "gat"),
+        (HEADS, "heads"),
+        ((EXAMPLES / "attention.gnn").read_text(), "attention"),
+    ],
+)
 @given(graph=graphs(), heads=st.sampled_from((1, 3)), f=st.sampled_from((1, 17, 64)), seed=st.integers(0, 2**32 - 1))
 @pytest.mark.parametrize("schedule", [None, "vectorize 16"])
 def test_both_versions_match_the_reference(source, name, schedule, graph, heads, f, seed):

@@ -17,10 +17,11 @@ from xdsl.dialects import func, memref
 from xdsl.parser import Parser
 
 import gnnc
-from gnnc import abi, compiler
-from gnnc.dialects import llvm_ext
-from gnnc.passes import pipeline
-from gnnc.runtime import heuristic, plans, tune
+from gnnc.autotune import heuristic
+from gnnc.driver import compiler, pipeline
+from gnnc.graph import plans
+from gnnc.ir import abi, llvm_ext
+from gnnc.runtime import tune
 from gnnc.runtime.signature import prepare_call
 from tests.helpers import compiled_example as compiled
 from tests.strategies import graphs, random_inputs
@@ -30,8 +31,9 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 def loop_ir(name: str, schedule: str):
     source = (EXAMPLES / f"{name}.gnn").read_text()
-    text = compiler.compile_source(source, f"{name}.gnn", compiler.CompileOptions(schedule=schedule),
-                                   stop_after="loop").stages["convert-graph-to-loop"]
+    text = compiler.compile_source(
+        source, f"{name}.gnn", compiler.CompileOptions(schedule=schedule), stop_after="loop"
+    ).stages["convert-graph-to-loop"]
     module = Parser(pipeline.make_context(), text).parse_module()
     module.verify()
     return next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
@@ -121,8 +123,9 @@ def test_streamed_rows_are_nontemporal_vector_stores_and_each_worker_fences():
         options = compiler.CompileOptions(schedule="stream outputs; specialize F 64", cpu=cpu)
         asm = compiler.compile_source(source, "gcn.gnn", options, stop_after="asm").stages["emit-asm"]
         assert "vmovntps" in asm and "sfence" in asm, cpu
-    plain = compiler.compile_source(source, "gcn.gnn", compiler.CompileOptions(cpu="x86-64-v3"),
-                                    stop_after="asm").stages["emit-asm"]
+    plain = compiler.compile_source(
+        source, "gcn.gnn", compiler.CompileOptions(cpu="x86-64-v3"), stop_after="asm"
+    ).stages["emit-asm"]
     assert "vmovntps" not in plain and "sfence" not in plain
 
 
@@ -138,16 +141,20 @@ def test_the_stream_copy_op_verifies_its_buffers():
     module.verify()
     assert str(Parser(pipeline.make_context(), str(module)).parse_module()) == str(module)
     bad = text.replace("memref<?xf32>, memref<?xf32>", "memref<?xi64>, memref<?xi64>").replace(
-        "%a: memref<?xf32>, %b: memref<?xf32>", "%a: memref<?xi64>, %b: memref<?xi64>")
+        "%a: memref<?xf32>, %b: memref<?xf32>", "%a: memref<?xi64>, %b: memref<?xi64>"
+    )
     with pytest.raises(Exception, match="f32 or f64"):
         Parser(pipeline.make_context(), bad).parse_module().verify()
 
 
 @pytest.mark.parametrize("name", ["gcn", "gat", "sage_max", "gin"])
-@pytest.mark.parametrize("schedule", ["stream outputs", "reorder rcm\nstream outputs", "reorder rcm",
-                                      "stream outputs\ntile features 4\nvectorize 2"])
-@given(graph=graphs(), size=st.sampled_from([1, 3, 16, 17, 64]), shift=st.integers(0, 15),
-       seed=st.integers(0, 2**32 - 1))
+@pytest.mark.parametrize(
+    "schedule",
+    ["stream outputs", "reorder rcm\nstream outputs", "reorder rcm", "stream outputs\ntile features 4\nvectorize 2"],
+)
+@given(
+    graph=graphs(), size=st.sampled_from([1, 3, 16, 17, 64]), shift=st.integers(0, 15), seed=st.integers(0, 2**32 - 1)
+)
 @settings(max_examples=4, deadline=None)
 def test_results_are_those_of_the_kernel_as_compiled_wherever_out_starts(name, schedule, graph, size, shift, seed):
     """Streaming and the order change where rows are written, never a value: the
@@ -170,28 +177,33 @@ def _results_wherever_out_starts(name, plain_schedule, schedule, graph, dims, sh
     out = {}
     for key, value in results.items():
         raw = gnnc.empty(value.size + 16, np.float32)
-        out[key] = raw[shift:shift + value.size].reshape(value.shape)
+        out[key] = raw[shift : shift + value.size].reshape(value.shape)
         out[key].fill(np.nan)
     got = kernel(graph, threads=2, out=out if isinstance(want, dict) else out["out"], **inputs)
     return results, got if isinstance(got, dict) else {"out": got}
 
 
 @pytest.mark.parametrize("name", ["gcn", "gat", "sage_max", "gin"])
-@pytest.mark.parametrize("schedule", ["stream outputs", "reorder rcm\nstream outputs",
-                                      "stream outputs\ntile features 4\nvectorize 2"])
-@given(graph=graphs(), size=st.sampled_from([1, 3, 16, 17, 64, 600]), shift=st.integers(0, 15),
-       seed=st.integers(0, 2**32 - 1))
+@pytest.mark.parametrize(
+    "schedule", ["stream outputs", "reorder rcm\nstream outputs", "stream outputs\ntile features 4\nvectorize 2"]
+)
+@given(
+    graph=graphs(),
+    size=st.sampled_from([1, 3, 16, 17, 64, 600]),
+    shift=st.integers(0, 15),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=3, deadline=None)
-def test_rows_of_a_compiled_in_size_stream_the_same_values_wherever_out_starts(name, schedule, graph, size,
-                                                                                shift, seed):
+def test_rows_of_a_compiled_in_size_stream_the_same_values_wherever_out_starts(
+    name, schedule, graph, size, shift, seed
+):
     """With the sizes compiled in, a streamed row is on the worker's stack (up to 2 KiB; 600
     floats are in acc_rows) and copied by straight-line code: streamed where out's row
     starts on a cache line, ordinary stores where it does not, the part of a line after
     the last whole one with ordinary stores."""
     dims = {"gcn": {"F": size}, "gat": {"H": 2, "F": size}, "sage_max": {"F": size}, "gin": {"F": size}}[name]
     specialize = "specialize " + " ".join(f"{d} {n}" for d, n in dims.items())
-    results, got = _results_wherever_out_starts(name, specialize, f"{schedule}\n{specialize}", graph, dims,
-                                                shift, seed)
+    results, got = _results_wherever_out_starts(name, specialize, f"{schedule}\n{specialize}", graph, dims, shift, seed)
     # the sums may round differently: in registers, LLVM reassociates them as the kernel allows
     terms = max(1, int(np.bincount(np.asarray(graph.dst), minlength=1).max(initial=0)))
     for key in results:
@@ -216,10 +228,14 @@ def test_reorder_takes_locality_or_rcm():
     with pytest.raises(gnnc.SourceError, match="expected 'outputs' after 'stream'"):
         compiler.compile_source(source + "\nschedule gcn for cpu { stream rows }\n", stop_after="graph")
     # two destination orders: one would be dropped without a word
-    with pytest.raises(gnnc.SourceError, match="'sort degree' cannot be combined with 'reorder rcm' "
-                                               r"\(line 8\): both choose the order destinations run in"):
-        compiler.compile_source(source + "\nschedule gcn for cpu {\n    sort degree\n    reorder rcm\n}\n",
-                                stop_after="graph")
+    with pytest.raises(
+        gnnc.SourceError,
+        match="'sort degree' cannot be combined with 'reorder rcm' "
+        r"\(line 8\): both choose the order destinations run in",
+    ):
+        compiler.compile_source(
+            source + "\nschedule gcn for cpu {\n    sort degree\n    reorder rcm\n}\n", stop_after="graph"
+        )
 
 
 # ------------------------------------------------------------------ rcm order

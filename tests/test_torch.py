@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -29,10 +28,16 @@ CASES = {
     "gin": lambda: (_input((V, 2)), _input(())),
     "attention": lambda: (_input((V, 2, 3)), _input((V, 2, 3))),
     # scores of both signs (leaky_relu's two slopes); continuous values, so no ties at a max
-    "gat_conv": lambda: (_input((V, 2, 3)), (_input((V, 2), False) - 0.7).requires_grad_(),
-                         (_input((V, 2), False) - 0.7).requires_grad_()),
+    "gat_conv": lambda: (
+        _input((V, 2, 3)),
+        (_input((V, 2), False) - 0.7).requires_grad_(),
+        (_input((V, 2), False) - 0.7).requires_grad_(),
+    ),
     "sage_max": lambda: (_input((V, 3)),),
-    "mlp_aggr": lambda: ((_input((V, 3), False) - 0.6).requires_grad_(), (_input((3, 2), False) - 0.6).requires_grad_()),
+    "mlp_aggr": lambda: (
+        (_input((V, 3), False) - 0.6).requires_grad_(),
+        (_input((3, 2), False) - 0.6).requires_grad_(),
+    ),
 }
 
 
@@ -57,7 +62,10 @@ kernel k(x: f32[V, F], y: f32[V, F]) -> f32[V, F] {
 }
 """
     k = gt.kernel(source, "k")
-    x, y = (torch.rand(V, 2, dtype=torch.float64) - 0.5).requires_grad_(), (torch.rand(V, 2, dtype=torch.float64) - 0.5).requires_grad_()
+    x, y = (
+        (torch.rand(V, 2, dtype=torch.float64) - 0.5).requires_grad_(),
+        (torch.rand(V, 2, dtype=torch.float64) - 0.5).requires_grad_(),
+    )
     assert torch.autograd.gradcheck(lambda *xs: k(EDGE_INDEX, *xs, num_vertices=V), (x, y))
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gnnc
-from gnnc.frontend import parse_and_check
+from gnnc.lang import parse_and_check
 from tests.helpers import assert_matches
 from tests.strategies import graphs
 
@@ -87,8 +88,11 @@ def test_a_dot_over_the_transposed_row_axis_is_refused_by_row_splits(schedule, s
 
 
 def test_transpose_needs_two_axes_and_one_argument():
-    with pytest.raises(gnnc.SourceError, match=r"<string>:2:14: error: transpose swaps the last two axes: it needs "
-                                                r"an operand of shape \[\.\.\., K, N\], got \[F\]"):
+    with pytest.raises(
+        gnnc.SourceError,
+        match=r"<string>:2:14: error: transpose swaps the last two axes: it needs "
+        r"an operand of shape \[\.\.\., K, N\], got \[F\]",
+    ):
         gnnc.compile("kernel t(x: f32[V, F]) -> f32[V, F] {\n    out[v] = transpose(x[v])\n}\n")
     with pytest.raises(gnnc.SourceError, match="transpose takes 1 argument, got 2"):
         gnnc.compile("kernel t(x: f32[V, F, F]) -> f32[V, F, F] {\n    out[v] = transpose(x[v], x[v])\n}\n")
@@ -102,16 +106,17 @@ def test_graph_dialect_prints_parses_and_verifies_transpose():
     from xdsl.parser import Parser
     from xdsl.utils.exceptions import VerifyException
 
-    from gnnc import compiler
-    from gnnc.dialects import graph
-    from gnnc.passes import pipeline
+    from gnnc.driver import compiler, pipeline
+    from gnnc.ir import graph
 
     result = compiler.compile_source(SOURCE, stop_after="loop")
     for stage, text in result.stages.items():
         module = Parser(pipeline.make_context(), text).parse_module()
         module.verify()
         assert str(module) == text, stage
-    assert "graph.transpose %10 : !graph.value<E, f32, [F, K]> -> !graph.value<E, f32, [K, F]>" in result.stages["irgen"]
+    assert (
+        "graph.transpose %10 : !graph.value<E, f32, [F, K]> -> !graph.value<E, f32, [K, F]>" in result.stages["irgen"]
+    )
     # a result that keeps the operand's axes is not a transpose; a vector has no two axes to swap
     block = Block(arg_types=[graph.ValueType("E", f32, ["F", "K"]), graph.ValueType("E", f32, ["F"])])
     bad = graph.TransposeOp.create(operands=[block.args[0]], result_types=[block.args[0].type])
@@ -124,7 +129,7 @@ def test_graph_dialect_prints_parses_and_verifies_transpose():
 def test_source_only_outer_and_transpose_at_a_matrix_are_hoisted():
     """transform-before-gather computes `(outer(y[u], x[u]) + transpose(m[u])) @ W` once per vertex (it used to
     stop with an AssertionError on the outer) and gives what the reference does."""
-    from gnnc import compiler
+    from gnnc.driver import compiler
 
     source = """
 kernel hoisted(x: f64[V, K], y: f64[V, F], m: f64[V, K, F], W: f64[K, F]) -> f64[V, F, F] {
@@ -134,11 +139,16 @@ kernel hoisted(x: f64[V, K], y: f64[V, F], m: f64[V, K, F], W: f64[K, F]) -> f64
     graph_ir = compiler.compile_source(source, stop_after="graph").stages["transform-before-gather"]
     assert graph_ir.count("graph.materialize") == 1
     rng = np.random.default_rng(4)
-    args = {"x": rng.normal(size=(5, 2)), "y": rng.normal(size=(5, 3)), "m": rng.normal(size=(5, 2, 3)),
-            "W": rng.normal(size=(2, 3))}
+    args = {
+        "x": rng.normal(size=(5, 2)),
+        "y": rng.normal(size=(5, 3)),
+        "m": rng.normal(size=(5, 2, 3)),
+        "W": rng.normal(size=(2, 3)),
+    }
     got = gnnc.compile(source).hoisted(GRAPH, **args)
-    np.testing.assert_allclose(got, gnnc.compile(source, target="reference").hoisted(GRAPH, **args), rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        got, gnnc.compile(source, target="reference").hoisted(GRAPH, **args), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_no_operand_is_hoisted_at_the_wrong_index():
@@ -147,12 +157,15 @@ def test_no_operand_is_hoisted_at_the_wrong_index():
     past x's row when N > K)."""
     import re
 
-    from gnnc import abi, compiler
+    from gnnc.driver import compiler
+    from gnnc.ir import abi
 
-    source = "kernel t(x: f32[V, K], y: f32[V, N]) -> f32[E, N, K] {\n    out[e] = transpose(outer(x[u], y[u])) * 2\n}\n"
+    source = (
+        "kernel t(x: f32[V, K], y: f32[V, N]) -> f32[E, N, K] {\n    out[e] = transpose(outer(x[u], y[u])) * 2\n}\n"
+    )
     text = compiler.compile_source(source, stop_after="loop").stages["convert-graph-to-loop"]
     fn_line = next(line for line in text.splitlines() if "func.func" in line)
     x_buffer = re.findall(r"(%\d+): ", fn_line)[len(abi.GRAPH_ARGUMENTS)]
-    n_loop_before_k_loop = text[text.index('dim "N" {'):text.index('dim "K" {')]
+    n_loop_before_k_loop = text[text.index('dim "N" {') : text.index('dim "K" {')]
     assert f"memref.load {x_buffer}[" not in n_loop_before_k_loop
     assert f"memref.load {x_buffer}[" in text

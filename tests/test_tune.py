@@ -8,18 +8,18 @@ import multiprocessing
 import os
 import time
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import gnnc
-from gnnc.cli import main as cli_main
+from gnnc.autotune import autoschedule, predictor
+from gnnc.autotune.cache import TuningCache, entry_key, graph_key, kernel_key
 from gnnc.errors import ArgumentError
-from gnnc.runtime import autoschedule, predictor, tune
-from gnnc.runtime.tune_command import parse_budget, parse_feats
-from gnnc.runtime.tuning_cache import TuningCache, entry_key, graph_key, kernel_key
+from gnnc.runtime import tune
+from gnnc.tools.cli import main as cli_main
+from gnnc.tools.tune import parse_budget, parse_feats
 
 from .helpers import assert_matches
 from .strategies import random_inputs
@@ -38,7 +38,7 @@ def private_tuning_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def four_elt():
-    from gnnc.runtime.graph_io import load_graph
+    from gnnc.graph.io import load_graph
 
     return load_graph(FOUR_ELT)
 
@@ -131,8 +131,12 @@ def test_keys_follow_the_kernel_the_sizes_and_the_graph_statistics_not_the_edge_
 def test_row_relative_names_round_trip():
     assert predictor.canonical_schedule("vectorize 64", 64) == "vectorize row"
     assert predictor.canonical_schedule("vectorize 16", 64) == "vectorize 16"
-    assert predictor.canonical_schedule("partition src 4\ntile features 32", 64) == "partition src 4; tile features row/2"
-    assert predictor.concrete_schedule("partition src 4; tile features row/2", 128) == "partition src 4; tile features 64"
+    assert (
+        predictor.canonical_schedule("partition src 4\ntile features 32", 64) == "partition src 4; tile features row/2"
+    )
+    assert (
+        predictor.concrete_schedule("partition src 4; tile features row/2", 128) == "partition src 4; tile features 64"
+    )
     assert predictor.concrete_schedule("tile features row/4", 6) is None
     assert predictor.split_threads("vectorize row; threads 1") == ("vectorize row", 1)
     assert predictor.split_threads("threads 1") == ("", 1)
@@ -141,18 +145,29 @@ def test_row_relative_names_round_trip():
 
 def _record(graph_name: str, v: int, e: int, row: int, times: dict[str, float]) -> dict:
     return {
-        "kernel": "k", "graph_name": graph_name, "dims": {"F": row}, "baseline": "",
+        "kernel": "k",
+        "graph_name": graph_name,
+        "dims": {"F": row},
+        "baseline": "",
         "graph": {"num_vertices": v, "num_edges": e, "deg_mean": e / v, "deg_std": 1.0, "deg_max": 10},
-        "traits": {"row": row, "source_bytes": 4 * row * v, "edge_walks": 1, "phases": 1,
-                   "vertex_result": True, "edge_result": False},
+        "traits": {
+            "row": row,
+            "source_bytes": 4 * row * v,
+            "edge_walks": 1,
+            "phases": 1,
+            "vertex_result": True,
+            "edge_result": False,
+        },
         "times": times,
     }
 
 
 def test_predictor_picks_what_the_nearest_cases_found_fastest():
     small = [_record(f"s{i}", 1000 + i, 8000, 32, {"": 1.0, "vectorize 32": 0.6, "prefetch 16": 0.9}) for i in range(3)]
-    big = [_record(f"b{i}", 10**6 + i, 2 * 10**7, 512, {"": 1.0, "partition src 4": 0.7, "vectorize 32": 1.4})
-           for i in range(3)]
+    big = [
+        _record(f"b{i}", 10**6 + i, 2 * 10**7, 512, {"": 1.0, "partition src 4": 0.7, "vectorize 32": 1.4})
+        for i in range(3)
+    ]
     model = predictor.Model.fit(small + big)
     q_small = _record("q", 1200, 9000, 64, {})
     q_big = _record("q", 2 * 10**6, 3 * 10**7, 512, {})
@@ -186,19 +201,27 @@ def test_tune_measures_the_space_and_keeps_the_fastest(gcn, four_elt):
     result = tune.tune(gcn, four_elt, {"F": 16}, budget=None, exhaustive_rounds=1)
     timed = {k: m for k, m in result.measured.items() if m.samples}
     assert tune.UNSCHEDULED in timed and result.default in timed
-    assert {"prefetch 0", "prefetch 4", "partition src 4", "sort degree", "reorder locality", "vectorize 16"} <= set(timed)
+    assert {"prefetch 0", "prefetch 4", "partition src 4", "sort degree", "reorder locality", "vectorize 16"} <= set(
+        timed
+    )
     assert "order edges hilbert" not in result.measured  # gcn has no edge result
     assert result.best == min(timed, key=lambda k: timed[k].time)
     assert result.time_of(result.best) <= result.time_of(result.default)
     assert "best" in result.table() and "unscheduled" in result.table()
-    for key, why in result.refused.items():  # whatever the compiler refuses says why
+    for why in result.refused.values():  # whatever the compiler refuses says why
         assert why
 
 
 def test_combinations_join_the_best_of_each_family_that_paid_off():
     times = {
-        "": 1.0, "vectorize 32": 0.7, "vectorize 16": 0.8, "prefetch 16": 0.95, "prefetch 4": 1.1,
-        "partition src 4; tile features 64": 0.9, "sort degree": 1.2, "vectorize 32; threads 1": 0.5,
+        "": 1.0,
+        "vectorize 32": 0.7,
+        "vectorize 16": 0.8,
+        "prefetch 16": 0.95,
+        "prefetch 4": 1.1,
+        "partition src 4; tile features 64": 0.9,
+        "sort degree": 1.2,
+        "vectorize 32; threads 1": 0.5,
         "vectorize 16; prefetch 4": 0.1,  # already a join: takes no part
     }
     assert tune.combination_keys(times, 1.0) == [
@@ -214,7 +237,8 @@ def test_combinations_join_the_best_of_each_family_that_paid_off():
     # rows and edges are vectorised apart, so their best may be joined
     assert tune.family_of("vectorize edges 16") == "lanes" and tune.family_of("vectorize 32") == "vectorize"
     assert tune.combination_keys({"": 1.0, "vectorize 32": 0.8, "vectorize edges 16": 0.7}, 1.0) == [
-        "vectorize 32; vectorize edges 16"]
+        "vectorize 32; vectorize edges 16"
+    ]
 
 
 def test_the_space_has_edge_lanes_for_kernels_whose_walks_take_them():
@@ -227,7 +251,7 @@ def test_the_space_has_edge_lanes_for_kernels_whose_walks_take_them():
 
 
 def test_predictions_get_the_defaults_lanes():
-    from gnnc.runtime import heuristic
+    from gnnc.autotune import heuristic
 
     indptr = np.concatenate([[0], np.cumsum([12] * 2048)])
     dense = SimpleNamespace(num_edges=int(indptr[-1]), in_indptr=indptr, plans={})
@@ -308,8 +332,22 @@ def test_sample_inputs_name_missing_and_unknown_sizes(gcn, four_elt):
 
 
 def test_cli_tune_prints_a_summary_caches_and_retrains(capsys, private_tuning_dir):
-    assert cli_main(["tune", str(EXAMPLES / "sage_max.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=16",
-                     "--budget", "8s", "--retrain"]) == 0
+    assert (
+        cli_main(
+            [
+                "tune",
+                str(EXAMPLES / "sage_max.gnn"),
+                "--graph",
+                str(FOUR_ELT),
+                "--feat",
+                "F=16",
+                "--budget",
+                "8s",
+                "--retrain",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "best:" in out and "vs default" in out and "cached in" in out and "predictor refit" in out
     entries = json.loads((private_tuning_dir / "cache.json").read_text())["entries"]
@@ -319,15 +357,43 @@ def test_cli_tune_prints_a_summary_caches_and_retrains(capsys, private_tuning_di
 
 
 def test_cli_tune_measures_what_relabelling_would_buy(capsys, private_tuning_dir, monkeypatch):
-    from gnnc.runtime import tune_command
+    from gnnc.tools import tune as tune_command
 
     monkeypatch.setattr(tune, "relabel_speedup", lambda *a, **k: 2.0)
-    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=16",
-                     "--budget", "8s", "--no-cache"]) == 0
+    assert (
+        cli_main(
+            [
+                "tune",
+                str(EXAMPLES / "gcn.gnn"),
+                "--graph",
+                str(FOUR_ELT),
+                "--feat",
+                "F=16",
+                "--budget",
+                "8s",
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     assert "graph.reordered('rcm')), the tuned schedules ran: gcn 2.00x" in capsys.readouterr().out
     monkeypatch.setattr(tune, "relabel_speedup", lambda *a, **k: 1.0)
-    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=16",
-                     "--budget", "8s", "--no-cache"]) == 0
+    assert (
+        cli_main(
+            [
+                "tune",
+                str(EXAMPLES / "gcn.gnn"),
+                "--graph",
+                str(FOUR_ELT),
+                "--feat",
+                "F=16",
+                "--budget",
+                "8s",
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     assert "already local enough" in capsys.readouterr().out
     assert tune_command.RELABEL_WORTH > 1.0
 
@@ -341,22 +407,29 @@ def test_relabel_speedup_times_one_schedule_on_both_graphs(gcn, four_elt):
 def test_tuning_records_the_load_and_warns_on_a_busy_machine(load, busy, capsys, private_tuning_dir, monkeypatch):
     # under other processes' load a thread team waits for a descheduled member: fewer threads look faster
     monkeypatch.setattr(tune.os, "getloadavg", lambda: (load, load, load))
-    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8",
-                     "--budget", "3s"]) == 0
+    assert (
+        cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8", "--budget", "3s"]) == 0
+    )
     out = capsys.readouterr().out
     assert ("warning: the load average was 2.5" in out) == busy
     records = [json.loads(line) for line in (private_tuning_dir / "records.jsonl").read_text().splitlines()]
     assert records[-1]["load_average"] == load
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["tune", str(EXAMPLES / "gcn.gnn"), "--feat", "F=8"], "needs --graph"),
-    (["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT)], "--feat F=N"),
-    (["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8", "--budget", "soon"], "--budget"),
-    (["tune", str(EXAMPLES / "gcn.gnn"), "--graph", "/nonexistent.mtx", "--feat", "F=8"], "nonexistent"),
-    (["tune"], "needs a .gnn file"),
-    (["tune", "--retrain"], "no tuning records"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["tune", str(EXAMPLES / "gcn.gnn"), "--feat", "F=8"], "needs --graph"),
+        (["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT)], "--feat F=N"),
+        (
+            ["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8", "--budget", "soon"],
+            "--budget",
+        ),
+        (["tune", str(EXAMPLES / "gcn.gnn"), "--graph", "/nonexistent.mtx", "--feat", "F=8"], "nonexistent"),
+        (["tune"], "needs a .gnn file"),
+        (["tune", "--retrain"], "no tuning records"),
+    ],
+)
 def test_cli_tune_errors_are_clear(argv, message, capsys):
     assert cli_main(argv) == 1
     err = capsys.readouterr().err
@@ -364,7 +437,9 @@ def test_cli_tune_errors_are_clear(argv, message, capsys):
 
 
 def test_cli_tune_cuda_says_what_is_missing(capsys):
-    assert cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8",
-                     "--target", "cuda"]) == 1
+    assert (
+        cli_main(["tune", str(EXAMPLES / "gcn.gnn"), "--graph", str(FOUR_ELT), "--feat", "F=8", "--target", "cuda"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "gnnc: error:" in err and ("cuda" in err.lower() or "gpu" in err.lower())

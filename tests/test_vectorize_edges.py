@@ -13,12 +13,16 @@ from hypothesis import strategies as st
 from xdsl.utils.exceptions import VerifyException
 
 import gnnc
-from gnnc import compiler
-from gnnc.passes.pipeline import make_context
+from gnnc.driver import compiler
+from gnnc.driver.pipeline import make_context
 from tests.helpers import (
     assert_matches,
     assert_random_kernel_matches,
+)
+from tests.helpers import (
     compiled_example as compiled,
+)
+from tests.helpers import (
     reference_example as reference,
 )
 from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
@@ -28,15 +32,27 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 KERNELS = {"gat": ("H", "F"), "gat_conv": ("H", "F"), "gcn_norm": ("F",)}
 WIDTHS = (2, 4, 8, 16, 64)
 #: schedules the lanes join
-WITH = ["", "prefetch 0", "prefetch 3", "specialize", "sort degree", "vectorize 4", "tile features 4",
-        "partition src 2", "order edges hilbert", "reorder locality\nprefetch 24"]
+WITH = [
+    "",
+    "prefetch 0",
+    "prefetch 3",
+    "specialize",
+    "sort degree",
+    "vectorize 4",
+    "tile features 4",
+    "partition src 2",
+    "order edges hilbert",
+    "reorder locality\nprefetch 24",
+]
 
 
 def _dims(name: str, draw) -> dict[str, int]:
     dims = {}
     for d in KERNELS[name]:
         # one head gets the lanes (specialize-unit-dims' copy); two run the general copy
-        dims[d] = draw(st.sampled_from([1, 1, 2]), label=d) if d == "H" else draw(st.sampled_from(FEATURE_SIZES), label=d)
+        dims[d] = (
+            draw(st.sampled_from([1, 1, 2]), label=d) if d == "H" else draw(st.sampled_from(FEATURE_SIZES), label=d)
+        )
     return dims
 
 
@@ -45,8 +61,14 @@ def _kernel_dims(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-@given(graph=graphs(huge_hubs=True), width=st.sampled_from(WIDTHS), extra=st.sampled_from(WITH), data=st.data(),
-       threads=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+@given(
+    graph=graphs(huge_hubs=True),
+    width=st.sampled_from(WIDTHS),
+    extra=st.sampled_from(WITH),
+    data=st.data(),
+    threads=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=12, deadline=None)
 def test_kernels_with_edges_in_lanes_match_the_reference(name, graph, width, extra, data, threads, seed):
     dims = _dims(name, data.draw)
@@ -64,8 +86,14 @@ def test_kernels_with_edges_in_lanes_match_the_reference(name, graph, width, ext
     assert_matches(got, getattr(reference(name), name)(graph, **inputs), graph, np.float32)
 
 
-@given(source=random_kernels(), width=st.sampled_from((4, 16)), graph=graphs(max_edges=120),
-       f=st.sampled_from((1, 3, 17)), threads=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+@given(
+    source=random_kernels(),
+    width=st.sampled_from((4, 16)),
+    graph=graphs(max_edges=120),
+    f=st.sampled_from((1, 3, 17)),
+    threads=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=40, deadline=None)
 def test_random_kernels_with_edges_in_lanes_match_the_reference(source, width, graph, f, threads, seed):
     """Random kernels (edge and vertex results, softmax, scalar weights from degrees, exp, tanh,
@@ -121,8 +149,12 @@ def test_the_dumps_show_lanes_reductions_and_rows_and_parse_back():
     assert after.count("loop.lanes") == 3  # the copy for other head counts keeps its scalar walks
     assert "gnnc.no_vectorize" in after and "memref.alloca" in after
     llvm_ir = stages["translate-to-llvm"]
-    for intrinsic in ("llvm.masked.gather.v16f32", "llvm.masked.load.v16i64", "llvm.vector.reduce.fadd.v16f32",
-                      "llvm.maxnum.v2f32"):
+    for intrinsic in (
+        "llvm.masked.gather.v16f32",
+        "llvm.masked.load.v16i64",
+        "llvm.vector.reduce.fadd.v16f32",
+        "llvm.maxnum.v2f32",
+    ):
         assert intrinsic in llvm_ir, intrinsic
     module = make_context()
     from xdsl.parser import Parser
@@ -136,7 +168,9 @@ def test_edge_rows_in_order_are_vector_accesses_not_gathers():
     assert "llvm.masked.store.v8f32" in llvm_ir  # alpha, at the chunk's positions
     assert "llvm.masked.scatter" not in llvm_ir
     unsorted = (EXAMPLES / "gat.gnn").read_text() + "\nschedule gat for cpu { vectorize edges 8 }\n"
-    assert "llvm.masked.scatter.v8f32" in compiler.compile_source(unsorted, stop_after="llvm").stages["translate-to-llvm"]
+    assert (
+        "llvm.masked.scatter.v8f32" in compiler.compile_source(unsorted, stop_after="llvm").stages["translate-to-llvm"]
+    )
 
 
 def test_a_kernel_without_per_edge_scalars_is_refused_with_the_reason():
@@ -145,13 +179,16 @@ def test_a_kernel_without_per_edge_scalars_is_refused_with_the_reason():
         gnnc.compile(source)
 
 
-@pytest.mark.parametrize("directive, message", [
-    ("vectorize edges 12", "a power of two up to 64, found 12"),
-    ("vectorize edges 128", "a power of two up to 64, found 128"),
-    ("vectorize edges", "needs a positive integer"),
-    ("vectorize edges 8 4", "unexpected '4'"),
-    ("vectorize edges 8; vectorize edges 4", "already given"),
-])
+@pytest.mark.parametrize(
+    "directive, message",
+    [
+        ("vectorize edges 12", "a power of two up to 64, found 12"),
+        ("vectorize edges 128", "a power of two up to 64, found 128"),
+        ("vectorize edges", "needs a positive integer"),
+        ("vectorize edges 8 4", "unexpected '4'"),
+        ("vectorize edges 8; vectorize edges 4", "already given"),
+    ],
+)
 def test_bad_directives_are_source_errors_with_a_caret(directive, message):
     source = (EXAMPLES / "gat.gnn").read_text() + f"\nschedule gat for cpu {{ {directive} }}\n"
     with pytest.raises(gnnc.SourceError, match=message) as info:
@@ -182,16 +219,21 @@ def _lanes_module(body: str) -> str:
 def test_lanes_verifier_refuses_a_store_every_lane_makes_to_one_place():
     from xdsl.parser import Parser
 
-    text = _lanes_module("%c = arith.constant 0 : index\n%x = memref.load %b[%lane] : memref<?xf32>\n"
-                         "memref.store %x, %b[%c] : memref<?xf32>\nloop.yield %x : f32")
+    text = _lanes_module(
+        "%c = arith.constant 0 : index\n%x = memref.load %b[%lane] : memref<?xf32>\n"
+        "memref.store %x, %b[%c] : memref<?xf32>\nloop.yield %x : f32"
+    )
     with pytest.raises(VerifyException, match="one address"):
         Parser(make_context(), text).parse_module().verify()
 
 
-@pytest.mark.parametrize("body, message", [
-    ("%x = memref.load %b[%lane] : memref<?xf32>\nloop.yield %x, %x : f32, f32", "yields 2 values"),
-    ("%x = memref.load %b[%lane] : memref<?xf32>\nloop.yield", "yields 0 values"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("%x = memref.load %b[%lane] : memref<?xf32>\nloop.yield %x, %x : f32, f32", "yields 2 values"),
+        ("%x = memref.load %b[%lane] : memref<?xf32>\nloop.yield", "yields 0 values"),
+    ],
+)
 def test_lanes_verifier_checks_the_yielded_values(body, message):
     from xdsl.parser import Parser
 
@@ -203,8 +245,10 @@ def test_lanes_verifier_checks_the_width_and_kinds():
     from xdsl.parser import Parser
 
     text = _lanes_module("%x = memref.load %b[%lane] : memref<?xf32>\nloop.yield %x : f32")
-    for bad, message in ((text.replace("width 8", "width 6"), "power of two"),
-                         (text.replace('"addf"', '"subf"'), "cannot reduce with 'subf'")):
+    for bad, message in (
+        (text.replace("width 8", "width 6"), "power of two"),
+        (text.replace('"addf"', '"subf"'), "cannot reduce with 'subf'"),
+    ):
         with pytest.raises(VerifyException, match=message):
             Parser(make_context(), bad).parse_module().verify()
 
@@ -224,8 +268,11 @@ def test_gradient_kernels_on_a_dense_graph_match_the_reference():
         forward = getattr(compiled(name, ""), name)
         inputs = random_inputs(forward.signature, graph, {"H": 1, "F": 4}, np.float32, 11)
         results = forward(graph, **inputs)
-        gout = ({k: rng.standard_normal(r.shape).astype(np.float32) for k, r in results.items()}
-                if isinstance(results, dict) else rng.standard_normal(results.shape).astype(np.float32))
+        gout = (
+            {k: rng.standard_normal(r.shape).astype(np.float32) for k, r in results.items()}
+            if isinstance(results, dict)
+            else rng.standard_normal(results.shape).astype(np.float32)
+        )
         got = grad(graph, gout=gout, **inputs)
         want = compile_grad(EXAMPLES / f"{name}.gnn", name, target="reference")(graph, gout=gout, **inputs)
         for key in want:
@@ -240,8 +287,12 @@ kernel scores(el: f32[V, H], er: f32[V, H], w: f32[E]) -> f32[E, H] {
 """
 
 
-@given(graph=graphs(huge_hubs=True), width=st.sampled_from((4, 16)), sorted_ids=st.booleans(),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    graph=graphs(huge_hubs=True),
+    width=st.sampled_from((4, 16)),
+    sorted_ids=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=12, deadline=None)
 def test_an_edge_softmax_with_one_head_compiled_in_runs_in_lanes(graph, width, sorted_ids, seed):
     """A kernel of edge values alone qualifies once its head count is compiled in (`lanes.sized`)."""
@@ -249,8 +300,9 @@ def test_an_edge_softmax_with_one_head_compiled_in_runs_in_lanes(graph, width, s
     assert base._abi["lanes"]["sized"] and base._abi["lanes"]["unit_dims"] == ["H"]
     if sorted_ids:
         order = np.argsort(np.asarray(graph.dst), kind="stable")
-        graph = gnnc.Graph.from_coo(np.asarray(graph.src)[order], np.asarray(graph.dst)[order],
-                                    num_vertices=graph.num_vertices)
+        graph = gnnc.Graph.from_coo(
+            np.asarray(graph.src)[order], np.asarray(graph.dst)[order], num_vertices=graph.num_vertices
+        )
     schedule = f"specialize H 1; vectorize edges {width}" + ("; edges sorted" if sorted_ids else "")
     kernel = gnnc.compile(EDGE_SOFTMAX, schedule=schedule).scores
     assert kernel._abi["lanes"]["walks"] >= 1

@@ -39,11 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from gnnc import abi
-from gnnc.errors import ArgumentError, ToolchainError
-from gnnc.runtime import heuristic, plans
-from gnnc.runtime.graph import Graph
-from gnnc.runtime.signature import KernelSignature, _bind_args, _given_outputs, check_bipartite, pack_results, prepare_call
+from gnnc.autotune import heuristic
+from gnnc.errors import ArgumentError, CompileError, ToolchainError
+from gnnc.graph import plans
+from gnnc.graph.graph import Graph
+from gnnc.ir import abi
+from gnnc.ir.signature import KernelSignature
+from gnnc.runtime import compile_hook
+from gnnc.runtime.signature import _bind_args, _given_outputs, check_bipartite, pack_results, prepare_call
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 
@@ -84,7 +87,7 @@ def read_metadata(text: str) -> dict:
     first = text.split("\n", 1)[0]
     if not first.startswith(abi.PTX_METADATA_PREFIX):
         raise ToolchainError("not a gnnc PTX file: its first line is not the gnnc metadata comment")
-    return json.loads(first[len(abi.PTX_METADATA_PREFIX):])
+    return json.loads(first[len(abi.PTX_METADATA_PREFIX) :])
 
 
 class _DeviceBuffer:
@@ -122,9 +125,15 @@ class _DLDataType(ctypes.Structure):
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class _DLManagedTensor(ctypes.Structure):
@@ -178,8 +187,15 @@ def _from_interface(obj: Any, interface: dict, what: str) -> DeviceView:
         raise ArgumentError(f"{what} has a malformed __cuda_array_interface__ ({exc})") from None
     strides = interface.get("strides")
     stream = interface.get("stream")
-    return DeviceView(int(ptr or 0), shape, dtype, tuple(int(s) for s in strides) if strides is not None else None,
-                      bool(readonly), obj, stream=int(stream) if stream is not None else None)
+    return DeviceView(
+        int(ptr or 0),
+        shape,
+        dtype,
+        tuple(int(s) for s in strides) if strides is not None else None,
+        bool(readonly),
+        obj,
+        stream=int(stream) if stream is not None else None,
+    )
 
 
 def _from_dlpack(obj: Any, what: str) -> DeviceView:
@@ -194,15 +210,22 @@ def _from_dlpack(obj: Any, what: str) -> DeviceView:
     code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
     kinds = {0: "i", 1: "u", 2: "f"}
     if code not in kinds or lanes != 1:
-        raise ArgumentError(f"{what} has DLPack element type code {code}, {bits} bits x {lanes}; "
-                            "gnnc kernels take float32 or float64")
+        raise ArgumentError(
+            f"{what} has DLPack element type code {code}, {bits} bits x {lanes}; gnnc kernels take float32 or float64"
+        )
     dtype = np.dtype(f"{kinds[code]}{bits // 8}")
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
-    strides = (tuple(tensor.strides[i] * dtype.itemsize for i in range(tensor.ndim))
-               if bool(tensor.strides) else None)
+    strides = tuple(tensor.strides[i] * dtype.itemsize for i in range(tensor.ndim)) if bool(tensor.strides) else None
     # the capsule stays unconsumed in `owner`: its destructor releases the tensor
-    return DeviceView((tensor.data or 0) + tensor.byte_offset, shape, dtype, strides, False, (obj, capsule),
-                      device=tensor.device.device_id)
+    return DeviceView(
+        (tensor.data or 0) + tensor.byte_offset,
+        shape,
+        dtype,
+        strides,
+        False,
+        (obj, capsule),
+        device=tensor.device.device_id,
+    )
 
 
 def _interface(obj: Any) -> Any:
@@ -287,9 +310,11 @@ def bind_call(sig: KernelSignature, graph: Graph, args: tuple, kwargs: dict, out
         if view is None:
             continue
         if not view.c_contiguous:
-            raise ArgumentError(f"{what} is a device array that is not C-contiguous (strides {view.strides}); "
-                                "gnnc does not copy device arrays: pass a contiguous one (.contiguous(), "
-                                "cupy.ascontiguousarray)")
+            raise ArgumentError(
+                f"{what} is a device array that is not C-contiguous (strides {view.strides}); "
+                "gnnc does not copy device arrays: pass a contiguous one (.contiguous(), "
+                "cupy.ascontiguousarray)"
+            )
         template = bound[p.name] if template is None else template
         views[p.name] = view
         bound[p.name] = _stand_in(view)
@@ -320,13 +345,15 @@ def bind_call(sig: KernelSignature, graph: Graph, args: tuple, kwargs: dict, out
         if view.shape != arr.shape:
             raise ArgumentError(f"{what}: expected shape {arr.shape}, got {view.shape}")
         results.append(view)
-    device = [v for v in (*views.values(), *device_outs.values())]
-    for i, r in enumerate(sig.results):
+    device = [*views.values(), *device_outs.values()]
+    for r in sig.results:
         view = device_outs.get(r.name)
         for other in device:
             if view is not None and other is not view and _overlap(view, other):
-                raise ArgumentError(f"out= for result '{r.name}' of {sig.name} overlaps another device array "
-                                    "of the call (the kernels assume no aliasing: pass a separate array)")
+                raise ArgumentError(
+                    f"out= for result '{r.name}' of {sig.name} overlaps another device array "
+                    "of the call (the kernels assume no aliasing: pass a separate array)"
+                )
     if template is None and device_outs:
         template = next(iter(device_outs.values())).owner
     return BoundCall(inputs, results, dims, template)
@@ -349,8 +376,13 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (int(self._ptr), False),
-                "strides": None, "version": 3}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (int(self._ptr), False),
+            "strides": None,
+            "version": 3,
+        }
 
     def copy_to_host(self) -> np.ndarray:
         host = np.empty(self.shape, dtype=self.dtype)
@@ -393,7 +425,7 @@ class _Borrowed:
         pass
 
 
-def _argument_buffer(cu: Any, value: Any) -> "_DeviceBuffer | _Borrowed":
+def _argument_buffer(cu: Any, value: Any) -> _DeviceBuffer | _Borrowed:
     """An input or result on the device: borrowed where it lives there, else a copy."""
     if isinstance(value, np.ndarray):
         return _DeviceBuffer(cu, value)
@@ -418,7 +450,7 @@ def _result_shape(r: Any, graph: Graph, dims: dict[str, int]) -> tuple[int, ...]
 class CudaKernel:
     """One kernel of a PTX module: `kernel(graph, *inputs, out=None, **named_inputs)`."""
 
-    def __init__(self, module: "CudaModule", record: dict):
+    def __init__(self, module: CudaModule, record: dict):
         self.signature = KernelSignature.from_dict(record)
         self.name = self.signature.name
         self._abi = record["abi"]
@@ -433,7 +465,7 @@ class CudaKernel:
         self._variants: dict[str, CudaKernel] = {}
         self._refused: set[str] = set()
 
-    def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "CudaKernel | None":
+    def _default_variant(self, graph: Graph, dims: dict[str, int]) -> CudaKernel | None:
         """Without a `for cuda` schedule, the mapping the graph suggests
         (heuristic.default_cuda_mappings), compiled once per mapping; the
         first one the compiler accepts for this kernel."""
@@ -447,12 +479,14 @@ class CudaKernel:
             if directive in self._refused:
                 continue
             if directive not in self._variants:
-                from gnnc.api import compile as compile_kernels  # the compiler, only when a variant is needed
-                from gnnc.errors import CompileError
-
                 try:
-                    module = compile_kernels(source, target="cuda", arch=self._module.metadata["arch"],
-                                             kernels=[self.name], schedule=directive)
+                    module = compile_hook.compile_variant(
+                        source,
+                        target="cuda",
+                        arch=self._module.metadata["arch"],
+                        kernels=[self.name],
+                        schedule=directive,
+                    )
                 except CompileError:
                     self._refused.add(directive)
                     continue
@@ -485,12 +519,17 @@ class CudaKernel:
         identity = np.arange(graph.num_vertices, dtype=np.int64)
         graph_arrays = [
             np.array([0, graph.num_vertices], dtype=np.int64),  # dst_blocks: grids do not use them
-            identity, graph.in_indptr, graph.in_src, graph.in_eid,
+            identity,
+            graph.in_indptr,
+            graph.in_src,
+            graph.in_eid,
             *graph.kernel_degrees(self._dtype),
             np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64),
         ]
-        results = [_allocate_like(cu, call.template, _result_shape(r, graph, dims), self._dtype) if o is ON_DEVICE
-                   else o for r, o in zip(self.signature.results, call.outputs)]
+        results = [
+            _allocate_like(cu, call.template, _result_shape(r, graph, dims), self._dtype) if o is ON_DEVICE else o
+            for r, o in zip(self.signature.results, call.outputs)
+        ]
         for view in [*call.inputs, *call.outputs]:
             if isinstance(view, DeviceView) and view.stream not in (None, 1, 2):  # not a default stream
                 _check(cu, cu.cuStreamSynchronize(view.stream), "cuStreamSynchronize")
@@ -505,16 +544,25 @@ class CudaKernel:
             if self._grid.get("dst_scratch"):  # an edge mapping's per-destination accumulators
                 buffers.append(_DeviceBuffer(cu, None, per_thread * graph.num_vertices * itemsize))
             buffers += [_DeviceBuffer(cu, h) for h in hybrid]
-            values = [ctypes.c_int64(graph.num_vertices), ctypes.c_int64(graph.num_edges),
-                      ctypes.c_int64(threads), ctypes.c_int64(1)]
+            values = [
+                ctypes.c_int64(graph.num_vertices),
+                ctypes.c_int64(graph.num_edges),
+                ctypes.c_int64(threads),
+                ctypes.c_int64(1),
+            ]
             values += [ctypes.c_void_p(int(b.ptr)) for b in buffers]
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             # phases, in order, on the default stream; a hybrid launch with the
             # dynamic shared memory its staged rows take
             for function, n, shared in zip(self._functions, blocks, shared_bytes, strict=True):
                 if n:
-                    _check(cu, cu.cuLaunchKernel(function, n, 1, 1, self._grid["block_size"], 1, 1, shared, 0,
-                                                 ctypes.addressof(params), 0), "cuLaunchKernel")
+                    _check(
+                        cu,
+                        cu.cuLaunchKernel(
+                            function, n, 1, 1, self._grid["block_size"], 1, 1, shared, 0, ctypes.addressof(params), 0
+                        ),
+                        "cuLaunchKernel",
+                    )
             _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
             for i, result in enumerate(results):
                 if isinstance(result, np.ndarray):
@@ -537,8 +585,10 @@ class CudaModule:
             raise ToolchainError(f"cannot read {self.path}: {exc.strerror}") from exc
         self.metadata = read_metadata(text)
         if self.metadata.get("abi_version") != abi.ABI_VERSION:
-            raise ToolchainError(f"{self.path} uses gnnc ABI {self.metadata.get('abi_version')}, "
-                                 f"this runtime speaks {abi.ABI_VERSION}: recompile it with this gnnc")
+            raise ToolchainError(
+                f"{self.path} uses gnnc ABI {self.metadata.get('abi_version')}, "
+                f"this runtime speaks {abi.ABI_VERSION}: recompile it with this gnnc"
+            )
         self.cu = cu = driver()
         device = _check(cu, cu.cuDeviceGet(0), "cuDeviceGet")
         self.context = _check(cu, cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")

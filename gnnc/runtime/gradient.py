@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.errors import ArgumentError
-from gnnc.runtime.graph import Graph
+from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import vertex_rows
 
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
@@ -37,10 +37,20 @@ class Gradient:
     get zeros.
     """
 
-    def __init__(self, module: Any, kernel: str, kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
-                 params: list[str], constant: list[str], skipped: list[str],
-                 results: list[str] | None = None, gouts: list[str] | None = None, uses_edge_ids: bool = False,
-                 transposes: list[str] | None = None, saved: list[str] | None = None):
+    def __init__(
+        self,
+        module: Any,
+        kernel: str,
+        kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
+        params: list[str],
+        constant: list[str],
+        skipped: list[str],
+        results: list[str] | None = None,
+        gouts: list[str] | None = None,
+        uses_edge_ids: bool = False,
+        transposes: list[str] | None = None,
+        saved: list[str] | None = None,
+    ):
         self.module = module
         self.name = kernel
         self.kernels = kernels
@@ -70,8 +80,9 @@ class Gradient:
         """The forward kernel's results (as the kernel returns them) and the intermediates to pass as `saved=`."""
         named = self._named(args, kwargs)
         if not self.saved:
-            raise ArgumentError(f"{self.name}: its gradient reuses nothing from the forward pass; "
-                                "run the kernel itself")
+            raise ArgumentError(
+                f"{self.name}: its gradient reuses nothing from the forward pass; run the kernel itself"
+            )
         kernel = getattr(self.module, f"{self.name}__forward")
         out = kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
         saved = {n: out.pop(n) for n in self.saved}
@@ -87,16 +98,18 @@ class Gradient:
         named.update(kwargs)
         return named
 
-    def __call__(self, graph: Graph, *args: Any, gout: Any, threads: int | None = None,
-                 saved: dict | None = None, **kwargs: Any) -> dict:
+    def __call__(
+        self, graph: Graph, *args: Any, gout: Any, threads: int | None = None, saved: dict | None = None, **kwargs: Any
+    ) -> dict:
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
         named = self._named(args, kwargs)
         gouts = self._gouts(gout, named)
         missing = [r for r, g in zip(self.results, self.gouts) if gouts[g] is None]
         if missing:
-            raise ArgumentError(f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result "
-                                "the loss does not use)")
+            raise ArgumentError(
+                f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result the loss does not use)"
+            )
         named.update(gouts)
         for w in self.transposes:  # `a @ W` backwards is `adj @ W^T`
             if w not in named:
@@ -105,8 +118,10 @@ class Gradient:
         # the kernels' type: the incoming gradients have it (a scalar input may be a Python float)
         dtype = np.asarray(gouts[self.gouts[0]]).dtype
         if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
-            raise ArgumentError(f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
-                                f"below 2^24 edges; this graph has {graph.num_edges}: use float64")
+            raise ArgumentError(
+                f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
+                f"below 2^24 edges; this graph has {graph.num_edges}: use float64"
+            )
         values: dict[str, np.ndarray] = {}
         unknown = sorted(set(saved or {}) - set(self.saved))
         if unknown:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnc.abi import CACHE_LINE_BYTES
+from gnnc.ir.abi import CACHE_LINE_BYTES
 
 
 def is_aligned(array: np.ndarray, alignment: int = CACHE_LINE_BYTES) -> bool:
@@ -33,7 +33,7 @@ def empty(shape: Any, dtype: Any = np.float32, alignment: int = CACHE_LINE_BYTES
     # the view keeps the byte buffer alive through .base
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
     start = -raw.ctypes.data % alignment
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def zeros(shape: Any, dtype: Any = np.float32, alignment: int = CACHE_LINE_BYTES) -> np.ndarray:

@@ -15,12 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from gnnc import abi
+from gnnc.autotune import heuristic
 from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
-from gnnc.runtime import heuristic, memory, native, plans
+from gnnc.graph import plans
+from gnnc.graph.graph import Graph
+from gnnc.ir import abi
+from gnnc.ir.signature import KernelSignature
+from gnnc.runtime import compile_hook, memory, native
 from gnnc.runtime.cuda import is_device_array
-from gnnc.runtime.graph import Graph
-from gnnc.runtime.signature import KernelSignature, check_bipartite, pack_results, prepare_call
+from gnnc.runtime.signature import check_bipartite, pack_results, prepare_call
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 #: Schedules `schedule="auto"` tries before it runs the kernel as compiled.
@@ -52,8 +55,14 @@ def _pick_addresses() -> Any:
     used only if it agrees with `.ctypes.data` here, on arrays of each kind a
     call passes (fresh, views at an offset, empty, read-only)."""
     base = np.arange(64, dtype=np.float64)
-    probes = [base, base[3:], base[5:9], np.empty(0, np.int64), np.zeros((4, 3), np.float32)[1:],
-              np.frombuffer(b"abcdefgh", dtype=np.uint8)]
+    probes = [
+        base,
+        base[3:],
+        base[5:9],
+        np.empty(0, np.int64),
+        np.zeros((4, 3), np.float32)[1:],
+        np.frombuffer(b"abcdefgh", dtype=np.uint8),
+    ]
     try:
         if _addresses_by_struct(probes) == _addresses_by_ctypes(probes):
             return _addresses_by_struct
@@ -134,8 +143,16 @@ class Kernel:
         params = ", ".join(p.name for p in self.signature.params)
         return f"<gnnc kernel {self.name}(graph, {params})>"
 
-    def __call__(self, graph: Graph, *args: Any, out: Any = None, threads: int | None = None,
-                 schedule: Any = None, deterministic: bool = False, **kwargs: Any) -> Any:
+    def __call__(
+        self,
+        graph: Graph,
+        *args: Any,
+        out: Any = None,
+        threads: int | None = None,
+        schedule: Any = None,
+        deterministic: bool = False,
+        **kwargs: Any,
+    ) -> Any:
         """Runs the kernel; see `gnnc.runtime.signature.prepare_call` for the arguments.
 
         `deterministic=True` asks for results that are bit-identical for any
@@ -180,8 +197,9 @@ class Kernel:
         grid = self._abi.get("grid")
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
-            n_threads = max(1, max(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges), default=0)
-                            * grid["block_size"])
+            n_threads = max(
+                1, max(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges), default=0) * grid["block_size"]
+            )
         order = plans.destination_order(graph, self._abi.get("order", "identity"))
         groups = self._abi.get("groups")
         if self._abi.get("edge_order") == "hilbert":
@@ -234,22 +252,37 @@ class Kernel:
         deg_in, deg_out = graph.kernel_degrees(self._dtype)
         in_csr = (graph.in_indptr, graph.in_src, graph.in_eid)
         if self._abi.get("ordered_edges"):
-            # the sweep walks edges by position in its order (passes/order_destinations.py)
+            # the sweep walks edges by position in its order (transforms/loop/order_destinations.py)
             in_csr = plans.ordered_in_csr(graph, self._abi["order"])
         buffers = [
-            blocks, order, *in_csr,
-            _nonempty(deg_in), _nonempty(deg_out),
-            dims_array, scratch, *inputs, *outputs, *temps, *sweep, *acc_rows, *partition, *grouping, *cuda_extra,
+            blocks,
+            order,
+            *in_csr,
+            _nonempty(deg_in),
+            _nonempty(deg_out),
+            dims_array,
+            scratch,
+            *inputs,
+            *outputs,
+            *temps,
+            *sweep,
+            *acc_rows,
+            *partition,
+            *grouping,
+            *cuda_extra,
         ]
         self._function(
-            graph.num_vertices, graph.num_edges, n_threads, len(blocks) - 1,
+            graph.num_vertices,
+            graph.num_edges,
+            n_threads,
+            len(blocks) - 1,
             *_addresses(buffers),
         )
         return pack_results(self.signature, outputs)
 
     def _call_auto(self, graph: Graph, args: tuple, kwargs: dict, out: Any, threads: int | None) -> Any:
-        """`schedule="auto"`: the tuned, else predicted, else default schedule (runtime/autoschedule.py)."""
-        from gnnc.runtime import autoschedule
+        """`schedule="auto"`: the tuned, else predicted, else default schedule (autotune/autoschedule.py)."""
+        from gnnc.autotune import autoschedule
 
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         kernel, choice = self, None
@@ -271,13 +304,17 @@ class Kernel:
         n_threads = resolve_threads(threads if threads is not None or choice is None else choice.threads)
         return kernel._run(graph, inputs, outputs, dims, n_threads)
 
-    def _default_variant(self, graph: Graph, dims: dict[str, int]) -> "Kernel | None":
-        """The variant the default heuristic picks for this call, if any (see runtime/heuristic.py)."""
+    def _default_variant(self, graph: Graph, dims: dict[str, int]) -> Kernel | None:
+        """The variant the default heuristic picks for this call, if any (see autotune/heuristic.py)."""
         grid = self._abi.get("grid")
         if grid is not None:
             return self._default_mapping_variant(graph, dims, grid)
-        if (self._abi.get("schedule_given", True) or self._metadata.get("source") is None
-                or self._abi.get("grid") is not None or self._metadata.get("target", "cpu") != "cpu"):
+        if (
+            self._abi.get("schedule_given", True)
+            or self._metadata.get("source") is None
+            or self._abi.get("grid") is not None
+            or self._metadata.get("target", "cpu") != "cpu"
+        ):
             # a CPU variant would replace what a cuda emulation is there to check
             return None
         directives = heuristic.kernel_default(self, graph, dims)
@@ -291,7 +328,7 @@ class Kernel:
             self._refused.add(directives)
             return None
 
-    def _default_mapping_variant(self, graph: Graph, dims: dict[str, int], grid: dict) -> "Kernel | None":
+    def _default_mapping_variant(self, graph: Graph, dims: dict[str, int], grid: dict) -> Kernel | None:
         """A cuda emulation without a `for cuda` schedule runs the mapping the graph
         suggests (heuristic.default_cuda_mappings), as the GPU runtime does."""
         if grid.get("schedule_given", True) or self._metadata.get("source") is None:
@@ -308,22 +345,25 @@ class Kernel:
                 self._refused.add(directive)  # this kernel cannot take that mapping: the next one
         return None
 
-    def _variant(self, schedule: Any) -> "Kernel":
+    def _variant(self, schedule: Any) -> Kernel:
         """This kernel compiled with another schedule (needs the compiler; cached)."""
-        from gnnc.schedule import directives_text
+        from gnnc.ir.schedule import directives_text
 
         key = directives_text(schedule)
         if key not in self._variants:
             source = self._metadata.get("source")
             if source is None:
                 raise ArgumentError(f"{self.name}: this shared object carries no source to recompile with schedule=")
-            from gnnc.api import compile as compile_kernels
-
             options = self._metadata.get("options") or {}  # absent from objects of older gnnc versions
-            module = compile_kernels(
-                source, cpu=self._metadata.get("cpu", {}).get("level", "native"), kernels=[self.name], schedule=key,
-                target=self._metadata.get("target", "cpu"), opt_level=options.get("opt_level", 3),
-                disable_passes=tuple(options.get("disable_passes", ())), fusion=options.get("fusion", True),
+            module = compile_hook.compile_variant(
+                source,
+                cpu=self._metadata.get("cpu", {}).get("level", "native"),
+                kernels=[self.name],
+                schedule=key,
+                target=self._metadata.get("target", "cpu"),
+                opt_level=options.get("opt_level", 3),
+                disable_passes=tuple(options.get("disable_passes", ())),
+                fusion=options.get("fusion", True),
             )
             self._variants[key] = module.kernels[self.name]
         return self._variants[key]

@@ -5,7 +5,7 @@
 
 Every gnnc `.so` exports `gnnc_metadata` (null-terminated JSON) and
 `gnnc_metadata_size` (its length, an int64); see
-`gnnc.backends.cpu.codegen.embed_metadata`. The metadata's `cpu` record lists the
+`gnnc.target.cpu.codegen.embed_metadata`. The metadata's `cpu` record lists the
 /proc/cpuinfo flags the code needs, so a `.so` built for AVX-512 on another
 machine fails with a message naming the missing features instead of SIGILL.
 dlopen runs no code of ours (gnnc emits no constructors), so loading the
@@ -15,7 +15,6 @@ library to read its metadata is safe.
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import os
 import struct
@@ -24,6 +23,7 @@ import warnings
 from pathlib import Path
 
 from gnnc.errors import ToolchainError
+from gnnc.host import host_cpu_flags
 
 METADATA_SYMBOL = "gnnc_metadata"
 METADATA_SIZE_SYMBOL = "gnnc_metadata_size"
@@ -118,20 +118,6 @@ def read_metadata(library: ctypes.CDLL, path: str | os.PathLike = "<library>") -
     return metadata
 
 
-@functools.lru_cache(maxsize=1)
-def host_cpu_flags() -> frozenset[str] | None:
-    """This machine's /proc/cpuinfo flags, or None where there is no /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):  # x86 / aarch64 spellings
-                    return frozenset(value.split())
-    except OSError:
-        return None
-    return frozenset()
-
-
 def check_cpu_features(metadata: dict) -> None:
     """Raises ToolchainError if this CPU lacks a feature the shared object was compiled for."""
     cpu = metadata.get("cpu")
@@ -143,8 +129,7 @@ def check_cpu_features(metadata: dict) -> None:
     host = host_cpu_flags()
     if host is None:
         warnings.warn(
-            f"cannot read /proc/cpuinfo on {sys.platform}: not checking that this CPU has "
-            f"{', '.join(needed)}",
+            f"cannot read /proc/cpuinfo on {sys.platform}: not checking that this CPU has {', '.join(needed)}",
             RuntimeWarning,
             stacklevel=2,
         )

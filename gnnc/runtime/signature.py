@@ -1,26 +1,4 @@
-"""Kernel signatures and the checking of a call's arguments.
-
-A signature is what a compiled ``.so``'s metadata says about one kernel, in a
-JSON-able form::
-
-    {"name": "gat", "dtype": "f32",
-     "params":  [{"name": "h", "domain": "V", "shape": ["H", "F"]},
-                 {"name": "eps", "domain": null, "shape": []}],
-     "results": [{"name": "out", "domain": "V", "shape": ["H", "F"]},
-                 {"name": "alpha", "domain": "E", "shape": ["H"]}],
-     "single_result": false}
-
-``domain`` ``"V"`` / ``"E"`` means a leading axis of vertices / edges that
-``shape`` does not list; ``null`` is a parameter (its ``shape`` is the full
-shape). Shape entries are ints or symbolic names bound at the call. A vertex
-input also lists the ``sides`` its kernel reads it at (``"src"`` for
-``x[u]``, ``"dst"`` for ``x[v]``), which decide its rows on a bipartite
-graph (docs/language.md, "Bipartite graphs"): ``num_src`` when read at
-sources (DGL's block convention when read at both: destinations are the
-first ``num_dst`` sources), ``num_dst`` when read only at destinations,
-either when never read. Vertex results have ``num_dst`` rows.
-``values_read_at_src`` names the kernel's own vertex values read at ``u``:
-they exist only per destination, so such a kernel needs a square graph.
+"""The checking of a call's arguments against a kernel's signature (`gnnc.ir.signature`).
 
 ``prepare_call`` is shared by the native runtime and the numpy reference: it
 binds the arguments to parameters, checks dtypes, ranks, leading axes and
@@ -32,150 +10,21 @@ so that nothing is written half-way when an argument is bad.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
 from gnnc.errors import ArgumentError
+from gnnc.graph.tensors import is_torch_tensor
+from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.runtime import memory
 
 __all__ = ["KernelSignature", "TensorSig", "pack_results", "prepare_call"]
 
-Dim = Union[int, str]
-
 #: Call options: never the name of an input (the frontend rejects such parameters).
 CALL_OPTIONS = ("out", "threads", "schedule", "graph")
 
-_DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
-
-
-@dataclass(frozen=True)
-class TensorSig:
-    """One parameter or result: ``domain`` ``"V"``, ``"E"`` or ``None`` (a parameter)."""
-
-    name: str
-    domain: str | None
-    shape: tuple[Dim, ...]
-    #: where the kernel reads a vertex input: a subset of ("src", "dst"), in that order
-    sides: tuple[str, ...] = ()
-
-    @classmethod
-    def from_dict(cls, record: dict) -> TensorSig:
-        return cls(record["name"], record.get("domain"), tuple(record.get("shape", ())), tuple(record.get("sides", ())))
-
-    def to_dict(self) -> dict:
-        record = {"name": self.name, "domain": self.domain, "shape": list(self.shape)}
-        if self.sides:
-            record["sides"] = list(self.sides)
-        return record
-
-    def row_elements(self, dims: dict[str, int]) -> int:
-        """Elements of one vertex's or edge's row (of the whole tensor, for a
-        parameter), named dimensions sized by ``dims``."""
-        n = 1
-        for d in self.shape:
-            n *= d if isinstance(d, int) else dims[d]
-        return n
-
-    def describe(self) -> str:
-        """The declared type without its dtype: ``[V, H, F]``, ``[D1, 64]``, ``scalar``."""
-        dims = ([self.domain] if self.domain else []) + [str(d) for d in self.shape]
-        return f"[{', '.join(dims)}]" if dims else "a scalar"
-
-
-@dataclass(frozen=True)
-class KernelSignature:
-    name: str
-    dtype: str
-    params: tuple[TensorSig, ...]
-    results: tuple[TensorSig, ...]
-    single_result: bool
-    #: the kernel's own vertex values it reads at `u` (a square graph only)
-    values_read_at_src: tuple[str, ...] = ()
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        return _DTYPES[self.dtype]
-
-    @classmethod
-    def from_dict(cls, record: dict) -> KernelSignature:
-        """From the metadata record (extra keys, such as ``symbol`` or ``abi``, are ignored)."""
-        dtype = record["dtype"]
-        if dtype not in _DTYPES:
-            raise ArgumentError(f"kernel {record.get('name')!r} has an unknown element type {dtype!r}")
-        return cls(
-            name=record["name"],
-            dtype=dtype,
-            params=tuple(TensorSig.from_dict(p) for p in record["params"]),
-            results=tuple(TensorSig.from_dict(r) for r in record["results"]),
-            single_result=bool(record["single_result"]),
-            values_read_at_src=tuple(record.get("values_read_at_src", ())),
-        )
-
-    def to_dict(self) -> dict:
-        record = {
-            "name": self.name,
-            "dtype": self.dtype,
-            "params": [p.to_dict() for p in self.params],
-            "results": [r.to_dict() for r in self.results],
-            "single_result": self.single_result,
-        }
-        if self.values_read_at_src:
-            record["values_read_at_src"] = list(self.values_read_at_src)
-        return record
-
-    @classmethod
-    def from_ast(cls, kernel: Any) -> KernelSignature:
-        """From a checked ``gnnc.frontend.ast.Kernel``."""
-        dtype = kernel.dtype
-        if dtype is None:  # an unchecked tree: every declared type has the same dtype once checked
-            typed = [p.type for p in kernel.params] + [r.type for r in kernel.results]
-            dtype = typed[0].dtype if typed else "f32"
-        reads = _vertex_reads(kernel)
-        params = {p.name for p in kernel.params}
-        side_of = {"u": "src", "v": "dst"}
-        return cls(
-            name=kernel.name,
-            dtype=dtype,
-            params=tuple(
-                TensorSig(p.name, p.type.domain, tuple(p.type.shape),
-                          tuple(side_of[i] for i in "uv" if (p.name, i) in reads) if p.type.domain == "V" else ())
-                for p in kernel.params
-            ),
-            results=tuple(TensorSig(r.name, r.type.domain, tuple(r.type.shape)) for r in kernel.results),
-            single_result=bool(kernel.single_result),
-            values_read_at_src=tuple(sorted({n for n, i in reads if i == "u" and n not in params})),
-        )
-
-    def describe(self) -> str:
-        return f"{self.name}({', '.join(p.name for p in self.params)})"
-
-
-def _vertex_reads(kernel: Any) -> set[tuple[str, str]]:
-    """Every (name, index) a kernel's body reads as `name[u]` / `name[v]` (duck-typed AST walk)."""
-    found: set[tuple[str, str]] = set()
-
-    def walk(e: Any) -> None:
-        index = getattr(e, "index", None)
-        if type(e).__name__ == "Index" and index in ("u", "v"):
-            found.add((e.name, index))
-        for child in ("operand", "lhs", "rhs"):
-            if hasattr(e, child):
-                walk(getattr(e, child))
-        for arg in getattr(e, "args", ()) or ():
-            walk(arg)
-
-    for definition in kernel.body:
-        walk(definition.value)
-    return found
-
-
 # ------------------------------------------------------------------ arguments
-
-
-def _is_torch_tensor(obj: Any) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "numpy")
 
 
 def _from_torch(value: Any, what: str) -> np.ndarray:
@@ -205,9 +54,7 @@ def _bind_args(sig: KernelSignature, args: tuple, kwargs: dict) -> dict[str, Any
     unknown = [k for k in kwargs if k not in names]
     if unknown:
         listed = ", ".join(f"'{k}'" for k in unknown)
-        raise ArgumentError(
-            f"unknown input{'s' if len(unknown) > 1 else ''} {listed} for {sig.describe()}"
-        )
+        raise ArgumentError(f"unknown input{'s' if len(unknown) > 1 else ''} {listed} for {sig.describe()}")
     twice = [k for k in kwargs if k in bound]
     if twice:
         listed = ", ".join(f"'{k}'" for k in twice)
@@ -233,15 +80,13 @@ class _Dims:
             self.sizes[dim] = size
             self.bound_by[dim] = who
         elif have != size:
-            raise ArgumentError(
-                f"dimension '{dim}' is {have} in {self.bound_by[dim]} but {size} in {who}"
-            )
+            raise ArgumentError(f"dimension '{dim}' is {have} in {self.bound_by[dim]} but {size} in {who}")
 
 
 def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, dims: _Dims) -> np.ndarray:
     dtype = sig.numpy_dtype
     what = f"input '{p.name}' of {sig.name}"
-    if _is_torch_tensor(value):
+    if is_torch_tensor(value):
         value = _from_torch(value, what)
     scalar = p.domain is None and not p.shape
     if scalar and not isinstance(value, np.ndarray):
@@ -270,15 +115,12 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
         raise ArgumentError(f"{what}: expected {dtype}, got {_dtype_name(arr.dtype)}{hint}")
     lead = 1 if p.domain else 0
     if arr.ndim != lead + len(p.shape):
-        raise ArgumentError(
-            f"{what}: expected {lead + len(p.shape)} axes {p.describe()}, got shape {tuple(arr.shape)}"
-        )
+        raise ArgumentError(f"{what}: expected {lead + len(p.shape)} axes {p.describe()}, got shape {tuple(arr.shape)}")
     if p.domain == "V":
         _check_vertex_rows(what, p, arr.shape[0], graph)
     if p.domain == "E" and arr.shape[0] != graph.num_edges:
         raise ArgumentError(
-            f"{what}: its leading axis (E) has {arr.shape[0]} entries but the graph has "
-            f"{graph.num_edges} edges"
+            f"{what}: its leading axis (E) has {arr.shape[0]} entries but the graph has {graph.num_edges} edges"
         )
     for axis, (dim, size) in enumerate(zip(p.shape, arr.shape[lead:]), start=lead):
         if isinstance(dim, str):
@@ -315,9 +157,11 @@ def _check_vertex_rows(what: str, p: TensorSig, rows: int, graph: Any) -> None:
         )
     allowed = vertex_rows(p, graph)
     if rows not in allowed:
-        where = {("src",): "read at u: one row per source", ("dst",): "read at v: one row per destination",
-                 ("src", "dst"): "read at u and v: one row per source, destinations first"}.get(
-                     p.sides, "never read: a row per source or per destination")
+        where = {
+            ("src",): "read at u: one row per source",
+            ("dst",): "read at v: one row per destination",
+            ("src", "dst"): "read at u and v: one row per source, destinations first",
+        }.get(p.sides, "never read: a row per source or per destination")
         raise ArgumentError(
             f"{what}: its leading axis (V) has {rows} entries but the bipartite graph needs "
             f"{' or '.join(map(str, allowed))} ({where}; the graph has {graph.num_src} sources, "
@@ -354,7 +198,9 @@ def _given_outputs(sig: KernelSignature, out: Any) -> dict[str, Any]:
         return {names[0]: out}
     if isinstance(out, (tuple, list)):
         if len(out) > len(names):
-            raise ArgumentError(f"out= has {len(out)} arrays but {sig.name} has {len(names)} results ({', '.join(names)})")
+            raise ArgumentError(
+                f"out= has {len(out)} arrays but {sig.name} has {len(names)} results ({', '.join(names)})"
+            )
         return {n: v for n, v in zip(names, out) if v is not None}
     if len(names) == 1:
         return {names[0]: out}
@@ -366,7 +212,7 @@ def _given_outputs(sig: KernelSignature, out: Any) -> dict[str, Any]:
 
 def _check_output(sig: KernelSignature, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
     what = f"out= for result '{name}' of {sig.name}"
-    if _is_torch_tensor(value):
+    if is_torch_tensor(value):
         value = _from_torch(value, what)
     if not isinstance(value, np.ndarray):
         raise ArgumentError(f"{what} must be a numpy array, got {type(value).__name__}")

@@ -47,16 +47,18 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from gnnc.autotune import heuristic, predictor
+from gnnc.autotune.cache import TuningCache, entry_key, kernel_key, machine_key, usable_cores
 from gnnc.errors import ArgumentError, GnncError
-from gnnc.runtime import heuristic, memory, predictor
+from gnnc.ir.schedule import directive_keyword
+from gnnc.runtime import memory
 from gnnc.runtime.signature import prepare_call, vertex_rows
-from gnnc.runtime.tuning_cache import TuningCache, entry_key, kernel_key, machine_key, usable_cores
-from gnnc.schedule import directive_keyword
 
 #: A sample is at least this long (several calls of a fast kernel).
 MIN_SAMPLE_SECONDS = 0.01
@@ -191,7 +193,9 @@ def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) 
         )
     unused = sorted(set(dims) - set(needed))
     if unused:
-        raise ArgumentError(f"kernel {sig.name} has no size named {', '.join(unused)} (its sizes: {', '.join(needed) or 'none'})")
+        raise ArgumentError(
+            f"kernel {sig.name} has no size named {', '.join(unused)} (its sizes: {', '.join(needed) or 'none'})"
+        )
     rng = np.random.default_rng(seed)
     out = []
     for p in sig.params:
@@ -327,9 +331,17 @@ class _Bench:
         return (time.perf_counter() - start) / calls
 
 
-def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 60.0, *,
-         threads: int | None = None, exhaustive_rounds: int = 0, seed: int = 0,
-         progress: Callable[[str, float, "TuneResult | None"], None] | None = None) -> TuneResult:
+def tune(
+    kernel: Any,
+    graph: Any,
+    dims: dict[str, int],
+    budget: float | None = 60.0,
+    *,
+    threads: int | None = None,
+    exhaustive_rounds: int = 0,
+    seed: int = 0,
+    progress: Callable[[str, float, TuneResult | None], None] | None = None,
+) -> TuneResult:
     """Searches the schedule space of `kernel` on `graph` at sizes `dims` (see the module docstring).
 
     `budget` is in seconds (None: no limit). `exhaustive_rounds` > 0 skips
@@ -351,8 +363,12 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
     guessed = []
     if model is not None:
         row = traits["row"]
-        canon = {predictor.join_threads(predictor.canonical_schedule(predictor.split_threads(k)[0], row),
-                                        predictor.split_threads(k)[1]): k for k in keys}
+        canon = {
+            predictor.join_threads(
+                predictor.canonical_schedule(predictor.split_threads(k)[0], row), predictor.split_threads(k)[1]
+            ): k
+            for k in keys
+        }
         guessed = [canon[p.key] for p in model.rank(graph.signature(), traits, list(canon))]
         # a join the nearest cases found fastest is tried up front, not only if this case's singles suggest it
         top = model.predict(graph.signature(), traits)
@@ -374,8 +390,20 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
     def _result() -> TuneResult:
         timed = [m for m in measured.values() if m.samples]
         best = min(timed, key=lambda m: m.time).key if timed else UNSCHEDULED
-        return TuneResult(kernel.name, dict(bench.dims), best, default, dict(measured), dict(refused), list(skipped),
-                          time.perf_counter() - start, budget, state["rounds"], cores, load_at_start)
+        return TuneResult(
+            kernel.name,
+            dict(bench.dims),
+            best,
+            default,
+            dict(measured),
+            dict(refused),
+            list(skipped),
+            time.perf_counter() - start,
+            budget,
+            state["rounds"],
+            cores,
+            load_at_start,
+        )
 
     def typical_time() -> float:
         times = [m.time for m in measured.values() if m.samples]
@@ -388,9 +416,12 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
         for i, key in enumerate(keys_in_order):
             if key in measured or key in refused:
                 continue
-            compile_estimate = (max(compile_times) if compile_times else FIRST_COMPILE_ESTIMATE)
+            compile_estimate = max(compile_times) if compile_times else FIRST_COMPILE_ESTIMATE
             per_call = typical_time()
-            if key not in refs and time.perf_counter() + compile_estimate + 3 * max(per_call, MIN_SAMPLE_SECONDS) > stage_one_end:
+            if (
+                key not in refs
+                and time.perf_counter() + compile_estimate + 3 * max(per_call, MIN_SAMPLE_SECONDS) > stage_one_end
+            ):
                 skipped.extend(k for k in keys_in_order[i:] if k not in measured and k not in refs)
                 return
             t0 = time.perf_counter()
@@ -443,8 +474,17 @@ def tune(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 6
     return _result()
 
 
-def relabel_speedup(kernel: Any, graph: Any, relabelled: Any, dims: dict[str, int], key: str, *,
-                    threads: int | None = None, rounds: int = 5, seed: int = 0) -> float:
+def relabel_speedup(
+    kernel: Any,
+    graph: Any,
+    relabelled: Any,
+    dims: dict[str, int],
+    key: str,
+    *,
+    threads: int | None = None,
+    rounds: int = 5,
+    seed: int = 0,
+) -> float:
     """How much faster `key` runs on `relabelled` (a `Graph.reordered` graph) than on `graph`.
 
     Not a schedule: relabelling changes the ids the caller's tensors are
@@ -466,22 +506,33 @@ def relabel_speedup(kernel: Any, graph: Any, relabelled: Any, dims: dict[str, in
     return best[0] / best[1]
 
 
-def tune_and_store(kernel: Any, graph: Any, dims: dict[str, int], budget: float | None = 60.0, *,
-                   cache: TuningCache | None = None, graph_name: str = "", **options: Any) -> TuneResult:
+def tune_and_store(
+    kernel: Any,
+    graph: Any,
+    dims: dict[str, int],
+    budget: float | None = 60.0,
+    *,
+    cache: TuningCache | None = None,
+    graph_name: str = "",
+    **options: Any,
+) -> TuneResult:
     """`tune`, then the best schedule into the tuning cache and the measurements into its records."""
     cache = cache or TuningCache()
     result = tune(kernel, graph, dims, budget, **options)
     directives, threads = predictor.split_threads(result.best)
     key = case_key(kernel, graph, result.dims)
-    cache.store(key, {
-        "schedule": directives,
-        "threads": threads,
-        "time_s": result.time_of(result.best),
-        "default_schedule": result.default,
-        "default_time_s": result.time_of(result.default),
-        "unscheduled_time_s": result.time_of(UNSCHEDULED),
-        "graph_name": graph_name,
-    })
+    cache.store(
+        key,
+        {
+            "schedule": directives,
+            "threads": threads,
+            "time_s": result.time_of(result.best),
+            "default_schedule": result.default,
+            "default_time_s": result.time_of(result.default),
+            "unscheduled_time_s": result.time_of(UNSCHEDULED),
+            "graph_name": graph_name,
+        },
+    )
     cache.append_record(record_of(kernel, graph, result, graph_name))
     return result
 
@@ -515,12 +566,14 @@ def retrain(cache: TuningCache | None = None, *, include_shipped: bool = True) -
         raise ArgumentError(f"no tuning records in {cache.records_path}: run `gnnc tune` first")
     model = predictor.Model.fit(records, machine_key())
     if include_shipped:
-        shipped = predictor.Model.from_json(predictor.SHIPPED_MODEL.read_text()) if predictor.SHIPPED_MODEL.exists() else None
+        shipped = (
+            predictor.Model.from_json(predictor.SHIPPED_MODEL.read_text()) if predictor.SHIPPED_MODEL.exists() else None
+        )
         if shipped is not None:
             model = predictor.Model(shipped.cases + model.cases, model.machine)
     path = cache.directory / predictor.LOCAL_MODEL
     path.parent.mkdir(parents=True, exist_ok=True)
-    from gnnc.runtime.tuning_cache import _write_atomically
+    from gnnc.autotune.cache import _write_atomically
 
     _write_atomically(path, model.to_json())
     return model, len(records)

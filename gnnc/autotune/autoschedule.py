@@ -1,0 +1,73 @@
+"""`schedule="auto"`: the tuned schedule if `gnnc tune` found one, else the predictor's, else the default.
+
+In that order: an entry of the tuning cache for this kernel, graph
+signature, feature sizes and machine; the predictor's pick from the nearest
+tuned cases (`predictor.py`); the default heuristic. The choice of a graph
+and sizes is remembered on the graph, so only the first call pays for the
+lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gnnc.autotune import heuristic, predictor
+from gnnc.autotune.cache import TuningCache, entry_key, kernel_key
+
+_CACHE = TuningCache()
+
+
+@dataclass(frozen=True)
+class Choice:
+    #: directive text ('' for the kernel as compiled)
+    schedule: str
+    #: a thread count the tuner preferred, or None for the call's
+    threads: int | None
+    #: "tuned", "predicted" or "default"
+    origin: str
+
+
+def choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache | None = None) -> Choice:
+    """What `schedule="auto"` runs for this call."""
+    memo_key = ("autoschedule", id(kernel), tuple(sorted(dims.items())))
+    if cache is None:
+        memo = graph.plans.get(memo_key)
+        if memo is not None:
+            return memo
+    choice = _choose(kernel, graph, dims, cache or _CACHE)
+    if cache is None:
+        graph.plans[memo_key] = choice
+    return choice
+
+
+def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -> Choice:
+    source = kernel._metadata.get("source")
+    signature = graph.signature()
+    if source is not None:
+        entry = cache.lookup(entry_key(kernel_key(source, kernel.name, kernel.signature.dtype), signature, dims))
+        if entry is not None:
+            return Choice(heuristic.fit_edge_ids(entry["schedule"], graph), entry.get("threads"), "tuned")
+    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
+    model = predictor.load_model()
+    if model is not None and source is not None:
+        traits = predictor.kernel_traits(kernel._abi, kernel.signature.params, kernel.signature.results, dims, itemsize)
+        for rank in model.rank(signature, traits):
+            directives, threads = predictor.split_threads(rank.key)
+            concrete = predictor.concrete_schedule(directives, traits["row"], traits["sizes"])
+            if concrete is None or concrete in kernel._refused:
+                continue
+            lanes = heuristic.lane_walks_for(kernel._abi, dims, graph)
+            sized = bool(kernel._abi.get("lanes", {}).get("sized", False))
+            fitted = heuristic.fit_edge_ids(concrete, graph)
+            fitted = heuristic.fit_edge_lanes(heuristic.fit_reorder(fitted, kernel, graph, dims), graph, lanes, sized)
+            return Choice(fitted, threads, "predicted")
+    directives = heuristic.kernel_default(kernel, graph, dims)
+    return Choice("; ".join(directives.splitlines()) if directives else "", None, "default")
+
+
+def forget(kernel: Any, graph: Any, dims: dict[str, int]) -> None:
+    """Drops the remembered choice (after the compiler refused it)."""
+    graph.plans.pop(("autoschedule", id(kernel), tuple(sorted(dims.items()))), None)

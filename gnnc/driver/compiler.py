@@ -1,0 +1,409 @@
+"""The compiler driver: source text -> IR stages -> shared object.
+
+It runs the frontend, the xDSL pipeline of `driver/pipeline.py` and the CPU
+backend, shows or dumps the IR after each stage on request, and writes a
+`.so` whose embedded metadata record lets the runtime load it without the
+source. `compile_cached` keeps built objects in a cache keyed by source,
+options and versions; an entry whose checksum does not match is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gnnc.errors import CompileError, GnncError
+from gnnc.ir import abi
+from gnnc.version import __version__
+
+#: Targets `compile_source` builds for. `cuda-emulation` is the cuda
+#: pipeline (thread mapping included) with each grid run as loops on the CPU:
+#: a shared object that checks a mapping's index arithmetic without a GPU.
+TARGETS = ("cpu", "cuda", "cuda-emulation")
+
+#: What `--emit` can stop at.
+EMIT_KINDS = ("graph", "loop", "scf", "llvm", "asm", "obj", "so", "nvvm", "ptx")
+
+
+@dataclass
+class CompileOptions:
+    """Everything that changes what the compiler produces (and so the cache key)."""
+
+    target: str = "cpu"
+    cpu: str = "native"
+    #: GPU architecture of the cuda target (see target/cuda/codegen.ARCHS).
+    arch: str = "sm_80"
+    opt_level: int = 3
+    #: Compile only these kernels (None: all of them).
+    kernels: list[str] | None = None
+    #: CPU schedule directives that replace the source's `schedule K for cpu`
+    #: blocks of every compiled kernel (the Python `schedule=` argument).
+    schedule: str | None = None
+    #: Optimisation passes to skip (ablation: see `pipeline.OPTIONAL_PASSES`).
+    disable_passes: tuple[str, ...] = ()
+    #: False: every graph operation its own loop nest, edge-sized
+    #: intermediates materialised (`--no-fusion`; for ablation only).
+    fusion: bool = True
+
+    def cache_key_fields(self) -> dict:
+        return asdict(self)
+
+
+def variant_options(options: CompileOptions) -> dict:
+    """The options a schedule variant of an object inherits: all but the schedule, target,
+    instruction set and kernel list, which the object's metadata records apart. A variant
+    compiled without them was another kernel: `disable_passes=["transform-before-gather"]`
+    came back with the pass, so the ablation timed mlp_aggr with it against itself."""
+    return {"opt_level": options.opt_level, "disable_passes": list(options.disable_passes), "fusion": options.fusion}
+
+
+@dataclass
+class IrObserver:
+    """Where IR goes after each stage: `--print-ir-after[-all]`, `--dump-ir DIR`."""
+
+    print_after_all: bool = False
+    print_after: tuple[str, ...] = ()
+    dump_dir: Path | None = None
+    stream: object = field(default=sys.stderr)
+    _count: int = 0
+
+    def __call__(self, stage: str, text: str) -> None:
+        if self.print_after_all or stage in self.print_after:
+            print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)  # type: ignore[arg-type]
+            print(text, file=self.stream)  # type: ignore[arg-type]
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            ext = {
+                "translate-to-llvm": "ll",
+                "translate-to-nvvm": "ll",
+                "llvm-opt": "ll",
+                "emit-asm": "s",
+                "emit-ptx": "ptx",
+            }.get(stage, "mlir")
+            (self.dump_dir / f"{self._count:02d}-{stage}.{ext}").write_text(text + "\n")
+        self._count += 1
+
+
+@dataclass
+class CompileResult:
+    metadata: dict
+    stages: dict[str, str]
+    object_code: bytes | None = None
+    #: the cuda target's PTX, metadata comment first
+    ptx: str | None = None
+
+
+def _no_observer(stage: str, text: str) -> None:
+    pass
+
+
+def compile_source(
+    source: str,
+    file: str = "<string>",
+    options: CompileOptions | None = None,
+    observe: Callable[[str, str], None] = _no_observer,
+    stop_after: str | None = None,
+) -> CompileResult:
+    """Compiles source text; `stop_after` is one of EMIT_KINDS (default: obj)."""
+    from gnnc.driver import pipeline
+    from gnnc.lang import parse_and_check
+    from gnnc.lang.irgen import build_module
+    from gnnc.lang.signature import kernel_signature
+
+    options = options or CompileOptions()
+    if options.target not in TARGETS:
+        raise CompileError(f"unknown target '{options.target}': use one of {', '.join(TARGETS)}")
+    original_source = source
+    # the language's name for the target whose schedule blocks apply
+    schedule_target = "cpu" if options.target == "cpu" else "cuda"
+    if options.target == "cuda":
+        from gnnc.target.cuda.codegen import check_arch
+
+        check_arch(options.arch)
+    if schedule_target != "cpu":
+        source = with_schedule(source, file, None, options.kernels, target="cpu")
+    if options.schedule is not None:
+        source = with_schedule(source, file, options.schedule, options.kernels, target=schedule_target)
+    program = parse_and_check(source, file)
+    if options.kernels is not None:
+        missing = [k for k in options.kernels if k not in {kk.name for kk in program.kernels}]
+        if missing:
+            raise CompileError(f"no kernel named {', '.join(missing)} in {file}")
+    kernels = [k for k in program.kernels if options.kernels is None or k.name in options.kernels]
+    if not kernels:
+        raise CompileError(f"{file} defines no kernel")
+
+    stages: dict[str, str] = {}
+
+    def record(stage: str, text: str) -> None:
+        stages[stage] = text
+        observe(stage, text)
+
+    ctx = pipeline.make_context()
+    module = build_module(program, [k.name for k in kernels])
+    if options.target != "cpu":
+        # the lowering emits source sweeps for the CPU only (convert_graph_to_loop)
+        from xdsl.dialects.builtin import StringAttr
+
+        from gnnc.conversion.convert_graph_to_loop import TARGET_ATTR
+
+        module.attributes[TARGET_ATTR] = StringAttr(options.target)
+    record(pipeline.FRONTEND_STAGE, str(module))
+    signatures = {k.name: kernel_signature(k).to_dict() for k in kernels}
+    result = CompileResult(metadata={}, stages=stages)
+    if options.target == "cpu":
+        names = pipeline.pass_names(options.disable_passes, options.fusion)
+    else:
+        names = pipeline.pass_names(options.disable_passes, options.fusion, target=options.target)
+    for name in names:
+        if stop_after == "graph" and name == "convert-graph-to-loop":
+            return result
+        if stop_after == "loop" and name in ("convert-loop-to-scf", "emulate-grid"):
+            return result
+        pipeline.PASSES[name]().apply(ctx, module)
+        try:
+            module.verify()
+        except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
+            raise CompileError(f"internal error: IR after '{name}' does not verify: {exc}") from exc
+        record(name, str(module))
+    if stop_after == "scf":
+        return result
+    if options.target == "cuda":
+        return _cuda_backend(result, module, signatures, original_source, file, options, record, stop_after)
+
+    from gnnc.target.cpu import codegen
+    from gnnc.target.llvm.translate import translate_module
+
+    target = codegen.resolve_cpu(options.cpu)
+    kernel_records = []
+    from xdsl.dialects import func
+
+    for op in module.ops:
+        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
+            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
+            kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
+            del op.attributes[abi.ABI_ATTR]
+    metadata = {
+        "format": "gnnc-shared-object",
+        # the source travels with the object, so a call with schedule= can
+        # compile a variant without the .gnn file
+        "source": original_source,
+        "file": file,
+        "schedule": options.schedule,
+        # what else the variant must be compiled with (module.Kernel._variant)
+        "options": variant_options(options),
+        "gnnc_version": __version__,
+        "abi_version": abi.ABI_VERSION,
+        "target": options.target,
+        "cpu": target.metadata(),
+        "kernels": kernel_records,
+    }
+    result.metadata = metadata
+    ir_module = translate_module(module, module_name=Path(file).stem or "gnnc")
+    codegen.embed_metadata(ir_module, metadata)
+    record("translate-to-llvm", str(ir_module))
+    if stop_after == "llvm":
+        return result
+    opt_ir, obj, asm = codegen.optimize_and_emit(ir_module, target, options.opt_level)
+    record("llvm-opt", opt_ir)
+    record("emit-asm", asm)
+    result.object_code = obj
+    return result
+
+
+def _cuda_backend(
+    result: CompileResult,
+    module,
+    signatures: dict,
+    original_source: str,
+    file: str,
+    options: CompileOptions,
+    record: Callable[[str, str], None],
+    stop_after: str | None,
+) -> CompileResult:
+    """NVVM IR and PTX for the cuda target; the PTX starts with the metadata record."""
+    from xdsl.dialects import func
+
+    from gnnc.target.cuda import codegen
+    from gnnc.target.llvm.translate import NVPTX_TRIPLE, translate_module
+
+    kernel_records = []
+    for op in module.ops:
+        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
+            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
+            kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
+            del op.attributes[abi.ABI_ATTR]
+    result.metadata = {
+        "format": "gnnc-ptx",
+        "source": original_source,
+        "file": file,
+        "schedule": options.schedule,
+        "options": variant_options(options),
+        "gnnc_version": __version__,
+        "abi_version": abi.ABI_VERSION,
+        "target": "cuda",
+        "arch": options.arch,
+        "kernels": kernel_records,
+    }
+    ir_module = translate_module(module, module_name=Path(file).stem or "gnnc", triple=NVPTX_TRIPLE)
+    record("translate-to-nvvm", str(ir_module))
+    if stop_after in ("llvm", "nvvm"):
+        return result
+    optimized, ptx = codegen.optimize_and_emit_ptx(ir_module, options.arch, options.opt_level)
+    record("llvm-opt", optimized)
+    result.ptx = codegen.with_metadata(ptx, result.metadata)
+    record("emit-ptx", result.ptx)
+    return result
+
+
+def with_schedule(
+    source: str, file: str, directives: str | None, kernels: list[str] | None = None, target: str = "cpu"
+) -> str:
+    """Source text whose `target` schedule, for each kernel, is `directives`
+    instead (None: the kernels have no schedule for `target`)."""
+    from gnnc.lang.parser import parse
+
+    program = parse(source, file)
+    names = [k.name for k in program.kernels if kernels is None or k.name in kernels]
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    cuts = []
+    for sched in program.schedules:
+        if sched.target == target and sched.kernel in names:
+            # the schedule's location is its kernel name's: cut from the keyword before it
+            begin = source.rindex("schedule", 0, starts[sched.loc.line - 1] + sched.loc.col - 1)
+            end = source.index("}", begin) + 1  # directives hold no braces
+            cuts.append((begin, end))
+    for begin, end in sorted(cuts, reverse=True):
+        source = source[:begin] + source[end:]
+    if directives is None:
+        return source
+    body = "\n".join("    " + line for line in directives.splitlines() if line.strip())
+    for name in names:
+        source += f"\nschedule {name} for {target} {{\n{body}\n}}\n"
+    return source
+
+
+def write_shared_object(result: CompileResult, out_path: str | os.PathLike) -> None:
+    from gnnc.target.cpu import codegen
+
+    assert result.object_code is not None
+    codegen.link_shared_object(result.object_code, Path(out_path))
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("GNNC_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gnnc" / "kernels"
+
+
+def cache_key(source: str, options: CompileOptions) -> str:
+    import llvmlite
+    import xdsl
+
+    fields = {
+        "source": source,
+        "options": options.cache_key_fields(),
+        # `native` is this machine's CPU: a cache shared with another machine (a home
+        # directory on NFS, a runner moved to another CPU) must not hand its objects over
+        "host": _host_cpu() if options.target != "cuda" and options.cpu == "native" else None,
+        "gnnc": __version__,
+        "abi": abi.ABI_VERSION,
+        "llvmlite": llvmlite.__version__,
+        "xdsl": str(getattr(xdsl, "__version__", "?")),
+        "compiler": _compiler_fingerprint(),
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _host_cpu() -> list[str]:
+    from gnnc.target.cpu import codegen
+
+    target = codegen.resolve_cpu("native")
+    return [target.name, target.llvm_features]
+
+
+def _compiler_fingerprint() -> str:
+    """A digest of gnnc's own compiler sources: editing them invalidates the cache."""
+    root = Path(__file__).parent.parent
+    digest = hashlib.sha256()
+    for sub in ("lang", "ir", "transforms", "conversion", "target", "driver"):
+        for path in sorted((root / sub).rglob("*.py")):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compile_cached(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
+    """The path of a shared object for source, built or taken from the cache."""
+    options = options or CompileOptions()
+    directory = cache_dir()
+    key = cache_key(source, options)
+    so_path = directory / f"{key}.so"
+    digest_path = directory / f"{key}.sha256"
+    if so_path.exists() and digest_path.exists():
+        try:
+            if digest_path.read_text().strip() == _sha256_file(so_path):
+                return so_path
+        except OSError:
+            pass
+    result = compile_source(source, file, options)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        tmp_so = Path(tmp) / "kernel.so"
+        write_shared_object(result, tmp_so)
+        digest = _sha256_file(tmp_so)
+        # The .so lands first, its digest second: a reader that sees the
+        # digest sees a complete object; a crash in between leaves a
+        # mismatch, which is rebuilt.
+        os.replace(tmp_so, so_path)
+        tmp_digest = Path(tmp) / "digest"
+        tmp_digest.write_text(digest + "\n")
+        os.replace(tmp_digest, digest_path)
+    return so_path
+
+
+def compile_cached_ptx(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
+    """The path of a PTX file for source (target cuda), built or taken from the cache."""
+    options = options or CompileOptions(target="cuda")
+    directory = cache_dir()
+    path = directory / f"{cache_key(source, options)}.ptx"
+    if path.exists():
+        return path
+    result = compile_source(source, file, options)
+    assert result.ptx is not None
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False) as tmp:
+        tmp.write(result.ptx)
+    os.replace(tmp.name, path)  # whole files only: a reader never sees a partial PTX
+    return path
+
+
+def read_source(source_or_path: str | os.PathLike) -> tuple[str, str]:
+    """(text, file name) for source text or a path to a .gnn file."""
+    if isinstance(source_or_path, os.PathLike) or (
+        isinstance(source_or_path, str) and "\n" not in source_or_path and source_or_path.endswith(".gnn")
+    ):
+        path = Path(source_or_path)
+        try:
+            return path.read_text(), str(path)
+        except OSError as exc:
+            raise GnncError(f"cannot read {path}: {exc.strerror}") from exc
+    return str(source_or_path), "<string>"

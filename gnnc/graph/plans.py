@@ -1,0 +1,680 @@
+"""Per-graph preprocessing plans: work blocks, vertex orders, edge orders, partitions.
+
+A schedule picked at compile time (``partition``, ``hilbert``, neighbour
+grouping, ...) needs data that depends only on the graph. Each plan is
+computed once per graph, by vectorised numpy, and cached in ``graph.plans``
+under a key holding its name and parameters; the returned arrays are int64,
+C-contiguous and read-only, so a kernel can take them without a copy.
+
+    bounds = balanced_blocks(graph, block_count_for(graph, threads))
+    src, dst, eid = hilbert_edge_order(graph)
+
+Origins: balanced destination blocks and neighbour grouping split skewed
+work (Huang et al.; Seastar sorts by degree); MinHash vertex order is Huang
+et al.'s locality-aware scheduling, reverse Cuthill-McKee order the same idea
+for graphs whose neighbourhoods overlap without being equal (meshes); the Hilbert edge order and 1-D source
+partitioning are FeatGraph's.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gnnc.errors import ArgumentError
+from gnnc.ir import abi
+
+__all__ = [
+    "balanced_blocks",
+    "block_count_for",
+    "degree_order",
+    "default_partition_count",
+    "edges_in_long_walks",
+    "gather_reuse_share",
+    "group_offsets_by_dst",
+    "group_blocks",
+    "grouped_blocks",
+    "split_neighbor_groups",
+    "hilbert_edge_order",
+    "last_level_cache_bytes",
+    "locality_order",
+    "rcm_order",
+    "neighbor_groups",
+    "ordered_in_csr",
+    "source_partitions",
+    "hybrid_plan",
+    "hybrid_sources",
+]
+
+#: A block below this much work (in-edges + vertices) is not worth a task of its own.
+MIN_BLOCK_WORK = 1024
+#: Blocks per thread for dynamic scheduling: enough that a late heavy block evens out.
+BLOCKS_PER_THREAD = 8
+_FALLBACK_LLC_BYTES = 32 << 20
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    arr.flags.writeable = False
+    return arr
+
+
+def _cached(graph: Any, key: tuple, compute: Callable[[], Any]) -> Any:
+    plan = graph.plans.get(key)
+    if plan is None:
+        plan = compute()
+        graph.plans[key] = plan
+    return plan
+
+
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ArgumentError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _prefix(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
+    """n + 1 boundaries splitting items with work prefix ``prefix`` into n contiguous runs.
+
+    Boundary i is the first item whose work starts at or after i * T / n, so a
+    block holds the items starting in its share of the work and weighs less
+    than T / n plus its last item. When that last item is heavy and the next
+    block came out empty (the item swallowed its share), the boundary moves
+    in front of the item: it gets a block of its own and every other block
+    weighs under 2 T / n.
+    """
+    items = prefix.shape[0] - 1
+    total = int(prefix[-1])
+    bounds = np.empty(n + 1, dtype=np.int64)
+    bounds[0], bounds[n] = 0, items
+    if n > 1:
+        i = np.arange(1, n, dtype=np.int64)
+        # ceil(i * T / n) in integers: prefix[j] >= i T / n  <=>  prefix[j] >= ceil(i T / n)
+        targets = (i * total + n - 1) // n
+        bounds[1:n] = np.searchsorted(prefix, targets, side="left")
+        lo, mid, hi = bounds[:-2], bounds[1:-1], bounds[2:]
+        shift = (mid == hi) & (mid - lo >= 2)
+        # the conditions read only the unshifted array, and a shifted boundary's
+        # neighbours never qualify (their blocks are empty / a single item)
+        bounds[1:n] = np.where(shift, mid - 1, mid)
+    return bounds
+
+
+# ------------------------------------------------------------- work blocks
+
+
+def destination_order(graph: Any, kind: str) -> np.ndarray:
+    """The destination processed at each position: identity, degree, locality or rcm order."""
+    if kind == "identity":
+        return _cached(graph, ("identity_order",), lambda: _readonly(np.arange(graph.num_vertices, dtype=np.int64)))
+    if kind == "degree":
+        return degree_order(graph)
+    if kind == "locality":
+        return locality_order(graph)
+    if kind == "rcm":
+        return rcm_order(graph)
+    raise ArgumentError(f"unknown destination order {kind!r}")
+
+
+def ordered_in_csr(graph: Any, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The in-CSR laid out in the processing order of `kind`: (indptr by position, src, eid).
+
+    The destination at position ``i`` of ``destination_order(graph, kind)``
+    finds its in-edges at ``[indptr[i], indptr[i + 1])`` of ``src`` / ``eid``,
+    in the order the in-CSR has them. A kernel compiled for a destination
+    order walks these instead of the in-CSR, so that its index streams stay
+    sequential and `prefetch D` looks D edges ahead in the order the edges are
+    walked (on the in-CSR, a reordered sweep jumps between rows, every row's
+    indices are a cache miss, and the prefetches land on edges of
+    destinations that run much later).
+    """
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = destination_order(graph, kind)
+        starts = graph.in_indptr[:-1][order]
+        deg = graph.in_indptr[1:][order] - starts
+        indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
+        np.cumsum(deg, out=indptr[1:])
+        # the edge at new position j is starts[i] + (j - indptr[i]) for its destination's position i
+        where = np.repeat(starts - indptr[:-1], deg) + np.arange(indptr[-1], dtype=np.int64)
+        return _readonly(indptr), _readonly(graph.in_src[where]), _readonly(graph.in_eid[where])
+
+    return _cached(graph, ("ordered_in_csr", kind), compute)
+
+
+def edge_blocks(graph: Any, n_blocks: int) -> np.ndarray:
+    """``n_blocks + 1`` boundaries splitting the E positions of an edge list evenly."""
+    n = max(1, int(n_blocks)) if graph.num_edges else 0
+    return _cached(
+        graph,
+        ("edge_blocks", n),
+        lambda: _readonly(np.linspace(0, graph.num_edges, n + 1).round().astype(np.int64)),
+    )
+
+
+def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) -> np.ndarray:
+    """``n_blocks + 1`` destination boundaries splitting [0, V) into blocks of about equal work.
+
+    With ``order`` (a permutation of the destinations), the boundaries split
+    positions in that order: block ``i`` holds ``order[b[i]:b[i+1]]``.
+
+    A destination's work is its in-degree + 1 (an isolated vertex still costs
+    a write). Block ``i`` is ``[b[i], b[i+1])``; blocks may be empty. No
+    block of two or more destinations reaches twice the mean work T / n, so
+    a destination of at least that much work always gets a block of its own
+    (a lighter hub may share a block that stays under 2 T / n).
+    """
+    if isinstance(n_blocks, (bool, np.bool_)) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 0:
+        raise ArgumentError(f"n_blocks must be a non-negative integer, got {n_blocks!r}")
+    n = int(n_blocks)
+    if n == 0 and graph.num_vertices:
+        raise ArgumentError(f"a graph with {graph.num_vertices} vertices needs n_blocks >= 1")
+
+    def compute() -> np.ndarray:
+        v = graph.num_vertices
+        if v == 0:
+            return _readonly(np.zeros(n + 1, dtype=np.int64))
+        if order is not None and not _is_identity(graph, order):
+            work = np.diff(graph.in_indptr)[order] + 1
+            prefix = np.concatenate([[0], np.cumsum(work)]).astype(np.int64)
+            return _readonly(_split_prefix(prefix, n))
+        # prefix of (deg + 1) is in_indptr + arange: no pass over the degrees needed
+        prefix = graph.in_indptr + np.arange(v + 1, dtype=np.int64)
+        return _readonly(_split_prefix(prefix, n))
+
+    key = ("balanced_blocks", n) if order is None or _is_identity(graph, order) else ("balanced_blocks", n, id(order))
+    return _cached(graph, key, compute)
+
+
+def source_blocks(graph: Any, threads: int) -> np.ndarray:
+    """Boundaries of even blocks of the ``num_src`` source rows, for a kernel's source sweep.
+
+    A source sweep computes a value per source row (``x[u] @ W`` hoisted
+    out of the in-edge loops); every row costs the same, so the blocks are
+    even, as many as ``block_count_for`` would give that many rows.
+    """
+    threads = _positive(threads, "threads")
+    rows = graph.num_src
+    n = max(1, min(rows, BLOCKS_PER_THREAD * threads, -(-(rows * 8) // MIN_BLOCK_WORK))) if rows else 0
+    return _cached(
+        graph,
+        ("source_blocks", n),
+        lambda: _readonly(np.linspace(0, rows, n + 1).round().astype(np.int64)),
+    )
+
+
+def _is_identity(graph: Any, order: np.ndarray) -> bool:
+    return order is graph.plans.get(("identity_order",))
+
+
+def block_count_for(graph: Any, threads: int, min_work: int = MIN_BLOCK_WORK) -> int:
+    """How many balanced blocks to hand ``threads`` threads that take blocks dynamically.
+
+    ``BLOCKS_PER_THREAD`` per thread, fewer when a block would hold less than
+    ``min_work`` (in-edges + vertices), never more than V; 1 for a small
+    non-empty graph, 0 for V == 0.
+    """
+    threads = _positive(threads, "threads")
+    min_work = _positive(min_work, "min_work")
+    v = graph.num_vertices
+    if v == 0:
+        return 0
+    work = graph.num_edges + v
+    return max(1, min(v, BLOCKS_PER_THREAD * threads, -(-work // min_work)))
+
+
+def edges_in_long_walks(graph: Any, min_degree: int) -> float:
+    """The fraction of in-edges whose destination has at least `min_degree` of them
+    (1.0 for a graph without edges): how much of a walk fills whole chunks of lanes."""
+
+    def compute() -> float:
+        if graph.num_edges == 0:
+            return 1.0
+        deg = np.diff(graph.in_indptr)
+        return float(deg[deg >= min_degree].sum() / graph.num_edges)
+
+    return _cached(graph, ("edges_in_long_walks", min_degree), compute)
+
+
+#: gather_reuse_share looks at this many in-edges in the order's walk, from the start.
+REUSE_SAMPLE_EDGES = 1 << 21
+
+
+def gather_reuse_share(graph: Any, kind: str, window: int) -> float:
+    """The share of in-edges whose source row was gathered at most `window` edges
+    before, when destinations run in destination order `kind`: the gathers a
+    cache holding `window` rows serves (0.0 for a graph without edges).
+
+    Counted over the first REUSE_SAMPLE_EDGES edges of the walk: reuse at a
+    distance of a cache is local, and a heuristic asks this on large graphs.
+    The distances are computed once per order; each window is a search.
+    """
+
+    def gaps() -> np.ndarray:
+        src = graph.in_src if kind == "identity" else ordered_in_csr(graph, kind)[1]
+        seq = np.asarray(src[:REUSE_SAMPLE_EDGES])
+        at = np.argsort(seq, kind="stable")
+        same = seq[at[1:]] == seq[at[:-1]]
+        return _readonly(np.sort((at[1:] - at[:-1])[same]))
+
+    if graph.num_edges == 0:
+        return 0.0
+    distances = _cached(graph, ("gather_reuse_gaps", kind), gaps)
+    sampled = min(graph.num_edges, REUSE_SAMPLE_EDGES)
+    return float(np.searchsorted(distances, window, side="right") / sampled)
+
+
+# ---------------------------------------------------------- vertex orders
+
+
+def degree_order(graph: Any) -> np.ndarray:
+    """Destinations by in-degree, highest first, ties by id (Seastar's degree sorting)."""
+
+    def compute() -> np.ndarray:
+        deg = np.diff(graph.in_indptr)
+        return _readonly(np.argsort(-deg, kind="stable"))
+
+    return _cached(graph, ("degree_order",), compute)
+
+
+def rcm_order(graph: Any) -> np.ndarray:
+    """Destinations in reverse Cuthill-McKee order of the undirected graph.
+
+    Consecutive destinations are neighbours, or neighbours of neighbours, so
+    the source rows one gathers were mostly gathered a few destinations
+    before and are still in the cache; the caller's numbering is kept (the
+    kernel writes each row where it belongs). A mesh whose numbering
+    scatters neighbours (METIS mdual) has locality to find: half its
+    gathers come back within 16K edges in this order, against a quarter in
+    id order, and gcn at F = 512 ran 1.15x faster with it (with `stream
+    outputs`, since rows are then written out of order). On a bipartite
+    graph, sources and destinations are the two sides of one undirected
+    graph, and the destinations keep their order in its RCM order.
+    """
+
+    def compute() -> np.ndarray:
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+        n_src, n_dst = graph.num_src, graph.num_dst
+        if n_dst == 0:
+            return _readonly(np.zeros(0, dtype=np.int64))
+        if not graph.bipartite:
+            from gnnc.graph.reorder import rcm_vertex_order  # the order graph.reordered("rcm") relabels by
+
+            return _readonly(rcm_vertex_order(graph))
+        indptr, src = graph.in_indptr, graph.in_src
+        # destinations are nodes n_src .. n_src + n_dst - 1 of one graph with the sources
+        dst = np.repeat(np.arange(n_dst, dtype=np.int64), np.diff(indptr)) + n_src
+        n = n_src + n_dst
+        rows = np.concatenate([src, dst])
+        cols = np.concatenate([dst, src])
+        a = sp.csr_matrix((np.ones(rows.shape[0], dtype=np.int32), (rows, cols)), shape=(n, n))
+        order = reverse_cuthill_mckee(a, symmetric_mode=True).astype(np.int64)
+        return _readonly(order[order >= n_src] - n_src)
+
+    return _cached(graph, ("rcm_order",), compute)
+
+
+def locality_order(graph: Any, num_hashes: int = 4, seed: int = 0) -> np.ndarray:
+    """Destinations ordered so those with similar in-neighbour sets are adjacent.
+
+    Huang et al.'s locality-aware scheduling: a MinHash signature of each
+    destination's in-neighbour set (``num_hashes`` multiply-shift hashes, the
+    minimum over the neighbours by ``np.minimum.reduceat`` on the in-CSR),
+    then a lexicographic sort of the signatures, first hash most significant:
+    destinations with equal signatures (equal sets, or similar ones with
+    probability their Jaccard similarity per hash) run together, and share
+    the source rows they gather. Destinations without in-edges come last, by
+    id. Deterministic given ``seed``.
+    """
+    num_hashes = _positive(num_hashes, "num_hashes")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ArgumentError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+
+    def compute() -> np.ndarray:
+        indptr = graph.in_indptr
+        deg = np.diff(indptr)
+        has_in = np.flatnonzero(deg)
+        isolated = np.flatnonzero(deg == 0)
+        if has_in.size == 0:
+            return _readonly(isolated)
+        rng = np.random.default_rng(seed)
+        a = rng.integers(0, 2**64, num_hashes, dtype=np.uint64, endpoint=False) | np.uint64(1)
+        b = rng.integers(0, 2**64, num_hashes, dtype=np.uint64, endpoint=False)
+        # multiply-shift hashing, wrapping mod 2**64; the top 32 bits are the hash
+        ids = np.arange(graph.num_src, dtype=np.uint64)[:, None]  # in-neighbours are sources
+        vertex_hash = ((ids * a[None, :] + b[None, :]) >> np.uint64(32)).astype(np.uint32)
+        # non-empty rows have strictly increasing starts, so reduceat's segments
+        # are exactly their in-edge ranges (empty rows in between add nothing)
+        sig = np.minimum.reduceat(vertex_hash[graph.in_src], indptr[has_in], axis=0)
+        # pack hash pairs into uint64 keys: fewer, wider sort passes
+        if num_hashes % 2:
+            sig = np.concatenate([sig, np.zeros((sig.shape[0], 1), dtype=np.uint32)], axis=1)
+        sig = sig.astype(np.uint64)
+        keys = [(sig[:, j] << np.uint64(32)) | sig[:, j + 1] for j in range(0, sig.shape[1], 2)]
+        order = np.lexsort(keys[::-1])  # lexsort's last key is the primary one
+        return _readonly(np.concatenate([has_in[order], isolated]))
+
+    return _cached(graph, ("locality_order", num_hashes, seed), compute)
+
+
+# -------------------------------------------------------------- edge order
+
+# The Hilbert index of a point is read b bits of x and y at a time through a
+# table. Wikipedia's xy2d applies, after each bit level, one of four
+# transforms to the remaining low bits: identity, swap, complement both, or
+# both. They form the Klein four-group, so the transform so far is a state
+# (complement bit << 1 | swap bit) and composing is XOR. The table maps
+# (state, b bits of x, b bits of y) to (2b digits of d, next state).
+_HILBERT_BITS = 4
+
+
+@functools.cache
+def _hilbert_table(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    entries = np.arange(4 << (2 * bits), dtype=np.int64)
+    state = entries >> (2 * bits)
+    xs = (entries >> bits) & ((1 << bits) - 1)
+    ys = entries & ((1 << bits) - 1)
+    digits = np.zeros_like(entries)
+    for level in range(bits - 1, -1, -1):
+        rx = (xs >> level) & 1
+        ry = (ys >> level) & 1
+        # the state's transform, applied to this level's raw bits
+        comp, swap = state >> 1, state & 1
+        rx, ry = rx ^ comp, ry ^ comp
+        rx, ry = np.where(swap == 1, ry, rx), np.where(swap == 1, rx, ry)
+        digits = (digits << 2) | ((3 * rx) ^ ry)
+        # xy2d's rot(): ry == 0 swaps, and also complements when rx == 1
+        step = np.where(ry == 0, 1 | (rx << 1), 0)
+        state = state ^ step
+    return digits, state
+
+
+def _hilbert_index(x: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
+    """The xy2d index of each point on the 2**k x 2**k Hilbert curve (vectorised)."""
+    bits = _HILBERT_BITS
+    digits, next_state = _hilbert_table(bits)
+    chunks = -(-k // bits)
+    # padding with leading zero levels swaps x and y once per level (xy2d's
+    # rot() for rx = ry = 0) and adds 0 to d: start in that state
+    state = np.full(x.shape, (chunks * bits - k) & 1, dtype=np.int64)
+    d = np.zeros(x.shape, dtype=np.int64)
+    mask = (1 << bits) - 1
+    for chunk in range(chunks - 1, -1, -1):
+        shift = chunk * bits
+        entry = (state << (2 * bits)) | (((x >> shift) & mask) << bits) | ((y >> shift) & mask)
+        d = (d << (2 * bits)) | digits[entry]
+        state = next_state[entry]
+    return d
+
+
+def hilbert_edge_order(graph: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every edge as ``(src, dst, eid)``, ordered along a Hilbert curve over the (src, dst) plane.
+
+    FeatGraph's traversal for edge-wise kernels: consecutive edges share
+    source and destination rows in cache in both coordinates. The curve
+    covers a 2**k x 2**k grid, k = ceil(log2(max(V, 2))); edges at the same
+    point keep increasing edge id.
+    """
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        e = graph.num_edges
+        k = max(1, (max(graph.num_src, graph.num_dst, 2) - 1).bit_length())
+        d = _hilbert_index(graph.src, graph.dst, k)
+        bits = max(1, e.bit_length())
+        if 2 * k + bits <= 62:
+            # (d, edge id) packed are unique: a plain sort is stable and faster
+            packed = (d << bits) | np.arange(e, dtype=np.int64)
+            packed.sort()
+            order = packed & ((1 << bits) - 1)
+        else:  # pragma: no cover - needs about 2**62 grid cells x edges
+            order = np.argsort(d, kind="stable")
+        return _readonly(graph.src[order]), _readonly(graph.dst[order]), _readonly(order)
+
+    return _cached(graph, ("hilbert_edge_order",), compute)
+
+
+# -------------------------------------------------------- neighbour groups
+
+
+def _groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    group_size = _positive(group_size, "group_size")
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        v = graph.num_vertices
+        indptr = graph.in_indptr
+        per_dst = (np.diff(indptr) + (group_size - 1)) // group_size
+        offsets = _prefix(per_dst)
+        n_groups = int(offsets[-1])
+        group_dst = np.repeat(np.arange(v, dtype=np.int64), per_dst)
+        start = np.empty(n_groups + 1, dtype=np.int64)
+        rank = np.arange(n_groups, dtype=np.int64) - offsets[group_dst]
+        start[:n_groups] = indptr[group_dst] + rank * group_size
+        start[n_groups] = graph.num_edges
+        return _readonly(group_dst), _readonly(start), _readonly(offsets)
+
+    return _cached(graph, ("neighbor_groups", group_size), compute)
+
+
+def neighbor_groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each destination's in-edges cut into groups of at most ``group_size`` (Huang et al.).
+
+    Returns ``(group_dst, group_start)``: group ``g`` is in-CSR positions
+    ``group_start[g] .. group_start[g+1]`` of destination ``group_dst[g]``
+    (ascending); ``group_start[-1] == E``. A destination with no in-edges
+    has no group. Long rows become several tasks, merged afterwards.
+    """
+    group_dst, group_start, _ = _groups(graph, group_size)
+    return group_dst, group_start
+
+
+def group_offsets_by_dst(graph: Any, group_size: int) -> np.ndarray:
+    """V + 1 offsets: destination v's groups are ``offsets[v] .. offsets[v+1]`` (for the merge)."""
+    return _groups(graph, group_size)[2]
+
+
+def split_neighbor_groups(graph: Any, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The neighbour groups of only the destinations with more than ``group_size`` in-edges.
+
+    What a `group neighbors G` kernel takes: a destination of at most G
+    in-edges is one group, and is cheaper summed directly than through a
+    partial row and a merge. Returns ``(group_dst, group_bounds, offsets)``
+    over the n groups of split destinations, in ``neighbor_groups`` order:
+    group g is in-CSR positions ``group_bounds[2g] .. group_bounds[2g+1]``
+    (interleaved, so a kernel walks group g as "row 2g" of a CSR), and
+    destination v's groups are ``offsets[v] .. offsets[v+1]`` (empty when v
+    is not split).
+    """
+    group_size = _positive(group_size, "group_size")
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        group_dst, start, offsets = _groups(graph, group_size)
+        per_dst = np.diff(offsets)
+        split_per_dst = np.where(per_dst > 1, per_dst, 0)
+        keep = np.repeat(per_dst > 1, per_dst)
+        kept = np.flatnonzero(keep)
+        bounds = np.empty(2 * kept.shape[0], dtype=np.int64)
+        bounds[0::2] = start[kept]
+        bounds[1::2] = start[kept + 1]
+        return _readonly(group_dst[kept]), _readonly(bounds), _readonly(_prefix(split_per_dst))
+
+    return _cached(graph, ("split_neighbor_groups", group_size), compute)
+
+
+def group_blocks(graph: Any, group_size: int, threads: int) -> np.ndarray:
+    """Boundaries of blocks of split neighbour groups, for the group sweep's threads.
+
+    Every group but a destination's last holds exactly G edges, so equal
+    group counts are about equal work: ``BLOCKS_PER_THREAD`` blocks per
+    thread, fewer when a block would hold under ``MIN_BLOCK_WORK`` edges;
+    no block (a single boundary, 0) when no destination is split.
+    """
+    group_size = _positive(group_size, "group_size")
+    threads = _positive(threads, "threads")
+    group_dst, bounds, _ = split_neighbor_groups(graph, group_size)
+    n_groups = group_dst.shape[0]
+    edges = int((bounds[1::2] - bounds[0::2]).sum()) if n_groups else 0
+    n = 0 if n_groups == 0 else max(1, min(n_groups, BLOCKS_PER_THREAD * threads, -(-edges // MIN_BLOCK_WORK)))
+    return _cached(
+        graph,
+        ("group_blocks", group_size, n),
+        lambda: _readonly(np.linspace(0, n_groups, n + 1).round().astype(np.int64)),
+    )
+
+
+def grouped_blocks(graph: Any, group_size: int, n_blocks: int) -> np.ndarray:
+    """Destination blocks for the merge sweep of a `group neighbors G` kernel.
+
+    As ``balanced_blocks``, but a split destination weighs its group count
+    (it merges partial rows, one per group) instead of its in-degree, so
+    the hub that would have had a block of its own shares one.
+    """
+    group_size = _positive(group_size, "group_size")
+    n = _positive(n_blocks, "n_blocks") if graph.num_vertices else 0
+
+    def compute() -> np.ndarray:
+        if graph.num_vertices == 0:
+            return _readonly(np.zeros(n + 1, dtype=np.int64))
+        deg = np.diff(graph.in_indptr)
+        work = np.where(deg > group_size, -(-deg // group_size), deg) + 1
+        return _readonly(_split_prefix(_prefix(work), n))
+
+    return _cached(graph, ("grouped_blocks", group_size, n), compute)
+
+
+# ------------------------------------------------------ source partitions
+
+
+def source_partitions(graph: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """FeatGraph's 1-D source partitioning into ``k`` contiguous source ranges.
+
+    Returns ``(bounds, part_indptr, part_src, part_eid)``. Partition p holds
+    sources ``bounds[p] .. bounds[p+1]``, ranges of about equal work
+    (out-degree + 1). Segment p of ``part_indptr`` (``k * (V + 1)`` entries)
+    is an in-CSR by destination of only the edges with a source in p:
+    destination v's are positions ``part_indptr[p*(V+1)+v] ..
+    part_indptr[p*(V+1)+v+1]`` of ``part_src`` / ``part_eid``, in increasing
+    edge id. A kernel sweeps the partitions one after the other, so the
+    source rows it gathers stay in cache.
+    """
+    k = _positive(k, "k")
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        # sources are split (num_src of them); each partition's in-CSR is by destination (num_dst)
+        v, e, n_src = graph.num_dst, graph.num_edges, graph.num_src
+        out_deg = np.bincount(graph.src, minlength=n_src)
+        bounds = _split_prefix(_prefix(out_deg) + np.arange(n_src + 1, dtype=np.int64), k)
+        part_of = np.repeat(np.arange(k, dtype=np.int64), np.diff(bounds))
+        # in-CSR order is (dst, eid); a stable sort by partition alone keeps it
+        # within each partition. Small integer keys sort by radix.
+        pos_part = part_of[graph.in_src] if e else np.zeros(0, dtype=np.int64)
+        narrow = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+        order = np.argsort(pos_part.astype(narrow), kind="stable")
+        part_src = graph.in_src[order]
+        part_eid = graph.in_eid[order]
+        # part_indptr[j] counts the edges whose key p * (V + 1) + dst is below j;
+        # the keys are sorted, so one repeat writes it without a k * V temporary
+        pos_dst = np.repeat(np.arange(v, dtype=np.int64), np.diff(graph.in_indptr))
+        keys = np.empty(e + 2, dtype=np.int64)
+        keys[0], keys[-1] = -1, k * (v + 1) - 1
+        np.add(pos_part[order] * (v + 1), pos_dst[order], out=keys[1:-1])
+        part_indptr = np.repeat(np.arange(e + 1, dtype=np.int64), np.diff(keys))
+        return _readonly(bounds), _readonly(part_indptr), _readonly(part_src), _readonly(part_eid)
+
+    return _cached(graph, ("source_partitions", k), compute)
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int:
+    """The last-level (L3) cache size of cpu0 from sysfs; 32 MiB when unknown."""
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                if f.read().strip() != "3":
+                    continue
+            with open(os.path.join(index, "size")) as f:
+                text = f.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        if digits.isdigit() and int(digits) > 0:
+            return int(digits) * scale
+    return _FALLBACK_LLC_BYTES
+
+
+def default_partition_count(graph: Any, feature_bytes_per_vertex: int, llc_bytes: int | None = None) -> int:
+    """K so that one partition's source feature rows fill about half the last-level cache.
+
+    The other half is left to the destination rows being written and the
+    CSR being streamed. At least 1, at most max(V, 1).
+    """
+    if llc_bytes is None:
+        llc_bytes = last_level_cache_bytes()
+    row = _positive(feature_bytes_per_vertex, "feature_bytes_per_vertex")
+    budget = max(1, _positive(llc_bytes, "llc_bytes") // 2)
+    v = graph.num_src  # the rows partitions split are the sources
+    return max(1, min(max(v, 1), -(-(v * row) // budget)))
+
+
+# ------------------------------------------------ hybrid partitioning (cuda)
+
+
+def hybrid_sources(graph: Any, k: int, row_bytes: int, budget_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """FeatGraph's hybrid partitioning for `map ... hybrid k`: (hot, slot).
+
+    The sources are ranked by out-degree (ties by id); the first k' get a
+    slot, k' = k capped by the sources with out-edges and by what fits in
+    `budget_bytes` at `row_bytes` per source. `hot` is [k', source of slot 0,
+    ..., source of slot k' - 1]; `slot[u]` is u's slot, -1 for a source read
+    from global memory. A row wider than the budget is an ArgumentError.
+    """
+    k = _positive(k, "hybrid source count")
+    if row_bytes > budget_bytes:
+        raise ArgumentError(
+            f"one source's rows take {row_bytes} bytes, more than the {budget_bytes // 1024} KB of "
+            "shared memory a block may use; use the mapping without hybrid (or narrower rows)"
+        )
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        v = graph.num_src  # slots are per source (a bipartite graph has its own count)
+        out_degree = np.bincount(np.asarray(graph.in_src, dtype=np.int64), minlength=v)[:v]
+        fits = budget_bytes // row_bytes if row_bytes else k
+        count = min(k, fits, int(np.count_nonzero(out_degree)))
+        ranked = np.argsort(-out_degree, kind="stable")[:count]
+        slot = np.full(v, -1, dtype=np.int64)
+        slot[ranked] = np.arange(count, dtype=np.int64)
+        # an empty graph still needs a slot table the kernel may point at
+        return _readonly(np.concatenate([[count], ranked])), _readonly(slot if v else np.full(1, -1))
+
+    return _cached(graph, ("hybrid_sources", k, row_bytes, budget_bytes), compute)
+
+
+def hybrid_plan(
+    graph: Any, grid: dict, dims: dict[str, int], itemsize: int
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid record: the
+    sources staged in shared memory (hybrid_sources) and what each launch needs."""
+    rows = abi.hybrid_row_elements(grid, dims)
+    widest = max(rows, default=0) * itemsize
+    try:
+        hot, slot = hybrid_sources(graph, grid["hybrid"], widest, abi.SHARED_MEMORY_BYTES)
+    except ArgumentError as exc:
+        raise ArgumentError(f"map {grid['mapping']} hybrid {grid['hybrid']}: {exc}") from None
+    return hot, slot, [int(hot[0]) * r * itemsize for r in rows]

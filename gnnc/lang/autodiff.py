@@ -1,0 +1,646 @@
+"""Gradient kernels: reverse-mode differentiation of a checked kernel into new kernels.
+
+For a kernel with one result `out` and an input tensor `x`, the gradient of
+`<gout, out>` with respect to `x` is written as ordinary gnnc kernels that
+take the forward inputs plus `gout` (the incoming gradient, shaped as `out`):
+
+- contributions that reach `x[u]` (a gather at the source) sum over the
+  out-edges of `u`. That is an aggregation over in-edges on the *reverse*
+  graph (Seastar), so that kernel is emitted with `u` and `v` swapped (and
+  `deg_in` / `deg_out` swapped) and the runtime runs it on
+  `Graph.reversed()`, which keeps the user's edge ids; the existing
+  lowering, fusion and schedules then apply unchanged;
+- contributions that reach `x[v]` sum over in-edges of `v` (plus the direct
+  term when `x[v]` is used outside an aggregation) on the forward graph;
+- contributions that reach `w[e]` give an edge kernel on the forward graph.
+
+The gradient of `x` is the sum of the kernels' results. Generated kernels are
+source text, so they go through the same checker, graph dialect, passes and
+backend as a user's kernel, and the numpy reference can evaluate them.
+
+A parameter without a V/E axis (`eps`) gets a vertex kernel of partial
+gradients (each destination: its in-edges' terms and its own), which the
+runtime sums.
+
+Values that depend on a destination's whole in-edge set cannot be
+recomputed inside another aggregation or on the reversed graph, so they
+become *intermediates*: a stage kernel on the forward graph writes them to a
+V or E tensor (`st0__`) that later kernels take as an input, and the runtime
+runs the kernels in order (`runtime.gradient`). That gives, all as fused
+kernels of the same pipeline:
+
+- `softmax`: d s = alpha * (g - sum_in(alpha * g)); alpha is saved per edge
+  (gat's [E, H]: the softmax's own size), and d s is a stage of the same
+  size whose kernel walks each destination's in-edges twice (the sum, then
+  d s): gat_conv's gradient is five kernels, these two stages, then one
+  each for h, el and er, and only the d s stage evaluates g (a dot over the
+  feature axis);
+- `max` / `min` aggregations: a stage `argmax(...)` / `argmin(...)` keeps,
+  per destination and element, the id of the in-edge that won (the lowest
+  id on a tie, the first NaN); the gradient kernels pass the gradient to the
+  edge with `step(0.5 - abs(edge_id(e) - id[v]))`. A [V, F] tensor of ids,
+  no E x F mask. In float32 ids are exact below 2^24 edges (checked);
+- aggregates read elsewhere (`sum(a) / sum(b)`), vertex values read by
+  later statements (their forward values and their adjoints are stages),
+  and several results (`gout_NAME__` per result);
+- the non-smooth elementwise functions, through the `step` builtin (step(0)
+  = 0, step(NaN) = NaN): relu'(0) = 0, leaky_relu'(0) = slope, abs'(0) = 0
+  (as torch), `max(a, b)` / `min(a, b)` give a tie to `a`. A NaN operand
+  of these gives a NaN gradient.
+
+`a @ W`: d a = adj @ W^T, where W^T (`W_T__`) is an input the runtime
+transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
+computes it, one [K, N] partial per destination summed by the runtime (so
+V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
+runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
+zero gradient. Stages that need no gout (softmax weights, argmax ids) are also results of
+a generated `NAME__forward` variant of the kernel, so a training step can
+compute them in the forward pass and hand them to the gradient.
+
+`outer(a, b)`: d a = dot(adj, outer(ones, b)) and d b = dot(transpose(adj),
+outer(ones, a)) (the sum over k, adj's second-to-last axis, is a `dot` of its
+transpose); the gradient of `transpose` is the transposed adjoint. Every
+operation of the language is differentiated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gnnc.errors import CompileError, SourceError
+from gnnc.lang import ast
+
+#: The incoming gradient's parameter name in generated kernels (a prefix keeps it clear of user names).
+GOUT = "gout__"
+#: Intermediate tensors computed by stage kernels: st0__, st1__, ...
+_STAGE = re.compile(r"\bst\d+__\b")
+#: A softmax gradient stage's per-destination weighted sum, local to that stage kernel.
+_WEIGHTED = "weighted__"
+
+
+def gout_name(kernel: ast.Kernel, result: str) -> str:
+    """The incoming gradient of one result: `gout__` for a single result, `gout_NAME__` for several."""
+    return GOUT if len(kernel.results) == 1 else f"gout_{result}__"
+
+
+@dataclass(frozen=True)
+class GradKernel:
+    """One generated kernel: its name, what it computes a part of, and which graph it runs on."""
+
+    name: str
+    #: A forward input's name (a gradient), or an intermediate's (`st3__`) that later kernels read.
+    wrt: str
+    reverse: bool
+    #: The kernel gives one partial gradient per vertex; the runtime sums them (parameters).
+    reduce: bool = False
+    #: Intermediates it reads, in its signature after the forward inputs and the gout tensors.
+    inputs: tuple[str, ...] = ()
+
+
+@dataclass
+class GradProgram:
+    kernel: str
+    source: str
+    #: In the order they must run: an intermediate is complete (all its kernels summed) before a reader.
+    kernels: list[GradKernel]
+    #: Inputs of the forward kernel with no gradient (they do not reach the result).
+    constant: list[str]
+    #: Parameters without a V/E axis, left out when no `wrt` was asked for.
+    skipped: list[str]
+    #: The incoming gradients' parameter names, one per result, in result order.
+    gouts: list[str] = field(default_factory=list)
+    #: Matrices W of `a @ W` whose transpose (`W_T__`) the kernels take; the runtime makes it.
+    transposes: list[str] = field(default_factory=list)
+    #: Intermediates that need no gout (a softmax's weights, an argmax): `forward` computes them too.
+    saved: list[str] = field(default_factory=list)
+    #: The forward kernel with those intermediates as extra results (`NAME__forward`), or "".
+    forward: str = ""
+
+
+def _fmt_type(t: ast.TensorType) -> str:
+    return _fmt(t.dtype, t.domain, t.shape)
+
+
+def _fmt(dtype: str, domain: str | None, shape: tuple) -> str:
+    dims = ([domain] if domain else []) + [str(d) for d in shape]
+    return dtype + (f"[{', '.join(dims)}]" if dims else "")
+
+
+def swap_uv(src: str) -> str:
+    """The same expression on the reverse graph: u <-> v, deg_in <-> deg_out."""
+    table = {"[u]": "[v]", "[v]": "[u]", "(u)": "(v)", "(v)": "(u)", "deg_in": "deg_out", "deg_out": "deg_in"}
+    return re.sub(r"\[u\]|\[v\]|\(u\)|\(v\)|deg_in|deg_out", lambda m: table[m.group(0)], src)
+
+
+def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
+    """Sums the trailing axes broadcasting added (leading-axes rule), one `dot` per axis."""
+    for _ in range(len(have) - len(want)):
+        # `adj * 0 + 1` is a ones tensor of adj's shape; dot with it sums the last axis
+        adj = f"dot({adj}, (({adj}) * 0.0 + 1.0))"
+    return adj
+
+
+def transpose_name(matrix: str) -> str:
+    return f"{matrix}_T__"
+
+
+def _walk(e: ast.Expr):
+    yield e
+    for c in ast.children(e):
+        yield from _walk(c)
+
+
+def _source(e: ast.Expr, special: Callable[[ast.Expr], str | None] = lambda _: None) -> str:
+    """Source text of an expression, fully parenthesised.
+
+    `special` may print a node its own way (inlined, read from a stage);
+    it returns None for a node printed as written.
+    """
+    done = special(e)
+    if done is not None:
+        return done
+
+    def text(sub: ast.Expr) -> str:
+        return _source(sub, special)
+
+    if isinstance(e, ast.Number):
+        return f"{float(e.value)!r}"
+    if isinstance(e, ast.Index):
+        return f"{e.name}[{e.index}]"
+    if isinstance(e, ast.Name):
+        return e.name
+    if isinstance(e, ast.Unary):
+        return f"(-{text(e.operand)})"
+    if isinstance(e, ast.Binary):
+        return f"({text(e.lhs)} {e.op} {text(e.rhs)})"
+    if isinstance(e, ast.Call):
+        args = [text(a) for a in e.args]
+        if e.func == "leaky_relu":
+            args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
+        return f"{e.func}({', '.join(args)})"
+    if isinstance(e, ast.Aggregate):
+        return f"{e.kind}({text(e.operand)})"
+    if isinstance(e, ast.Degree):
+        return f"deg_{e.direction}({e.index})"
+    if isinstance(e, ast.EdgeId):
+        return "edge_id(e)"
+    raise AssertionError(type(e).__name__)
+
+
+class _Builder:
+    """The gradient program of one kernel: stage kernels (shared by every input) and gradient kernels.
+
+    Generated kernels read the forward inputs and recompute edge values, but
+    a value that depends on a destination's whole in-edge set (an
+    aggregation, a softmax, a vertex value) cannot be recomputed inside
+    another aggregation, nor on the reversed graph. Such a value becomes an
+    intermediate: a *stage* kernel on the forward graph writes it to a V or
+    E tensor (`st0__`), and later kernels read it like an input. The only
+    edge-sized ones are softmax weights, of the softmax's own shape (gat's
+    [E, H]); edge values are recomputed, never saved per feature.
+    """
+
+    def __init__(self, kernel: ast.Kernel):
+        self.kernel = kernel
+        self.dtype = kernel.dtype or "f32"
+        self.edge_defs = {d.name: d.value for d in kernel.body if d.index == "e"}
+        self.vertex_defs = {d.name: d for d in kernel.body if d.index == "v"}
+        self.signature = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in kernel.params)
+        for r in kernel.results:
+            self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
+        params = {p.name: p for p in kernel.params}
+        self.transposes = sorted(
+            {e.rhs.name for d in kernel.body for e in _walk(d.value) if isinstance(e, ast.Binary) and e.op == "@"}
+        )  # type: ignore[attr-defined]
+        for w in self.transposes:
+            k, n = params[w].type.shape
+            self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, None, (n, k))}"
+        self.pieces: list[str] = []
+        self.kernels: list[GradKernel] = []
+        self.stage_types: dict[str, str] = {}
+        self.stages: dict[tuple, str] = {}
+        #: stages that read only forward inputs (and such stages): their statements
+        self.forward_stages: dict[str, str] = {}
+        #: stage -> the vertex value of the kernel it holds (the forward variant reads that instead)
+        self.vertex_stages: dict[str, str] = {}
+
+    # ---------------------------------------------------------------- emitting
+
+    def emit(self, name: str, wrt: str, reverse: bool, rtype: str, stmt: str, reduce: bool = False) -> None:
+        inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
+        signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
+        self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs))
+
+    def stage(self, body: str, index: str, shape: tuple, prelude: tuple[str, str, tuple] | None = None) -> str:
+        """An intermediate `out[index] = body` on the forward graph; returns how to read it.
+
+        `prelude` (name, body, shape) is a vertex value computed first in the
+        same kernel, which `body` reads at `v`.
+        """
+        key = (index, body, prelude)
+        if key not in self.stages:
+            name = f"st{len(self.stages)}__"
+            self.stages[key] = name
+            self.stage_types[name] = _fmt(self.dtype, "V" if index == "v" else "E", shape)
+            stmt = f"out[{index}] = {body}"
+            if prelude is not None:
+                stmt = f"{prelude[0]}[v] = {prelude[1]}\n    {stmt}"
+            self.emit(f"{self.kernel.name}__{name[:-2]}", name, False, self.stage_types[name], stmt)
+            reads = set(re.findall(r"\b\w+__\b", body))
+            if reads <= set(self.forward_stages):
+                self.forward_stages[name] = f"{name}[{index}] = {body}"
+        return self.stages[key]
+
+    def forward_source(self) -> str:
+        """The forward kernel computing, beside its results, the intermediates that need no gout.
+
+        Training runs it instead of the kernel and hands the intermediates to
+        the gradient (`Gradient(..., saved=...)`), which then skips their
+        stage kernels: a softmax's weights or a max's winning edges come out
+        of the forward walks instead of walks of their own.
+        """
+        if not self.forward_stages:
+            return ""
+        k = self.kernel
+        params = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in k.params)
+        results = [f"{r.name}: {_fmt_type(r.type)}" for r in k.results]
+        results += [f"{n}: {self.stage_types[n]}" for n in self.forward_stages]
+        body = [f"{d.name}[{d.index}] = {_source(d.value)}" for d in k.body]
+        # stages of the kernel's own vertex values are those values: read them, so that the
+        # stages' expressions match the kernel's and CSE computes each once (a softmax included)
+        own = self.vertex_stages
+        for name, stmt in self.forward_stages.items():
+            if name in own:
+                body.append(f"{name}[v] = {own[name]}[v]")
+            else:
+                target, expr = stmt.split(" = ", 1)
+                body.append(f"{target} = {_STAGE.sub(lambda m: own.get(m.group(0), m.group(0)), expr)}")
+        return f"kernel {k.name}__forward({params}) -> ({', '.join(results)}) {{\n    " + "\n    ".join(body) + "\n}\n"
+
+    def gradient_kernels(
+        self,
+        target: str,
+        base: str,
+        rtype: str,
+        param_type: ast.TensorType | None,
+        contributions: list[tuple[str, str, str]],
+    ) -> None:
+        """Kernels whose results sum to the gradient `target`: (site, ctx, adjoint) contributions.
+
+        Contributions at `u` sum over the out-edges of u: an in-edge
+        aggregation on the reversed graph, u and v swapped. Those at `v` sum
+        over in-edges (plus direct terms), those at `e` are edge kernels, on
+        the forward graph. A parameter's (site `p`) sum over every vertex
+        and edge is one partial per destination, summed by the runtime; a
+        site `p:H,..` has leading axes (`[H, K] @ W`'s `outer`s, [H, K, N])
+        that the runtime sums too, the language having no sum over a leading
+        axis.
+        """
+        by_site = {site: [(c, t) for s, c, t in contributions if s == site] for site in "uve"}
+        param_sites = sorted({s for s, _, _ in contributions if s.startswith("p")})
+        for i, site in enumerate(param_sites):
+            edge = [t for s, c, t in contributions if s == site and c == "edge"]
+            direct = [t for s, c, t in contributions if s == site and c == "vertex"]
+            terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
+            assert param_type is not None
+            lead = tuple(site[2:].split(",")) if site != "p" else ()
+            ptype = _fmt(param_type.dtype, "V", lead + param_type.shape)
+            name = f"{base}_param" + (str(i) if len(param_sites) > 1 else "")
+            self.emit(name, target, False, ptype, f"out[v] = {' + '.join(terms)}", reduce=True)
+        if by_site["u"]:
+            body = " + ".join(t for _, t in by_site["u"])
+            self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})")
+        if by_site["v"]:
+            edge = [t for c, t in by_site["v"] if c == "edge"]
+            direct = [t for c, t in by_site["v"] if c == "vertex"]
+            terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
+            self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}")
+        if by_site["e"]:
+            body = " + ".join(t for _, t in by_site["e"])
+            self.emit(f"{base}_edge", target, False, rtype, f"out[e] = {body}")
+
+    def vertex_gradient(self, d: ast.Definition, contributions: list[tuple[str, str, str]]) -> str:
+        """The adjoint of vertex value `d`, an intermediate summed from its readers' contributions."""
+        key = ("grad", d.name, tuple(contributions))
+        if key not in self.stages:
+            name = f"st{len(self.stages)}__"
+            self.stages[key] = name
+            self.stage_types[name] = _fmt(self.dtype, "V", d.value.shape or ())
+            self.gradient_kernels(name, f"{self.kernel.name}__{name[:-2]}", self.stage_types[name], None, contributions)
+        return f"{self.stages[key]}[v]"
+
+    # ------------------------------------------------------- forward values
+
+    def text(self, e: ast.Expr, vertex_level: bool = False) -> str:
+        """Source text of a forward expression, fully parenthesised, for a generated kernel.
+
+        Edge values defined by earlier statements (`s[e]`) are inlined and
+        recomputed. Softmaxes, vertex values, and (except at the top level
+        of a vertex statement, `vertex_level`) aggregations are read from
+        stage intermediates.
+        """
+
+        def special(n: ast.Expr) -> str | None:
+            if isinstance(n, ast.Index) and n.name in self.edge_defs:
+                return f"({self.text(self.edge_defs[n.name])})"
+            if isinstance(n, ast.Index) and n.name in self.vertex_defs:
+                d = self.vertex_defs[n.name]
+                name = self.stage(self.text(d.value, vertex_level=True), "v", d.value.shape or ())
+                self.vertex_stages.setdefault(name, d.name)
+                return f"{name}[{n.index}]"
+            if isinstance(n, ast.Call) and n.func == "softmax":
+                name = self.stage(f"softmax({self.text(n.args[0])})", "e", n.shape or ())
+                return f"{name}[e]"
+            if isinstance(n, ast.Aggregate):
+                agg = f"{n.kind}({self.text(n.operand)})"
+                return agg if vertex_level else f"{self.stage(agg, 'v', n.shape or ())}[v]"
+            return None
+
+        return _source(e, special)
+
+
+class _Differentiator:
+    """Reverse mode for one input: adjoints as source text, collected per site where the input is read."""
+
+    def __init__(self, builder: _Builder, wrt: str):
+        self.builder = builder
+        self.kernel = builder.kernel
+        self.wrt = wrt
+        self.edge_defs = builder.edge_defs
+        self.vertex_defs = builder.vertex_defs
+        # (site, ctx, adjoint text): site u / v / e / p (p:H,.. with leading axes); ctx "edge" or "vertex"
+        self.contributions: list[tuple[str, str, str]] = []
+        # the same for vertex values read by later statements (and vertex results)
+        self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
+        # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
+        self.softmax_adjoints: dict[int, list[str]] = {}
+        self._depends: dict[str, bool] = {}
+
+    def text(self, e: ast.Expr) -> str:
+        return self.builder.text(e)
+
+    def depends(self, e: ast.Expr) -> bool:
+        if isinstance(e, ast.Index):
+            if e.name == self.wrt:
+                return True
+            if e.name in self.edge_defs or e.name in self.vertex_defs:
+                if e.name not in self._depends:
+                    value = self.edge_defs[e.name] if e.name in self.edge_defs else self.vertex_defs[e.name].value
+                    self._depends[e.name] = self.depends(value)
+                return self._depends[e.name]
+            return False
+        if isinstance(e, ast.Name):
+            return e.name == self.wrt
+        return any(self.depends(c) for c in ast.children(e))
+
+    def fail(self, e: ast.Expr, what: str) -> CompileError:
+        return CompileError(
+            f"{self.kernel.name}: cannot differentiate with respect to '{self.wrt}': {what} "
+            f"is not differentiated yet (line {e.loc.line})"
+        )
+
+    def run(self) -> None:
+        """Seeds every result with its gout, then walks the statements last to first.
+
+        A vertex value's adjoint, and a softmax's, is complete once every
+        later statement is done (edge values are inlined where they are
+        read, so their softmaxes collect adjoints from all readers first).
+        """
+        for r in self.kernel.results:
+            d = next(d for d in self.kernel.body if d.name == r.name)
+            seed = f"{gout_name(self.kernel, r.name)}[{d.index}]"
+            if d.index == "e":
+                self.back(d.value, seed, "edge")
+            else:
+                self.vertex_adjoints.setdefault(d.name, []).append(("v", "vertex", seed))
+        for d in reversed(self.kernel.body):
+            found = self.vertex_adjoints.get(d.name)
+            if d.index == "v" and found and self.depends(d.value):
+                if len(found) == 1 and found[0][:2] == ("v", "vertex"):
+                    adj = found[0][2]  # one direct use at its own vertex (a result's seed): no stage needed
+                else:
+                    adj = self.builder.vertex_gradient(d, found)
+                self.back(d.value, adj, "vertex")
+            # outermost first: an inner softmax's adjoint comes from the outer one's step
+            for node in _walk(d.value):
+                if isinstance(node, ast.Call) and node.func == "softmax" and id(node) in self.softmax_adjoints:
+                    self.softmax_back(node, self.softmax_adjoints.pop(id(node)))
+        assert not self.softmax_adjoints, "a softmax outside the kernel's statements"
+
+    def softmax_back(self, e: ast.Call, adjoints: list[str]) -> None:
+        """d s[e] = alpha[e] * (g[e] - sum over the destination's in-edges of alpha * g).
+
+        d s is an intermediate of the softmax's own shape ([E, H] for gat),
+        computed by one stage kernel whose destination loop walks the
+        in-edges twice (the weighted sum, then d s; the second walk reads
+        rows the first left in cache). Every kernel downstream reads d s
+        instead of recomputing g, which is the costly part (gat's g is a
+        dot product over the feature axis per edge and head): gat_conv's
+        el and er gradients became walks over [E, H] values.
+        """
+        (s,) = e.args
+        adj = " + ".join(f"({a})" for a in adjoints)
+        alpha = self.text(e)
+        shape = e.shape or ()
+        weighted = f"sum({alpha} * ({adj}))"
+        d_score = self.builder.stage(
+            f"{alpha} * (({adj}) - {_WEIGHTED}[v])", "e", shape, prelude=(_WEIGHTED, weighted, shape)
+        )
+        self.back(s, f"{d_score}[e]", "edge")
+
+    def back(self, e: ast.Expr, adj: str, ctx: str) -> None:
+        if not self.depends(e):
+            return
+        if isinstance(e, ast.Index):
+            if e.name == self.wrt:
+                self.contributions.append((e.index, ctx, adj))
+            elif e.name in self.vertex_defs:
+                self.vertex_adjoints.setdefault(e.name, []).append((e.index, ctx, adj))
+            else:
+                self.back(self.edge_defs[e.name], adj, "edge")
+            return
+        if isinstance(e, ast.Name):
+            self.contributions.append(("p", ctx, adj))
+            return
+        shape = e.shape or ()
+        if isinstance(e, ast.Unary):
+            self.back(e.operand, f"(-({adj}))", ctx)
+            return
+        if isinstance(e, ast.Binary):
+            self.binary(e, adj, ctx, shape)
+            return
+        if isinstance(e, ast.Call):
+            self.call(e, adj, ctx, shape)
+            return
+        if isinstance(e, ast.Aggregate):
+            if e.kind == "sum":
+                self.back(e.operand, adj, "edge")
+            elif e.kind == "mean":
+                # mean is 0 at a vertex without in-edges, and no edge there reads the adjoint
+                self.back(e.operand, f"(({adj}) / deg_in(v))", "edge")
+            elif e.kind in ("argmax", "argmin"):
+                return  # edge ids: piecewise constant, zero gradient (as step's)
+            else:
+                # all of it to the lowest-id in-edge attaining the max (min) of each element, or
+                # to the first NaN: its id, a per-destination intermediate, picks the edge
+                best = self.builder.stage(f"arg{e.kind}({self.text(e.operand)})", "v", shape)
+                chosen = f"step(0.5 - abs(edge_id(e) - {best}[v]))"
+                self.back(e.operand, f"(({adj}) * {chosen})", "edge")
+            return
+        raise self.fail(e, type(e).__name__)
+
+    def binary(self, e: ast.Binary, adj: str, ctx: str, shape: tuple) -> None:
+        a, b = e.lhs, e.rhs
+        ta, tb = self.text(a), self.text(b)
+        if e.op == "@":
+            # d a = adj @ W^T (a kernel input the runtime transposes); d W = sum of outer(a, adj)
+            assert isinstance(b, ast.Name)
+            self.back(a, f"(({adj}) @ {transpose_name(b.name)})", ctx)
+            if self.depends(b):
+                lead = (a.shape or ())[:-1]
+                site = "p:" + ",".join(str(d) for d in lead) if lead else "p"
+                self.contributions.append((site, ctx, f"outer({ta}, {adj})"))
+            return
+        if e.op == "+":
+            parts = (adj, adj)
+        elif e.op == "-":
+            parts = (adj, f"(-({adj}))")
+        elif e.op == "*":
+            parts = (f"(({adj}) * {tb})", f"(({adj}) * {ta})")
+        else:
+            parts = (f"(({adj}) / {tb})", f"(-({adj}) * {ta} / ({tb} * {tb}))")
+        for operand, other, part in zip((a, b), (tb, ta), parts):
+            want, other_shape = operand.shape or (), (b if operand is a else a).shape or ()
+            if e.op == "*" and len(shape) - len(want) == 1 and other_shape == shape:
+                # a [..] scaled by b [.., K]: its gradient is one dot product, no ones tensor
+                self.back(operand, f"dot({adj}, {other})", ctx)
+            else:
+                self.back(operand, _reduce_to(part, shape, want), ctx)
+
+    def call(self, e: ast.Call, adj: str, ctx: str, shape: tuple) -> None:
+        if e.func == "dot":
+            a, b = e.args
+            # adj has the shape of a and b without their last axis: a prefix, so it broadcasts
+            self.back(a, f"(({adj}) * {self.text(b)})", ctx)
+            self.back(b, f"(({adj}) * {self.text(a)})", ctx)
+            return
+        if e.func == "outer":
+            a, b = e.args
+            ta, tb = self.text(a), self.text(b)
+            # d a[.., k] = sum over n of adj[.., k, n] * b[.., n]: b spread over k by an outer with ones
+            self.back(a, f"dot({adj}, outer(({ta}) * 0.0 + 1.0, {tb}))", ctx)
+            # d b[.., n] = sum over k of adj[.., k, n] * a[.., k]: transposed, k is the last axis
+            self.back(b, f"dot(transpose({adj}), outer(({tb}) * 0.0 + 1.0, {ta}))", ctx)
+            return
+        if e.func == "transpose":
+            self.back(e.args[0], f"transpose({adj})", ctx)
+            return
+        if e.func in ("max", "min"):
+            a, b = e.args
+            ta, tb = self.text(a), self.text(b)
+            # ties go to a: b gets the gradient only where it is strictly larger (smaller)
+            to_b = f"step({tb} - {ta})" if e.func == "max" else f"step({ta} - {tb})"
+            for operand, part in ((a, f"(({adj}) * (1.0 - {to_b}))"), (b, f"(({adj}) * {to_b})")):
+                self.back(operand, _reduce_to(part, shape, operand.shape or ()), ctx)
+            return
+        if e.func == "softmax":
+            self.softmax_adjoints.setdefault(id(e), []).append(adj)  # `run` steps back once all are in
+            return
+        if e.func == "step":
+            return  # zero almost everywhere
+        (a,) = e.args[:1]
+        t = self.text(a)
+        derivative = {
+            "exp": lambda: f"exp({t})",
+            "log": lambda: f"(1.0 / {t})",
+            "sqrt": lambda: f"(0.5 / sqrt({t}))",
+            "rsqrt": lambda: f"(-0.5 * rsqrt({t}) / {t})",
+            "sigmoid": lambda: f"(sigmoid({t}) * (1.0 - sigmoid({t})))",
+            "tanh": lambda: f"(1.0 - tanh({t}) * tanh({t}))",
+            # the conventions (as torch): relu'(0) = 0, leaky_relu'(0) = slope, abs'(0) = 0
+            "relu": lambda: f"step({t})",
+            "abs": lambda: f"(step({t}) - step(-({t})))",
+            "leaky_relu": lambda: self._leaky(e, t),
+        }.get(e.func)
+        if derivative is None:
+            raise self.fail(e, f"'{e.func}'")
+        self.back(a, f"(({adj}) * {derivative()})", ctx)
+
+    @staticmethod
+    def _leaky(e: ast.Call, t: str) -> str:
+        slope = float(e.args[1].value)  # type: ignore[attr-defined]
+        return f"({slope!r} + {1.0 - slope!r} * step({t}))"
+
+
+def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradProgram:
+    """Gradient kernels (as checked source text) of one forward kernel."""
+    clash = [p.name for p in kernel.params if p.name.endswith("__")] + [
+        d.name for d in kernel.body if d.name.endswith("__")
+    ]
+    if clash:
+        raise CompileError(
+            f"{kernel.name}: names ending in '__' are kept for generated gradient kernels "
+            f"(gout__, st0__, W_T__); rename {', '.join(clash)}"
+        )
+    builder = _Builder(kernel)
+    params = [p for p in kernel.params if wrt is None or p.name in wrt]
+    constant: list[str] = []
+    skipped: list[str] = []
+    for p in params:
+        d = _Differentiator(builder, p.name)
+        d.run()
+        if not d.contributions:
+            constant.append(p.name)
+            continue
+        builder.gradient_kernels(p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions)
+    source = "\n".join(builder.pieces)
+    forward = builder.forward_source()
+    if source:
+        from gnnc.lang import parse_and_check
+
+        try:
+            parse_and_check(source + forward, f"<gradient of {kernel.name}>")
+        except SourceError as exc:
+            raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
+    gouts = [gout_name(kernel, r.name) for r in kernel.results]
+    return GradProgram(
+        kernel.name,
+        source,
+        builder.kernels,
+        constant,
+        skipped,
+        gouts,
+        builder.transposes,
+        list(builder.forward_stages),
+        forward,
+    )
+
+
+def gradient_source(source: str, file: str, kernels: list[str] | None = None) -> str:
+    """The gradient kernels of every kernel of a file (or of some), as one source text."""
+    from gnnc.lang import parse_and_check
+
+    program = parse_and_check(source, file)
+    names = [k.name for k in program.kernels]
+    missing = [k for k in kernels or [] if k not in names]
+    if missing:
+        raise CompileError(f"no kernel named {', '.join(missing)} in {file}")
+    parts = []
+    for k in program.kernels:
+        if kernels is None or k.name in kernels:
+            grad = gradient_program(k)
+            reverse = ", ".join(g.name for g in grad.kernels if g.reverse) or "none"
+            stages = ", ".join(dict.fromkeys(g.wrt for g in grad.kernels if g.wrt.endswith("__"))) or "none"
+            parts.append(
+                f"# gradients of {k.name}, run in this order; on the reversed graph: {reverse}; "
+                f"intermediates read by later kernels: {stages}\n{grad.source}"
+            )
+            if grad.forward:
+                parts.append(
+                    f"# {k.name} for training: also returns {', '.join(grad.saved)}, which the gradient "
+                    f"then does not recompute\n{grad.forward}"
+                )
+    return "\n".join(parts)

@@ -1,0 +1,681 @@
+"""The checker: names, element types, graph types and shapes of a parsed program.
+
+``check`` fills every expression's ``gtype`` and ``shape`` and every kernel's
+``dtype``, and validates schedules; it raises a ``SourceError`` (with the
+program's source, so the caret renders) at the first error, in source order.
+
+Graph types follow Seastar: ``x[u]`` is S, ``x[v]`` D, ``w[e]`` E, parameters
+and numbers P; S with D (or anything with E) is E, anything with P keeps the
+other type, an aggregation is A, and A with D or P stays A. A vertex
+definition reads only v terms, parameters and aggregations outside its
+aggregations; the operand of an aggregation, and an edge definition, are edge
+expressions (no aggregation inside).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gnnc.errors import SourceError, SourceLocation
+from gnnc.ir.schedule import (
+    EDGE_LANES,
+    EXCLUSIVE_DIRECTIVES,
+    IMPLEMENTED_CPU_DIRECTIVES,
+    SIMD_WIDTHS,
+    directive_keyword,
+)
+from gnnc.lang import ast
+
+#: Schedule directives the compiler implements, per target: keywords
+#: (``"partition"``) or, for ``map``, also ``"map warp_vertex"`` style phrases.
+#: A directive that parses but is not listed here is an error ("... is not
+#: supported yet"), never silently ignored. ``map``'s options ``group`` and
+#: ``tile`` need ``"map group"`` / ``"map tile"`` unless ``"map"`` is listed.
+SUPPORTED_DIRECTIVES: dict[str, set[str]] = {
+    "cpu": set(IMPLEMENTED_CPU_DIRECTIVES),
+    # uGrapher's four mappings with grouping and tiling (map-threads)
+    "cuda": {
+        "map thread_vertex",
+        "map warp_vertex",
+        "map thread_edge",
+        "map warp_edge",
+        "map group",
+        "map tile",
+        "map lanes",
+        "map hybrid",
+    },
+}
+
+_F32_MAX = 3.4028234663852886e38
+
+Mode = Literal["edge", "vertex", "aggregate"]
+
+
+# ----------------------------------------------------------------- directives
+
+
+@dataclass(frozen=True)
+class _Arg:
+    """One fixed word (``word``, or one of several), or a positive integer (``meaning`` says of what)."""
+
+    word: str | tuple[str, ...] | None = None
+    meaning: str = ""
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (self.word,) if isinstance(self.word, str) else self.word or ()
+
+
+#: keyword -> the words after it.
+CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
+    "partition": (_Arg("src"), _Arg(meaning="the number of source partitions")),
+    "tile": (_Arg("features"), _Arg(meaning="the feature tile size")),
+    "parallel": (_Arg("dst"),),
+    "order": (_Arg("edges"), _Arg("hilbert")),
+    "sort": (_Arg("degree"),),
+    "group": (_Arg("neighbors"), _Arg(meaning="the neighbour group size")),
+    "reorder": (_Arg(("locality", "rcm")),),
+    "vectorize": (_Arg(meaning="the vector width"),),
+    # `vectorize edges W`: keyed apart from `vectorize W` (schedule.directive_keyword)
+    "vectorize_edges": (_Arg("edges"), _Arg(meaning="the edges computed at once")),
+    "prefetch": (_Arg(meaning="the prefetch distance"),),
+    "edges": (_Arg("sorted"),),
+    "stream": (_Arg("outputs"),),
+    "simd": (_Arg(tuple(str(w) for w in SIMD_WIDTHS)),),
+}
+MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
+#: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
+MAP_OPTIONS = {
+    "group": "the thread group size",
+    "tile": "the feature tile size",
+    "lanes": "the lanes per destination or edge group, a power of two up to 32",
+    "hybrid": "the most high-degree sources whose rows each block keeps in shared memory",
+}
+#: ``specialize NAME N [NAME N ...]``: the kernel compiled for these sizes of its dimensions.
+DIRECTIVES = {"cpu": {*CPU_DIRECTIVES, "specialize"}, "cuda": {"map"}}
+
+
+def _directive_phrase(words: list[str]) -> str:
+    """How messages name a directive: its keyword and fixed words."""
+    if words[0] == "map":
+        return " ".join(words[:2])
+    spec = CPU_DIRECTIVES.get(directive_keyword(words), ())
+    fixed = [
+        words[i] if i < len(words) and words[i] in a.words else a.words[0]
+        for i, a in enumerate(spec, start=1)
+        if a.word is not None
+    ]
+    return " ".join([words[0], *fixed])
+
+
+def _one_of(words: tuple[str, ...]) -> str:
+    quoted = [f"'{w}'" for w in words]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def _fmt_shape(shape: ast.Shape) -> str:
+    if not shape:
+        return "[] (a scalar)"
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _fmt_type(t: ast.TensorType) -> str:
+    dims = ([t.domain] if t.domain else []) + [str(d) for d in t.shape]
+    return t.dtype + (f"[{', '.join(dims)}]" if dims else "")
+
+
+# ------------------------------------------------------------------- checker
+
+
+class _Checker:
+    def __init__(self, program: ast.Program):
+        self.program = program
+        self.source = program.source
+
+    def error(self, message: str, loc: SourceLocation) -> SourceError:
+        return SourceError(message, loc, self.source)
+
+    def run(self) -> None:
+        program = self.program
+        if not program.kernels:
+            loc = program.schedules[0].loc if program.schedules else SourceLocation(program.file, 1, 1)
+            raise self.error("no kernel in this file (a kernel starts with 'kernel NAME(...)')", loc)
+        kernel_names = {k.name for k in program.kernels}
+        items: list[ast.Kernel | ast.Schedule] = [*program.kernels, *program.schedules]
+        items.sort(key=lambda item: (item.loc.line, item.loc.col))
+        seen_kernels: dict[str, ast.Kernel] = {}
+        seen_schedules: dict[tuple[str, str], ast.Schedule] = {}
+        for item in items:
+            if isinstance(item, ast.Kernel):
+                if item.name in seen_kernels:
+                    first = seen_kernels[item.name].loc
+                    raise self.error(f"kernel '{item.name}' is already defined at line {first.line}", item.loc)
+                seen_kernels[item.name] = item
+                _KernelChecker(self, item).run()
+            else:
+                if item.kernel not in kernel_names:
+                    raise self.error(f"schedule for unknown kernel '{item.kernel}'", item.loc)
+                key = (item.kernel, item.target)
+                if key in seen_schedules:
+                    first = seen_schedules[key].loc
+                    raise self.error(
+                        f"a second {item.target} schedule for '{item.kernel}' "
+                        f"(the first is at line {first.line}); put all directives in one block",
+                        item.loc,
+                    )
+                seen_schedules[key] = item
+                # a schedule may come before its kernel
+                self.schedule(item, next(k for k in program.kernels if k.name == item.kernel))
+
+    # --------------------------------------------------------------- schedule
+
+    def word_locs(self, d: ast.Directive) -> list[SourceLocation]:
+        """The location of each word of a directive (they share one line)."""
+        lines = self.source.splitlines()
+        loc = d.loc
+        if not 1 <= loc.line <= len(lines):
+            return [loc] * len(d.words)
+        line = lines[loc.line - 1]
+        locs = []
+        pos = loc.col - 1
+        for w in d.words:
+            found = line.find(w, pos)
+            if found < 0:
+                return [loc] * len(d.words)
+            locs.append(SourceLocation(loc.file, loc.line, found + 1, len(w)))
+            pos = found + len(w)
+        return locs
+
+    def schedule(self, s: ast.Schedule, kernel: ast.Kernel) -> None:
+        given: dict[str, ast.Directive] = {}
+        for d in s.directives:
+            locs = self.word_locs(d)
+            keyword = directive_keyword(d.words)
+            if keyword not in DIRECTIVES[s.target]:
+                other = "cuda" if s.target == "cpu" else "cpu"
+                if keyword in DIRECTIVES[other]:
+                    message = f"'{keyword}' is a {other} directive, not a {s.target} one"
+                else:
+                    known = ", ".join(sorted(DIRECTIVES[s.target]))
+                    message = f"unknown {s.target} schedule directive '{keyword}' (known: {known})"
+                raise self.error(message, locs[0])
+            phrase = _directive_phrase(d.words)
+            if keyword in given:
+                raise self.error(
+                    f"'{_directive_phrase(given[keyword].words)}' is already given in this schedule "
+                    f"(line {given[keyword].loc.line})",
+                    locs[0],
+                )
+            if keyword == "map":
+                options = self.map_directive(d, locs)
+            elif keyword == "specialize":
+                self.specialize_directive(d, locs, kernel)
+                options = []
+            else:
+                self.cpu_directive(d, locs)
+                options = []
+            given[keyword] = d
+            supported = SUPPORTED_DIRECTIVES.get(s.target, set())
+            if keyword not in supported and phrase not in supported:
+                end = locs[min(len(locs), len(phrase.split())) - 1]
+                span = end.col + end.length - locs[0].col
+                raise self.error(
+                    f"'{phrase}' is not supported yet",
+                    SourceLocation(locs[0].file, locs[0].line, locs[0].col, span),
+                )
+            for option, loc in options:
+                if keyword not in supported and f"map {option}" not in supported:
+                    raise self.error(f"'map ... {option}' is not supported yet", loc)
+        for keyword, (others, why) in EXCLUSIVE_DIRECTIVES.items():
+            other = next((given[k] for k in others if k in given), None) if keyword in given else None
+            if other is not None:
+                raise self.error(
+                    f"'{_directive_phrase(given[keyword].words)}' cannot be combined with "
+                    f"'{_directive_phrase(other.words)}' (line {other.loc.line}): {why}",
+                    self.word_locs(given[keyword])[0],
+                )
+
+    def positive_int(self, word: str, loc: SourceLocation, meaning: str, after: str) -> None:
+        if not word.isdigit() or not word.lstrip("0"):
+            raise self.error(f"expected a positive integer ({meaning}) after '{after}', found '{word}'", loc)
+        if len(word.lstrip("0")) > 9:
+            raise self.error(f"{word} is too large for {meaning}", loc)
+
+    def cpu_directive(self, d: ast.Directive, locs: list[SourceLocation]) -> None:
+        keyword = directive_keyword(d.words)
+        spec = CPU_DIRECTIVES[keyword]
+        for i, arg in enumerate(spec, start=1):
+            after = " ".join(d.words[:i])
+            if i >= len(d.words):
+                want = _one_of(arg.words) if arg.word is not None else f"a positive integer ({arg.meaning})"
+                raise self.error(f"'{after}' needs {want} after it", locs[i - 1])
+            word = d.words[i]
+            if arg.word is not None:
+                if word not in arg.words:
+                    raise self.error(f"expected {_one_of(arg.words)} after '{after}', found '{word}'", locs[i])
+            elif d.words[0] == "prefetch" and word == "0":
+                pass  # `prefetch 0` turns prefetching off
+            else:
+                self.positive_int(word, locs[i], arg.meaning, after)
+                if keyword == "vectorize_edges" and int(word) not in EDGE_LANES:
+                    raise self.error(f"'{after}' takes a power of two up to 64, found {word}", locs[i])
+        if len(d.words) > len(spec) + 1:
+            extra = len(spec) + 1
+            raise self.error(f"unexpected '{d.words[extra]}' after '{' '.join(d.words[:extra])}'", locs[extra])
+
+    def specialize_directive(self, d: ast.Directive, locs: list[SourceLocation], kernel: ast.Kernel) -> None:
+        """``specialize NAME N ...``: each name one of the kernel's dimensions, once, with a positive size."""
+        dims = list(dict.fromkeys(d for p in kernel.params for d in p.type.shape if isinstance(d, str)))
+        named = f"its dimensions: {', '.join(dims)}" if dims else "it has no named dimensions"
+        words = d.words
+        if len(words) < 2:
+            raise self.error(
+                f"'specialize' needs a dimension and its size after it, e.g. 'specialize {dims[0] if dims else 'F'} 32' "
+                f"({named})",
+                locs[0],
+            )
+        seen: set[str] = set()
+        for i in range(1, len(words), 2):
+            name = words[i]
+            if name not in dims:
+                raise self.error(f"'{name}' is not a dimension of kernel '{kernel.name}' ({named})", locs[i])
+            if name in seen:
+                raise self.error(f"'{name}' is given twice in 'specialize'", locs[i])
+            seen.add(name)
+            if i + 1 >= len(words):
+                raise self.error(f"'{name}' needs a positive integer (its size) after it", locs[i])
+            self.positive_int(words[i + 1], locs[i + 1], f"the size of {name}", name)
+
+    def map_directive(self, d: ast.Directive, locs: list[SourceLocation]) -> list[tuple[str, SourceLocation]]:
+        words = d.words
+        choices = ", ".join(MAP_STRATEGIES)
+        if len(words) < 2:
+            raise self.error(f"'map' needs a strategy after it ({choices})", locs[0])
+        if words[1] not in MAP_STRATEGIES:
+            raise self.error(f"unknown thread mapping '{words[1]}' (expected one of {choices})", locs[1])
+        options: list[tuple[str, SourceLocation]] = []
+        seen: set[str] = set()
+        i = 2
+        while i < len(words):
+            option = words[i]
+            if option not in MAP_OPTIONS:
+                raise self.error(
+                    f"unexpected '{option}' in 'map' (options: group G, tile T, lanes L, hybrid K)", locs[i]
+                )
+            if option in seen:
+                raise self.error(f"'{option}' is given twice in 'map'", locs[i])
+            seen.add(option)
+            if i + 1 >= len(words):
+                raise self.error(f"'{option}' needs a positive integer ({MAP_OPTIONS[option]})", locs[i])
+            self.positive_int(words[i + 1], locs[i + 1], MAP_OPTIONS[option], option)
+            if option == "lanes" and words[i + 1].lstrip("0") not in ("1", "2", "4", "8", "16", "32"):
+                raise self.error(
+                    f"'lanes' must be a power of two up to 32 (the warp), found '{words[i + 1]}'", locs[i + 1]
+                )
+            options.append((option, locs[i]))
+            i += 2
+        return options
+
+
+class _KernelChecker:
+    def __init__(self, checker: _Checker, kernel: ast.Kernel):
+        self.checker = checker
+        self.kernel = kernel
+        self.params: dict[str, ast.Param] = {}
+        self.results: dict[str, ast.Result] = {}
+        #: name -> its definition, once checked (a value may be read after it)
+        self.defined: dict[str, ast.Definition] = {}
+        #: every definition by name (the first), to say "used before defined"
+        self.all_defs: dict[str, ast.Definition] = {}
+        self.current: ast.Definition | None = None
+        self.dtype: ast.DType = "f32"
+
+    def error(self, message: str, loc: SourceLocation) -> SourceError:
+        return self.checker.error(message, loc)
+
+    def run(self) -> None:
+        k = self.kernel
+        for p in k.params:
+            if p.name in ast.RESERVED_NAMES:
+                raise self.error(
+                    f"'{p.name}' is reserved and cannot name a parameter: it is a call option "
+                    f"(reserved: {', '.join(sorted(ast.RESERVED_NAMES))})",
+                    p.loc,
+                )
+            if p.name in ast.INDEX_NAMES:
+                raise self.error(f"'{p.name}' is an index (u, v, e) and cannot name a parameter", p.loc)
+            if p.name in self.params:
+                raise self.error(
+                    f"duplicate parameter '{p.name}' (first at line {self.params[p.name].loc.line}, "
+                    f"column {self.params[p.name].loc.col})",
+                    p.loc,
+                )
+            self.params[p.name] = p
+        bound = {d for p in k.params for d in p.type.shape if isinstance(d, str)}
+        for r in k.results:
+            if r.name in ast.INDEX_NAMES:
+                raise self.error(f"'{r.name}' is an index (u, v, e) and cannot name a result", r.loc)
+            if r.name in self.results:
+                raise self.error(f"duplicate result '{r.name}'", r.loc)
+            if r.name in self.params:
+                raise self.error(f"'{r.name}' is both a parameter and a result", r.loc)
+            if r.type.domain is None:
+                raise self.error(
+                    f"result '{r.name}' must be a vertex or edge tensor "
+                    f"({r.type.dtype}[V, ...] or {r.type.dtype}[E, ...]), not {_fmt_type(r.type)}",
+                    r.type.loc,
+                )
+            for d in r.type.shape:
+                if isinstance(d, str) and d not in bound:
+                    raise self.error(
+                        f"dimension '{d}' of result '{r.name}' is not bound by any parameter "
+                        "(its size would be unknown at a call)",
+                        r.type.loc,
+                    )
+            self.results[r.name] = r
+        self.check_dtype()
+        for d in k.body:
+            self.all_defs.setdefault(d.name, d)
+        for d in k.body:
+            self.definition(d)
+        for r in k.results:
+            if r.name not in self.defined:
+                index = "v" if r.type.domain == "V" else "e"
+                raise self.error(f"result '{r.name}' is never defined (expected '{r.name}[{index}] = ...')", r.loc)
+        k.dtype = self.dtype
+
+    def check_dtype(self) -> None:
+        k = self.kernel
+        typed = [(p.name, p.type) for p in k.params] + [(r.name, r.type) for r in k.results]
+        if not typed:  # only a hand-built tree; the parser always gives a result
+            raise self.error(f"kernel '{k.name}' declares no result", k.loc)
+        first_name, first = typed[0]
+        for name, t in typed[1:]:
+            if t.dtype != first.dtype:
+                raise self.error(
+                    f"kernel '{k.name}' mixes element types: '{name}' is {t.dtype} but "
+                    f"'{first_name}' is {first.dtype} (one kernel uses one of f32, f64)",
+                    t.loc,
+                )
+        self.dtype = first.dtype
+
+    # ------------------------------------------------------------- statements
+
+    def definition(self, d: ast.Definition) -> None:
+        if d.name in self.params:
+            raise self.error(f"'{d.name}' is a parameter and cannot be defined", d.loc)
+        if d.name in ast.INDEX_NAMES:
+            raise self.error(f"'{d.name}' is an index (u, v, e) and cannot name a value", d.loc)
+        if d.name in self.defined:
+            first = self.defined[d.name].loc
+            raise self.error(f"'{d.name}' is already defined (line {first.line})", d.loc)
+        result = self.results.get(d.name)
+        if result is not None:
+            want = "v" if result.type.domain == "V" else "e"
+            if d.index != want:
+                kind = "a vertex" if want == "v" else "an edge"
+                raise self.error(
+                    f"result '{d.name}' is {kind} tensor ({_fmt_type(result.type)}): "
+                    f"define it as '{d.name}[{want}] = ...'",
+                    d.loc,
+                )
+        self.current = d
+        self.expr(d.value, "edge" if d.index == "e" else "vertex")
+        self.current = None
+        if result is not None and d.value.shape != result.type.shape:
+            raise self.error(
+                f"result '{d.name}' is declared {_fmt_type(result.type)} (value shape "
+                f"{_fmt_shape(result.type.shape)}) but its definition has shape {_fmt_shape(d.value.shape or ())}",
+                d.loc,
+            )
+        self.defined[d.name] = d
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, e: ast.Expr, mode: Mode) -> None:
+        if isinstance(e, ast.Number):
+            self.number(e)
+        elif isinstance(e, ast.Index):
+            self.index(e, mode)
+        elif isinstance(e, ast.Name):
+            self.name(e)
+        elif isinstance(e, ast.Degree):
+            e.gtype = "S" if e.index == "u" else "D"
+            e.shape = ()
+            self.leaf_in_mode(e, mode, f"deg_{e.direction}({e.index})")
+        elif isinstance(e, ast.EdgeId):
+            e.gtype, e.shape = "E", ()
+            self.leaf_in_mode(e, mode, "edge_id(e)")
+        elif isinstance(e, ast.Unary):
+            self.expr(e.operand, mode)
+            e.gtype, e.shape = e.operand.gtype, e.operand.shape
+        elif isinstance(e, ast.Binary):
+            self.binary(e, mode)
+        elif isinstance(e, ast.Call):
+            self.call(e, mode)
+        elif isinstance(e, ast.Aggregate):
+            self.aggregate(e, mode)
+        else:  # pragma: no cover - the parser builds only the nodes above
+            raise self.error(f"unexpected expression {type(e).__name__}", e.loc)
+
+    def number(self, e: ast.Number) -> None:
+        if self.dtype == "f32" and abs(e.value) > _F32_MAX:
+            raise self.error(f"number {e.text} is out of range for f32", e.loc)
+        e.gtype, e.shape = "P", ()
+
+    def leaf_in_mode(self, e: ast.Expr, mode: Mode, text: str) -> None:
+        """A vertex definition reads no u or e term outside its aggregations."""
+        if mode == "vertex" and e.gtype in ("S", "E"):
+            what = "the source vertex u" if e.gtype == "S" else "an edge"
+            raise self.error(
+                f"{text} reads {what} outside an aggregation: a vertex value may use only "
+                "v terms, parameters and aggregations such as sum(...) or max(...)",
+                e.loc,
+            )
+
+    def before_definition(self, name: str, loc: SourceLocation) -> SourceError | None:
+        later = self.all_defs.get(name)
+        if later is None:
+            return None
+        if later is self.current:
+            return self.error(f"'{name}' is used in its own definition", loc)
+        return self.error(f"'{name}' is used before it is defined (line {later.loc.line})", loc)
+
+    def index(self, e: ast.Index, mode: Mode) -> None:
+        text = f"{e.name}[{e.index}]"
+        p = self.params.get(e.name)
+        if p is not None:
+            domain = p.type.domain
+            if domain is None:
+                raise self.error(
+                    f"'{e.name}' is a parameter ({_fmt_type(p.type)}), not a vertex or edge tensor: "
+                    f"use it as '{e.name}' without an index",
+                    e.loc,
+                )
+            if domain == "V" and e.index == "e":
+                raise self.error(
+                    f"'{e.name}' is a vertex tensor: read it at u or v ({e.name}[u], {e.name}[v]), not at e",
+                    e.loc,
+                )
+            if domain == "E" and e.index != "e":
+                raise self.error(f"'{e.name}' is an edge tensor: read it as {e.name}[e], not {text}", e.loc)
+            shape = p.type.shape
+        elif e.name in self.defined:
+            d = self.defined[e.name]
+            if d.index == "e" and e.index != "e":
+                raise self.error(f"'{e.name}' is an edge value: read it as {e.name}[e], not {text}", e.loc)
+            if d.index == "v" and e.index == "e":
+                raise self.error(
+                    f"'{e.name}' is a vertex value: read it at u or v ({e.name}[u], {e.name}[v]), not at e",
+                    e.loc,
+                )
+            shape = d.value.shape or ()
+        else:
+            err = self.before_definition(e.name, e.loc)
+            if err is not None:
+                raise err
+            raise self.unknown(e.name, e.loc)
+        e.gtype = {"u": "S", "v": "D", "e": "E"}[e.index]  # type: ignore[assignment]
+        e.shape = shape
+        self.leaf_in_mode(e, mode, text)
+
+    def name(self, e: ast.Name) -> None:
+        p = self.params.get(e.name)
+        if p is not None:
+            if p.type.domain == "V":
+                raise self.error(f"'{e.name}' is a vertex tensor: index it as {e.name}[u] or {e.name}[v]", e.loc)
+            if p.type.domain == "E":
+                raise self.error(f"'{e.name}' is an edge tensor: index it as {e.name}[e]", e.loc)
+            e.gtype, e.shape = "P", p.type.shape
+            return
+        if e.name in self.defined:
+            d = self.defined[e.name]
+            how = f"{e.name}[e]" if d.index == "e" else f"{e.name}[u] or {e.name}[v]"
+            kind = "an edge" if d.index == "e" else "a vertex"
+            raise self.error(f"'{e.name}' is {kind} value: read it as {how}", e.loc)
+        if e.name in ast.INDEX_NAMES:
+            raise self.error(f"'{e.name}' is an index, not a value (index a tensor with it: x[{e.name}])", e.loc)
+        err = self.before_definition(e.name, e.loc)
+        if err is not None:
+            raise err
+        raise self.unknown(e.name, e.loc)
+
+    def unknown(self, name: str, loc: SourceLocation) -> SourceError:
+        if name in self.results:
+            return self.error(f"result '{name}' is read but never defined", loc)
+        return self.error(f"unknown name '{name}'", loc)
+
+    def combine(self, a: ast.Expr, b: ast.Expr, loc: SourceLocation) -> ast.GraphType:
+        ga, gb = a.gtype, b.gtype
+        assert ga is not None and gb is not None
+        if ga == gb:
+            return ga
+        if ga == "P":
+            return gb
+        if gb == "P":
+            return ga
+        if "A" not in (ga, gb):
+            return "E"
+        if {ga, gb} == {"A", "D"}:
+            return "A"
+        # A with S or E: the leaf checks report this first; kept as a guard.
+        raise self.error("an aggregation cannot be combined with a u or e term outside an aggregation", loc)
+
+    def broadcast(self, a: ast.Shape, b: ast.Shape, loc: SourceLocation, what: str) -> ast.Shape:
+        short, long = (a, b) if len(a) <= len(b) else (b, a)
+        if long[: len(short)] != short:
+            raise self.error(
+                f"{what}: shapes {_fmt_shape(a)} and {_fmt_shape(b)} do not broadcast "
+                "(broadcasting is by leading axes: one shape must be a prefix of the other)",
+                loc,
+            )
+        return long
+
+    def binary(self, e: ast.Binary, mode: Mode) -> None:
+        self.expr(e.lhs, mode)
+        self.expr(e.rhs, mode)
+        lshape, rshape = e.lhs.shape or (), e.rhs.shape or ()
+        if e.op == "@":
+            w = e.rhs
+            p = self.params.get(w.name) if isinstance(w, ast.Name) else None
+            if p is None or p.type.domain is not None or len(p.type.shape) != 2:
+                got = f"'{w.name}' has shape {_fmt_shape(rshape)}" if isinstance(w, ast.Name) else ("got an expression")
+                raise self.error(f"the right operand of '@' must be a 2-D parameter matrix W: [K, N] ({got})", w.loc)
+            rows, cols = p.type.shape
+            if not lshape:
+                raise self.error(f"'@' needs a left operand of shape [..., {rows}]; it is {_fmt_shape(lshape)}", e.loc)
+            if lshape[-1] != rows:
+                raise self.error(
+                    f"'@': the last axis of the left operand {_fmt_shape(lshape)} does not match "
+                    f"the rows of {p.name} {_fmt_shape(p.type.shape)}",
+                    e.loc,
+                )
+            e.shape = lshape[:-1] + (cols,)
+        else:
+            e.shape = self.broadcast(lshape, rshape, e.loc, f"'{e.op}'")
+        e.gtype = self.combine(e.lhs, e.rhs, e.loc)
+
+    def call(self, e: ast.Call, mode: Mode) -> None:
+        f = e.func
+        if f == "softmax" and mode == "vertex":
+            raise self.error(
+                "softmax normalises an edge value over each destination's in-edges: use it in an "
+                "edge definition (a[e] = softmax(s[e])) or inside an aggregation",
+                e.loc,
+            )
+        if f == "leaky_relu":
+            slope = e.args[1]
+            if isinstance(slope, ast.Unary) and isinstance(slope.operand, ast.Number):
+                # a negative literal slope: fold it into one Number
+                slope = ast.Number(value=-slope.operand.value, text="-" + slope.operand.text, loc=slope.loc)
+                e.args[1] = slope
+            if not isinstance(slope, ast.Number):
+                raise self.error("the slope of leaky_relu must be a number, such as 0.2", slope.loc)
+        for arg in e.args:
+            self.expr(arg, mode)
+        a = e.args[0]
+        ashape = a.shape or ()
+        if f in ast.UNARY_FUNCTIONS or f == "leaky_relu":
+            e.gtype, e.shape = a.gtype, ashape
+        elif f == "softmax":
+            e.gtype, e.shape = "E", ashape
+        elif f in ("max", "min"):
+            b = e.args[1]
+            e.shape = self.broadcast(ashape, b.shape or (), e.loc, f)
+            e.gtype = self.combine(a, b, e.loc)
+        elif f == "outer":
+            b = e.args[1]
+            bshape = b.shape or ()
+            if not ashape or not bshape or ashape[:-1] != bshape[:-1]:
+                raise self.error(
+                    f"outer needs operands [..., K] and [..., N] with the same leading axes, got "
+                    f"{_fmt_shape(ashape)} and {_fmt_shape(bshape)}",
+                    e.loc,
+                )
+            e.shape = ashape + bshape[-1:]
+            e.gtype = self.combine(a, b, e.loc)
+        elif f == "transpose":
+            if len(ashape) < 2:
+                raise self.error(
+                    f"transpose swaps the last two axes: it needs an operand of shape [..., K, N], got "
+                    f"{_fmt_shape(ashape)}",
+                    e.loc,
+                )
+            e.shape = ashape[:-2] + (ashape[-1], ashape[-2])
+            e.gtype = a.gtype
+        elif f == "dot":
+            b = e.args[1]
+            bshape = b.shape or ()
+            if ashape != bshape:
+                raise self.error(
+                    f"dot needs two operands of the same shape, got {_fmt_shape(ashape)} and {_fmt_shape(bshape)}",
+                    e.loc,
+                )
+            if not ashape:
+                raise self.error("dot needs operands with at least one axis (it reduces the last one)", e.loc)
+            e.shape = ashape[:-1]
+            e.gtype = self.combine(a, b, e.loc)
+        else:  # pragma: no cover - the parser accepts no other function
+            raise self.error(f"unknown function '{f}'", e.loc)
+
+    def aggregate(self, e: ast.Aggregate, mode: Mode) -> None:
+        if mode == "edge":
+            raise self.error(
+                f"an edge definition cannot contain an aggregation ({e.kind}(...) gives one value "
+                "per destination vertex; define it as a vertex value, name[v] = ...)",
+                e.loc,
+            )
+        if mode == "aggregate":
+            raise self.error(f"aggregations cannot be nested ({e.kind}(...) inside another aggregation)", e.loc)
+        self.expr(e.operand, "aggregate")
+        e.gtype, e.shape = "A", e.operand.shape
+
+
+def check(program: ast.Program) -> ast.Program:
+    """Checks ``program`` in place and returns it; raises ``SourceError`` at the first error."""
+    _Checker(program).run()
+    return program
+
+
+__all__ = ["CPU_DIRECTIVES", "DIRECTIVES", "MAP_STRATEGIES", "SUPPORTED_DIRECTIVES", "check"]

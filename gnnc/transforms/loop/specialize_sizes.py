@@ -1,0 +1,92 @@
+"""specialize-sizes: the kernel compiled for given sizes of its dimensions (`specialize F 32`).
+
+A kernel's dimensions (the `H` and `F` of `h: f32[V, H, F]`) are read at
+run time from the `dims` argument, so every row loop has a trip count LLVM
+does not know: it vectorises with a remainder loop, cannot keep a row in
+registers across the in-edges, and runs per-head scalars (softmax maxima
+and sums, scores) through memory. With the sizes as constants the row loops
+unroll into vector registers and the head loops into straight-line code, as
+for a kernel written with literal sizes. Measured on R-MAT scale 15 (2
+threads, against the kernel as compiled): gcn 1.25x at F = 32 and 128,
+sage_max 1.43x, sage_mean 1.66x at F = 64, attention 1.22x at H = 1 and
+H = 4, gat 1.12-1.22x. Rows of more than 128 elements stay loops
+(convert-loop-to-scf): unrolled, they needed more vector registers than
+there are.
+
+The pass replaces each load of a specialised dimension from `dims` with
+its size and records the sizes in the kernel's ABI record (`sizes`); the
+runtime refuses a call with other sizes before the native code runs (a
+kernel compiled for F = 32 would read and write 32 columns of any row).
+The runtime's default heuristic compiles such a variant per call sizes
+(autotune/heuristic.py), as `gnnc tune` may.
+
+Runs first among the loop passes: those after it see constant extents,
+as they would for a kernel written with literal sizes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+from xdsl.passes import ModulePass
+
+from gnnc.errors import CompileError
+from gnnc.ir import abi, loop
+from gnnc.ir.loop_structure import kernel_buffer, take_schedule
+from gnnc.ir.schedule import parse_sizes
+
+
+def _sizes_of(fn: func.FuncOp) -> dict[str, int] | None:
+    """The `specialize` entry of the kernel's sweeps (all carry the same), consumed."""
+    found = {take_schedule(op, "specialize") for op in fn.walk() if isinstance(op, loop.ForDstOp)}
+    found.discard(None)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise CompileError(
+            f"@{fn.sym_name.data}: its sweeps are specialised to different sizes: "
+            + ", ".join(sorted(a.data for a in found))
+        )  # type: ignore[union-attr]
+    (entry,) = found
+    assert isinstance(entry, StringAttr)
+    return dict(parse_sizes(entry.data))
+
+
+class SpecializeSizesPass(ModulePass):
+    """Replaces the run-time sizes of the dimensions a kernel's schedule specialises with constants."""
+
+    name = "specialize-sizes"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
+            sizes = _sizes_of(fn)
+            if sizes is None:
+                continue
+            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            names = record["dims"]
+            unknown = sorted(set(sizes) - set(names))
+            if unknown:
+                raise CompileError(
+                    f"specialize: kernel @{fn.sym_name.data} has no dimension "
+                    f"{', '.join(unknown)} (its dimensions: {', '.join(names) or 'none'})"
+                )
+            dims = kernel_buffer(fn, "dims")
+            for use in list(dims.uses):
+                load = use.operation
+                if not isinstance(load, memref.LoadOp) or load.memref is not dims:
+                    continue
+                at = load.indices[0].owner
+                if not (isinstance(at, arith.ConstantOp) and isinstance(at.value, IntegerAttr)):
+                    raise CompileError(f"@{fn.sym_name.data}: a dimension is read at a computed position")
+                name = names[at.value.value.data]
+                if name in sizes:
+                    size = arith.ConstantOp(IntegerAttr(sizes[name], load.res.type))
+                    load.parent_block().insert_op_before(size, load)  # type: ignore[union-attr]
+                    load.res.replace_all_uses_with(size.result)
+                    load.detach()
+                    load.erase()
+            record["sizes"] = sizes
+            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
