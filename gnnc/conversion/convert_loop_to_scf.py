@@ -139,13 +139,8 @@ ROW_INTERLEAVE = 4
 #: many elements only; a longer one stays a loop too, four vectors an
 #: iteration. Each head's row of 128 (H = 4) or 64 (H = 8) unrolled into
 #: one block of loads and FMAs ran slower than the same row as a loop, the
-#: more where the gathers are quick enough to queue up behind it: on mdual
-#: (2 threads, medians of 7, either order) gat at H = 4, F = 128 with
-#: `reorder rcm` and `stream outputs` 1.13-1.14x, the sum of the same rows
-#: 1.15-1.17x, gat and gat_conv at H = 8, F = 64 1.04-1.09x, at H = 4,
-#: F = 64 1.01-1.09x; on rmat-16 gat at H = 4, F = 128 1.04x, F = 64 1.00x;
-#: attention 0.99-1.02x. Why the straight-line block is slower was not
-#: found: the instructions and the lines fetched are the same.
+#: more where the gathers are quick enough to queue up behind it
+#: (docs/design/specialization.md).
 ROW_UNROLL_MAX_IN_HEADS = 32
 
 

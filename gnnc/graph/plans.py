@@ -297,11 +297,10 @@ def rcm_order(graph: Any) -> np.ndarray:
     Consecutive destinations are neighbours, or neighbours of neighbours, so
     the source rows one gathers were mostly gathered a few destinations
     before and are still in the cache; the caller's numbering is kept (the
-    kernel writes each row where it belongs). A mesh whose numbering
-    scatters neighbours (METIS mdual) has locality to find: half its
-    gathers come back within 16K edges in this order, against a quarter in
-    id order, and gcn at F = 512 ran 1.15x faster with it (with `stream
-    outputs`, since rows are then written out of order). On a bipartite
+    kernel writes each row where it belongs). A graph whose numbering
+    scatters neighbours has locality to find (docs/design/locality.md);
+    pair the order with `stream outputs`, since rows are then written out
+    of order. On a bipartite
     graph, sources and destinations are the two sides of one undirected
     graph, and the destinations keep their order in its RCM order.
     """

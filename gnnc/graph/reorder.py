@@ -18,9 +18,8 @@ Relabelling is data layout, not a schedule: a destination order alone
 (`reorder locality`) keeps the caller's rows where they are, and the
 scattered output rows and edge values it then writes cost more than the
 shared source rows save. A user who relabels once, before training, and
-keeps features in the new order pays the permutation once. Measured on
-mdual (2 threads): gcn F = 32 2.4x faster on the relabelled graph
-(benchmarks/README.md has the table).
+keeps features in the new order pays the permutation once. Measurements:
+docs/design/locality.md and benchmarks/README.md.
 
 New edge ids follow the new in-CSR (by destination, then by the old edge id),
 so a kernel's edge tensors are read and written in order too.

@@ -363,7 +363,7 @@ class StreamCopyOp(IRDLOperation):
 class StoreFenceOp(IRDLOperation):
     """The streaming stores of this thread before it are visible to every
     thread before any store after it is (x86 `sfence`). A worker that
-    streamed its rows ends with one; one per row cost 1.2-1.6x."""
+    streamed its rows ends with one, not one per row (a fence is costly)."""
 
     name = "llvm_ext.store_fence"
 

@@ -122,10 +122,9 @@ def narrow_row_pieces(scope: Operation | Block, extent: SSAValue, offset: SSAVal
     prefetch-neighbors fetches every line of a gathered row
     (`scf.for %l = 0 to %row step LINE`). Once a row is split into tiles or
     slices, the walk runs once per piece, and a whole-row prefetch per walk
-    moves the row from memory once per piece: `tile features 64` at F = 512
-    ran 5x slower than no tiling. A streamed row (`llvm_ext.stream_copy`)
-    would be written whole per piece, with the columns of the other pieces
-    not built yet. A row whose size is `extent`, or `outer * extent`, is
+    moves the row from memory once per piece (docs/design/locality.md). A
+    streamed row (`llvm_ext.stream_copy`) would be written whole per piece,
+    with the columns of the other pieces not built yet. A row whose size is `extent`, or `outer * extent`, is
     handled piece by piece; a row whose innermost axis is another is left
     whole (its work does not depend on the piece).
     """

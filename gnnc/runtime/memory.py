@@ -3,9 +3,9 @@
 numpy's allocator gives 16-byte alignment: a large array starts 16 (or 48)
 bytes past a cache line, so every 128-byte feature row spans three lines and
 a kernel that gathers rows at random moves half as many bytes again. torch
-allocates on 64-byte boundaries. Measured on rmat-16 (gcn, F = 32, 2 threads):
-the same kernel on the same values ran 1.15-1.2x faster with the input
-aligned (mdual SDDMM D = 32: 1.17x); where outputs start made no difference.
+allocates on 64-byte boundaries. Inputs gathered at random gain from being
+aligned; where outputs start made no difference (measurements:
+docs/design/locality.md).
 """
 
 from __future__ import annotations

@@ -31,15 +31,17 @@ The search is successive halving, model-guided:
 Rounds run candidates in turn rather than one after another, so a noisy
 neighbour on a shared machine slows them alike. A candidate's time is the
 fastest of its samples (as `timeit` advises: another process can only slow a
-sample down, so the minimum is the least disturbed estimate; on this 2-core
-machine under load the median let a one-thread run "win" by 3x because a
-two-thread team stalls whenever one of its threads is descheduled). A
-sample of a fast kernel is several calls (at least
+sample down, so the minimum is the least disturbed estimate; under load the
+median favours fewer threads, because a team of threads stalls whenever one
+of them is descheduled). A sample of a fast kernel is several calls (at least
 `MIN_SAMPLE_SECONDS`). The budget is checked before anything is started,
 against estimates from what was measured so far, so the search ends within
 the budget unless a single compile or call outlasts it. The winner is the
 fastest candidate, which the default took part in: a tuned
 schedule is never slower than the default as measured.
+
+Why the search is built this way, and why some candidates are in the space:
+docs/design/tuning.md.
 """
 
 from __future__ import annotations
@@ -77,11 +79,10 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
     """Concrete candidate keys (directives, `; threads N` for fewer threads) for a kernel's traits."""
     row = traits["row"]
     keys = [UNSCHEDULED, default_key]
-    # prefetch 0: rows that stay in the caches need no prefetch (gat, attention
-    # 1.07-1.17x on 4elt and copter2); big graphs lose 0.4-0.9x without it
+    # prefetch 0: rows that stay in the caches need no prefetch; big graphs lose without it
     keys += [f"prefetch {d}" for d in (0, 4, 16, 32)]
     keys += [f"vectorize {w}" for w in (8, 16, 32) if w < row and row % w == 0]
-    if 2 <= row <= 128:  # a 128-float row is eight AVX-512 registers: sage_max F=128 1.05-1.12x
+    if 2 <= row <= 128:  # a 128-float row is eight AVX-512 registers
         keys.append(f"vectorize {row}")
     keys += [f"partition src {k}" for k in (2, 4, 8, 16)]
     if row >= 64:
@@ -100,7 +101,7 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
             keys.append(f"specialize {traits['sizes']}; {heuristic.STREAM_OUTPUTS}")
     if traits.get("lane_walks"):
         keys += [f"vectorize edges {w}" for w in (8, 16)]
-    # 512-bit vectors: 1.02-1.17x at rows of 512 bytes and up, 0.89-0.95x at 128 (heuristic.py)
+    # 512-bit vectors pay at wide rows and lose at narrow ones (docs/design/tuning.md)
     keys += [f"simd {w}" for w in (256, 512)]
     if cores > 1:
         keys.append(predictor.join_threads(UNSCHEDULED, 1))
@@ -243,7 +244,7 @@ class TuneResult:
     threads: int
     #: The 1-minute load average when the search started: other processes'
     #: load makes a team of threads wait for a descheduled member, so a busy
-    #: machine's timings favour fewer threads (see benchmarks/README.md).
+    #: machine's timings favour fewer threads (docs/design/tuning.md).
     load_average: float = 0.0
 
     @property

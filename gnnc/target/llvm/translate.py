@@ -27,12 +27,13 @@ Floating point is IEEE arithmetic with one liberty C compilers take by default
 (GCC's -ffp-contract=fast): a product feeding a sum or difference may be
 fused into one FMA, rounded once (`contract` on every fadd / fsub / fmul).
 A row accumulation `acc + w * x[u]` is then one instruction per vector instead
-of two; on the 2-core Xeon (LLVM picks 256-bit vectors for it) the separate
-multiply and add made rows of F = 32 throughput-bound: gat 1.04-1.07x, gcn up
-to 1.06x, a chunked edge walk 1.4x. Other flags come only from an op's
+of two, which narrow rows are bound by. Other flags come only from an op's
 `arith.fastmath` attribute, copied onto the LLVM instruction; that is how the
 lowering allows reassociation of one particular reduction. Any op not in the
 tables below is a `CompileError` naming it: nothing is ever skipped.
+
+Why these choices (FMA contraction, alias scopes, vector widths), with the
+measurements: docs/design/llvm-translation.md.
 """
 
 from __future__ import annotations

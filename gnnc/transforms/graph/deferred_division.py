@@ -23,11 +23,8 @@ The lowering stores exp(s - m) in the walk that accumulates z and the
 weighted sum, and scales the stored weights by 1 / z in a last walk that only
 reads and writes them (`convert-graph-to-loop`'s rescaled edge results), so
 each weight's exp is evaluated once, not twice, and no walk waits for z
-except that light one. Measured against the undeferred nest in one process
-(gat with alpha, 2 threads, edge ids in CSR order): 1.09-1.19x faster on R-MAT
-scale 16 and 1.02-1.08x on mdual for H x F up to 4 x 32 or 1 x 128; even at
-4 x 128, where gathering the rows dominates. The accumulating row stays in the
-output (see `convert-graph-to-loop`): in scratch it was 10% slower there.
+except that light one. The accumulating row stays in the output (see
+`convert-graph-to-loop`). Measurements: docs/design/fusion.md.
 """
 
 from __future__ import annotations

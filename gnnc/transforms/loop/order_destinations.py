@@ -13,11 +13,7 @@ indexed by the position (the in-edge loops, the degree loads) and the index
 streams stay sequential, and prefetching D edges ahead reaches the edges
 that really run next. On the in-CSR, a reordered sweep took a cache miss on
 every destination's indices and prefetched edges of destinations that ran
-much later: on mdual (2 threads, F = 32) `reorder locality` ran 0.18-0.23x
-of the identity order for gcn, sage_max and gat, and runs 0.42-0.68x with
-the ordered in-CSR (what is left is the scattered output rows and edge
-values of a permuted sweep: on a mesh of 4 in-edges per vertex they cost
-more than the shared source rows save). The ABI record says so
+much later (measurements: docs/design/locality.md). The ABI record says so
 (`ordered_edges`). Where prefetch-neighbors asked for it
 (`prefetch_destinations`), the destination's own rows are prefetched a few
 positions ahead. A kernel whose edge indices cannot all be

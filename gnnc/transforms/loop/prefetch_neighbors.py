@@ -3,21 +3,19 @@
 A gather `x[u]` reads a row at a random address; the hardware prefetchers
 cannot guess it, and one in-edge loop has a single miss outstanding at a time.
 Reading `in_src[pos + D]` and prefetching that source's rows (every cache
-line of each row the body gathers at `u`) keeps D misses in flight. Measured
-here: a random-row gather ran 6-9x faster 8 rows ahead. Rows at the user's
-edge id (`in_eid[pos + D]`) are prefetched the same way, for writing where
-the body stores them: edge ids in source order scatter them.
+line of each row the body gathers at `u`) keeps D misses in flight. Rows at
+the user's edge id (`in_eid[pos + D]`) are prefetched the same way, for
+writing where the body stores them: edge ids in source order scatter them.
 
 The distance D is the `prefetch` entry of the destination loop's schedule
 (default 8, `prefetch 0` turns it off); this pass consumes the entry.
 
 A sweep in a destination order of the runtime's (`reorder`, `sort degree`)
 also reads the destination's own rows at random: `er[v]`, `x[v]`, and
-`out[v]` where it is not streamed. On mdual (gat, H = 4, F = 32, `reorder
-rcm`) a quarter of the samples sat on the load of `er[v]`, the first thing a
-destination needs. This pass leaves `prefetch_destinations` in such a
-sweep's schedule; order-destinations, which maps positions to destinations,
-consumes it with `prefetch_destination_rows`.
+`out[v]` where it is not streamed; `er[v]` is the first thing a destination
+needs. This pass leaves `prefetch_destinations` in such a sweep's schedule;
+order-destinations, which maps positions to destinations, consumes it with
+`prefetch_destination_rows`. Measurements: docs/design/locality.md.
 """
 
 from __future__ import annotations
@@ -162,8 +160,7 @@ def prefetch_destination_rows(for_dst: loop.ForDstOp, dst: loop.DstAtOp, ahead: 
     positions on, right after `dst`."""
     body = for_dst.body.block
     # a row of an array the sweep also gathers (gin's x[v]) was, in a locality
-    # order, just gathered for a neighbour: prefetching it again cost gin 0.96x
-    # on mdual at F = 128
+    # order, just gathered for a neighbour: prefetching it again costs more than it saves
     gathered = {
         buffer
         for edge_loop in for_dst.walk()

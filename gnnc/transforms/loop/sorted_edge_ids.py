@@ -6,10 +6,7 @@ edge rows (an edge input `w[e]`, an edge result `alpha[e]`) through it: an
 prefetches of edge rows at `in_eid[pos + D]`. When the caller's edge ids are
 the in-CSR positions (edges sorted by destination: a graph built from
 destination-sorted COO, or the benchmarks' graphs, whose numba baselines
-read `w[pos]`), `e` is `pos`. Against the same schedule reading `in_eid`
-(2 threads, specialised, inputs on cache lines): gcn F = 32 1.25x on
-rmat-16 and 1.10x on mdual; attention D = 32 1.08x on both; gat H = 1
-F = 32 1.03x / 1.07x.
+read `w[pos]`), `e` is `pos` (measurements: docs/design/locality.md).
 
 The pass consumes the sweeps' `edge_ids` schedule entry, replaces the edge
 id of every walk over the kernel's own in-CSR by the position (a partition's

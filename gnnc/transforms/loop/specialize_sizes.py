@@ -6,12 +6,9 @@ does not know: it vectorises with a remainder loop, cannot keep a row in
 registers across the in-edges, and runs per-head scalars (softmax maxima
 and sums, scores) through memory. With the sizes as constants the row loops
 unroll into vector registers and the head loops into straight-line code, as
-for a kernel written with literal sizes. Measured on R-MAT scale 15 (2
-threads, against the kernel as compiled): gcn 1.25x at F = 32 and 128,
-sage_max 1.43x, sage_mean 1.66x at F = 64, attention 1.22x at H = 1 and
-H = 4, gat 1.12-1.22x. Rows of more than 128 elements stay loops
-(convert-loop-to-scf): unrolled, they needed more vector registers than
-there are.
+for a kernel written with literal sizes. Rows of more than 128 elements stay
+loops (convert-loop-to-scf): unrolled, they needed more vector registers
+than there are. Measurements: docs/design/specialization.md.
 
 The pass replaces each load of a specialised dimension from `dims` with
 its size and records the sizes in the kernel's ABI record (`sizes`); the

@@ -12,20 +12,15 @@ promoted.
 This pass versions the body of every `loop.for_dst` on `H == 1`: the copy
 has the axis's loops at extent 1, the original stays for other sizes. Any
 outer axis qualifies (the input axis of a `@` encloses its output axis too;
-the heads of a multi-head `dot` enclose its reduction: SDDMM at D = 32 on
-R-MAT ran 4.7 ms with a literal head count of 1, 7.4 ms without); the first
-one found is versioned, so the code at most doubles. gat at
-F = 32 on R-MAT scale 16 (2 threads) ran in 9.3 ms with a literal head
-count of 1 against 11.5 ms with H given at run time (a hand-written numba
-loop with the head loop outside the edge loop: 9.4 ms).
+the heads of a multi-head `dot` enclose its reduction); the first one
+found is versioned, so the code at most doubles.
 
 Destination loops whose schedule restructures the body later
 (hilbert-edge-order, partition-sources, tile-features) are left alone: those
 passes expect the body's loops directly in it. vectorize-rows does not: it
 copies the whole body, versioned or not, into each row slice, so a sliced
-gat keeps its literal head count (before, `vectorize 32` on gat at H = 1,
-F = 32 dropped the versioning and ran 0.57-0.71x of the kernel as compiled;
-with it, 1.01-1.04x on rmat-14 and cond-mat).
+gat keeps its literal head count (without it a sliced gat ran slower than
+the kernel as compiled). Measurements: docs/design/specialization.md.
 """
 
 from __future__ import annotations

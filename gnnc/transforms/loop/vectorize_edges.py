@@ -3,8 +3,7 @@
 A walk computes per edge a few scalars (gat: a score, its exponential, the
 softmax maximum and sum; gcn_norm: a weight from two degrees) and then,
 maybe, a row (`alpha * h[u]`, F wide). The row is a vector already; the
-scalars are not, and with one head they are most of a walk's time: on
-R-MAT scale 16 the softmax alone of gat took longer than its rows. This
+scalars are not, and with one head they are most of a walk's time. This
 pass cuts the walk into chunks of W in-edges. Per chunk, the scalar work
 runs in one `loop.lanes` op, edge j of the chunk on lane j (the CPU backend
 makes it W-wide vector code: a masked load of the chunk's sources, gathers
@@ -25,7 +24,7 @@ What moves where:
   rows;
 - only the rows' prefetches stay: a gather of W lanes has W misses in
   flight by itself, and a scalar prefetch loop per chunk cost five
-  instructions an edge (gat's softmax alone on R-MAT 16: 2.6 -> 2.2 ms).
+  instructions an edge.
 
 A walk qualifies when some float operation is left outside the rows (a head
 axis of size 1 counts as none: specialize-unit-dims' copy, or a kernel
@@ -41,11 +40,9 @@ size 1 they are (`lanes.unit_dims`), and whether their lanes address edge
 rows by edge id (`lanes.edge_ids`): what the runtime's default heuristic
 asks.
 
-Measured (2 threads, against the same default schedule without the
-directive; the first table in autotune/heuristic.py has more): gat at H = 1,
-F = 32 1.5x on R-MAT 14-16, 1.7x on copter2, 1.5x on 4elt and astro-ph,
-1.2x on email-Enron; F = 128 0.97-1.12x; on mdual, with 4 in-edges a
-destination, 0.72x (F = 32): the lanes' fixed cost per walk is not paid back.
+The lanes pay where destinations have many in-edges; with few (a mesh of 4
+per destination) their fixed cost per walk is not paid back. Measurements:
+docs/design/edge-lanes.md.
 """
 
 from __future__ import annotations
@@ -554,14 +551,14 @@ def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tupl
 
     - walks: how many qualify as compiled (what `vectorize edges` would split);
     - reducing: how many of the ones it would take reduce or have no rows; a weight per edge
-      before a row gains nothing from lanes (gcn_norm: 0.84-1.04x), a softmax does (gat: up to
-      1.8x). They are the walks as compiled, or, if none, those that would qualify were the head
+      before a row gains nothing from lanes, a softmax does (docs/design/edge-lanes.md).
+      They are the walks as compiled, or, if none, those that would qualify were the head
       loops of run-time size of size 1 (a softmax of edge values alone, gat's gradient stages),
       and then `sized` says the call's sizes must be compiled in (`specialize`) first;
     - unit_dims: the dimensions that must be 1: the copy specialize-unit-dims made for them, or
       those head loops;
     - edge_ids: whether the lanes load or store edge rows at the edge's id: then gathers and
-      scatters (gat's alpha) cost the gain (rmat-16 0.96x; by position, `edges sorted`, 1.5x).
+      scatters (gat's alpha) cost the gain (by position, with `edges sorted`, they do not).
     """
 
     def reduces(plans: list[tuple[loop.ForInEdgesOp, _Plan]]) -> list[tuple[loop.ForInEdgesOp, _Plan]]:

@@ -62,7 +62,7 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
         # The row is one slice already, its loops of constant extent. A slice loop
         # of one trip would be worse than useless: LLVM finds the streamed row's
         # stores at one address in every trip, moves them after the loop and
-        # drops their `!nontemporal` (gin, F = 128 under `stream outputs`: 0.68x).
+        # drops their `!nontemporal` (docs/design/locality.md).
         return
     body = for_dst.body.block
     ops = list(body.ops)[:-1]

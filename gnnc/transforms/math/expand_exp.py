@@ -5,11 +5,7 @@ call clobbers every vector register: in gat's edge walk the row
 accumulators were spilled and reloaded around each head's `expf`. Inline,
 nothing is spilled, and the exponentials of a head loop with no loop
 inside (convert-graph-to-loop gives costly per-head work one, on the CPU)
-vectorise across heads. gat, 2 threads, specialised, against
-`--disable-pass expand-exp` in one process: rmat-16 H=4 F=32 1.57x,
-H=1 F=32 1.05x; mdual H=1 F=32 1.08x. An earlier form (a Taylor
-polynomial by Horner's rule, no FMA) lost to glibc with one head: its
-dependency chain was twice as long.
+vectorise across heads (measurements: docs/design/llvm-translation.md).
 
 The expansion is Cephes': exp(x) = 2^k * exp(r) with k = round(x / ln 2)
 and |r| <= ln(2) / 2, r reduced with two fused multiply-adds. For f32,

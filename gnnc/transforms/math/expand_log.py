@@ -3,7 +3,7 @@
 PTX has no libm, and LLVM's NVPTX backend cannot lower `llvm.log` (it
 fails), so the cuda pipelines run this pass. The CPU pipeline keeps calling
 libm: glibc's table-driven `logf` was faster than this expansion with one
-head (0.59x inline on rmat-16, H = 1, F = 32; 1.15x at H = 4).
+head (docs/design/llvm-translation.md).
 
 f32 as Cephes' logf, f64 as fdlibm's log: the bits of x give its exponent k
 and a mantissa m in [sqrt(1/2), sqrt(2)), and log(x) = k ln 2 + log(1 + f)
