@@ -9,6 +9,9 @@ Importing gnnc loads only the runtime; the compiler (xDSL, llvmlite) is
 imported on the first `gnnc.compile`.
 """
 
+import os
+from typing import Any
+
 from gnnc.errors import (  # noqa: E402
     ArgumentError,
     CompileError,
@@ -23,7 +26,7 @@ from gnnc.runtime.module import Module, load  # noqa: E402
 from gnnc.version import __version__  # noqa: E402, F401
 
 
-def compile(source_or_path, **options):  # noqa: A001 - the natural name for users
+def compile(source_or_path: str | os.PathLike, **options: Any) -> Any:  # noqa: A001 - the natural name for users
     """Compiles a .gnn file or source text and loads it; see `gnnc.api.compile`."""
     from gnnc.api import compile as _compile
 

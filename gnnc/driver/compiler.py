@@ -17,10 +17,14 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, cast
 
 from gnnc.errors import CompileError, GnncError
 from gnnc.ir import abi
 from gnnc.version import __version__
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 #: Targets `compile_source` builds for. `cuda-emulation` is the cuda
 #: pipeline (thread mapping included) with each grid run as loops on the CPU:
@@ -70,13 +74,13 @@ class IrObserver:
     print_after_all: bool = False
     print_after: tuple[str, ...] = ()
     dump_dir: Path | None = None
-    stream: object = field(default=sys.stderr)
+    stream: TextIO = field(default=sys.stderr)
     _count: int = 0
 
     def __call__(self, stage: str, text: str) -> None:
         if self.print_after_all or stage in self.print_after:
-            print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)  # type: ignore[arg-type]
-            print(text, file=self.stream)  # type: ignore[arg-type]
+            print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)
+            print(text, file=self.stream)
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             ext = {
@@ -186,7 +190,7 @@ def compile_source(
 
     for op in module.ops:
         if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record_abi = json.loads(cast("StringAttr", op.attributes[abi.ABI_ATTR]).data)
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
             del op.attributes[abi.ABI_ATTR]
@@ -220,7 +224,7 @@ def compile_source(
 
 def _cuda_backend(
     result: CompileResult,
-    module,
+    module: ModuleOp,
     signatures: dict,
     original_source: str,
     file: str,
@@ -237,7 +241,7 @@ def _cuda_backend(
     kernel_records = []
     for op in module.ops:
         if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record_abi = json.loads(cast("StringAttr", op.attributes[abi.ABI_ATTR]).data)
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
             del op.attributes[abi.ABI_ATTR]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from gnnc.autotune import heuristic
 from gnnc.errors import ArgumentError, CompileError, ToolchainError
@@ -331,8 +332,8 @@ def bind_call(sig: KernelSignature, graph: Graph, args: tuple, kwargs: dict, out
             raise ArgumentError(f"{what} is read-only")
         device_outs[name] = view
         del given[name]
-    inputs, outputs, dims = prepare_call(sig, graph, (), bound, out=given)
-    inputs = [views.get(p.name, arr) for p, arr in zip(sig.params, inputs)]
+    host_inputs, outputs, dims = prepare_call(sig, graph, (), bound, out=given)
+    inputs = [views.get(p.name, arr) for p, arr in zip(sig.params, host_inputs)]
     results: list = []
     for r, arr in zip(sig.results, outputs):
         view = device_outs.get(r.name)
@@ -365,7 +366,7 @@ class DeviceArray:
     It has `__cuda_array_interface__` (version 3), so CuPy, Numba or PyTorch
     can take it without a copy; `.copy_to_host()` gives a numpy array."""
 
-    def __init__(self, cu: Any, shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, cu: Any, shape: tuple[int, ...], dtype: DTypeLike):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self._cu = cu
         self._ptr = _check(cu, cu.cuMemAlloc(max(1, self.nbytes)), "cuMemAlloc")
@@ -399,7 +400,7 @@ class DeviceArray:
                 pass
 
 
-def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: DTypeLike) -> Any:
     """A device result: of the template's library and device when it is torch or CuPy."""
     if _is_torch(template):
         import torch
@@ -544,7 +545,7 @@ class CudaKernel:
             if self._grid.get("dst_scratch"):  # an edge mapping's per-destination accumulators
                 buffers.append(_DeviceBuffer(cu, None, per_thread * graph.num_vertices * itemsize))
             buffers += [_DeviceBuffer(cu, h) for h in hybrid]
-            values = [
+            values: list[ctypes.c_int64 | ctypes.c_void_p] = [
                 ctypes.c_int64(graph.num_vertices),
                 ctypes.c_int64(graph.num_edges),
                 ctypes.c_int64(threads),

@@ -55,7 +55,7 @@ def _pick_addresses() -> Any:
     used only if it agrees with `.ctypes.data` here, on arrays of each kind a
     call passes (fresh, views at an offset, empty, read-only)."""
     base = np.arange(64, dtype=np.float64)
-    probes = [
+    probes: list[np.ndarray] = [
         base,
         base[3:],
         base[5:9],
