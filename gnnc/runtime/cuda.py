@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import mmap
 import os
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook
 from gnnc.runtime.signature import _bind_args, _given_outputs, check_bipartite, pack_results, prepare_call
+
+_log = logging.getLogger(__name__)
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 
@@ -472,9 +475,12 @@ class CudaKernel:
         first one the compiler accepts for this kernel."""
         source = self._module.metadata.get("source")
         if self._grid.get("schedule_given", True) or source is None:
+            _log.debug("%s: runs as compiled (its mapping was given, or it has no source to vary)", self.name)
             return None
+        shape = graph.num_vertices, graph.num_edges, dims
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
             if mapping == "thread_vertex" and self._grid["mapping"] == mapping and self._grid["group"] == 1:
+                _log.debug("%s: default mapping 'map %s' (as compiled) for V=%d E=%d %s", self.name, mapping, *shape)
                 return None
             directive = f"map {mapping}"
             if directive in self._refused:
@@ -492,7 +498,9 @@ class CudaKernel:
                     self._refused.add(directive)
                     continue
                 self._variants[directive] = module.kernels[self.name]
+            _log.debug("%s: default mapping %r for V=%d E=%d %s", self.name, directive, *shape)
             return self._variants[directive]
+        _log.debug("%s: runs as compiled (no default mapping applies to it)", self.name)
         return None
 
     def __call__(self, graph: Graph, *args: Any, out: Any = None, **kwargs: Any) -> Any:
