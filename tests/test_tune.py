@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import multiprocessing
@@ -19,7 +20,7 @@ from gnnc.autotune.cache import TuningCache, entry_key, graph_key, kernel_key
 from gnnc.errors import ArgumentError
 from gnnc.runtime import tune
 from gnnc.tools.cli import main as cli_main
-from gnnc.tools.tune import parse_budget, parse_feats
+from gnnc.tools.tune import ProgressBar, parse_budget, parse_feats
 
 from .helpers import assert_matches
 from .strategies import random_inputs
@@ -443,3 +444,35 @@ def test_cli_tune_cuda_says_what_is_missing(capsys):
     )
     err = capsys.readouterr().err
     assert "gnnc: error:" in err and ("cuda" in err.lower() or "gpu" in err.lower())
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+_RESULT = SimpleNamespace(measured={"x": None}, best="tile features 4", speedup_over_default=1.25)
+
+
+def test_the_progress_bar_redraws_one_line_on_a_terminal():
+    stream = _Terminal()
+    bar = ProgressBar("gcn", 60.0, stream)
+    bar("compiling", 1.0, None)
+    bar("round 1: 12 left", 12.5, _RESULT)
+    bar("round 2: 6 left", 75.0, _RESULT)  # past the budget: the bar stops at full
+    bar.done()
+    text = stream.getvalue()
+    assert "\n" not in text[:-1] and text.endswith("\n")  # redrawn in place, then left on its own line
+    last = text.rstrip("\n").split("\r")[-1]
+    assert last.startswith("gcn |") and "60.0/60s" in last
+    assert "round 2: 6 left  best: tile features 4 1.25x vs default" in last
+
+
+def test_the_progress_bar_prints_a_line_per_round_in_a_log():
+    stream = io.StringIO()
+    bar = ProgressBar("gcn", 60.0, stream)
+    bar("compiling", 1.0, None)
+    bar("round 1: 12 left", 12.5, _RESULT)
+    bar("measuring", 20.0, _RESULT)
+    bar.done()
+    assert stream.getvalue() == "gcn  12.5/60s  round 1: 12 left  best: tile features 4 1.25x vs default\n"
