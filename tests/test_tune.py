@@ -198,6 +198,7 @@ def test_the_shipped_model_loads_and_predicts():
 # ------------------------------------------------------------------ the search
 
 
+@pytest.mark.slow
 def test_tune_measures_the_space_and_keeps_the_fastest(gcn, four_elt):
     result = tune.tune(gcn, four_elt, {"F": 16}, budget=None, exhaustive_rounds=1)
     timed = {k: m for k, m in result.measured.items() if m.samples}
@@ -264,6 +265,7 @@ def test_predictions_get_the_defaults_lanes():
     assert heuristic.fit_edge_lanes("", dense, 3) == ""  # the kernel as compiled stays so
 
 
+@pytest.mark.slow
 def test_tune_times_the_joins_of_what_paid_off(gcn, four_elt, monkeypatch):
     # make two families "pay off" whatever the machine measures: the join must then be compiled and timed
     monkeypatch.setattr(tune, "combination_keys", lambda times, base: ["vectorize 8; prefetch 16"])
@@ -272,6 +274,7 @@ def test_tune_times_the_joins_of_what_paid_off(gcn, four_elt, monkeypatch):
     assert result.measured["vectorize 8; prefetch 16"].samples
 
 
+@pytest.mark.slow
 def test_tune_honours_its_budget(gcn, four_elt):
     gcn._variant("")  # the first compile of this module is not the search's
     budget = 6.0
@@ -283,6 +286,7 @@ def test_tune_honours_its_budget(gcn, four_elt):
     assert result.rounds >= 1
 
 
+@pytest.mark.slow
 def test_tuned_schedule_is_used_by_auto_and_matches_the_reference(gcn, four_elt):
     tune.tune_and_store(gcn, four_elt, {"F": 8}, budget=None, exhaustive_rounds=1)
     x = np.random.default_rng(1).standard_normal((four_elt.num_vertices, 8)).astype(np.float32)
@@ -357,6 +361,7 @@ def test_cli_tune_prints_a_summary_caches_and_retrains(capsys, private_tuning_di
     assert predictor.load_model() is not None
 
 
+@pytest.mark.slow
 def test_cli_tune_measures_what_relabelling_would_buy(capsys, private_tuning_dir, monkeypatch):
     from gnnc.tools import tune as tune_command
 
