@@ -9,6 +9,10 @@ Importing gnnc loads only the runtime; the compiler (xDSL, llvmlite) is
 imported on the first `gnnc.compile`.
 """
 
+import logging
+import os
+from typing import Any
+
 from gnnc.errors import (  # noqa: E402
     ArgumentError,
     CompileError,
@@ -22,8 +26,13 @@ from gnnc.runtime.memory import aligned, empty, zeros  # noqa: E402
 from gnnc.runtime.module import Module, load  # noqa: E402
 from gnnc.version import __version__  # noqa: E402, F401
 
+# Logs go to logging.getLogger("gnnc") and its children: compiles at INFO, each
+# call's schedule decision at DEBUG. A library prints nothing unless the
+# application configures logging (e.g. logging.basicConfig(level=logging.INFO)).
+logging.getLogger("gnnc").addHandler(logging.NullHandler())
 
-def compile(source_or_path, **options):  # noqa: A001 - the natural name for users
+
+def compile(source_or_path: str | os.PathLike, **options: Any) -> Any:  # noqa: A001 - the natural name for users
     """Compiles a .gnn file or source text and loads it; see `gnnc.api.compile`."""
     from gnnc.api import compile as _compile
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gnnc.errors import ArgumentError
 from gnnc.runtime import compile_hook
 from gnnc.runtime.module import Module
+
+if TYPE_CHECKING:
+    from gnnc.runtime.gradient import Gradient
 
 
 class ReferenceKernel:
@@ -96,7 +99,7 @@ def compile_grad(
     wrt: list[str] | None = None,
     target: str = "cpu",
     **options: Any,
-):
+) -> Gradient:
     """Gradient kernels of one kernel, generated, compiled (cached) and loaded.
 
     Returns a `gnnc.runtime.gradient.Gradient`: call it as the forward kernel

@@ -27,6 +27,7 @@ that is no destination / no source.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from gnnc.runtime.signature import pack_results, prepare_call
 
 __all__ = ["evaluate"]
 
-_UNARY = {
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp,
     "log": np.log,
     "sqrt": np.sqrt,

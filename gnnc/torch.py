@@ -86,7 +86,8 @@ class Kernel:
         self.results = [r.name for r in kernel.results]
         self.params = [p.name for p in kernel.params]
         self.options = options
-        self._sources = {kernel.dtype: source}
+        assert kernel.dtype is not None, "parse_and_check sets the kernel's dtype"
+        self._sources: dict[str, str] = {kernel.dtype: source}
         other = "f64" if kernel.dtype == "f32" else "f32"
         self._sources[other] = re.sub(rf"\b{kernel.dtype}\b", other, source)
         self._forward: dict[str, Any] = {}

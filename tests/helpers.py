@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import gnnc
 
@@ -80,3 +81,13 @@ def numeric_grad(evaluate, args: dict, name: str, gout, h: float = 1e-6) -> np.n
         minus[name].reshape(-1)[i] -= h
         flat[i] = np.sum((evaluate(**plus) - evaluate(**minus)) * gout) / (2 * h)
     return grad
+
+
+def slow_except(values, *fast):
+    """`values` for pytest.mark.parametrize with all but `fast` marked slow: the fast
+    tier (`-m "not slow"`) runs a representative few, the full suite every one.
+    A tuple is the values of several argnames (a single argname whose values are
+    tuples takes pytest.param instead)."""
+    return [
+        v if v in fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow) for v in values
+    ]

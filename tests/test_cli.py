@@ -14,7 +14,7 @@ import pytest
 
 import gnnc
 from gnnc.driver import pipeline
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, slow_except
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -79,6 +79,7 @@ def gat_all(tmp_path_factory):
     return proc, so
 
 
+@pytest.mark.slow
 def test_print_ir_after_all_and_the_so_runs(gat_all):
     proc, so = gat_all
     assert proc.returncode == 0, proc.stderr
@@ -105,13 +106,16 @@ def test_print_ir_after_all_and_the_so_runs(gat_all):
 
 @pytest.mark.parametrize(
     "emit, marker",
-    [
+    slow_except(
+        [
+            ("graph", "graph.gather"),
+            ("loop", "loop.for_dst"),
+            ("scf", "scf.for"),
+            ("llvm", "define void @"),
+            ("asm", "gnnc_gat"),
+        ],
         ("graph", "graph.gather"),
-        ("loop", "loop.for_dst"),
-        ("scf", "scf.for"),
-        ("llvm", "define void @"),
-        ("asm", "gnnc_gat"),
-    ],
+    ),
 )
 def test_emit_text_to_stdout_and_file(tmp_path, emit, marker):
     proc = gnnc_cli("compile", GAT, "--emit", emit, "-o", "-")
@@ -126,6 +130,7 @@ def test_emit_text_to_stdout_and_file(tmp_path, emit, marker):
         assert out.read_text() == proc.stdout
 
 
+@pytest.mark.slow
 def test_emit_obj_is_an_elf_object(tmp_path):
     out = tmp_path / "gat.o"
     proc = gnnc_cli("compile", GAT, "--emit", "obj", "-o", out)
@@ -135,6 +140,7 @@ def test_emit_obj_is_an_elf_object(tmp_path):
     assert int.from_bytes(data[16:18], "little") == 1, "ET_REL: a relocatable object, not a shared object"
 
 
+@pytest.mark.slow
 def test_dump_ir_writes_one_numbered_file_per_stage(tmp_path):
     from llvmlite import binding as llvm
     from xdsl.parser import Parser
@@ -175,6 +181,7 @@ def test_print_ir_after_unknown_pass(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 @needs_cc
 def test_header_compiles_in_c(tmp_path):
     so, header = tmp_path / "gat.so", tmp_path / "gat.h"
@@ -195,6 +202,7 @@ def test_header_compiles_in_c(tmp_path):
     assert cc.returncode == 0, cc.stderr
 
 
+@pytest.mark.slow
 def test_header_says_what_a_specialised_kernel_was_compiled_for(tmp_path):
     so, header = tmp_path / "gat.so", tmp_path / "gat.h"
     proc = gnnc_cli("compile", GAT, "-o", so, "--header", header, "--schedule", "specialize H 4 F 32")
@@ -208,6 +216,7 @@ def test_header_needs_the_backend(tmp_path):
     assert not (tmp_path / "g.h").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _is_x86_64(), reason="x86-64 levels need an x86-64 host")
 def test_cpu_level_is_recorded(tmp_path):
     so = tmp_path / "gat_v2.so"
@@ -221,6 +230,7 @@ def test_cpu_level_is_recorded(tmp_path):
     assert_matches(module.gat(graph, **inputs), want, graph, np.float32)
 
 
+@pytest.mark.slow
 def test_cpu_bogus_is_a_clean_error(tmp_path):
     out = tmp_path / "x.so"
     proc = gnnc_cli("compile", GAT, "--cpu", "bogus", "-o", out)
@@ -290,6 +300,7 @@ def test_passes_lists_the_stages():
 # ---------------------------------------------------------------- gnnc-opt
 
 
+@pytest.mark.slow
 def test_gnnc_opt_reads_a_dumped_graph_stage(tmp_path):
     graph_file = tmp_path / "gcn.mlir"
     proc = gnnc_cli("compile", GCN, "--emit", "graph", "-o", graph_file)
@@ -313,6 +324,7 @@ def test_gnnc_opt_reads_a_dumped_graph_stage(tmp_path):
     assert "scf.for" in scf.stdout and "loop.for_dst" not in scf.stdout
 
 
+@pytest.mark.slow
 def test_gnnc_opt_console_script(tmp_path):
     exe = shutil.which("gnnc-opt")
     if exe is None:

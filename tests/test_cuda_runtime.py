@@ -320,3 +320,29 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
     results = got.values() if isinstance(got, dict) else [got]
     assert all(isinstance(r, cuda_runtime.DeviceArray) for r in results)
     assert all(r.copy_to_host().shape == r.shape for r in results)
+
+
+def test_the_gpu_runtime_logs_the_default_mapping_of_a_call(tmp_path, monkeypatch, caplog):
+    # no GPU: the fake driver loads the PTX; the decision is taken before any launch
+    import logging
+
+    import gnnc.api  # noqa: F401  (installs the compiler a variant is built with)
+    from gnnc.autotune import heuristic
+
+    result = compiler.compile_source((EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda"))
+    path = tmp_path / "gcn.ptx"
+    path.write_text(result.ptx)
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: FakeDriver(result.ptx))
+    kernel = cuda_runtime.CudaModule(path).gcn
+    caplog.set_level(logging.DEBUG, logger="gnnc")
+    monkeypatch.setattr(heuristic, "default_cuda_mappings", lambda graph, row: ["thread_vertex"])
+    assert kernel._default_variant(GRAPH, {"F": 4}) is None
+    monkeypatch.setattr(heuristic, "default_cuda_mappings", lambda graph, row: ["warp_vertex"])
+    variant = kernel._default_variant(GRAPH, {"F": 4})
+    assert isinstance(variant, cuda_runtime.CudaKernel) and variant._grid["mapping"] == "warp_vertex"
+    shape = f"V={GRAPH.num_vertices} E={GRAPH.num_edges} {{'F': 4}}"
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name != "gnnc.driver.compiler"] == [
+        ("gnnc.runtime.cuda", "DEBUG", f"gcn: default mapping 'map thread_vertex' (as compiled) for {shape}"),
+        ("gnnc.runtime.compile_hook", "INFO", "compiling a variant of gcn: schedule 'map warp_vertex' (cuda)"),
+        ("gnnc.runtime.cuda", "DEBUG", f"gcn: default mapping 'map warp_vertex' for {shape}"),
+    ]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gnnc
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, slow_except
 from tests.strategies import FEATURE_SIZES, graphs, random_inputs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -46,7 +46,7 @@ def _dims(names, data) -> dict[str, int]:
     return dims
 
 
-@pytest.mark.parametrize("name", sorted(EXAMPLE_DIMS))
+@pytest.mark.parametrize("name", slow_except(sorted(EXAMPLE_DIMS), "gat", "gcn"))
 @given(graph=graphs(), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_example_matches_reference(name, graph, data, seed):
     path = str(EXAMPLES / f"{name}.gnn")
@@ -63,6 +63,7 @@ def test_example_matches_reference(name, graph, data, seed):
     source=random_kernels(), graph=graphs(max_edges=120), f=st.sampled_from((1, 3, 17)), seed=st.integers(0, 2**32 - 1)
 )
 @settings(max_examples=25)
+@pytest.mark.slow
 def test_random_kernel_matches_reference(source, graph, f, seed):
     module = compiled(source)
     kernel = module.k

@@ -14,7 +14,7 @@ import gnnc
 from gnnc.driver import compiler
 from gnnc.driver.pipeline import make_context
 from gnnc.transforms.math.expand_exp import ExpandExpPass
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, slow_except
 from tests.strategies import graphs, random_inputs
 from tests.test_cpu_backend import build_so, parse
 
@@ -57,7 +57,7 @@ def test_expanded_exp_is_accurate(tmp_path, t, dtype):
     assert (y[overflow] == np.inf).all()
 
 
-@pytest.mark.parametrize("schedule", [None, "specialize H 4 F 32"])
+@pytest.mark.parametrize("schedule", slow_except([None, "specialize H 4 F 32"], "specialize H 4 F 32"))
 def test_cpu_pipeline_calls_no_libm_exp(schedule):
     """gat's walks compute exp inline (no expf call); --disable-pass expand-exp brings the call back."""
     inline = compiler.compile_source(GAT, options=compiler.CompileOptions(schedule=schedule), stop_after="asm")
@@ -80,6 +80,7 @@ def test_only_the_cpu_may_skip_expand_exp():
 
 @settings(max_examples=15, deadline=None)
 @given(graph=graphs(), heads=st.sampled_from((1, 4)), f=st.sampled_from((1, 8, 32)), seed=st.integers(0, 2**32 - 1))
+@pytest.mark.slow
 def test_inline_and_libm_exp_agree_with_the_reference(graph, heads, f, seed):
     inline = gnnc.compile(GAT, schedule=f"specialize H {heads} F {f}").gat
     libm = gnnc.compile(GAT, schedule=f"specialize H {heads} F {f}", disable_passes=["expand-exp"]).gat

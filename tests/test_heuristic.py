@@ -260,6 +260,7 @@ def test_edge_lanes_rule_follows_the_measurements(degrees, lane_walks, want):
     assert ("vectorize edges 16" in got.splitlines()) == want
 
 
+@pytest.mark.slow
 def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     gat = gnnc.compile(EXAMPLES / "gat.gnn").gat
     gat_conv = gnnc.compile(EXAMPLES / "gat_conv.gnn").gat_conv

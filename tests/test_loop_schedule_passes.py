@@ -28,7 +28,7 @@ from gnnc.driver import compiler, pipeline
 from gnnc.ir import abi, loop
 from gnnc.ir.loop_structure import constant_index
 from gnnc.transforms.loop.prefetch_neighbors import DESTINATION_PREFETCH_ATTR
-from tests.helpers import assert_matches, assert_random_kernel_matches
+from tests.helpers import assert_matches, assert_random_kernel_matches, slow_except
 from tests.strategies import graphs, random_kernels
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -163,6 +163,7 @@ def _destination_prefetches(module: ModuleOp) -> dict[int, bool]:
     return found
 
 
+@pytest.mark.slow
 def test_permuted_sweeps_prefetch_their_destinations_own_rows():
     """In a permuted sweep a destination's own rows (gat's er[v]) are read at
     random: the load of er[v] held a quarter of gat's samples under `reorder
@@ -413,7 +414,7 @@ SCHEDULED = [
 ]
 
 
-@pytest.mark.parametrize("name, schedule", SCHEDULED)
+@pytest.mark.parametrize("name, schedule", slow_except(SCHEDULED, SCHEDULED[0]))
 def test_scheduled_stages_parse_back(name, schedule):
     text = stages(name, schedule)
     for stage in pipeline.CPU_PIPELINE:
@@ -542,12 +543,15 @@ def test_tiles_sliced_into_vectors_match_reference(name, schedule, dims):
 
 @pytest.mark.parametrize(
     "pass_name, schedule, shows",
-    [
-        ("tile-features", "tile features 4", 'by 4 dim "F"'),
+    slow_except(
+        [
+            ("tile-features", "tile features 4", 'by 4 dim "F"'),
+            ("partition-sources", "partition src 3", "loop.for_partition 3"),
+            ("order-destinations", "sort degree", "loop.dst_at"),
+            ("vectorize-rows", "vectorize 8", "scf.for"),
+        ],
         ("partition-sources", "partition src 3", "loop.for_partition 3"),
-        ("order-destinations", "sort degree", "loop.dst_at"),
-        ("vectorize-rows", "vectorize 8", "scf.for"),
-    ],
+    ),
 )
 def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
     proc = subprocess.run(
@@ -595,6 +599,7 @@ def test_print_ir_after_a_schedule_pass(pass_name, schedule, shows):
     seed=st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=15)
+@pytest.mark.slow
 def test_random_kernels_tiled_and_sliced_match_reference(source, schedule, graph, f, threads, seed):
     """The schedule passes compose: random kernels under tiles sliced into vectors either are refused or match."""
     try:

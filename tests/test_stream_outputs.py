@@ -24,6 +24,7 @@ from gnnc.ir import abi, llvm_ext
 from gnnc.runtime import tune
 from gnnc.runtime.signature import prepare_call
 from tests.helpers import compiled_example as compiled
+from tests.helpers import slow_except
 from tests.strategies import graphs, random_inputs
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -78,7 +79,7 @@ def test_a_streamed_row_too_large_for_the_stack_is_built_in_acc_rows():
     assert copy.src is fn.body.block.args[-1]
 
 
-@pytest.mark.parametrize("cpu", ["x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("cpu", slow_except(["x86-64-v3", "x86-64-v4"], "x86-64-v4"))
 def test_a_streamed_row_on_the_stack_goes_from_registers_to_the_streaming_stores(cpu):
     """In acc_rows, LLVM zeroed the row, reloaded the zeros, stored the sums after the
     walk, reloaded them to scale them and again to stream them. On the stack, with every
@@ -147,10 +148,18 @@ def test_the_stream_copy_op_verifies_its_buffers():
         Parser(pipeline.make_context(), bad).parse_module().verify()
 
 
-@pytest.mark.parametrize("name", ["gcn", "gat", "sage_max", "gin"])
+@pytest.mark.parametrize("name", slow_except(["gcn", "gat", "sage_max", "gin"], "gat"))
 @pytest.mark.parametrize(
     "schedule",
-    ["stream outputs", "reorder rcm\nstream outputs", "reorder rcm", "stream outputs\ntile features 4\nvectorize 2"],
+    slow_except(
+        [
+            "stream outputs",
+            "reorder rcm\nstream outputs",
+            "reorder rcm",
+            "stream outputs\ntile features 4\nvectorize 2",
+        ],
+        "reorder rcm\nstream outputs",
+    ),
 )
 @given(
     graph=graphs(), size=st.sampled_from([1, 3, 16, 17, 64]), shift=st.integers(0, 15), seed=st.integers(0, 2**32 - 1)
@@ -183,9 +192,13 @@ def _results_wherever_out_starts(name, plain_schedule, schedule, graph, dims, sh
     return results, got if isinstance(got, dict) else {"out": got}
 
 
-@pytest.mark.parametrize("name", ["gcn", "gat", "sage_max", "gin"])
+@pytest.mark.parametrize("name", slow_except(["gcn", "gat", "sage_max", "gin"], "gcn"))
 @pytest.mark.parametrize(
-    "schedule", ["stream outputs", "reorder rcm\nstream outputs", "stream outputs\ntile features 4\nvectorize 2"]
+    "schedule",
+    slow_except(
+        ["stream outputs", "reorder rcm\nstream outputs", "stream outputs\ntile features 4\nvectorize 2"],
+        "stream outputs\ntile features 4\nvectorize 2",
+    ),
 )
 @given(
     graph=graphs(),
@@ -315,6 +328,7 @@ def default_of(name: str, graph: gnnc.Graph, dims: dict[str, int]) -> str:
     return tune.default_key(kernel, graph, prepare_call(kernel.signature, graph, (), inputs)[2])
 
 
+@pytest.mark.slow
 def test_the_default_reorders_and_streams_where_a_numbering_scatters_wide_rows():
     # 131K vertices, rows of 256 MiB at F = 512: among the last 32K gathers, a
     # gather finds its row 17% of the time in id order, 75% in RCM order
@@ -332,6 +346,7 @@ def test_the_default_reorders_and_streams_where_a_numbering_scatters_wide_rows()
     assert heuristic.REORDER not in default_of("gat", scrambled, {"H": 1, "F": 256})
 
 
+@pytest.mark.slow
 def test_the_default_streams_results_past_the_caches_whose_rows_fit_on_the_stack():
     scrambled, in_order = grid(256, 512, scramble=4), grid(256, 512)
     # 131K rows of 2 KiB (F = 512): 256 MiB of results, in id order

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 import gnnc  # noqa: E402
 import gnnc.torch as gt  # noqa: E402
+from tests.helpers import slow_except  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # self loop, duplicates, a vertex without in-edges (3), an isolated vertex (4)
@@ -41,13 +42,14 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", slow_except(sorted(CASES), "gcn", "sage_mean"))
 def test_gradcheck_example_kernels(name):
     op = gt.kernel(EXAMPLES / f"{name}.gnn", name)
     inputs = CASES[name]()
     assert torch.autograd.gradcheck(lambda *xs: op(EDGE_INDEX, *xs, num_vertices=V), inputs)
 
 
+@pytest.mark.slow
 def test_gradcheck_two_results_and_non_smooth_ops():
     op = gt.kernel(EXAMPLES / "gat.gnn", "gat")
     h, el, er = _input((V, 2, 3)), _input((V, 2)), _input((V, 2))
@@ -107,6 +109,7 @@ def test_output_shares_memory_with_the_kernel_result():
     assert gt.as_graph(EDGE_INDEX) is gt.as_graph(EDGE_INDEX)
 
 
+@pytest.mark.slow
 def test_gradcheck_outer_and_transpose():
     """outer w.r.t. both operands (y and x reach the second ones) and transpose, against finite differences."""
     source = """

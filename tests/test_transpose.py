@@ -67,6 +67,7 @@ def test_transpose_matches_numpy():
     dtype=st.sampled_from([np.float32, np.float64]),
     seed=st.integers(0, 2**31 - 1),
 )
+@pytest.mark.slow
 def test_transpose_matches_the_reference_under_schedules(graph, name, f, k, h, schedule, dtype, seed):
     source = SOURCE if dtype == np.float32 else SOURCE.replace("f32", "f64")
     args = _inputs(name, graph, {"F": f, "K": k, "H": h}, dtype, seed)
@@ -100,6 +101,7 @@ def test_transpose_needs_two_axes_and_one_argument():
         gnnc.compile("kernel t(x: f32[V, F, K]) -> f32[V, F, K] {\n    out[v] = transpose(x[v])\n}\n")
 
 
+@pytest.mark.slow
 def test_graph_dialect_prints_parses_and_verifies_transpose():
     from xdsl.dialects.builtin import f32
     from xdsl.ir import Block

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import multiprocessing
@@ -19,7 +20,7 @@ from gnnc.autotune.cache import TuningCache, entry_key, graph_key, kernel_key
 from gnnc.errors import ArgumentError
 from gnnc.runtime import tune
 from gnnc.tools.cli import main as cli_main
-from gnnc.tools.tune import parse_budget, parse_feats
+from gnnc.tools.tune import ProgressBar, parse_budget, parse_feats
 
 from .helpers import assert_matches
 from .strategies import random_inputs
@@ -197,6 +198,7 @@ def test_the_shipped_model_loads_and_predicts():
 # ------------------------------------------------------------------ the search
 
 
+@pytest.mark.slow
 def test_tune_measures_the_space_and_keeps_the_fastest(gcn, four_elt):
     result = tune.tune(gcn, four_elt, {"F": 16}, budget=None, exhaustive_rounds=1)
     timed = {k: m for k, m in result.measured.items() if m.samples}
@@ -263,6 +265,7 @@ def test_predictions_get_the_defaults_lanes():
     assert heuristic.fit_edge_lanes("", dense, 3) == ""  # the kernel as compiled stays so
 
 
+@pytest.mark.slow
 def test_tune_times_the_joins_of_what_paid_off(gcn, four_elt, monkeypatch):
     # make two families "pay off" whatever the machine measures: the join must then be compiled and timed
     monkeypatch.setattr(tune, "combination_keys", lambda times, base: ["vectorize 8; prefetch 16"])
@@ -271,6 +274,7 @@ def test_tune_times_the_joins_of_what_paid_off(gcn, four_elt, monkeypatch):
     assert result.measured["vectorize 8; prefetch 16"].samples
 
 
+@pytest.mark.slow
 def test_tune_honours_its_budget(gcn, four_elt):
     gcn._variant("")  # the first compile of this module is not the search's
     budget = 6.0
@@ -282,6 +286,7 @@ def test_tune_honours_its_budget(gcn, four_elt):
     assert result.rounds >= 1
 
 
+@pytest.mark.slow
 def test_tuned_schedule_is_used_by_auto_and_matches_the_reference(gcn, four_elt):
     tune.tune_and_store(gcn, four_elt, {"F": 8}, budget=None, exhaustive_rounds=1)
     x = np.random.default_rng(1).standard_normal((four_elt.num_vertices, 8)).astype(np.float32)
@@ -356,6 +361,7 @@ def test_cli_tune_prints_a_summary_caches_and_retrains(capsys, private_tuning_di
     assert predictor.load_model() is not None
 
 
+@pytest.mark.slow
 def test_cli_tune_measures_what_relabelling_would_buy(capsys, private_tuning_dir, monkeypatch):
     from gnnc.tools import tune as tune_command
 
@@ -443,3 +449,35 @@ def test_cli_tune_cuda_says_what_is_missing(capsys):
     )
     err = capsys.readouterr().err
     assert "gnnc: error:" in err and ("cuda" in err.lower() or "gpu" in err.lower())
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+_RESULT = SimpleNamespace(measured={"x": None}, best="tile features 4", speedup_over_default=1.25)
+
+
+def test_the_progress_bar_redraws_one_line_on_a_terminal():
+    stream = _Terminal()
+    bar = ProgressBar("gcn", 60.0, stream)
+    bar("compiling", 1.0, None)
+    bar("round 1: 12 left", 12.5, _RESULT)
+    bar("round 2: 6 left", 75.0, _RESULT)  # past the budget: the bar stops at full
+    bar.done()
+    text = stream.getvalue()
+    assert "\n" not in text[:-1] and text.endswith("\n")  # redrawn in place, then left on its own line
+    last = text.rstrip("\n").split("\r")[-1]
+    assert last.startswith("gcn |") and "60.0/60s" in last
+    assert "round 2: 6 left  best: tile features 4 1.25x vs default" in last
+
+
+def test_the_progress_bar_prints_a_line_per_round_in_a_log():
+    stream = io.StringIO()
+    bar = ProgressBar("gcn", 60.0, stream)
+    bar("compiling", 1.0, None)
+    bar("round 1: 12 left", 12.5, _RESULT)
+    bar("measuring", 20.0, _RESULT)
+    bar.done()
+    assert stream.getvalue() == "gcn  12.5/60s  round 1: 12 left  best: tile features 4 1.25x vs default\n"

@@ -18,6 +18,7 @@ from gnnc.driver.pipeline import make_context
 from tests.helpers import (
     assert_matches,
     assert_random_kernel_matches,
+    slow_except,
 )
 from tests.helpers import (
     compiled_example as compiled,
@@ -60,7 +61,7 @@ def _kernel_dims(name: str) -> list[str]:
     return list(KERNELS[name])
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("name", slow_except(sorted(KERNELS), "gcn_norm"))
 @given(
     graph=graphs(huge_hubs=True),
     width=st.sampled_from(WIDTHS),
@@ -95,6 +96,7 @@ def test_kernels_with_edges_in_lanes_match_the_reference(name, graph, width, ext
     seed=st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=40, deadline=None)
+@pytest.mark.slow
 def test_random_kernels_with_edges_in_lanes_match_the_reference(source, width, graph, f, threads, seed):
     """Random kernels (edge and vertex results, softmax, scalar weights from degrees, exp, tanh,
     sqrt, f32 and f64) run their per-edge scalars in lanes, or are refused saying why."""
@@ -253,6 +255,7 @@ def test_lanes_verifier_checks_the_width_and_kinds():
             Parser(make_context(), bad).parse_module().verify()
 
 
+@pytest.mark.slow
 def test_gradient_kernels_on_a_dense_graph_match_the_reference():
     """Calls of 16K edges and more on a graph where lanes pay: the default heuristic gives the
     forward and generated gradient kernels their lanes where they qualify; the gradients match."""
@@ -294,6 +297,7 @@ kernel scores(el: f32[V, H], er: f32[V, H], w: f32[E]) -> f32[E, H] {
     seed=st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=12, deadline=None)
+@pytest.mark.slow
 def test_an_edge_softmax_with_one_head_compiled_in_runs_in_lanes(graph, width, sorted_ids, seed):
     """A kernel of edge values alone qualifies once its head count is compiled in (`lanes.sized`)."""
     base = gnnc.compile(EDGE_SOFTMAX).scores

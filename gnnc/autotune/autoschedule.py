@@ -64,8 +64,8 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             fitted = heuristic.fit_edge_ids(concrete, graph)
             fitted = heuristic.fit_edge_lanes(heuristic.fit_reorder(fitted, kernel, graph, dims), graph, lanes, sized)
             return Choice(fitted, threads, "predicted")
-    directives = heuristic.kernel_default(kernel, graph, dims)
-    return Choice("; ".join(directives.splitlines()) if directives else "", None, "default")
+    default = heuristic.kernel_default(kernel, graph, dims)
+    return Choice("; ".join(default.splitlines()) if default else "", None, "default")
 
 
 def forget(kernel: Any, graph: Any, dims: dict[str, int]) -> None:

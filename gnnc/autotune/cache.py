@@ -168,7 +168,7 @@ class TuningCache:
 
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Tuning records from a JSON-lines file; lines that do not parse are skipped."""
-    out = []
+    out: list[dict] = []
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:

@@ -32,15 +32,18 @@ exponentials vectorise across heads (see `_split_head_nest`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math as pymath
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    AnyFloat,
     ArrayAttr,
     DictionaryAttr,
     Float64Type,
@@ -53,6 +56,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     i64,
 )
+from xdsl.dialects.utils import FastMathFlag
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
@@ -81,7 +85,7 @@ HEAD_SPLIT_TARGETS = ("cpu",)
 #: Targets whose vertex results may be written with streaming stores (`stream outputs`).
 STREAM_TARGETS = ("cpu",)
 
-REORDERABLE = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC, arith.FastMathFlag.ALLOW_CONTRACT])
+REORDERABLE = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.ALLOW_CONTRACT])
 
 
 # ------------------------------------------------------------------ emitting
@@ -106,7 +110,7 @@ class Emitter:
 
     def op(self, op: Operation) -> SSAValue:
         self.block.add_op(op)
-        return op.results[0] if op.results else None  # type: ignore[return-value]
+        return op.results[0] if op.results else None  # type: ignore[return-value]  # ops without results (stores, yields) give None, which no caller reads
 
     def pre(self, op: Operation) -> SSAValue:
         self.prologue.add_op(op)
@@ -118,7 +122,7 @@ class Emitter:
             self._consts[key] = self.pre(arith.ConstantOp(IntegerAttr(value, index)))
         return self._consts[key]
 
-    def float_const(self, value: float, elem: Attribute) -> SSAValue:
+    def float_const(self, value: float, elem: AnyFloat) -> SSAValue:
         key = (str(elem), repr(value))
         if key not in self._consts:
             self._consts[key] = self.pre(arith.ConstantOp(FloatAttr(value, elem)))
@@ -238,12 +242,12 @@ class KernelLowering:
         self.streams = streams
         result_types = fn.attributes[graph.RESULT_TYPES]
         assert isinstance(result_types, ArrayAttr)
-        self.result_types: list[graph.TensorType] = list(result_types.data)  # type: ignore[arg-type]
-        self.result_names = [s.data for s in fn.attributes[graph.RESULT_NAMES].data]  # type: ignore[union-attr]
-        self.param_names = [s.data for s in fn.attributes[graph.PARAM_NAMES].data]  # type: ignore[union-attr]
-        self.elem = self.result_types[0].element_type
+        self.result_types: list[graph.TensorType] = list(result_types.data)
+        self.result_names = [s.data for s in cast(ArrayAttr[StringAttr], fn.attributes[graph.RESULT_NAMES]).data]
+        self.param_names = [s.data for s in cast(ArrayAttr[StringAttr], fn.attributes[graph.PARAM_NAMES]).data]
+        self.elem = cast(AnyFloat, self.result_types[0].element_type)
         self.elem_bytes = 8 if isinstance(self.elem, Float64Type) else 4
-        self.ret = fn.body.block.last_op
+        self.ret = cast(func.ReturnOp, fn.body.block.last_op)
         assert isinstance(self.ret, func.ReturnOp)
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
         # computed over source rows before the phases (see the module doc)
@@ -318,7 +322,7 @@ class KernelLowering:
             self.scratch,
         ) = entry.args[:n_fixed]
         rest = entry.args[n_fixed:]
-        self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
+        self.param_buf: dict[SSAValue, SSAValue] = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
         self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
         self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types) :][:n_temps]))
         if self.swept:
@@ -413,8 +417,8 @@ class KernelLowering:
         # default heuristic (`autotune/heuristic.py`: `vectorize` pays only
         # for a single walk over the in-edges), read before any schedule
         # pass restructures the sweeps
-        phases = [o for o in entry.ops if isinstance(o, loop.ForDstOp)]
-        record["phases"] = [{"row_dim": row_dim(p), "edge_walks": edge_walks(p)} for p in phases]
+        sweeps = [o for o in entry.ops if isinstance(o, loop.ForDstOp)]
+        record["phases"] = [{"row_dim": row_dim(p), "edge_walks": edge_walks(p)} for p in sweeps]
         fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
         # The cuda thread mapping travels to map-threads on the function; the
         # CPU pipeline has no use for it and leaves it as a plain attribute.
@@ -431,7 +435,7 @@ class KernelLowering:
             "dims": self.dim_names,
             "scratch": self.scratch_shapes,
             "temps": self.temp_shapes,
-            "order": self.loop_schedule().data["order"].data,  # type: ignore[union-attr]
+            "order": cast(StringAttr, self.loop_schedule().data["order"]).data,
             "partitions": self.partitions,
             "edge_order": self.edge_order,
             "groups": self.group_size,
@@ -459,8 +463,8 @@ class KernelLowering:
             else:
                 dynamic.append(self.dims[d])
         result = self.em.index_const(const)
-        for d in dynamic:
-            result = self.em.pre(arith.MuliOp(result, d))
+        for size in dynamic:
+            result = self.em.pre(arith.MuliOp(result, size))
         self._size_cache[key] = result
         return result
 
@@ -565,7 +569,7 @@ class KernelLowering:
         for m in self.materializes:
             t = m.result.type
             assert isinstance(t, graph.TensorType)
-            temp = {"domain": t.domain.data, "shape": list(t.shape)}
+            temp: dict[str, object] = {"domain": t.domain.data, "shape": list(t.shape)}
             sink = _Sink(m.operand, self.temp_buf[m], t.domain.data, t.shape, "materialized")
             if m in self.swept:
                 temp["rows"] = "src"  # one per source, not per destination
@@ -679,12 +683,12 @@ class KernelLowering:
         with self.em.nested(body):
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             v = self.em.op(arith.IndexCastOp(self.load(self.group_dst, g), index))
-            self.acc = {}
+            self.acc: dict[tuple[Operation, str], _Accumulator] = {}
             for key, r in reductions:
                 t = r.value.type
                 assert isinstance(t, graph.ValueType)
                 offsets[key] = self.alloc_acc_row(t.shape)
-                self.acc[key] = _Accumulator(self.acc_rows, self.acc_row_base(g, offsets[key]), t.shape)
+                self.acc[key] = _Accumulator(cast(SSAValue, self.acc_rows), self.acc_row_base(g, offsets[key]), t.shape)
                 self._fill_identity(self.acc[key], r.kind)
             # group g's positions are group_bounds[2g] .. group_bounds[2g+1]
             row = self.em.op(arith.MuliOp(g, self.em.index_const(2)))
@@ -707,7 +711,11 @@ class KernelLowering:
         return offsets
 
     def _emit_group_merge(
-        self, v: SSAValue, reductions, stores: list[_Sink], offsets: dict[tuple[Operation, str], SSAValue]
+        self,
+        v: SSAValue,
+        reductions: list[tuple[tuple[Operation, str], _Reduction]],
+        stores: list[_Sink],
+        offsets: dict[tuple[Operation, str], SSAValue],
     ) -> None:
         """A split destination combines its groups' partial rows in group order; others walk their edges."""
         one = self.em.index_const(1)
@@ -725,7 +733,7 @@ class KernelLowering:
                     idx: list[SSAValue], acc: _Accumulator = acc, part: SSAValue = part, kind: str = r.kind
                 ) -> None:
                     at = self.linear(acc.base, acc.shape, idx)
-                    x = self.load(self.acc_rows, self.linear(part, acc.shape, idx))
+                    x = self.load(cast(SSAValue, self.acc_rows), self.linear(part, acc.shape, idx))
                     cls = {
                         "sum": arith.AddfOp,
                         "mean": arith.AddfOp,
@@ -749,7 +757,7 @@ class KernelLowering:
 
     def _schedule_entries(self) -> dict[str, str]:
         attr = self.src_fn.attributes.get(graph.SCHEDULE)
-        return {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}  # type: ignore[union-attr]
+        return {k: cast(StringAttr, v).data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}
 
     def cpu_schedule(self) -> CpuSchedule:
         return CpuSchedule.from_attr(self._schedule_entries())
@@ -853,7 +861,7 @@ class KernelLowering:
         plan = self._analyse(sinks)
         reductions, edge_sinks, vertex_sinks = plan.reductions, plan.edge_sinks, plan.vertex_sinks
         rescaled, in_place, max_level = plan.rescaled, plan.in_place, plan.max_level
-        self.acc: dict[tuple[Operation, str], _Accumulator] = {}
+        self.acc = {}
         # `stream outputs`: each vertex result is built apart, on the worker's
         # stack or in its row of acc_rows (see _staging_row), and then streamed
         # to the output row, which is never read
@@ -876,7 +884,7 @@ class KernelLowering:
             if count is None and at_level:
                 count = self._in_degree(v)
             for key, r in at_level:
-                self._finalize_accumulator(key, r, count)
+                self._finalize_accumulator(key, r, cast(SSAValue, count))  # set above: at_level is not empty
         if rescaled:
             self._emit_rescale_loop(v, rescaled, vctx)
 
@@ -921,7 +929,7 @@ class KernelLowering:
                 )
             )
             return row, self.em.index_const(0)
-        return self.acc_rows, self.acc_row_base(self.worker, self.alloc_acc_row(shape))  # type: ignore[arg-type]
+        return cast(SSAValue, self.acc_rows), self.acc_row_base(self.worker, self.alloc_acc_row(shape))
 
     def _fixed_size(self, shape: Sequence[Dim]) -> int | None:
         """The number of elements of shape, if the schedule fixes every dimension in it."""
@@ -945,7 +953,7 @@ class KernelLowering:
         hi = self.load(self.indptr, self.em.op(arith.AddiOp(v, one)))
         return self.em.op(arith.IndexCastOp(self.em.op(arith.SubiOp(hi, lo)), index))
 
-    def _init_accumulator(self, key, r: _Reduction, v: SSAValue, in_place: dict) -> None:
+    def _init_accumulator(self, key: tuple[Operation, str], r: _Reduction, v: SSAValue, in_place: dict) -> None:
         t = r.value.type
         assert isinstance(t, graph.ValueType)
         shape = t.shape
@@ -955,7 +963,7 @@ class KernelLowering:
         elif self.partitions is not None:
             # partitions are separate sweeps, possibly by other threads: an
             # accumulator must outlive the visit, in the destination's own row
-            acc = _Accumulator(self.acc_rows, self.acc_row_base(v, self.alloc_acc_row(shape)), shape)
+            acc = _Accumulator(cast(SSAValue, self.acc_rows), self.acc_row_base(v, self.alloc_acc_row(shape)), shape)
         else:
             acc = _Accumulator(self.scratch, self.alloc_scratch(shape), shape)
         self.acc[key] = acc
@@ -978,7 +986,7 @@ class KernelLowering:
         c = self.em.float_const(init, self.elem)
         self.for_features(acc.shape, lambda idx: self.store(c, acc.buffer, self.linear(acc.base, acc.shape, idx)))
 
-    def _finalize_accumulator(self, key, r: _Reduction, count: SSAValue) -> None:
+    def _finalize_accumulator(self, key: tuple[Operation, str], r: _Reduction, count: SSAValue) -> None:
         acc = self.acc[key]
         # a stabilizer's m is read only by v's in-edges: without any, no fix
         if r.kind not in ("mean", "max", "min"):
@@ -1000,7 +1008,11 @@ class KernelLowering:
         self.for_features(acc.shape, fix)
 
     def _emit_edge_loop(
-        self, v: SSAValue, reductions, stores: list[_Sink], walk: tuple[SSAValue, SSAValue] | None = None
+        self,
+        v: SSAValue,
+        reductions: list[tuple[tuple[Operation, str], _Reduction]],
+        stores: list[_Sink],
+        walk: tuple[SSAValue, SSAValue] | None = None,
     ) -> None:
         """One walk over v's in-edges, or, with `walk` = (row, offsets), over positions offsets[row] ..
         offsets[row + 1] of the in-CSR (a neighbour group of v)."""
@@ -1012,16 +1024,14 @@ class KernelLowering:
             for key, r in reductions:
                 self._precompute(r.value, ctx)
                 acc = self.acc[key]
-                items.append(
-                    (acc.shape, lambda idx, key=key, r=r, acc=acc: self._accumulate(key, r, acc, idx, ctx), r.value)
-                )
+                items.append((acc.shape, functools.partial(self._accumulate, key, r, acc, ctx=ctx), r.value))
             for s in stores:
                 self._precompute(s.value, ctx)
                 base = self.row_base(e, s.shape)
                 items.append(
                     (
                         s.shape,
-                        lambda idx, s=s, base=base: self.store(
+                        lambda idx, s=s, base=base: self.store(  # type: ignore[misc]  # mypy cannot type a lambda's defaults; they bind this iteration's values (B023)
                             self.value_at(s.value, idx, ctx), s.buffer, self.linear(base, s.shape, idx)
                         ),
                         s.value,
@@ -1044,7 +1054,7 @@ class KernelLowering:
             base = self.alloc_scratch(t.shape)
             self.for_features(
                 t.shape,
-                lambda idx, scale=scale, t=t, base=base: self.store(
+                lambda idx, scale=scale, t=t, base=base: self.store(  # type: ignore[misc]  # mypy cannot type a lambda's defaults; they bind this iteration's values (B023)
                     self.value_at(scale, idx, vctx), self.scratch, self.linear(base, t.shape, idx)
                 ),
                 hoist=[scale],
@@ -1055,7 +1065,7 @@ class KernelLowering:
         _, u, e = block.args
         ctx = _Context(v=v, u=u, e=e, computed=dict(factors))
         with self.em.nested(block):
-            items = []
+            items: list[tuple[tuple[Dim, ...], Callable[[list[SSAValue]], None], SSAValue]] = []
             for s, scale in rescaled:
                 base = self.row_base(e, s.shape)
 
@@ -1069,7 +1079,9 @@ class KernelLowering:
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForInEdgesOp(v, self.indptr, self.src, self.eid, block))
 
-    def _shared_nests(self, items, ctx: _Context) -> None:
+    def _shared_nests(
+        self, items: list[tuple[tuple[Dim, ...], Callable[[list[SSAValue]], None], SSAValue]], ctx: _Context
+    ) -> None:
         """Runs per-edge work in as few feature-loop nests as the shapes allow.
 
         Work of shape [H] and work of shape [H, F] share one nest (the [H]
@@ -1099,7 +1111,13 @@ class KernelLowering:
                 continue
             self._nest(shape, by_depth, [it[2] for it in group], ctx, [])
 
-    def _split_head_nest(self, shape, by_depth, group, ctx: _Context) -> bool:
+    def _split_head_nest(
+        self,
+        shape: tuple[Dim, ...],
+        by_depth: dict[int, list[Callable[[list[SSAValue]], None]]],
+        group: list[tuple[tuple[Dim, ...], Callable[[list[SSAValue]], None], SSAValue]],
+        ctx: _Context,
+    ) -> bool:
         """Per-edge work over the head axes in its own loop before the row loop, when it is costly.
 
         In one shared nest, a head's exp runs between two heads' row loops:
@@ -1136,7 +1154,14 @@ class KernelLowering:
                 del ctx.computed[x]
         return True
 
-    def _nest(self, shape, by_depth, hoist, ctx: _Context, idx: list[SSAValue]) -> None:
+    def _nest(
+        self,
+        shape: Sequence[Dim],
+        by_depth: dict[int, list[Callable[[list[SSAValue]], None]]],
+        hoist: list[SSAValue],
+        ctx: _Context,
+        idx: list[SSAValue],
+    ) -> None:
         depth = len(idx)
         if depth < len(shape):
             for root in hoist:
@@ -1152,7 +1177,9 @@ class KernelLowering:
             self.em.op(loop.YieldOp())
         self.em.op(loop.ForFeatureOp(self.extent(d), block, dim=str(d)))
 
-    def _accumulate(self, key, r: _Reduction, acc: _Accumulator, idx: list[SSAValue], ctx: _Context) -> None:
+    def _accumulate(
+        self, key: tuple[Operation, str], r: _Reduction, acc: _Accumulator, idx: list[SSAValue], ctx: _Context
+    ) -> None:
         at = self.linear(acc.base, acc.shape, idx)
         old = self.load(acc.buffer, at)
         x = self.value_at(r.value, idx, ctx)
@@ -1262,7 +1289,7 @@ class KernelLowering:
                 return self.em.op(arith.AddfOp(acc, prod, REORDERABLE))
 
             total = self.scalar_loop(self.extent(k), zero, step)
-            total.owner.attributes[loop.DOT_REDUCTION_ATTR] = UnitAttr()  # type: ignore[union-attr]
+            total.owner.attributes[loop.DOT_REDUCTION_ATTR] = UnitAttr()  # type: ignore[union-attr]  # scalar_loop's value is its loop's result
             self.store(total, self.scratch, self.linear(base, shape, idx))
 
         self.for_features(shape, elem)

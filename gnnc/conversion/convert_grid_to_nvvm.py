@@ -16,10 +16,11 @@ registers.
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerType, ModuleOp, StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import AnyFloat, FloatAttr, IndexType, IntegerType, ModuleOp, StringAttr, UnitAttr, i64
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -71,7 +72,7 @@ def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
     warp walk other destinations and need not be there)."""
     t = op.result.type
     lanes = op.lanes.value.data
-    fzero = arith.ConstantOp(FloatAttr(0.0, t))
+    fzero = arith.ConstantOp(FloatAttr(0.0, cast(AnyFloat, t)))
     warp = arith.ConstantOp.from_int_and_width(lanes, IndexType())
     terminator = op.body.block.last_op
     assert isinstance(terminator, loop.YieldOp)
@@ -105,7 +106,7 @@ class ConvertGridToNvvmPass(ModulePass):
             if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
                 continue
             count = sum(1 for o in fn.walk() if isinstance(o, loop.GridOp))
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
             name = fn.sym_name.data
             phases = [name] + [f"{name}_phase{i}" for i in range(1, count)]
             record.setdefault("grid", {})["phases"] = phases

@@ -63,7 +63,7 @@ RUNTIME_FUNCTIONS: dict[str, tuple[list, list]] = {
 }
 
 
-def _const(value: int, type_=index) -> arith.ConstantOp:
+def _const(value: int, type_: IntegerType | IndexType = index) -> arith.ConstantOp:
     return arith.ConstantOp(IntegerAttr(value, type_))
 
 

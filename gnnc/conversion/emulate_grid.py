@@ -19,9 +19,11 @@ one after another, so they can use the same one.
 
 from __future__ import annotations
 
+from typing import cast
+
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, FloatAttr, IndexType, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, AnyFloat, FloatAttr, IndexType, IntegerAttr, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -62,7 +64,7 @@ class EmulateGrid(RewritePattern):
                 stretches.append([])
             else:
                 stretches[-1].append(o)
-        stretch_of = {o: i for i, stretch in enumerate(stretches) for o in stretch}
+        stretch_of: dict[Operation | Block, int] = {o: i for i, stretch in enumerate(stretches) for o in stretch}
         for i, stretch in enumerate(stretches):
             for o in stretch:
                 for nested in o.walk():
@@ -104,13 +106,13 @@ def _lower_warp_sum(op: loop.WarpSumOp, rewriter: Rewriter) -> None:
     lanes = op.lanes.value.data
     ops: list = []
 
-    def const(value: int):
+    def const(value: int) -> SSAValue:
         c = arith.ConstantOp(IntegerAttr(value, index))
         ops.append(c)
         return c.result
 
     zero, one, warp = const(0), const(1), const(lanes)
-    fzero = arith.ConstantOp(FloatAttr(0.0, t))
+    fzero = arith.ConstantOp(FloatAttr(0.0, cast(AnyFloat, t)))
     partials = memref.AllocaOp.get(t, shape=[lanes])
     ops += [fzero, partials]
 

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, cast
 
 from gnnc.errors import CompileError, GnncError
 from gnnc.ir import abi
 from gnnc.version import __version__
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp, StringAttr
+
+_log = logging.getLogger(__name__)
 
 #: Targets `compile_source` builds for. `cuda-emulation` is the cuda
 #: pipeline (thread mapping included) with each grid run as loops on the CPU:
@@ -70,13 +78,13 @@ class IrObserver:
     print_after_all: bool = False
     print_after: tuple[str, ...] = ()
     dump_dir: Path | None = None
-    stream: object = field(default=sys.stderr)
+    stream: TextIO = field(default=sys.stderr)
     _count: int = 0
 
     def __call__(self, stage: str, text: str) -> None:
         if self.print_after_all or stage in self.print_after:
-            print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)  # type: ignore[arg-type]
-            print(text, file=self.stream)  # type: ignore[arg-type]
+            print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)
+            print(text, file=self.stream)
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             ext = {
@@ -186,7 +194,7 @@ def compile_source(
 
     for op in module.ops:
         if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record_abi = json.loads(cast("StringAttr", op.attributes[abi.ABI_ATTR]).data)
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
             del op.attributes[abi.ABI_ATTR]
@@ -220,7 +228,7 @@ def compile_source(
 
 def _cuda_backend(
     result: CompileResult,
-    module,
+    module: ModuleOp,
     signatures: dict,
     original_source: str,
     file: str,
@@ -237,7 +245,7 @@ def _cuda_backend(
     kernel_records = []
     for op in module.ops:
         if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record_abi = json.loads(cast("StringAttr", op.attributes[abi.ABI_ATTR]).data)
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
             del op.attributes[abi.ABI_ATTR]
@@ -347,6 +355,13 @@ def _compiler_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _describe(file: str, options: CompileOptions) -> str:
+    """What a compile builds, for the log: file, kernels, schedule, target."""
+    kernels = ", ".join(options.kernels) if options.kernels else "every kernel"
+    schedule = f", schedule '{'; '.join(options.schedule.splitlines())}'" if options.schedule is not None else ""
+    return f"{file} ({kernels}{schedule}, {options.target})"
+
+
 def _sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -361,9 +376,11 @@ def compile_cached(source: str, file: str = "<string>", options: CompileOptions 
     if so_path.exists() and digest_path.exists():
         try:
             if digest_path.read_text().strip() == _sha256_file(so_path):
+                _log.debug("%s: from the compile cache, %s", _describe(file, options), so_path)
                 return so_path
         except OSError:
             pass
+    start = time.perf_counter()
     result = compile_source(source, file, options)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
@@ -377,6 +394,7 @@ def compile_cached(source: str, file: str = "<string>", options: CompileOptions 
         tmp_digest = Path(tmp) / "digest"
         tmp_digest.write_text(digest + "\n")
         os.replace(tmp_digest, digest_path)
+    _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, so_path)
     return so_path
 
 
@@ -386,13 +404,16 @@ def compile_cached_ptx(source: str, file: str = "<string>", options: CompileOpti
     directory = cache_dir()
     path = directory / f"{cache_key(source, options)}.ptx"
     if path.exists():
+        _log.debug("%s: from the compile cache, %s", _describe(file, options), path)
         return path
+    start = time.perf_counter()
     result = compile_source(source, file, options)
     assert result.ptx is not None
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False) as tmp:
         tmp.write(result.ptx)
     os.replace(tmp.name, path)  # whole files only: a reader never sees a partial PTX
+    _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
     return path
 
 

@@ -234,7 +234,7 @@ class Graph:
         self.in_indptr, self.in_src, self.in_eid = _csr_by(self.dst, self.src, self.num_dst)
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._reversed: Graph | None = None
-        self._degrees: dict[tuple[str, np.dtype], np.ndarray] = {}
+        self._degrees: dict[tuple[str, np.dtype, bool], np.ndarray] = {}
         self._edges_sorted: bool | None = None
         self.plans = {}
 
@@ -400,7 +400,7 @@ def _sizes(num_vertices: Any, shape: Any) -> tuple[int, int] | None:
         shape = tuple(np.asarray(shape).tolist())
     if not isinstance(shape, (tuple, list)) or len(shape) != 2:
         raise GraphError(f"shape must be a pair (num_src, num_dst), got {shape!r}")
-    return _count(shape[0], "num_src"), _count(shape[1], "num_dst")  # type: ignore[return-value]
+    return _count(shape[0], "num_src"), _count(shape[1], "num_dst")  # type: ignore[return-value]  # _count raises where it would return None
 
 
 def _with_sizes(s: np.ndarray, d: np.ndarray, sizes: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray, int, int]:

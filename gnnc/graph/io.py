@@ -50,7 +50,7 @@ import struct
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -472,7 +472,7 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
         if "num_src" in keys or "num_dst" in keys:
             if not {"num_src", "num_dst"} <= keys or n_given is not None:
                 raise GraphError(f"{p}: a bipartite graph needs both 'num_src' and 'num_dst' (and no 'num_vertices')")
-            sides = tuple(int(np.asarray(z[k]).reshape(())) for k in ("num_src", "num_dst"))
+            sides = (int(np.asarray(z["num_src"]).reshape(())), int(np.asarray(z["num_dst"]).reshape(())))
         if {"src", "dst"} <= keys:
             src, dst = np.asarray(z["src"]), np.asarray(z["dst"])
         elif "edge_index" in keys:
@@ -544,7 +544,7 @@ class GtFile:
 class _Reader:
     def __init__(self, data: bytes, p: Path, big: bool = False):
         self.data, self.p, self.pos = data, p, 0
-        self.end = ">" if big else "<"
+        self.end: Literal["<", ">"] = ">" if big else "<"
 
     def take(self, k: int) -> bytes:
         if k < 0 or self.pos + k > len(self.data):

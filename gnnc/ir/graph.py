@@ -15,8 +15,10 @@ integer or a symbolic name bound at call time; both print as bare words:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from xdsl.dialects.builtin import (
+    AnyFloat,
     ArrayAttr,
     Float32Type,
     Float64Type,
@@ -64,7 +66,7 @@ def _attr_to_dims(attr: ArrayAttr[StringAttr]) -> Shape:
     return tuple(int(d.data) if d.data.isdigit() else d.data for d in attr.data)
 
 
-def _print_shaped(printer: Printer, kind: str, elem: Attribute, shape: ArrayAttr) -> None:
+def _print_shaped(printer: Printer, kind: str, elem: Attribute, shape: ArrayAttr[StringAttr]) -> None:
     printer.print_string(f"<{kind}, ")
     printer.print_attribute(elem)
     printer.print_string(", [" + ", ".join(d.data for d in shape.data) + "]>")
@@ -96,7 +98,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     name = "graph.tensor"
 
-    domain: StringAttr = param_def()
+    domain: StringAttr
     element_type: Attribute = param_def()
     dims: ArrayAttr[StringAttr] = param_def()
 
@@ -127,7 +129,7 @@ class ValueType(ParametrizedAttribute, TypeAttribute):
 
     name = "graph.value"
 
-    gtype: StringAttr = param_def()
+    gtype: StringAttr
     element_type: Attribute = param_def()
     dims: ArrayAttr[StringAttr] = param_def()
 
@@ -254,7 +256,7 @@ class ConstantOp(IRDLOperation):
 
     def __init__(self, value: float, element_type: Attribute):
         super().__init__(
-            properties={"value": FloatAttr(value, element_type)},
+            properties={"value": FloatAttr(value, cast(AnyFloat, element_type))},
             result_types=[ValueType("P", element_type, ())],
         )
 
@@ -385,7 +387,7 @@ class UnaryOp(IRDLOperation):
         t = _value_type(operand)
         props: dict[str, Attribute] = {"kind": StringAttr(kind)}
         if slope is not None:
-            props["slope"] = FloatAttr(slope, t.element_type)
+            props["slope"] = FloatAttr(slope, cast(AnyFloat, t.element_type))
         super().__init__(operands=[operand], properties=props, result_types=[t])
 
     @property

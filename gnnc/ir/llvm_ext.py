@@ -314,7 +314,7 @@ class BarrierOp(IRDLOperation):
 
     assembly_format = "attr-dict"
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
 
 
@@ -369,7 +369,7 @@ class StoreFenceOp(IRDLOperation):
 
     assembly_format = "attr-dict"
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
 
 

@@ -34,7 +34,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Block, Dialect, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -194,7 +194,7 @@ class ForFeatureOp(IRDLOperation):
         dim: str | None = None,
         schedule: DictionaryAttr | None = None,
     ):
-        props = {}
+        props: dict[str, Attribute] = {}
         if dim is not None:
             props["dim"] = StringAttr(dim)
         if schedule is not None:
@@ -398,7 +398,7 @@ class WarpSumOp(IRDLOperation):
     assembly_format = "$extent `lane` $lane `of` $lanes attr-dict-with-keyword `:` type($result) $body"
     traits = traits_def(RecursiveMemoryEffect())
 
-    def __init__(self, extent: SSAValue, lane: SSAValue, body: Block, result_type, lanes: int = WARP_SIZE):
+    def __init__(self, extent: SSAValue, lane: SSAValue, body: Block, result_type: Attribute, lanes: int = WARP_SIZE):
         super().__init__(
             operands=[extent, lane],
             regions=[Region(body)],
@@ -488,7 +488,7 @@ class LanesOp(IRDLOperation):
                 raise VerifyException(
                     f"'{self.name}' cannot reduce with '{kind}' (known: {', '.join(LANE_REDUCTIONS)})"
                 )
-        yielded = self.body.block.last_op.values  # type: ignore[union-attr]
+        yielded = self.body.block.last_op.values  # type: ignore[union-attr]  # the body ends in its loop.yield (verified before verify_)
         if not len(kinds) == len(yielded) == len(self.res):
             raise VerifyException(
                 f"'{self.name}' yields {len(yielded)} values for {len(kinds)} reductions and {len(self.res)} results"

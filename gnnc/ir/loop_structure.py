@@ -8,10 +8,11 @@ pass and the runtime's heuristic agree on which axis is a kernel's row.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeGuard
 
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, StringAttr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, llvm_ext, loop
@@ -58,13 +59,13 @@ def edge_walks(for_dst: loop.ForDstOp) -> int:
     return sum(isinstance(op, loop.ForInEdgesOp) for op in scope.walk())
 
 
-def over_axis(op: Operation, dim: str) -> bool:
+def over_axis(op: Operation, dim: str) -> TypeGuard[loop.ForFeatureOp]:
     return isinstance(op, loop.ForFeatureOp) and op.dim is not None and op.dim.data == dim
 
 
 def axis_loops(scope: Operation | Block, dim: str) -> list[loop.ForFeatureOp]:
     """Every loop.for_feature over axis `dim` inside scope, in program order."""
-    return [op for op in scope.walk() if over_axis(op, dim)]  # type: ignore[misc]
+    return [op for op in scope.walk() if over_axis(op, dim)]
 
 
 def nests_axis(scope: Block, dim: str) -> bool:
@@ -105,8 +106,8 @@ def shift_axis(loops: list[loop.ForFeatureOp], extent: SSAValue, offset: SSAValu
         inner = op.body.block
         i = inner.args[0]
         shifted = arith.AddiOp(i, offset)
-        inner.insert_op_before(shifted, inner.first_op)  # type: ignore[arg-type]
-        i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)
+        inner.insert_op_before(shifted, inner.first_op)  # type: ignore[arg-type]  # a loop body is never empty: it ends in its yield
+        i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)  # type: ignore[misc]  # mypy cannot type a lambda's defaults; s binds this iteration's op (B023)
         op.operands[0] = width
 
 
@@ -211,7 +212,7 @@ def ancestors(op: Operation, stop: Block) -> list[Operation]:
 
 def sweeps(fn: func.FuncOp) -> list[tuple[Operation, loop.ForDstOp]]:
     """Each phase of a kernel: (its top-level op, maybe a tile or partition loop, and the destination sweep)."""
-    found = []
+    found: list[tuple[Operation, loop.ForDstOp]] = []
     for op in fn.body.block.ops:
         if isinstance(op, loop.ForDstOp | loop.ForTileOp | loop.ForPartitionOp):
             inner = next(o for o in op.walk() if isinstance(o, loop.ForDstOp))
@@ -219,7 +220,7 @@ def sweeps(fn: func.FuncOp) -> list[tuple[Operation, loop.ForDstOp]]:
     return found
 
 
-def take_schedule(for_dst: loop.ForDstOp, key: str):
+def take_schedule(for_dst: loop.ForDstOp, key: str) -> Attribute | None:
     """Removes entry `key` from the sweep's schedule and returns it (None if absent): the pass implements it."""
     if for_dst.schedule is None or key not in for_dst.schedule.data:
         return None

@@ -33,7 +33,7 @@ from gnnc.errors import ArgumentError
 
 Dim = int | str
 
-_DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
+_DTYPES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
 
 
 @dataclass(frozen=True)

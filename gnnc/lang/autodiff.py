@@ -66,8 +66,9 @@ operation of the language is differentiated.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 from gnnc.errors import CompileError, SourceError
 from gnnc.lang import ast
@@ -146,7 +147,7 @@ def transpose_name(matrix: str) -> str:
     return f"{matrix}_T__"
 
 
-def _walk(e: ast.Expr):
+def _walk(e: ast.Expr) -> Iterator[ast.Expr]:
     yield e
     for c in ast.children(e):
         yield from _walk(c)
@@ -178,7 +179,7 @@ def _source(e: ast.Expr, special: Callable[[ast.Expr], str | None] = lambda _: N
     if isinstance(e, ast.Call):
         args = [text(a) for a in e.args]
         if e.func == "leaky_relu":
-            args[1] = f"{float(e.args[1].value)!r}"  # type: ignore[attr-defined]
+            args[1] = f"{float(cast(ast.Number, e.args[1]).value)!r}"  # sema: the slope is a number
         return f"{e.func}({', '.join(args)})"
     if isinstance(e, ast.Aggregate):
         return f"{e.kind}({text(e.operand)})"
@@ -212,8 +213,13 @@ class _Builder:
             self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
         params = {p.name: p for p in kernel.params}
         self.transposes = sorted(
-            {e.rhs.name for d in kernel.body for e in _walk(d.value) if isinstance(e, ast.Binary) and e.op == "@"}
-        )  # type: ignore[attr-defined]
+            {
+                e.rhs.name
+                for d in kernel.body
+                for e in _walk(d.value)
+                if isinstance(e, ast.Binary) and e.op == "@" and isinstance(e.rhs, ast.Name)
+            }
+        )
         for w in self.transposes:
             k, n = params[w].type.shape
             self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, None, (n, k))}"
@@ -571,7 +577,7 @@ class _Differentiator:
 
     @staticmethod
     def _leaky(e: ast.Call, t: str) -> str:
-        slope = float(e.args[1].value)  # type: ignore[attr-defined]
+        slope = float(cast(ast.Number, e.args[1]).value)  # sema: the slope is a number
         return f"({slope!r} + {1.0 - slope!r} * step({t}))"
 
 

@@ -214,7 +214,7 @@ class _Parser:
         loc = tok.loc
         if end.line == loc.line and end is not tok.loc:
             loc = SourceLocation(loc.file, loc.line, loc.col, end.col + end.length - loc.col)
-        return ast.TensorType(dtype=dtype, domain=domain, shape=tuple(shape), loc=loc)  # type: ignore[arg-type]
+        return ast.TensorType(dtype=dtype, domain=domain, shape=tuple(shape), loc=loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
 
     def statement(self) -> ast.Definition:
         name = self.expect_ident("a definition such as 'out[v] = ...'")
@@ -235,7 +235,7 @@ class _Parser:
         value, _ = self.expr()
         if self.tok.kind != "NEWLINE" and not self.is_op("}"):
             raise self.error(f"expected the end of the statement, found {self.tok.describe()}")
-        return ast.Definition(name.text, idx.text, value, name.loc)  # type: ignore[arg-type]
+        return ast.Definition(name.text, idx.text, value, name.loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
 
     # ------------------------------------------------------------ expressions
     #
@@ -257,7 +257,7 @@ class _Parser:
                 op = self.advance()
                 rhs, rdepth = self.term()
                 depth = self.deeper(1 + max(depth, rdepth), op)
-                lhs = ast.Binary(op=op.text, lhs=lhs, rhs=rhs, loc=op.loc)  # type: ignore[arg-type]
+                lhs = ast.Binary(op=op.text, lhs=lhs, rhs=rhs, loc=op.loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
             return lhs, depth
         finally:
             self.nesting -= 1
@@ -268,7 +268,7 @@ class _Parser:
             op = self.advance()
             rhs, rdepth = self.unary()
             depth = self.deeper(1 + max(depth, rdepth), op)
-            lhs = ast.Binary(op=op.text, lhs=lhs, rhs=rhs, loc=op.loc)  # type: ignore[arg-type]
+            lhs = ast.Binary(op=op.text, lhs=lhs, rhs=rhs, loc=op.loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
         return lhs, depth
 
     def unary(self) -> tuple[ast.Expr, int]:
@@ -314,7 +314,7 @@ class _Parser:
         loc = name.loc
         if close.loc.line == loc.line:
             loc = SourceLocation(loc.file, loc.line, loc.col, close.loc.col + 1 - loc.col)
-        return ast.Index(name=name.text, index=idx.text, loc=loc)  # type: ignore[arg-type]
+        return ast.Index(name=name.text, index=idx.text, loc=loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
 
     def call(self, func: Token) -> tuple[ast.Expr, int]:
         self.advance()  # '('
@@ -326,7 +326,7 @@ class _Parser:
             self.advance()
             self.expect_op(")", f"after {name}({idx.text}")
             direction = DEGREE_FUNCTIONS[name]
-            return ast.Degree(direction=direction, index=idx.text, loc=func.loc), 1  # type: ignore[arg-type]
+            return ast.Degree(direction=direction, index=idx.text, loc=func.loc), 1  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
         if name == "edge_id":
             idx = self.tok
             if idx.kind != "IDENT" or idx.text != "e":
@@ -351,7 +351,7 @@ class _Parser:
                 raise self.error(
                     f"{name} takes one argument (the edge expression to aggregate), got {len(args)}", func.loc
                 )
-            return ast.Aggregate(kind=name, operand=args[0], loc=func.loc), depth  # type: ignore[arg-type]
+            return ast.Aggregate(kind=name, operand=args[0], loc=func.loc), depth  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
         want = 1 if name in ast.UNARY_FUNCTIONS or name in ("softmax", "transpose") else 2
         if len(args) != want:
             if name in ("max", "min"):
@@ -399,7 +399,7 @@ class _Parser:
             directives.append(ast.Directive([w.text for w in words], words[0].loc))
         return ast.Schedule(
             kernel=kernel.text,
-            target=target.text,  # type: ignore[arg-type]
+            target=target.text,  # type: ignore[arg-type]  # the token's text is checked against the Literal's values
             directives=directives,
             loc=kernel.loc,
         )

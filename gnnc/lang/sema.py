@@ -228,11 +228,11 @@ class _Checker:
                 if keyword not in supported and f"map {option}" not in supported:
                     raise self.error(f"'map ... {option}' is not supported yet", loc)
         for keyword, (others, why) in EXCLUSIVE_DIRECTIVES.items():
-            other = next((given[k] for k in others if k in given), None) if keyword in given else None
-            if other is not None:
+            clash = next((given[k] for k in others if k in given), None) if keyword in given else None
+            if clash is not None:
                 raise self.error(
                     f"'{_directive_phrase(given[keyword].words)}' cannot be combined with "
-                    f"'{_directive_phrase(other.words)}' (line {other.loc.line}): {why}",
+                    f"'{_directive_phrase(clash.words)}' (line {clash.loc.line}): {why}",
                     self.word_locs(given[keyword])[0],
                 )
 
@@ -375,10 +375,10 @@ class _KernelChecker:
                     )
             self.results[r.name] = r
         self.check_dtype()
-        for d in k.body:
-            self.all_defs.setdefault(d.name, d)
-        for d in k.body:
-            self.definition(d)
+        for stmt in k.body:
+            self.all_defs.setdefault(stmt.name, stmt)
+        for stmt in k.body:
+            self.definition(stmt)
         for r in k.results:
             if r.name not in self.defined:
                 index = "v" if r.type.domain == "V" else "e"
@@ -516,7 +516,7 @@ class _KernelChecker:
             if err is not None:
                 raise err
             raise self.unknown(e.name, e.loc)
-        e.gtype = {"u": "S", "v": "D", "e": "E"}[e.index]  # type: ignore[assignment]
+        e.gtype = {"u": "S", "v": "D", "e": "E"}[e.index]  # type: ignore[assignment]  # each value is one of the Literal's
         e.shape = shape
         self.leaf_in_mode(e, mode, text)
 

@@ -9,10 +9,13 @@ instead of a variant.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from gnnc.errors import ToolchainError
+
+_log = logging.getLogger(__name__)
 
 _compiler: Callable[..., Any] | None = None
 
@@ -30,4 +33,10 @@ def compile_variant(source: str, **options: Any) -> Any:
             "this call needs a kernel compiled with another schedule, and no compiler is installed: "
             "import gnnc (which installs gnnc.compile), or call the kernel with the schedule it was compiled with"
         )
+    _log.info(
+        "compiling a variant of %s: schedule '%s' (%s)",
+        ", ".join(options.get("kernels") or ["every kernel"]),
+        "; ".join(str(options.get("schedule")).splitlines()),
+        options.get("target", "cpu"),
+    )
     return _compiler(source, **options)

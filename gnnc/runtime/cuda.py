@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import mmap
 import os
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from gnnc.autotune import heuristic
 from gnnc.errors import ArgumentError, CompileError, ToolchainError
@@ -47,6 +49,8 @@ from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook
 from gnnc.runtime.signature import _bind_args, _given_outputs, check_bipartite, pack_results, prepare_call
+
+_log = logging.getLogger(__name__)
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 
@@ -331,8 +335,8 @@ def bind_call(sig: KernelSignature, graph: Graph, args: tuple, kwargs: dict, out
             raise ArgumentError(f"{what} is read-only")
         device_outs[name] = view
         del given[name]
-    inputs, outputs, dims = prepare_call(sig, graph, (), bound, out=given)
-    inputs = [views.get(p.name, arr) for p, arr in zip(sig.params, inputs)]
+    host_inputs, outputs, dims = prepare_call(sig, graph, (), bound, out=given)
+    inputs = [views.get(p.name, arr) for p, arr in zip(sig.params, host_inputs)]
     results: list = []
     for r, arr in zip(sig.results, outputs):
         view = device_outs.get(r.name)
@@ -365,7 +369,7 @@ class DeviceArray:
     It has `__cuda_array_interface__` (version 3), so CuPy, Numba or PyTorch
     can take it without a copy; `.copy_to_host()` gives a numpy array."""
 
-    def __init__(self, cu: Any, shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, cu: Any, shape: tuple[int, ...], dtype: DTypeLike):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self._cu = cu
         self._ptr = _check(cu, cu.cuMemAlloc(max(1, self.nbytes)), "cuMemAlloc")
@@ -399,7 +403,7 @@ class DeviceArray:
                 pass
 
 
-def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: DTypeLike) -> Any:
     """A device result: of the template's library and device when it is torch or CuPy."""
     if _is_torch(template):
         import torch
@@ -471,9 +475,12 @@ class CudaKernel:
         first one the compiler accepts for this kernel."""
         source = self._module.metadata.get("source")
         if self._grid.get("schedule_given", True) or source is None:
+            _log.debug("%s: runs as compiled (its mapping was given, or it has no source to vary)", self.name)
             return None
+        shape = graph.num_vertices, graph.num_edges, dims
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
             if mapping == "thread_vertex" and self._grid["mapping"] == mapping and self._grid["group"] == 1:
+                _log.debug("%s: default mapping 'map %s' (as compiled) for V=%d E=%d %s", self.name, mapping, *shape)
                 return None
             directive = f"map {mapping}"
             if directive in self._refused:
@@ -491,7 +498,9 @@ class CudaKernel:
                     self._refused.add(directive)
                     continue
                 self._variants[directive] = module.kernels[self.name]
+            _log.debug("%s: default mapping %r for V=%d E=%d %s", self.name, directive, *shape)
             return self._variants[directive]
+        _log.debug("%s: runs as compiled (no default mapping applies to it)", self.name)
         return None
 
     def __call__(self, graph: Graph, *args: Any, out: Any = None, **kwargs: Any) -> Any:
@@ -544,7 +553,7 @@ class CudaKernel:
             if self._grid.get("dst_scratch"):  # an edge mapping's per-destination accumulators
                 buffers.append(_DeviceBuffer(cu, None, per_thread * graph.num_vertices * itemsize))
             buffers += [_DeviceBuffer(cu, h) for h in hybrid]
-            values = [
+            values: list[ctypes.c_int64 | ctypes.c_void_p] = [
                 ctypes.c_int64(graph.num_vertices),
                 ctypes.c_int64(graph.num_edges),
                 ctypes.c_int64(threads),

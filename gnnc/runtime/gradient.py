@@ -144,11 +144,11 @@ class Gradient:
             values[wrt] = part if wrt not in values else _add_parts(values[wrt], part)
         grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
-            for wrt, g in grads.items():
+            for wrt, grad in grads.items():
                 given = np.asarray(named[wrt]) if wrt in named else None
-                if given is not None and given.ndim and g.ndim and g.shape[0] < given.shape[0]:
-                    padded = np.zeros((given.shape[0],) + g.shape[1:], dtype=g.dtype)
-                    padded[: g.shape[0]] = g
+                if given is not None and given.ndim and grad.ndim and grad.shape[0] < given.shape[0]:
+                    padded = np.zeros((given.shape[0],) + grad.shape[1:], dtype=grad.dtype)
+                    padded[: grad.shape[0]] = grad
                     grads[wrt] = padded
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))

@@ -8,6 +8,7 @@ pre-compiled kernels pays nothing for the compiler. Every argument is checked
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from math import prod
 from pathlib import Path
@@ -24,6 +25,8 @@ from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook, memory, native
 from gnnc.runtime.cuda import is_device_array
 from gnnc.runtime.signature import check_bipartite, pack_results, prepare_call
+
+_log = logging.getLogger(__name__)
 
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 #: Schedules `schedule="auto"` tries before it runs the kernel as compiled.
@@ -55,7 +58,7 @@ def _pick_addresses() -> Any:
     used only if it agrees with `.ctypes.data` here, on arrays of each kind a
     call passes (fresh, views at an offset, empty, read-only)."""
     base = np.arange(64, dtype=np.float64)
-    probes = [
+    probes: list[np.ndarray] = [
         base,
         base[3:],
         base[5:9],
@@ -100,6 +103,15 @@ def _as_graph(graph: Any) -> Graph:
         f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}; "
         "build one with gnnc.Graph(edge_index) or gnnc.Graph.from_scipy(A)"
     )
+
+
+def _one_line(directives: str) -> str:
+    return "; ".join(line.strip() for line in directives.splitlines() if line.strip())
+
+
+def _shape(graph: Graph, dims: dict[str, int]) -> tuple[int, int, dict[str, int]]:
+    """What a schedule decision depends on, for the log: V, E and the kernel's sizes."""
+    return graph.num_vertices, graph.num_edges, dims
 
 
 def _refuse_device_arrays(sig: KernelSignature, args: tuple, kwargs: dict, out: Any) -> None:
@@ -302,6 +314,15 @@ class Kernel:
                 autoschedule.forget(self, graph, dims)
                 kernel = self
         n_threads = resolve_threads(threads if threads is not None or choice is None else choice.threads)
+        if choice is not None:
+            _log.debug(
+                "%s: schedule='auto' runs %r (%s, threads=%d) for V=%d E=%d %s",
+                self.name,
+                choice.schedule if kernel is not self else "as compiled",
+                choice.origin,
+                n_threads,
+                *_shape(graph, dims),
+            )
         return kernel._run(graph, inputs, outputs, dims, n_threads)
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> Kernel | None:
@@ -316,33 +337,52 @@ class Kernel:
             or self._metadata.get("target", "cpu") != "cpu"
         ):
             # a CPU variant would replace what a cuda emulation is there to check
+            _log.debug("%s: runs as compiled (its schedule was given, or it has no source to vary)", self.name)
             return None
         directives = heuristic.kernel_default(self, graph, dims)
-        if directives is None or directives in self._refused:
+        if directives is None:
+            _log.debug("%s: runs as compiled, the default for V=%d E=%d %s", self.name, *_shape(graph, dims))
+            return None
+        if directives in self._refused:
+            _log.debug("%s: runs as compiled (the default %r does not apply to it)", self.name, _one_line(directives))
             return None
         try:
-            return self._variant(directives)
+            variant = self._variant(directives)
         except CompileError:
             # the schedule cannot apply to this kernel (partitioning a softmax):
             # it runs as compiled, and the compiler is not asked again
             self._refused.add(directives)
+            _log.debug("%s: runs as compiled (the default %r does not apply to it)", self.name, _one_line(directives))
             return None
+        _log.debug("%s: default schedule %r for V=%d E=%d %s", self.name, _one_line(directives), *_shape(graph, dims))
+        return variant
 
     def _default_mapping_variant(self, graph: Graph, dims: dict[str, int], grid: dict) -> Kernel | None:
         """A cuda emulation without a `for cuda` schedule runs the mapping the graph
         suggests (heuristic.default_cuda_mappings), as the GPU runtime does."""
         if grid.get("schedule_given", True) or self._metadata.get("source") is None:
+            _log.debug("%s: runs as compiled (its mapping was given, or it has no source to vary)", self.name)
             return None
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
             if mapping == "thread_vertex" and grid["mapping"] == mapping and grid["group"] == 1:
+                _log.debug(
+                    "%s: default mapping 'map %s' (as compiled) for V=%d E=%d %s",
+                    self.name,
+                    mapping,
+                    *_shape(graph, dims),
+                )
                 return None  # what was compiled
             directive = f"map {mapping}"
             if directive in self._refused:
                 continue
             try:
-                return self._variant(directive)
+                variant = self._variant(directive)
             except CompileError:
                 self._refused.add(directive)  # this kernel cannot take that mapping: the next one
+                continue
+            _log.debug("%s: default mapping %r for V=%d E=%d %s", self.name, directive, *_shape(graph, dims))
+            return variant
+        _log.debug("%s: runs as compiled (no default mapping applies to it)", self.name)
         return None
 
     def _variant(self, schedule: Any) -> Kernel:

@@ -51,7 +51,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -106,8 +106,7 @@ def candidate_keys(traits: dict, cores: int, default_key: str) -> list[str]:
     if cores > 1:
         keys.append(predictor.join_threads(UNSCHEDULED, 1))
         keys.append(predictor.join_threads(default_key, 1))
-    seen: set[str] = set()
-    return [k for k in keys if not (k in seen or seen.add(k))]
+    return list(dict.fromkeys(keys))
 
 
 #: Families of directives, in the order a joined key lists them (one name per
@@ -147,7 +146,7 @@ def combination_keys(times: dict[str, float], baseline: float) -> list[str]:
             continue
         if len(families) > 1:
             continue  # already a join
-        family = families.pop()
+        family = cast(str, families.pop())  # None was excluded above
         if family not in best or t < best[family][0]:
             best[family] = (t, lines)
     ranked = sorted(best, key=lambda f: best[f][0])[:MAX_JOINED]
@@ -182,7 +181,7 @@ def case_key(kernel: Any, graph: Any, dims: dict[str, int], target: str = "cpu")
     return entry_key(kernel_key(source, kernel.name, kernel.signature.dtype), graph.signature(), dims, target)
 
 
-def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
+def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) -> list[np.ndarray | float]:
     """Random inputs of the kernel's signature for the sizes `dims` (every symbolic size must be given)."""
     sig = kernel.signature
     needed = sorted({d for p in sig.params for d in p.shape if isinstance(d, str)})
@@ -198,7 +197,7 @@ def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) 
             f"kernel {sig.name} has no size named {', '.join(unused)} (its sizes: {', '.join(needed) or 'none'})"
         )
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[np.ndarray | float] = []
     for p in sig.params:
         # a vertex input's rows depend on where the kernel reads it (bipartite graphs)
         lead = [vertex_rows(p, graph)[0]] if p.domain == "V" else [graph.num_edges] if p.domain == "E" else []

@@ -8,9 +8,17 @@ which is how the per-pass IR tests work.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from xdsl.xdsl_opt_main import xDSLOptMain
+
+T = TypeVar("T")
+
+
+def _returning(value: T) -> Callable[[], T]:
+    """A factory of `value`, bound now (a lambda in a loop would see the loop's last value)."""
+    return lambda: value
 
 
 class GnncOptMain(xDSLOptMain):
@@ -21,14 +29,14 @@ class GnncOptMain(xDSLOptMain):
         from gnnc.ir.loop import Loop
 
         for dialect in (Graph, Loop, LlvmExt):
-            self.ctx.register_dialect(dialect.name, lambda d=dialect: d)
+            self.ctx.register_dialect(dialect.name, _returning(dialect))
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
         from gnnc.driver.pipeline import PASSES
 
         for name, pass_type in PASSES.items():
-            self.register_pass(name, lambda p=pass_type: p)
+            self.register_pass(name, _returning(pass_type))
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from gnnc.errors import ArgumentError, GnncError, ToolchainError
+from tqdm import tqdm
 
-_BAR = 30
+from gnnc.errors import ArgumentError, GnncError, ToolchainError
 
 
 def parse_budget(text: str) -> float:
@@ -36,37 +36,39 @@ def parse_feats(items: list[str]) -> dict[str, int]:
 
 
 class ProgressBar:
-    """One line redrawn on a terminal; a line per halving round otherwise."""
+    """The tuning budget's seconds as a tqdm bar, with the stage and the best schedule so far.
+
+    On a terminal the bar is redrawn in place; in a log or a pipe, where a
+    redrawn line would pile up, the bar is off and each halving round prints a line.
+    """
 
     def __init__(self, label: str, budget: float | None, stream: TextIO = sys.stderr):
         self.label = label
         self.budget = budget
         self.stream = stream
         self.tty = stream.isatty()
-        self.last_line = ""
+        self.bar = tqdm(
+            total=budget,
+            desc=label,
+            file=stream,
+            disable=not self.tty,
+            bar_format="{desc} |{bar:30}| {n:5.1f}/{total:.0f}s{postfix}" if budget else "{desc} {n:5.1f}s{postfix}",
+        )
 
     def __call__(self, stage: str, elapsed: float, result: Any) -> None:
-        frac = min(1.0, elapsed / self.budget) if self.budget else 0.0
-        filled = int(round(frac * _BAR))
         best = ""
         if result is not None and result.measured:
             best = f"  best: {result.best or '(as compiled)'} {result.speedup_over_default:.2f}x vs default"
-        line = (
-            f"{self.label} [{'#' * filled}{'.' * (_BAR - filled)}] {elapsed:5.1f}"
-            + (f"/{self.budget:.0f}s" if self.budget else "s")
-            + f"  {stage}{best}"
-        )
         if self.tty:
-            self.stream.write("\r" + line[:160].ljust(len(self.last_line)))
-            self.last_line = line[:160]
+            self.bar.n = min(elapsed, self.budget) if self.budget else elapsed
+            self.bar.set_postfix_str(f"{stage}{best}")
         elif stage.startswith("round"):
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            total = f"/{self.budget:.0f}s" if self.budget else "s"
+            self.stream.write(f"{self.label} {elapsed:5.1f}{total}  {stage}{best}\n")
+            self.stream.flush()
 
     def done(self) -> None:
-        if self.tty and self.last_line:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.bar.close()
 
 
 def run(args: argparse.Namespace) -> int:

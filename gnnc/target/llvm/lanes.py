@@ -23,7 +23,8 @@ values are garbage, and x86 has no vector division to ignore them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import llvmlite.ir as ir
 from xdsl.dialects import arith, math, memref
@@ -33,6 +34,23 @@ from gnnc.errors import CompileError
 from gnnc.ir import loop
 from gnnc.ir.loop_structure import constant_index
 from gnnc.target.llvm.types import I32, I64, PTR, convert_type, element_type, type_suffix
+
+
+class FunctionTranslator(Protocol):
+    """What a lanes translation uses of translate.py's FunctionTranslator (which imports this module)."""
+
+    values: dict[SSAValue, ir.Value]
+    builder: ir.IRBuilder
+
+    @property
+    def name(self) -> str: ...
+    def get(self, value: SSAValue) -> ir.Value: ...
+    def set(self, op: Operation, results: Sequence[ir.Value]) -> None: ...
+    def intrinsic(self, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function: ...
+    def call_intrinsic(self, base: str, args: Sequence[ir.Value], flags: tuple[str, ...] = ()) -> ir.Value: ...
+    def tag_access(self, buf: SSAValue, instr: ir.Instruction) -> None: ...
+    def translate_op(self, op: Operation) -> None: ...
+
 
 #: ops whose LLVM form is the same instruction or intrinsic on vectors as on scalars
 _ELEMENTWISE = (
@@ -77,7 +95,7 @@ def _is_vector(value: ir.Value) -> bool:
 class LanesTranslator:
     """Translates one `loop.lanes` op with the function's translator `t`."""
 
-    def __init__(self, t, op: loop.LanesOp):  # t: llvm_translate.FunctionTranslator
+    def __init__(self, t: FunctionTranslator, op: loop.LanesOp):
         self.t, self.op = t, op
         self.width = op.width.value.data
         #: id(vector) -> the scalar value of lane 0, for varying values that are that plus the lane
@@ -154,7 +172,7 @@ class LanesTranslator:
             return self.per_lane(op)
         raise CompileError(f"'{op.name}' on values that differ between lanes is not supported (in @{t.name})")
 
-    def with_vector_operands(self, op: Operation, operands, emit: Callable[[], None]) -> None:
+    def with_vector_operands(self, op: Operation, operands: Sequence[SSAValue], emit: Callable[[], None]) -> None:
         """Runs emit with every uniform operand broadcast for the duration."""
         t = self.t
         saved = {v: t.values[v] for v in operands}
@@ -190,7 +208,12 @@ class LanesTranslator:
         t = self.t
         lhs, rhs = (self.splat(t.get(v)) for v in op.operands)
         rhs = self.b.select(self.mask, rhs, self.constant(rhs.type.element, 1))
-        method = {arith.DivSIOp: "sdiv", arith.DivUIOp: "udiv", arith.RemSIOp: "srem", arith.RemUIOp: "urem"}
+        method: dict[type[Operation], str] = {
+            arith.DivSIOp: "sdiv",
+            arith.DivUIOp: "udiv",
+            arith.RemSIOp: "srem",
+            arith.RemUIOp: "urem",
+        }
         t.set(op, [getattr(self.b, method[type(op)])(lhs, rhs)])
 
     def cast(self, op: Operation) -> None:

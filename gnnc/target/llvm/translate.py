@@ -39,6 +39,7 @@ measurements: docs/design/llvm-translation.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -136,7 +137,7 @@ def _overflow(op: Operation) -> tuple[str, ...]:
     attr = op.properties.get("overflowFlags")
     if attr is None:
         return ()
-    return tuple(sorted(str(f.value) for f in attr.data))
+    return tuple(sorted(str(f.value) for f in cast(arith.IntegerOverflowAttr, attr).data))
 
 
 # ---------------------------------------------------------------- the translator
@@ -223,7 +224,7 @@ class FunctionTranslator:
         noalias = [
             arg
             for arg, arg_attrs in zip(block.args, attrs)
-            if isinstance(arg.type, memref.MemRefType) and "llvm.noalias" in arg_attrs.data
+            if isinstance(arg.type, builtin.MemRefType) and "llvm.noalias" in arg_attrs.data
         ]
         if len(noalias) < 2:
             return
@@ -326,7 +327,7 @@ def _loop_id(
 class _LoopID(ir.values.MDValue):
     """A self-referential distinct metadata node, as loop metadata must be."""
 
-    def descr(self, buf):
+    def descr(self, buf: list[str]) -> None:
         ops = ", ".join([self.get_reference(), *(o.get_reference() for o in self.operands)])
         buf += (f"distinct !{{ {ops} }}", "\n")
 
@@ -539,7 +540,9 @@ def _libm(name: str) -> Callable:
 # ---------------------------------------------------------------- memref
 
 
-def _address(t: FunctionTranslator, buf: SSAValue, indices: Sequence[SSAValue], *, inbounds: bool = True):
+def _address(
+    t: FunctionTranslator, buf: SSAValue, indices: Sequence[SSAValue], *, inbounds: bool = True
+) -> tuple[ir.Value, ir.Type, int]:
     elem, align = element_type(buf.type)
     if len(indices) != 1:
         raise CompileError(f"@{t.name}: a 1-D buffer is indexed with one index, got {len(indices)}")
@@ -882,7 +885,8 @@ def _lanes(t: FunctionTranslator, op: LanesOp) -> None:
 
 # ---------------------------------------------------------------- the dispatch table
 
-_HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Operation], None]] = {
+# each handler is called with an op of the type it is keyed by (Any: the table mixes op types)
+_HANDLERS: dict[type[Operation], Callable[[FunctionTranslator, Any], None]] = {
     func.ReturnOp: _func_return,
     func.CallOp: _func_call,
     scf.ForOp: _scf_for,

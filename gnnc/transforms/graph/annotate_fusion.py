@@ -93,10 +93,10 @@ def annotate_kernel(fn: func.FuncOp) -> None:
         visit(s, rank[an.phase(s)])
     for op in fn.body.walk():
         if isinstance(op, graph.MaterializeOp):
-            group[op] = group.get(op.operand.owner, rank[an.phase(op.operand)])  # type: ignore[arg-type]
+            group[op] = group.get(op.operand.owner, rank[an.phase(op.operand)])  # type: ignore[arg-type]  # a block argument's owner is no key: get gives the default
         if op not in group or not op.results:
             continue
-        value = op.results[0]
+        value: SSAValue = op.results[0]
         if isinstance(op, graph.MaterializeOp):
             value = op.operand
         if isinstance(op, graph.AggregateOp | graph.EdgeSoftmaxOp):

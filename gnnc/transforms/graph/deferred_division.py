@@ -29,6 +29,8 @@ except that light one. The accumulating row stays in the output (see
 
 from __future__ import annotations
 
+from typing import cast
+
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
@@ -79,14 +81,14 @@ class DeferSoftmaxDivision(RewritePattern):
             return
         m = graph.AggregateOp("max", s, stabilizer=True)
         ex = graph.UnaryOp("exp", graph.BinaryOp("sub", s, m.result).result)
-        shifted = ex.operand.owner
+        shifted = cast(graph.BinaryOp, ex.operand.owner)
         z = graph.AggregateOp("sum", ex.result)
         tiny = graph.ConstantOp(TINY, t.element_type)
         one = graph.ConstantOp(1.0, t.element_type)
         safe_z = graph.BinaryOp("max", z.result, tiny.result)
         inv_z = graph.BinaryOp("div", one.result, safe_z.result)
         for new in (m, shifted, ex, z, tiny, one, safe_z, inv_z):
-            rewriter.insert(new, InsertPoint.before(op))  # type: ignore[arg-type]
+            rewriter.insert(new, InsertPoint.before(op))
         for agg, mul, position in sums:
             operands = [mul.lhs, mul.rhs]
             operands[position] = ex.result

@@ -41,7 +41,7 @@ def _one_edge_per_position(fn: func.FuncOp, for_dst: loop.ForDstOp) -> None:
     hilbert_src, hilbert_dst, hilbert_eid = trailing_buffers(fn, 3)
     position = body.args[0]
     dst = loop.DstAtOp(hilbert_dst, position)
-    body.insert_op_before(dst, body.first_op)  # type: ignore[arg-type]
+    body.insert_op_before(dst, body.first_op)  # type: ignore[arg-type]  # a loop body is never empty: it ends in its yield
     position.replace_uses_with_if(dst.result, lambda use: use.operation is not dst)
     # the sweep runs over the edge list: E positions
     for_dst.operands[0] = fn.body.block.args[1]

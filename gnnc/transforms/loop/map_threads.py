@@ -64,6 +64,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
@@ -71,6 +72,7 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
     DictionaryAttr,
+    FloatAttr,
     FunctionType,
     IndexType,
     IntegerAttr,
@@ -432,13 +434,13 @@ def _distribute_over_lanes(
             found = _scratch_access(o.index if isinstance(o, AtomicRmwOp) else o.indices[0])
             if found is not None:
                 destination_regions.setdefault((o.memref, found[0]), []).append((o, found[1], split_index(o)))
-    for uses in destination_regions.values():
-        if all(isinstance(o, memref.LoadOp) for o, _, _ in uses):
+    for region_uses in destination_regions.values():
+        if all(isinstance(o, memref.LoadOp) for o, _, _ in region_uses):
             continue
-        if all(split is not None and lead is split for _, lead, split in uses):
+        if all(split is not None and lead is split for _, lead, split in region_uses):
             continue
-        if all(split is None for _, _, split in uses):
-            for o, _, _ in uses:
+        if all(split is None for _, _, split in region_uses):
+            for o, _, _ in region_uses:
                 if isinstance(o, memref.LoadOp):
                     _check_feeds_only(o, set(replicated_stores), refuse)
             continue
@@ -454,7 +456,12 @@ def _distribute_over_lanes(
             _check_feeds_only(o, set(replicated_stores), refuse)
     for r in reductions:
         init = r.iter_args[0].owner
-        if not (len(r.iter_args) == 1 and isinstance(init, arith.ConstantOp) and init.value.value.data == 0.0):
+        if not (
+            len(r.iter_args) == 1
+            and isinstance(init, arith.ConstantOp)
+            and isinstance(init.value, FloatAttr | IntegerAttr)
+            and init.value.value.data == 0.0
+        ):
             raise refuse("a dot product's sum does not start at 0")
         block = r.body.block
         terminator = block.last_op
@@ -528,7 +535,7 @@ def _atomic_updates(
         if store.memref is scratch:
             continue  # this thread's own slice: per-edge temporaries (dot, @)
         update = store.value.owner
-        kind = _ATOMIC_OF.get(type(update))  # type: ignore[arg-type]
+        kind = _ATOMIC_OF.get(type(update))  # type: ignore[arg-type]  # any other owner, a block included, is no key: get gives None
         if kind is not None and store.value.has_one_use():
             assert isinstance(update, arith.FloatingPointLikeBinaryOperation)
             for old, x in ((update.lhs, update.rhs), (update.rhs, update.lhs)):
@@ -726,12 +733,12 @@ def map_edges(
     for k in range(len(walks) + 1):
         # segment k: the destination's work between walks, the pure values before it recomputed
         segment = op.clone()
-        _prune(segment.body.block, lambda i, o, k=k: starts[k] < i < ends[k] or (i < starts[k] and not effect(o)))
+        _prune(segment.body.block, lambda i, o, k=k: starts[k] < i < ends[k] or (i < starts[k] and not effect(o)))  # type: ignore[misc]  # mypy cannot type a lambda's defaults; k binds this iteration's segment (B023)
         parts.append(("V", segment))
         if k < len(walks):
             # walk k + 1's body, with the pure values before it
             edges = op.clone()
-            _prune(edges.body.block, lambda i, o, k=k: i == at[k] or (i < at[k] and not effect(o)))
+            _prune(edges.body.block, lambda i, o, k=k: i == at[k] or (i < at[k] and not effect(o)))  # type: ignore[misc]  # mypy cannot type a lambda's defaults; k binds this iteration's segment (B023)
             parts.append(("E", edges))
     for _, part in parts:
         rewriter.insert_op(part, InsertPoint.before(op))
@@ -757,7 +764,7 @@ def map_edges(
         g.then.add_ops([*found, u_raw, u, e_raw, e])
         rewriter.inline_block(part.body.block, InsertPoint.at_end(g.then), [v, g.gid])
         walk_body = walk.body.block
-        rewriter.erase_op(walk_body.last_op)  # loop.yield
+        rewriter.erase_op(cast(Operation, walk_body.last_op))  # loop.yield
         rewriter.inline_block(walk_body, InsertPoint.before(walk), [g.item, u.result, e.result])
         rewriter.erase_op(walk)
         _end_then(rewriter, g.then)
@@ -791,7 +798,7 @@ def _factors(value: SSAValue, dims: SSAValue, dim_names: list[str]) -> list[int 
     if isinstance(owner, arith.IndexCastOp) and isinstance(owner.input.owner, memref.LoadOp):
         load = owner.input.owner
         position = load.indices[0].owner
-        if load.memref is dims and isinstance(position, arith.ConstantOp):
+        if load.memref is dims and isinstance(position, arith.ConstantOp) and isinstance(position.value, IntegerAttr):
             return [dim_names[position.value.value.data]]
     return None
 
@@ -802,7 +809,7 @@ def _normal(factors: list[int | str]) -> tuple[int | str, ...]:
         if isinstance(f, int):
             constant *= f
     names = sorted(f for f in factors if isinstance(f, str))
-    return tuple(([constant] if constant != 1 else []) + names)
+    return (*([constant] if constant != 1 else []), *names)
 
 
 class _HybridStaging:
@@ -847,6 +854,7 @@ class _HybridStaging:
             index_value = load.indices[0]
             owner = index_value.owner
             rest: SSAValue | None = None
+            factors: list[int | str] | None
             if index_value in sources:
                 u, factors = index_value, []
             elif isinstance(owner, arith.MuliOp) and owner.lhs in sources:
@@ -890,11 +898,11 @@ class _HybridStaging:
                 if isinstance(f, int):
                     factor = _const(pre, f)
                 else:
-                    position = _const(pre, self.dim_names.index(f))
-                    raw = memref.LoadOp.get(self.dims, [position])
-                    cast = arith.IndexCastOp(raw, index)
-                    pre += [raw, cast]
-                    factor = cast.result
+                    dim_at = _const(pre, self.dim_names.index(f))
+                    raw = memref.LoadOp.get(self.dims, [dim_at])
+                    as_index = arith.IndexCastOp(raw, index)
+                    pre += [raw, as_index]
+                    factor = as_index.result
                 product = arith.MuliOp(size, factor)
                 pre.append(product)
                 size = product.result
@@ -956,7 +964,7 @@ class _HybridStaging:
             if isinstance(u, BlockArgument):
                 Rewriter.insert_op(ops, InsertPoint.at_start(u.owner))
             else:
-                Rewriter.insert_op(ops, InsertPoint.after(u.owner))
+                Rewriter.insert_op(ops, InsertPoint.after(cast(Operation, u.owner)))
             scope = slot.parent_block()
             assert scope is not None and scope.last_op is not None
             terminator = scope.last_op
@@ -980,8 +988,8 @@ class _HybridStaging:
             Rewriter.insert_op(
                 scf.IfOp(is_hot.result, [], [staged_version], [global_version]), InsertPoint.before(terminator)
             )
-            for load, source, key, rest in reads:
-                if source is not u:
+            for load, source_id, key, rest in reads:
+                if source_id is not u:
                     continue
                 row_base = arith.MuliOp(slot, row_size[key])
                 first = arith.AddiOp(offset[key], row_base)
@@ -1033,7 +1041,7 @@ class MapThreadsPass(ModulePass):
             text = fn.attributes.get(CUDA_MAP_ATTR)
             sched = CudaSchedule.parse(text.data) if isinstance(text, StringAttr) else CudaSchedule()
             kernel = fn.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
             lanes = LANES[sched.strategy]
             if sched.lanes is not None:
                 if lanes == 1:
@@ -1058,7 +1066,7 @@ class MapThreadsPass(ModulePass):
                 _accumulator_regions(dst, scratch_of(fn)) for dst in fn.walk() if isinstance(dst, loop.ForDstOp)
             ):
                 # the accumulators edge threads share: one scratch slice per destination
-                dst_scratch = _append_argument(fn, scratch_of(fn).type, readonly=False)
+                dst_scratch = _append_argument(fn, cast(MemRefType, scratch_of(fn).type), readonly=False)
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
                 mapped: list[tuple[loop.GridOp, dict]] = []

@@ -24,10 +24,11 @@ own) keeps the in-CSR, indexed by destination.
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -53,7 +54,7 @@ def _depends_on(value: SSAValue, root: SSAValue, scope: Block) -> bool:
 
 def _index_sites(body: Block, indptr: SSAValue) -> list[tuple[Operation, int]]:
     """(op, operand number) of every in_indptr index in the body: in-edge loops and loads."""
-    sites = []
+    sites: list[tuple[Operation, int]] = []
     for op in body.walk():
         if isinstance(op, loop.ForInEdgesOp) and op.indptr is indptr:
             sites.append((op, 0))
@@ -107,7 +108,7 @@ def _rebuild(value: SSAValue, position: SSAValue, body: Block, before: Operation
     clone = owner.clone()
     for i, operand in enumerate(owner.operands):
         clone.operands[i] = _rebuild(operand, position, body, before, kept)
-    before.parent_block().insert_op_before(clone, before)  # type: ignore[union-attr]
+    before.parent_block().insert_op_before(clone, before)  # type: ignore[union-attr]  # `before` is an op of the loop body
     kept.add(clone)
     return clone.results[0]
 
@@ -142,7 +143,7 @@ class OrderDestinationsPass(ModulePass):
             for for_dst in ordered:
                 self._order(fn, for_dst, positional)
             if positional and abi.ABI_ATTR in fn.attributes:
-                record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+                record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
                 record["ordered_edges"] = True
                 fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
 
@@ -157,8 +158,8 @@ class OrderDestinationsPass(ModulePass):
                 if site.operands[operand] is position:
                     kept.add(site)
         dst = loop.DstAtOp(kernel_buffer(fn, "dst_order"), position)
-        body.insert_op_before(dst, body.first_op)  # type: ignore[arg-type]
+        body.insert_op_before(dst, body.first_op)  # type: ignore[arg-type]  # a loop body is never empty: it ends in its yield
         position.replace_uses_with_if(dst.result, lambda use: use.operation is not dst and use.operation not in kept)
         ahead = take_schedule(for_dst, "prefetch_destinations")
         if ahead is not None:
-            prefetch_destination_rows(for_dst, dst, ahead.value.data)  # type: ignore[union-attr]
+            prefetch_destination_rows(for_dst, dst, cast(IntegerAttr, ahead).value.data)

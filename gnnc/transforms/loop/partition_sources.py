@@ -20,6 +20,8 @@ the next partition.
 
 from __future__ import annotations
 
+from typing import cast
+
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
@@ -96,7 +98,7 @@ def _partition(fn: func.FuncOp, for_dst: loop.ForDstOp, k: int) -> bool:
     if isinstance(v.owner, Operation) and v.owner.parent_block() is body:
         body.insert_ops_after([c1, stride, row, at], v.owner)  # after the destination lookup
     else:
-        body.insert_ops_before([c1, stride, row, at], body.first_op)  # type: ignore[arg-type]
+        body.insert_ops_before([c1, stride, row, at], body.first_op)  # type: ignore[arg-type]  # a loop body is never empty: it ends in its yield
     old_src = edge_loop.src
     edge_loop.operands[0] = at.result
     edge_loop.operands[1] = part_indptr
@@ -138,7 +140,7 @@ def _partition(fn: func.FuncOp, for_dst: loop.ForDstOp, k: int) -> bool:
             op.detach()
             guarded.add_op(op)
         guarded.add_op(scf.YieldOp())
-        body.insert_op_before(scf.IfOp(condition, [], [guarded]), insert_before)  # type: ignore[arg-type]
+        body.insert_op_before(scf.IfOp(condition, [], [guarded]), insert_before)  # type: ignore[arg-type]  # at worst before the yield that ends the body
 
     parent = for_dst.parent_block()
     assert parent is not None
@@ -161,7 +163,7 @@ class PartitionSourcesPass(ModulePass):
                 attr = take_schedule(for_dst, "partition")
                 if attr is None:
                     continue
-                count = attr.value.data  # type: ignore[union-attr]
+                count = cast(IntegerAttr, attr).value.data
                 partitioned += _partition(fn, for_dst, count)
             if count and not partitioned:
                 raise CompileError(f"partition src {count}: the kernel walks no in-edges")

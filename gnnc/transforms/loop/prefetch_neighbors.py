@@ -20,6 +20,8 @@ order-destinations, which maps positions to destinations, consumes it with
 
 from __future__ import annotations
 
+from typing import cast
+
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
@@ -149,7 +151,7 @@ def _at_top(value: SSAValue, body: Block, ops: list[Operation]) -> SSAValue | No
         return None
     clone = owner.clone()
     for i, operand in enumerate(operands):
-        clone.operands[i] = operand  # type: ignore[assignment]
+        clone.operands[i] = operand  # type: ignore[assignment]  # None was ruled out above
     ops.append(clone)
     return clone.results[0]
 
@@ -220,10 +222,10 @@ class PrefetchNeighborsPass(ModulePass):
                 distance_attr = schedule.pop("prefetch", None)
                 if distance_attr is None:
                     continue
-                distance = distance_attr.value.data  # type: ignore[union-attr]
+                distance = cast(IntegerAttr, distance_attr).value.data
                 if distance > 0 and schedule_text(for_dst, "order") not in (None, "identity"):
                     schedule["prefetch_destinations"] = IntegerAttr(DESTINATIONS_AHEAD, i64)
-                for_dst.schedule = type(for_dst.schedule)(schedule)  # type: ignore[misc]
+                for_dst.schedule = type(for_dst.schedule)(schedule)  # type: ignore[misc]  # the sweep has a schedule: the prefetch entry came from it
                 if distance <= 0 or num_edges is None:
                     continue
                 in_order = kernel_buffer(fn, "in_eid") if schedule_text(for_dst, "edge_ids") == "sorted" else None

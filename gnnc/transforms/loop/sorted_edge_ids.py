@@ -26,6 +26,7 @@ rows for walks over the kernel's own ids.
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -56,6 +57,6 @@ class SortedEdgeIdsPass(ModulePass):
             for walk in [o for o in fn.walk() if isinstance(o, loop.ForInEdgesOp) and o.eid is eid]:
                 position, _, edge = walk.body.block.args
                 edge.replace_all_uses_with(position)
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
             record["edges_sorted"] = True
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

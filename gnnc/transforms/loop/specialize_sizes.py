@@ -24,10 +24,11 @@ as they would for a kernel written with literal sizes.
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
@@ -45,8 +46,8 @@ def _sizes_of(fn: func.FuncOp) -> dict[str, int] | None:
     if len(found) > 1:
         raise CompileError(
             f"@{fn.sym_name.data}: its sweeps are specialised to different sizes: "
-            + ", ".join(sorted(a.data for a in found))
-        )  # type: ignore[union-attr]
+            + ", ".join(sorted(cast(StringAttr, a).data for a in found))
+        )
     (entry,) = found
     assert isinstance(entry, StringAttr)
     return dict(parse_sizes(entry.data))
@@ -62,7 +63,7 @@ class SpecializeSizesPass(ModulePass):
             sizes = _sizes_of(fn)
             if sizes is None:
                 continue
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
             names = record["dims"]
             unknown = sorted(set(sizes) - set(names))
             if unknown:
@@ -80,8 +81,8 @@ class SpecializeSizesPass(ModulePass):
                     raise CompileError(f"@{fn.sym_name.data}: a dimension is read at a computed position")
                 name = names[at.value.value.data]
                 if name in sizes:
-                    size = arith.ConstantOp(IntegerAttr(sizes[name], load.res.type))
-                    load.parent_block().insert_op_before(size, load)  # type: ignore[union-attr]
+                    size = arith.ConstantOp(IntegerAttr(sizes[name], cast(IntegerType, load.res.type)))
+                    load.parent_block().insert_op_before(size, load)  # type: ignore[union-attr]  # the load is in the kernel's body
                     load.res.replace_all_uses_with(size.result)
                     load.detach()
                     load.erase()

@@ -12,9 +12,11 @@ the kernel's row axis (`loop_structure.row_dim`: F, else the innermost).
 
 from __future__ import annotations
 
+from typing import cast
+
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IndexType, ModuleOp
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
 from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
@@ -43,7 +45,7 @@ class TileFeaturesPass(ModulePass):
                 attr = take_schedule(for_dst, "tile")
                 if attr is None:
                     continue
-                size = attr.value.data  # type: ignore[union-attr]
+                size = cast(IntegerAttr, attr).value.data
                 dim = row_dim(for_dst)
                 body = for_dst.body.block
                 extent = check_row_split(f"tile features {size}", body, dim, "feature tiling", "tiles")

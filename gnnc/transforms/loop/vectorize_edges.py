@@ -48,7 +48,9 @@ docs/design/edge-lanes.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
@@ -58,6 +60,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
+    MemRefType,
     ModuleOp,
     StringAttr,
     UnitAttr,
@@ -74,7 +77,7 @@ from gnnc.transforms.loop.specialize_unit_dims import UNIT_DIM_ATTR
 index = IndexType()
 
 #: The combining ops an accumulation may use, by loop.lanes reduction kind.
-_COMBINERS: dict[type[Operation], str] = {
+_COMBINERS: dict[type[arith.FloatingPointLikeBinaryOperation], str] = {
     arith.AddfOp: "addf",
     arith.MulfOp: "mulf",
     arith.MaxnumfOp: "maxnumf",
@@ -97,7 +100,7 @@ def _unit_extent(op: Operation, sized: bool = False) -> bool:
     return extent == 1 or (sized and extent is None)
 
 
-def _is_unit_loop(op: Operation, sized: bool = False) -> bool:
+def _is_unit_loop(op: loop.ForFeatureOp, sized: bool = False) -> bool:
     """A feature loop of one iteration with no loop inside: scalar work."""
     return _unit_extent(op, sized) and not any(
         isinstance(o, loop.ForFeatureOp | scf.ForOp | scf.IfOp) for o in op.body.block.walk()
@@ -116,7 +119,7 @@ class _IndexKey:
 
     def __init__(self, walk: loop.ForInEdgesOp, sized: bool = False):
         self.walk, self.sized = walk, sized
-        self.args = dict(zip(walk.body.block.args, ("pos", "u", "e")))
+        self.args: dict[SSAValue, str] = dict(zip(walk.body.block.args, ("pos", "u", "e")))
 
     def __call__(self, v: SSAValue) -> object:
         if v in self.args:
@@ -161,7 +164,7 @@ def _per_edge(key: object) -> bool:
 @dataclass
 class _Accumulation:
     load: memref.LoadOp
-    combine: Operation
+    combine: arith.FloatingPointLikeBinaryOperation
     store: memref.StoreOp
     kind: str
 
@@ -179,7 +182,7 @@ class _Plan:
     rows: list[Operation] = field(default_factory=list)
     accumulations: list[_Accumulation] = field(default_factory=list)
     #: place key -> ops (in lanes and rows) that access a per-edge temporary there
-    temps: dict[object, list[Operation]] = field(default_factory=dict)
+    temps: dict[object, list[memref.LoadOp | memref.StoreOp]] = field(default_factory=dict)
     #: values of the lane work the rows use, passed through a buffer
     passed: list[SSAValue] = field(default_factory=list)
 
@@ -290,13 +293,14 @@ def plan_walk(walk: loop.ForInEdgesOp, sized: bool = False) -> _Plan | str:
         if not (
             len(accesses) == 2
             and len(stores) == 1
-            and isinstance(combine, tuple(_COMBINERS))
+            and isinstance(combine, arith.FloatingPointLikeBinaryOperation)
+            and type(combine) in _COMBINERS
             and first.res in combine.operands
             and first.res.has_one_use()
             and combine.results[0].has_one_use()
         ):
             return "a place the per-edge work both reads and writes, other than by an accumulation"
-        acc = _Accumulation(first, combine, stores[0], _COMBINERS[type(combine)])  # type: ignore[arg-type]
+        acc = _Accumulation(first, combine, stores[0], _COMBINERS[type(combine)])
         if loop.depends_on(acc.term, first.res):
             return "an accumulation that reads itself"
         plan.accumulations.append(acc)
@@ -312,12 +316,14 @@ def plan_walk(walk: loop.ForInEdgesOp, sized: bool = False) -> _Plan | str:
             continue
         for st in lane_stores:
             # a row may read what the lanes stored for its own edge, before any row ran
-            if st.memref is o.memref and (_place(key, st) != place or position[_top(st, walk)] > first_row):
+            if st.memref is o.memref and (
+                _place(key, st) != place or position[cast(Operation, _top(st, walk))] > first_row
+            ):
                 return "the rows read what the per-edge work stores, in another order"
     lane_set = set(lane_ops)
     for top in plan.rows + plan.prefetch:
-        for o in top.walk():
-            for operand in o.operands:
+        for inner in top.walk():
+            for operand in inner.operands:
                 owner = operand.owner
                 if isinstance(owner, Operation) and owner in lane_set and operand not in plan.passed:
                     if not _recomputable(operand, walk):
@@ -325,10 +331,10 @@ def plan_walk(walk: loop.ForInEdgesOp, sized: bool = False) -> _Plan | str:
     return plan
 
 
-def _top(op: Operation, walk: loop.ForInEdgesOp) -> Operation | None:
+def _top(op: Operation | None, walk: loop.ForInEdgesOp) -> Operation | None:
     """The op of the walk's body that op is or is inside, None outside the walk."""
     while op is not None and op.parent_op() is not walk:
-        op = op.parent_op()  # type: ignore[assignment]
+        op = op.parent_op()
     return op
 
 
@@ -377,7 +383,7 @@ class _WalkRewriter:
         """Position, source and edge id of the chunk's lane-th edge, as the walk's arguments map."""
         position = arith.AddiOp(chunk, lane)
         block.add_op(position)
-        mapping = {self.pos: position.result}
+        mapping: dict[SSAValue, SSAValue] = {self.pos: position.result}
         for arg, ids in ((self.src_arg, self.walk.src), (self.eid_arg, self.walk.eid)):
             if arg.uses:
                 raw = memref.LoadOp.get(ids, [position])
@@ -409,7 +415,7 @@ class _WalkRewriter:
             mapping[old] = new
         return mapping[value]
 
-    def _redirect_temps(self, block: Block, lane: SSAValue, buffers: list[SSAValue]) -> None:
+    def _redirect_temps(self, block: Block, lane: SSAValue, buffers: Sequence[SSAValue]) -> None:
         for o in list(block.walk()):
             mark = o.attributes.pop(self.TEMP, None)
             if isinstance(mark, IntegerAttr):
@@ -425,11 +431,11 @@ class _WalkRewriter:
             for o in self.plan.temps[place]:
                 o.attributes[self.TEMP] = IntegerAttr(i, IntegerType(64))
         for i, a in enumerate(self.plan.accumulations):
-            for o in (a.load, a.combine, a.store):
-                o.attributes[self.ACCUMULATION] = IntegerAttr(i, IntegerType(64))
+            for op in (a.load, a.combine, a.store):
+                op.attributes[self.ACCUMULATION] = IntegerAttr(i, IntegerType(64))
 
     def _lanes_block(
-        self, start: SSAValue, passing: list[SSAValue], buffers: list[SSAValue]
+        self, start: SSAValue, passing: Sequence[SSAValue], buffers: Sequence[SSAValue]
     ) -> tuple[Block, list[SSAValue]]:
         """The per-edge work of one lane; accumulations yield their terms instead of storing."""
         plan = self.plan
@@ -459,11 +465,11 @@ class _WalkRewriter:
             store.attributes[loop.WHOLE_VECTOR_ATTR] = UnitAttr()
             block.add_op(store)
         assert all(t is not None for t in terms)
-        block.add_op(loop.YieldOp(*terms))  # type: ignore[arg-type]
+        block.add_op(loop.YieldOp(*terms))  # type: ignore[arg-type]  # none is None: asserted above
         self._redirect_temps(block, lane, buffers)
-        return block, terms  # type: ignore[return-value]
+        return block, terms  # type: ignore[return-value]  # none is None: asserted above
 
-    def _rows_block(self, start: SSAValue, passing: list[SSAValue], buffers: list[SSAValue]) -> Block:
+    def _rows_block(self, start: SSAValue, passing: Sequence[SSAValue], buffers: Sequence[SSAValue]) -> Block:
         """The rows, edge after edge, with their prefetches; lane values from the buffers."""
         plan = self.plan
         block = Block(arg_types=[index])
@@ -493,7 +499,7 @@ class _WalkRewriter:
         lo_raw, hi_raw = memref.LoadOp.get(walk.indptr, [walk.dst]), memref.LoadOp.get(walk.indptr, [next_dst])
         lo, hi = arith.IndexCastOp(lo_raw, index), arith.IndexCastOp(hi_raw, index)
         temp_buffers = [
-            memref.AllocaOp.get(accesses[0].memref.type.element_type, 64, [width])  # type: ignore[union-attr]
+            memref.AllocaOp.get(cast(MemRefType, accesses[0].memref.type).element_type, 64, [width])
             for accesses in plan.temps.values()
         ]
         pass_buffers = [memref.AllocaOp.get(v.type, 64, [width]) for v in plan.passed]
@@ -522,7 +528,7 @@ class _WalkRewriter:
         for a, reduced in zip(plan.accumulations, lanes_op.res):
             place = self._materialize(a.store.indices[0], chunk, {self.pos: start})
             old = memref.LoadOp.get(a.store.memref, [place])
-            new = type(a.combine)(old, reduced)  # type: ignore[call-arg]
+            new = type(a.combine)(old, reduced)
             chunk.add_ops([old, new, memref.StoreOp.get(new.results[0], a.store.memref, [place])])
         if plan.rows:
             row_loop = scf.ForOp(zero, count, one, [], self._rows_block(start, passing, temps))
@@ -590,7 +596,7 @@ def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tupl
 
 def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
     """The dimensions that must be 1 for the walk to run: it is in the copy specialize-unit-dims made."""
-    found = []
+    found: list[str] = []
     op: Operation | None = walk
     while op is not None:
         parent = op.parent_op()
@@ -599,7 +605,7 @@ def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
             and UNIT_DIM_ATTR in parent.attributes
             and op.parent_region() is parent.true_region
         ):
-            found.append(parent.attributes[UNIT_DIM_ATTR].data)  # type: ignore[union-attr]
+            found.append(cast(StringAttr, parent.attributes[UNIT_DIM_ATTR]).data)
         op = parent
     return found
 
@@ -612,16 +618,16 @@ class VectorizeEdgesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
             in_src = kernel_buffer(fn, "in_src")
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
             found: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # qualifying walks, as compiled
             sized: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # ... if run-time head sizes were 1
             for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
-                width = take_schedule(for_dst, "vectorize_edges")
+                width = cast(IntegerAttr | None, take_schedule(for_dst, "vectorize_edges"))
                 plans = [
                     (w, plan_walk(w)) for w in for_dst.walk() if isinstance(w, loop.ForInEdgesOp) and w.src is in_src
                 ]
                 ok = [(w, p) for w, p in plans if not isinstance(p, str)]
-                found += ok  # type: ignore[arg-type]
+                found += ok
                 sized += [
                     (w, q)
                     for w, p in plans
@@ -636,6 +642,6 @@ class VectorizeEdgesPass(ModulePass):
                         f"computes scalars per edge that could run in lanes ({'; '.join(reasons)})"
                     )
                 for w, p in ok:
-                    _WalkRewriter(w, p, width.value.data).rewrite()  # type: ignore[arg-type]
+                    _WalkRewriter(w, p, width.value.data).rewrite()
             record["lanes"] = _lanes_record(found, sized)
             fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))

@@ -13,6 +13,8 @@ Runs after `tile-features`: a tile is then sliced like a whole row.
 
 from __future__ import annotations
 
+from typing import cast
+
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
@@ -88,8 +90,8 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
                 inner = op.body.block
                 i = inner.args[0]
                 shifted = arith.AddiOp(i, offset)
-                inner.insert_op_before(shifted, inner.first_op)  # type: ignore[arg-type]
-                i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)
+                inner.insert_op_before(shifted, inner.first_op)  # type: ignore[arg-type]  # a loop body is never empty: it ends in its yield
+                i.replace_uses_with_if(shifted.result, lambda use, s=shifted: use.operation is not s)  # type: ignore[misc]  # mypy cannot type a lambda's defaults; s binds this iteration's op (B023)
                 op.operands[0] = slice_width
         narrow_row_pieces(block, extent, offset, slice_width)
         block.add_op(scf.YieldOp())
@@ -115,7 +117,7 @@ class VectorizeRowsPass(ModulePass):
                 attr = take_schedule(for_dst, "vectorize")
                 if attr is None:
                     continue
-                width = attr.value.data  # type: ignore[union-attr]
+                width = cast(IntegerAttr, attr).value.data
                 dim = row_dim(for_dst)
                 extent = check_row_split(f"vectorize {width}", for_dst.body.block, dim, "row slicing", "slices")
                 if any(isinstance(a, loop.ForPartitionOp) for a in [phase, *ancestors(for_dst, fn.body.block)]):
