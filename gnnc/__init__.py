@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from gnnc.errors import (  # noqa: E402
+from gnnc.errors import (
     ArgumentError,
     CompileError,
     GnncError,
@@ -21,10 +21,11 @@ from gnnc.errors import (  # noqa: E402
     SourceError,
     ToolchainError,
 )
-from gnnc.graph.graph import Graph  # noqa: E402
-from gnnc.runtime.memory import aligned, empty, zeros  # noqa: E402
-from gnnc.runtime.module import Module, load  # noqa: E402
-from gnnc.version import __version__  # noqa: E402, F401
+from gnnc.graph.graph import Graph
+from gnnc.runtime import compile_hook
+from gnnc.runtime.memory import aligned, empty, zeros
+from gnnc.runtime.module import Module, load
+from gnnc.version import __version__  # noqa: F401
 
 # Logs go to logging.getLogger("gnnc") and its children: compiles at INFO, each
 # call's schedule decision at DEBUG. A library prints nothing unless the
@@ -37,6 +38,11 @@ def compile(source_or_path: str | os.PathLike, **options: Any) -> Any:  # noqa: 
     from gnnc.api import compile as _compile
 
     return _compile(source_or_path, **options)
+
+
+# A loaded kernel that needs a variant (schedule=, the default's pick, a cuda
+# mapping) compiles it through here; the compiler itself loads on first use.
+compile_hook.install_compiler(compile)
 
 
 __all__ = [

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gnnc.errors import ArgumentError
-from gnnc.runtime import compile_hook
 from gnnc.runtime.module import Module
 
 if TYPE_CHECKING:
@@ -138,7 +137,3 @@ def compile_grad(
         grad.transposes,
         grad.saved,
     )
-
-
-# Variants a loaded kernel needs (another schedule, the default's pick) compile through here.
-compile_hook.install_compiler(compile)

@@ -2,9 +2,9 @@
 
 The runtime never imports the compiler. A call that needs another schedule of
 a kernel (`schedule=`, the default heuristic's pick, `schedule="auto"`, a cuda
-mapping) asks the function installed here; `gnnc.api` installs `gnnc.compile`
-when gnnc is imported. A process that has only the runtime gets a clear error
-instead of a variant.
+mapping) asks the function installed here; importing gnnc installs
+`gnnc.compile`, which loads the compiler on its first use. Without it the
+call gets a clear error instead of a variant.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def compile_variant(source: str, **options: Any) -> Any:
     if _compiler is None:
         raise ToolchainError(
             "this call needs a kernel compiled with another schedule, and no compiler is installed: "
-            "import gnnc (which installs gnnc.compile), or call the kernel with the schedule it was compiled with"
+            "install gnnc.compile with compile_hook.install_compiler, or call the kernel with the schedule it was compiled with"
         )
     _log.info(
         "compiling a variant of %s: schedule '%s' (%s)",
