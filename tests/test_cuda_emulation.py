@@ -321,7 +321,7 @@ def test_grid_is_sized_by_the_mapping():
     opts = compiler.CompileOptions(target="cuda-emulation", schedule="map thread_vertex group 4")
     result = compiler.compile_source(src, options=opts, stop_after="scf")
     mapped = result.stages["map-threads"]
-    assert "loop.grid" in mapped and 'mapping "thread_vertex"' in mapped
+    assert "loop.grid" in mapped and "mapping thread_vertex" in mapped
     assert "loop.for_dst" not in mapped
     assert "arith.constant 4 : index" in mapped
     assert "loop.grid" not in result.stages["emulate-grid"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gnnc.errors import ArgumentError
 
@@ -174,8 +175,17 @@ def directives_text(schedule: str | Mapping[str, object]) -> str:
     )
 
 
-#: cuda thread mappings (uGrapher's four strategies).
-CUDA_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
+class CudaStrategy(StrEnum):
+    """A cuda thread mapping (uGrapher's four strategies): a thread or a warp per destination or per edge group."""
+
+    THREAD_VERTEX = "thread_vertex"
+    THREAD_EDGE = "thread_edge"
+    WARP_VERTEX = "warp_vertex"
+    WARP_EDGE = "warp_edge"
+
+
+#: cuda thread mappings, by name.
+CUDA_STRATEGIES = tuple(s.value for s in CudaStrategy)
 
 #: Threads per block of every cuda mapping: a multiple of the warp size that
 #: keeps occupancy high on sm_75..sm_90 without limiting registers.
