@@ -183,3 +183,47 @@ def exclusion(keyword: str, given: Sequence[str]) -> tuple[str, str] | None:
         if keyword in k_others:
             return k, k_why
     return None
+
+
+def directive_words(key: str, value: str) -> list[str]:
+    """A `graph.schedule` entry (`cpu.vectorize_edges` = `edges 16`) as its directive's words."""
+    keyword = key.partition(".")[2]
+    return [keyword.partition("_")[0], *value.split()]
+
+
+def with_directives(
+    kernel: str, entries: dict[str, str], directives: Sequence[Sequence[str]], given_as: str
+) -> dict[str, str]:
+    """A kernel's `graph.schedule` entries (`cpu.KEYWORD` -> the words after it) with these CPU
+    directives given too, each replacing one of its keyword, as if the kernel's schedule
+    said so; a pair the frontend would refuse in one schedule is refused, naming `given_as`
+    (the pass and its options)."""
+    result = dict(entries)
+    for words in directives:
+        result[f"cpu.{directive_keyword(words)}"] = " ".join(words[1:])
+    given = [k.partition(".")[2] for k in result if k.startswith("cpu.")]
+    for words in directives:
+        keyword = directive_keyword(words)
+        found = exclusion(keyword, [k for k in given if k != keyword])
+        if found is not None:
+            other, why = found
+            other_words = directive_words(f"cpu.{other}", result[f"cpu.{other}"])
+            raise CompileError(
+                f"{given_as}: '{directive_phrase(words)}' cannot be combined with "
+                f"'{directive_phrase(other_words)}' (the schedule of kernel '{kernel}'): {why}"
+            )
+    return result
+
+
+def check_directive_option(given_as: str, words: Sequence[str]) -> None:
+    """The words a pass option stands for follow their directive's grammar; else the
+    frontend's message for them, after `given_as` (the pass and its options)."""
+    try:
+        if words[0] == "map":
+            check_map_directive(words)
+        elif words[0] == "specialize":
+            check_specialize_directive(words, None)
+        else:
+            check_cpu_directive(words)
+    except DirectiveError as exc:
+        raise CompileError(f"{given_as}: {exc.message}") from None

@@ -119,7 +119,8 @@ def _compile(args: argparse.Namespace) -> int:
 
         source = gradient_source(source, file, args.kernels)
         args.kernels = None
-    unknown = [p for p in args.print_ir_after if p not in pipeline.all_stage_names(args.target)]
+    stages = pipeline.all_stage_names(args.target)
+    unknown = [p for p in args.print_ir_after if p not in stages and p not in map(pipeline.stage_name, stages)]
     if unknown:
         raise GnncError(
             f"unknown pass {', '.join(unknown)} for --print-ir-after; the stages are: "
