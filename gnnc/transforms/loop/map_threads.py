@@ -28,6 +28,7 @@ memory (hybrid_staging.py).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -37,6 +38,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, loop
+from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop import CUDA_MAP_ATTR
 from gnnc.ir.schedule import CudaSchedule
 from gnnc.transforms.loop.edge_grids import VERTEX_MAPPING_OF, accumulator_regions, map_edges
@@ -64,16 +66,54 @@ def _walk_sources(grid: loop.GridOp) -> list[SSAValue]:
     return [w.body.block.args[1] for w in grid.walk() if isinstance(w, loop.ForInEdgesOp)]
 
 
+@dataclass(frozen=True)
 class MapThreadsPass(ModulePass):
-    """Replaces every loop.for_dst by a loop.grid for the kernel's cuda mapping."""
+    """Replaces every loop.for_dst by a loop.grid for the kernel's cuda mapping.
+
+    Given a strategy, every kernel runs `map STRATEGY [group G] [tile T]
+    [lanes L] [hybrid K]` as if its cuda schedule said so.
+    """
 
     name = "map-threads"
 
+    strategy: str | None = None
+    """thread_vertex, thread_edge, warp_vertex or warp_edge; none: each kernel's cuda schedule decides."""
+    group: int | None = None
+    """Destinations (or in-CSR positions) per thread or warp (uGrapher's grouping)."""
+    tile: int | None = None
+    """Feature indices a lane takes at a time (warp mappings)."""
+    lanes: int | None = None
+    """Lanes per destination of a warp mapping (Seastar's feature-adaptive groups), up to 32."""
+    hybrid: int | None = None
+    """The most high-degree sources whose rows each block keeps in shared memory (FeatGraph)."""
+
+    def _directive(self) -> list[str] | None:
+        """The options as the `map` directive they stand for; None when no strategy is given."""
+        if self.strategy is None:
+            return None
+        words = ["map", self.strategy]
+        for option in ("group", "tile", "lanes", "hybrid"):
+            value = getattr(self, option)
+            if value is not None:
+                words += [option, str(value)]
+        return words
+
+    def __post_init__(self) -> None:
+        words = self._directive()
+        if words is None:
+            if any(getattr(self, o) is not None for o in ("group", "tile", "lanes", "hybrid")):
+                raise CompileError(f"{self.spec()}: give the mapping's strategy too (strategy=thread_vertex, ...)")
+            return
+        check_directive_option(str(self.spec()), words)
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        given = self._directive()
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
                 continue
             text = fn.attributes.get(CUDA_MAP_ATTR)
+            if given is not None:
+                text = StringAttr(" ".join(given[1:]))
             sched = CudaSchedule.parse(text.data) if isinstance(text, StringAttr) else CudaSchedule()
             kernel = fn.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
