@@ -764,11 +764,11 @@ class KernelLowering:
     def loop_schedule(self) -> DictionaryAttr:
         """The CPU schedule, defaults filled in, as the loop passes consume it."""
         sched = self.cpu_schedule()
-        result: dict[str, Attribute] = {
-            "parallel": StringAttr("dst"),
-            "order": StringAttr(sched.order),
-            "prefetch": IntegerAttr(sched.prefetch, i64),
-        }
+        result: dict[str, Attribute] = {"parallel": StringAttr("dst"), "order": StringAttr(sched.order)}
+        if "cpu.prefetch" in self._schedule_entries():
+            # without it prefetch-neighbors takes its default distance; a pipeline without that
+            # pass (gnnc-opt ... -p convert-graph-to-loop,convert-loop-to-scf) then runs unprefetched
+            result["prefetch"] = IntegerAttr(sched.prefetch, i64)
         if sched.tile_features is not None:
             result["tile"] = IntegerAttr(sched.tile_features, i64)
         if sched.partitions is not None:
