@@ -1568,7 +1568,7 @@ class ConvertGraphToLoopPass(ModulePass):
             if isinstance(fn, func.FuncOp) and graph.RESULT_NAMES in fn.attributes:
                 if directives:
                     attr = fn.attributes.get(graph.SCHEDULE)
-                    entries = {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}
+                    entries = {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}  # type: ignore[attr-defined]
                     given = with_directives(fn.sym_name.data, entries, directives, str(self.spec()))
                     fn.attributes[graph.SCHEDULE] = DictionaryAttr({k: StringAttr(v) for k, v in given.items()})
                 sweeps = target in SOURCE_SWEEP_TARGETS

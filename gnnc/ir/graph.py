@@ -15,7 +15,6 @@ integer or a symbolic name bound at call time; both print as bare words:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -43,6 +42,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
 
 Dim = int | str
 Shape = tuple[Dim, ...]

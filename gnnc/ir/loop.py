@@ -22,8 +22,6 @@ threads; `convert-loop-to-scf` lowers what is left to `scf.for`.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
@@ -53,12 +51,14 @@ from xdsl.irdl import (
 )
 from xdsl.traits import IsTerminator, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
 
 from gnnc.ir.schedule import CudaStrategy
 
 
+# CudaStrategy lives in the compiler-free ir/schedule.py: Python's StrEnum, not xDSL's
 @irdl_attr_definition
-class CudaMappingAttr(EnumAttribute[CudaStrategy], SpacedOpaqueSyntaxAttribute):
+class CudaMappingAttr(EnumAttribute[CudaStrategy], SpacedOpaqueSyntaxAttribute):  # type: ignore[type-var]
     """`loop.grid`'s thread mapping: `mapping warp_vertex`, generic `#loop<mapping warp_vertex>`."""
 
     name = "loop.mapping"
@@ -453,7 +453,7 @@ class WarpSumOp(IRDLOperation):
 WHOLE_VECTOR_ATTR = "gnnc.whole_vector"
 
 #: The value an inactive lane contributes to each reduction of `loop.lanes`.
-LANE_REDUCTIONS: dict[LaneReduction, float] = {
+LANE_REDUCTIONS: dict[str, float] = {
     LaneReduction.ADDF: -0.0,
     LaneReduction.MULF: 1.0,
     LaneReduction.MAXNUMF: float("-inf"),

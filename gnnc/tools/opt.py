@@ -39,7 +39,7 @@ class GnncOptMain(xDSLOptMain):
             self.register_pass(name, lambda p=pass_type: p)
 
 
-def _fail(exc: Exception) -> NoReturn:
+def _fail(exc: BaseException) -> NoReturn:
     print(f"gnnc-opt: error: {exc}", file=sys.stderr)
     sys.exit(1)
 
