@@ -181,3 +181,23 @@ def test_options_that_cannot_join_the_kernels_schedule_are_refused():
 def test_map_threads_options_need_a_strategy():
     with pytest.raises(CompileError, match="give the mapping's strategy too"):
         pipeline.make_pass("map-threads{group=4}")
+
+
+def test_every_directive_has_a_pass_option():
+    """The options the passes take, one per directive (the lowering's and map-threads' several)."""
+    for entry in (
+        "convert-graph-to-loop{target=cuda}",
+        "convert-graph-to-loop{partition=4 edge-order=hilbert group=8 stream=true simd=256}",
+        "tile-features{size=64}",
+        "vectorize-rows{width=16}",
+        "vectorize-edges{lanes=16}",
+        "prefetch-neighbors{distance=0}",
+        "order-destinations{order=locality}",
+        'specialize-sizes{sizes="H 4 F 32"}',
+        "sorted-edge-ids{sorted=true}",
+        "convert-loop-to-openmp{parallel=dst}",
+        "map-threads{strategy=warp_edge group=2 tile=4 lanes=8 hybrid=16}",
+    ):
+        made = pipeline.make_pass(entry)
+        assert made.name == pipeline.stage_name(entry)
+        assert made != type(made)(), entry  # the option was taken
