@@ -324,6 +324,118 @@ def test_gnnc_opt_reads_a_dumped_graph_stage(tmp_path):
     assert "scf.for" in scf.stdout and "loop.for_dst" not in scf.stdout
 
 
+def _readme_commands() -> list[list[str]]:
+    """The IR-debugging commands of the README, as words (the quotes of a -p argument removed)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("**IR debugging.**") :]
+    block = block[block.index("```sh") + 5 : block.index("```", block.index("```sh") + 5)]
+    return [[w.strip("'") for w in line.split()] for line in block.strip().splitlines()]
+
+
+def test_the_readme_gnnc_opt_example_works(tmp_path):
+    commands = _readme_commands()
+    assert commands[0] == ["gnnc", "compile", "examples/gcn.gnn", "--emit", "graph", "-o", "gcn.mlir"]
+    assert commands[1] == ["gnnc-opt", "gcn.mlir", "-p", "convert-graph-to-loop,convert-loop-to-scf"]
+    assert commands[2][:3] == ["gnnc-opt", "gcn.mlir", "-p"]
+
+    # exactly that sequence, through python -m (the console scripts run the installed copy),
+    # the example read from the repository and gcn.mlir written to a temporary directory
+    def run(words: list[str]) -> subprocess.CompletedProcess:
+        args = [
+            str(ROOT / w) if w.startswith("examples/") else str(tmp_path / w) if w == "gcn.mlir" else w for w in words
+        ]
+        return gnnc_cli(*args[1:]) if words[0] == "gnnc" else gnnc_opt(*args[1:])
+
+    proc = run(commands[0])
+    assert proc.returncode == 0, proc.stderr
+    assert "graph.aggregate" in (tmp_path / "gcn.mlir").read_text()
+    opt = run(commands[1])
+    assert opt.returncode == 0, opt.stderr
+    assert "scf.for" in opt.stdout and "loop.for_" not in opt.stdout and "graph." not in opt.stdout
+    # the option example: the same, tiled by 4
+    tiled = run(commands[2])
+    assert tiled.returncode == 0, tiled.stderr
+    assert "scf.for" in tiled.stdout and "loop.for_" not in tiled.stdout
+    assert tiled.stdout != opt.stdout
+
+
+def test_schedule_directives_are_pass_options_of_gnnc_opt(tmp_path):
+    graph_file, loop_file = tmp_path / "gat.mlir", tmp_path / "gat-loop.mlir"
+    assert gnnc_cli("compile", GAT, "--emit", "graph", "-o", graph_file).returncode == 0
+    lowered = gnnc_opt(graph_file, "-p", "convert-graph-to-loop", "-o", loop_file)
+    assert lowered.returncode == 0, lowered.stderr
+    text = loop_file.read_text()
+    assert "loop.for_tile" not in text and "tile =" not in text
+
+    tiled = gnnc_opt(loop_file, "-p", "tile-features{size=4}")
+    assert tiled.returncode == 0, tiled.stderr
+    assert re.search(r'loop\.for_tile %\d+ by 4 dim "F"', tiled.stdout)
+
+    # several directives in one pipeline, each checked in the output
+    opt = gnnc_opt(
+        loop_file,
+        "-p",
+        'specialize-sizes{sizes="F 32"},prefetch-neighbors{distance=0},order-destinations{order=degree},'
+        "tile-features{size=8},vectorize-rows{width=4}",
+    )
+    assert opt.returncode == 0, opt.stderr
+    out = opt.stdout
+    assert "llvm_ext.prefetch" not in out  # prefetch 0
+    assert "loop.dst_at" in out and "\\22order\\22: \\22degree\\22" in out  # the runtime supplies the degree order
+    assert "\\22sizes\\22: {\\22F\\22: 32}" in out and "arith.constant 32 : i64" in out
+    assert re.search(r"loop\.for_tile %\d+ by 8", out) and "arith.constant 4 : index" in out
+    # every entry the options gave was consumed; the thread mapping is convert-loop-to-openmp's
+    assert re.findall(r"schedule \{[^}]*\}", out) == ['schedule {parallel = "dst"}']
+
+    # the lowering's directives: partitions, then partition-sources implements them
+    parts = gnnc_opt(graph_file, "-p", "convert-graph-to-loop{partition=3},partition-sources")
+    assert parts.returncode == 0, parts.stderr
+    assert "loop.for_partition 3" in parts.stdout
+
+
+@pytest.mark.parametrize(
+    "passes, message",
+    [
+        (
+            "tile-features{size=0}",
+            "tile-features{size=0}: expected a positive integer (the feature tile size) after "
+            "'tile features', found '0'",
+        ),
+        ("vectorize-edges{lanes=3}", "'vectorize edges' takes a power of two up to 64, found 3"),
+        ("convert-graph-to-loop{target=gpu}", "unknown target; use one of cpu, cuda"),
+        ("order-destinations{order=random}", "unknown destination order 'random'"),
+        ("tile-features{width=4}", 'Provided arguments ["width"] not found'),
+    ],
+)
+def test_gnnc_opt_refuses_a_bad_option_cleanly(tmp_path, passes, message):
+    graph_file = tmp_path / "gcn.mlir"
+    assert gnnc_cli("compile", GCN, "--emit", "graph", "-o", graph_file).returncode == 0
+    proc = gnnc_opt(graph_file, "-p", passes)
+    assert_clean_error(proc)
+    assert proc.stderr.startswith("gnnc-opt: error: ") and message in proc.stderr, proc.stderr
+
+
+def test_passes_lists_every_pass_with_its_summary_and_options():
+    proc = gnnc_cli("passes")
+    assert proc.returncode == 0, proc.stderr
+    catalogue = proc.stdout[proc.stdout.index("passes (gnnc-opt") :]
+    for name, cls in pipeline.PASSES.items():
+        assert f"\n  {name}\n" in catalogue, name
+        if cls.__doc__:
+            assert cls.__doc__.strip().splitlines()[0] in catalogue, name
+    for option in (
+        "size: int | None = none",
+        "target: str = cpu",
+        "edge-order: str | None = none",
+        "strategy: str | None = none",
+        "lanes: int | None = none",
+    ):
+        assert option in catalogue, option
+    assert "`tile features SIZE` for every kernel" in catalogue  # an option's own docstring
+    cuda = gnnc_cli("passes", "--target", "cuda")
+    assert "   7  convert-graph-to-loop{target=cuda}\n" in cuda.stdout
+
+
 @pytest.mark.slow
 def test_gnnc_opt_console_script(tmp_path):
     exe = shutil.which("gnnc-opt")

@@ -199,7 +199,8 @@ def test_cli_emit_nvvm_and_errors(tmp_path):
 def test_passes_lists_the_cuda_stages():
     proc = _cli("passes", "--target", "cuda")
     assert proc.returncode == 0, proc.stderr
-    listed = [line.split()[1] for line in proc.stdout.splitlines()[1:]]
+    # the numbered stages (the pass catalogue follows them)
+    listed = re.findall(r"^\s+\d+\s+(\S+)$", proc.stdout, re.M)
     assert listed == pipeline.all_stage_names("cuda")
     assert listed.index("map-threads") < listed.index("convert-grid-to-nvvm") < listed.index("emit-ptx")
 

@@ -37,6 +37,7 @@ import json
 import math as pymath
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import cast
 
 from xdsl.context import Context
@@ -62,6 +63,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, graph, loop
+from gnnc.ir.directives import check_directive_option, with_directives
 from gnnc.ir.llvm_ext import StreamCopyOp
 from gnnc.ir.loop_structure import check_row_split, edge_walks, row_dim
 from gnnc.ir.schedule import CpuSchedule, sizes_text
@@ -69,22 +71,27 @@ from gnnc.ir.schedule import CpuSchedule, sizes_text
 index = IndexType()
 Dim = int | str
 
-#: Flags for sums whose order does not matter (reductions inside one element).
-#: builtin.module attribute naming the compile target (set by the compiler).
-TARGET_ATTR = "gnnc.target"
 
-#: Targets whose lowering emits source sweeps (see the module doc). A module
-#: without TARGET_ATTR (gnnc-opt on a hand-written file) is lowered for the CPU.
-SOURCE_SWEEP_TARGETS = ("cpu",)
+class LoweringTarget(StrEnum):
+    """What the kernels are lowered for (the pass's `target` option): the CPU, or the cuda
+    grids (the cuda target and its CPU emulation)."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+#: Targets whose lowering emits source sweeps (see the module doc).
+SOURCE_SWEEP_TARGETS = (LoweringTarget.CPU,)
 
 #: Targets whose edge walks split costly per-head work from the row loops.
 #: The cuda mappings spread feature loops over lanes; the split would add a
 #: scratch round trip per edge there, unmeasured on a GPU.
-HEAD_SPLIT_TARGETS = ("cpu",)
+HEAD_SPLIT_TARGETS = (LoweringTarget.CPU,)
 
 #: Targets whose vertex results may be written with streaming stores (`stream outputs`).
-STREAM_TARGETS = ("cpu",)
+STREAM_TARGETS = (LoweringTarget.CPU,)
 
+#: Flags for sums whose order does not matter (reductions inside one element).
 REORDERABLE = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.ALLOW_CONTRACT])
 
 
@@ -765,11 +772,11 @@ class KernelLowering:
     def loop_schedule(self) -> DictionaryAttr:
         """The CPU schedule, defaults filled in, as the loop passes consume it."""
         sched = self.cpu_schedule()
-        result: dict[str, Attribute] = {
-            "parallel": StringAttr("dst"),
-            "order": StringAttr(sched.order),
-            "prefetch": IntegerAttr(sched.prefetch, i64),
-        }
+        result: dict[str, Attribute] = {"parallel": StringAttr("dst"), "order": StringAttr(sched.order)}
+        if "cpu.prefetch" in self._schedule_entries():
+            # without it prefetch-neighbors takes its default distance; a pipeline without that
+            # pass (gnnc-opt ... -p convert-graph-to-loop,convert-loop-to-scf) then runs unprefetched
+            result["prefetch"] = IntegerAttr(sched.prefetch, i64)
         if sched.tile_features is not None:
             result["tile"] = IntegerAttr(sched.tile_features, i64)
         if sched.partitions is not None:
@@ -1535,18 +1542,65 @@ def _rescalable(sink: _Sink, dep_level: Callable[[SSAValue], int]) -> tuple[SSAV
     return None
 
 
+@dataclass(frozen=True)
 class ConvertGraphToLoopPass(ModulePass):
-    """Lowers every graph-dialect kernel to a loop-dialect function with the gnnc ABI."""
+    """Lowers every graph-dialect kernel to a loop-dialect function with the gnnc ABI.
+
+    The directives that decide a kernel's arguments and accumulators are
+    consumed here; given as options, they apply to every kernel as if its
+    schedule said so (`convert-graph-to-loop{partition=4}` is `partition src 4`).
+    The loop passes after it implement what it prepared.
+    """
 
     name = "convert-graph-to-loop"
 
+    target: str = LoweringTarget.CPU
+    """cpu, or cuda for the cuda grids (driver/pipeline.py sets it for the cuda targets)."""
+    partition: int | None = None
+    """`partition src K`: the kernels take the in-CSR of K source partitions (partition-sources)."""
+    edge_order: str | None = None
+    """`order edges hilbert`: the kernels take their edges in Hilbert order (hilbert-edge-order)."""
+    group: int | None = None
+    """`group neighbors G`: in-edge lists longer than G are reduced in groups of G, in parallel."""
+    stream: bool = False
+    """`stream outputs`: vertex results are built per worker and written with streaming stores."""
+    simd: int | None = None
+    """`simd W`: the generated code prefers vectors of W bits (128, 256 or 512)."""
+
+    def __post_init__(self) -> None:
+        if self.target not in tuple(LoweringTarget):
+            raise CompileError(f"{self.spec()}: unknown target; use one of {', '.join(LoweringTarget)}")
+        for words in self._directives():
+            check_directive_option(str(self.spec()), words)
+
+    def _directives(self) -> list[list[str]]:
+        """The options as the directives they stand for."""
+        found = []
+        if self.partition is not None:
+            found.append(["partition", "src", str(self.partition)])
+        if self.edge_order is not None:
+            found.append(["order", "edges", self.edge_order])
+        if self.group is not None:
+            found.append(["group", "neighbors", str(self.group)])
+        if self.stream:
+            found.append(["stream", "outputs"])
+        if self.simd is not None:
+            found.append(["simd", str(self.simd)])
+        return found
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = LoweringTarget(self.target)
+        directives = self._directives()
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and graph.RESULT_NAMES in fn.attributes:
-                target = op.attributes.get(TARGET_ATTR)
-                sweeps = not isinstance(target, StringAttr) or target.data in SOURCE_SWEEP_TARGETS
-                split = not isinstance(target, StringAttr) or target.data in HEAD_SPLIT_TARGETS
-                streams = not isinstance(target, StringAttr) or target.data in STREAM_TARGETS
+                if directives:
+                    attr = fn.attributes.get(graph.SCHEDULE)
+                    entries = {k: v.data for k, v in attr.data.items()} if isinstance(attr, DictionaryAttr) else {}  # type: ignore[attr-defined]
+                    given = with_directives(fn.sym_name.data, entries, directives, str(self.spec()))
+                    fn.attributes[graph.SCHEDULE] = DictionaryAttr({k: StringAttr(v) for k, v in given.items()})
+                sweeps = target in SOURCE_SWEEP_TARGETS
+                split = target in HEAD_SPLIT_TARGETS
+                streams = target in STREAM_TARGETS
                 new = KernelLowering(fn, source_sweeps=sweeps, split_heads=split, streams=streams).build()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()

@@ -26,6 +26,8 @@ are blocks; a request after the work is exhausted just returns false).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
@@ -45,6 +47,7 @@ from xdsl.passes import ModulePass
 from gnnc.errors import CompileError
 from gnnc.ir import llvm_ext, loop
 from gnnc.ir.abi import SIMD_BITS_ATTR
+from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop_structure import WORKSHARING_KEYS, sweeps
 
 index = IndexType()
@@ -283,10 +286,18 @@ def _launch(fn: func.FuncOp, num_threads: SSAValue, outlined: str) -> list[Opera
     return ops
 
 
+@dataclass(frozen=True)
 class ConvertLoopToOpenmpPass(ModulePass):
     """Outlines every destination sweep (with its tile and partition loops) into a libgomp parallel region."""
 
     name = "convert-loop-to-openmp"
+
+    parallel: str | None = None
+    """`parallel dst`: threads share the destinations, as they do without it (the only mapping)."""
+
+    def __post_init__(self) -> None:
+        if self.parallel is not None:
+            check_directive_option(str(self.spec()), ["parallel", self.parallel])
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         kernels = [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]

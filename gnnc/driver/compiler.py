@@ -82,7 +82,10 @@ class IrObserver:
     _count: int = 0
 
     def __call__(self, stage: str, text: str) -> None:
-        if self.print_after_all or stage in self.print_after:
+        from gnnc.driver.pipeline import stage_name
+
+        # a stage is its pipeline entry, options and all; `--print-ir-after` may name just the pass
+        if self.print_after_all or stage in self.print_after or stage_name(stage) in self.print_after:
             print(f"// -----// IR Dump After {stage} //----- //", file=self.stream)
             print(text, file=self.stream)
         if self.dump_dir is not None:
@@ -94,8 +97,30 @@ class IrObserver:
                 "emit-asm": "s",
                 "emit-ptx": "ptx",
             }.get(stage, "mlir")
-            (self.dump_dir / f"{self._count:02d}-{stage}.{ext}").write_text(text + "\n")
+            (self.dump_dir / f"{self._count:02d}-{stage_name(stage)}.{ext}").write_text(text + "\n")
         self._count += 1
+
+
+class Stages(dict[str, str]):
+    """The IR text after each stage, in order, keyed by its pipeline entry, options and all
+    (`convert-graph-to-loop{target=cuda}`); the pass's name alone finds the entry too."""
+
+    def _entry(self, key: str) -> str | None:
+        from gnnc.driver.pipeline import stage_name
+
+        return next((entry for entry in self if stage_name(entry) == key), None)
+
+    def __missing__(self, key: str) -> str:
+        entry = self._entry(key)
+        if entry is None:
+            raise KeyError(key)
+        return self[entry]
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or (isinstance(key, str) and self._entry(key) is not None)
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self[key] if key in self else default
 
 
 @dataclass
@@ -147,7 +172,7 @@ def compile_source(
     if not kernels:
         raise CompileError(f"{file} defines no kernel")
 
-    stages: dict[str, str] = {}
+    stages = Stages()
 
     def record(stage: str, text: str) -> None:
         stages[stage] = text
@@ -155,13 +180,6 @@ def compile_source(
 
     ctx = pipeline.make_context()
     module = build_module(program, [k.name for k in kernels])
-    if options.target != "cpu":
-        # the lowering emits source sweeps for the CPU only (convert_graph_to_loop)
-        from xdsl.dialects.builtin import StringAttr
-
-        from gnnc.conversion.convert_graph_to_loop import TARGET_ATTR
-
-        module.attributes[TARGET_ATTR] = StringAttr(options.target)
     record(pipeline.FRONTEND_STAGE, str(module))
     signatures = {k.name: kernel_signature(k).to_dict() for k in kernels}
     result = CompileResult(metadata={}, stages=stages)
@@ -169,17 +187,18 @@ def compile_source(
         names = pipeline.pass_names(options.disable_passes, options.fusion)
     else:
         names = pipeline.pass_names(options.disable_passes, options.fusion, target=options.target)
-    for name in names:
+    for entry in names:
+        name = pipeline.stage_name(entry)
         if stop_after == "graph" and name == "convert-graph-to-loop":
             return result
         if stop_after == "loop" and name in ("convert-loop-to-scf", "emulate-grid"):
             return result
-        pipeline.PASSES[name]().apply(ctx, module)
+        pipeline.make_pass(entry).apply(ctx, module)
         try:
             module.verify()
         except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
-            raise CompileError(f"internal error: IR after '{name}' does not verify: {exc}") from exc
-        record(name, str(module))
+            raise CompileError(f"internal error: IR after '{entry}' does not verify: {exc}") from exc
+        record(entry, str(module))
     if stop_after == "scf":
         return result
     if options.target == "cuda":

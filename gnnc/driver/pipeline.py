@@ -1,8 +1,10 @@
-"""The compilation pipelines, each one declarative list of pass names.
+"""The compilation pipelines, each one declarative list of passes.
 
-`gnnc passes` prints them; `--print-ir-after NAME` and `--dump-ir` use these
-names; a test can run any prefix. Stages after `convert-loop-to-scf` leave
-xDSL: `translate-to-llvm` (LLVM IR), `llvm-opt` (LLVM's O3), `emit-asm`.
+An entry is a pass as `gnnc-opt -p` takes it: its name, and the options
+the target sets (`convert-graph-to-loop{target=cuda}`). `gnnc passes`
+prints them; `--print-ir-after NAME` and `--dump-ir` use these names; a
+test can run any prefix. Stages after `convert-loop-to-scf` leave xDSL:
+`translate-to-llvm` (LLVM IR), `llvm-opt` (LLVM's O3), `emit-asm`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from xdsl.dialects import arith, builtin, func, llvm, math, memref, scf
 from xdsl.passes import ModulePass
 from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+from xdsl.utils.arg_spec import parse_pipeline
 
 from gnnc.conversion.convert_graph_to_loop import ConvertGraphToLoopPass
 from gnnc.conversion.convert_grid_to_nvvm import ConvertGridToNvvmPass
@@ -122,12 +125,20 @@ CUDA_LOOP_PASSES: tuple[str, ...] = ("map-threads",)
 #: expansion with one head) and expands tanh and exp.
 CUDA_MATH_PASSES: tuple[str, ...] = ("expand-log", "expand-tanh", "expand-exp")
 
+#: The graph passes every target runs, up to the lowering.
+GRAPH_PASSES: tuple[str, ...] = CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop")]
+
+#: The lowering for the cuda grids: no source sweeps, no split head loops, no
+#: streamed rows (convert-graph-to-loop's CPU-only forms).
+CUDA_LOWERING = "convert-graph-to-loop{target=cuda}"
+
 #: The cuda pipeline run on the CPU (`target="cuda-emulation"`): the grids of
 #: map-threads become loops over blocks and threads, so the thread mapping's
 #: index arithmetic is checked against the reference on any machine; the
 #: math is expanded as for the GPU, so its results are the GPU's too.
 CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
-    *CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop") + 1],
+    *GRAPH_PASSES,
+    CUDA_LOWERING,
     *CUDA_LOOP_PASSES,
     "emulate-grid",
     *CUDA_MATH_PASSES,
@@ -136,7 +147,8 @@ CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
 
 #: The cuda pipeline: grids become `ptx_kernel` functions, the math inline.
 CUDA_PIPELINE: tuple[str, ...] = (
-    *CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop") + 1],
+    *GRAPH_PASSES,
+    CUDA_LOWERING,
     *CUDA_LOOP_PASSES,
     "convert-grid-to-nvvm",
     *CUDA_MATH_PASSES,
@@ -151,6 +163,17 @@ CPU_BACKEND_STAGES: tuple[str, ...] = ("translate-to-llvm", "llvm-opt", "emit-as
 
 #: The stage before any pass: the graph dialect as the frontend built it.
 FRONTEND_STAGE = "irgen"
+
+
+def stage_name(entry: str) -> str:
+    """The pass a pipeline entry runs, by name: `convert-graph-to-loop{target=cuda}` -> `convert-graph-to-loop`."""
+    return entry.partition("{")[0]
+
+
+def make_pass(entry: str) -> ModulePass:
+    """The pass a pipeline entry (or a `gnnc-opt -p` element) names, with its options."""
+    (spec,) = parse_pipeline(entry)
+    return PASSES[spec.name].from_pass_spec(spec)
 
 
 def make_context() -> Context:
@@ -207,12 +230,13 @@ def pass_names(disabled: tuple[str, ...] | list[str] = (), fusion: bool = True, 
         if name not in OPTIONAL_PASSES and not (target == "cpu" and name in CPU_OPTIONAL_PASSES):
             raise CompileError(f"pass '{name}' is needed to generate code for {target} and cannot be disabled")
     base = {"cuda-emulation": CUDA_EMULATION_PIPELINE, "cuda": CUDA_PIPELINE}.get(target, CPU_PIPELINE)
-    names = [n for n in base if n not in disabled]
+    names = [n for n in base if stage_name(n) not in disabled]
     if not fusion:
         if not UNFUSED_PASSES:
             raise CompileError("unfused compilation (--no-fusion) is not available yet")
-        at = names.index("convert-graph-to-loop")
-        if "annotate-fusion" in names:
-            at = names.index("annotate-fusion")
+        passes = [stage_name(n) for n in names]
+        at = passes.index("convert-graph-to-loop")
+        if "annotate-fusion" in passes:
+            at = passes.index("annotate-fusion")
         names[at:at] = UNFUSED_PASSES
     return names

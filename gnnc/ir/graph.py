@@ -26,7 +26,8 @@ from xdsl.dialects.builtin import (
     StringAttr,
     UnitAttr,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -43,6 +44,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
 
 Dim = int | str
 Shape = tuple[Dim, ...]
@@ -156,6 +158,68 @@ class ValueType(ParametrizedAttribute, TypeAttribute):
             raise VerifyException(f"graph.value type must be one of {GRAPH_TYPES}")
         if not isinstance(self.element_type, Float32Type | Float64Type):
             raise VerifyException("graph.value element type must be f32 or f64")
+
+
+# ------------------------------------------------------------------ kinds
+
+
+class BinaryKind(StrEnum):
+    """The elementwise functions of two values (`graph.binary`)."""
+
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+
+
+@irdl_attr_definition
+class BinaryKindAttr(EnumAttribute[BinaryKind], SpacedOpaqueSyntaxAttribute):
+    """`graph.binary`'s kind: `graph.binary mul ...`, generic `#graph<binary_kind mul>`."""
+
+    name = "graph.binary_kind"
+
+
+class UnaryKind(StrEnum):
+    """The elementwise functions of one value (`graph.unary`)."""
+
+    NEG = "neg"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    ABS = "abs"
+    RELU = "relu"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    LEAKY_RELU = "leaky_relu"
+    STEP = "step"
+
+
+@irdl_attr_definition
+class UnaryKindAttr(EnumAttribute[UnaryKind], SpacedOpaqueSyntaxAttribute):
+    """`graph.unary`'s kind: `graph.unary exp ...`, generic `#graph<unary_kind exp>`."""
+
+    name = "graph.unary_kind"
+
+
+class AggregateKind(StrEnum):
+    """The reductions over a destination's in-edges (`graph.aggregate`)."""
+
+    SUM = "sum"
+    MEAN = "mean"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+
+
+@irdl_attr_definition
+class AggregateKindAttr(EnumAttribute[AggregateKind], SpacedOpaqueSyntaxAttribute):
+    """`graph.aggregate`'s kind: `graph.aggregate sum ...`, generic `#graph<aggregate_kind sum>`."""
+
+    name = "graph.aggregate_kind"
 
 
 # ------------------------------------------------------------ type arithmetic
@@ -318,16 +382,13 @@ class EdgeIdOp(IRDLOperation):
             raise VerifyException("graph.edge_id gives a scalar E value")
 
 
-BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
-
-
 @irdl_op_definition
 class BinaryOp(IRDLOperation):
     """Elementwise arithmetic with leading-axes broadcasting."""
 
     name = "graph.binary"
 
-    kind = prop_def(StringAttr)
+    kind = prop_def(BinaryKindAttr)
     lhs = operand_def(ValueType)
     rhs = operand_def(ValueType)
     result = result_def(ValueType)
@@ -335,7 +396,7 @@ class BinaryOp(IRDLOperation):
     assembly_format = "$kind $lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
     traits = traits_def(Pure())
 
-    def __init__(self, kind: str, lhs: SSAValue, rhs: SSAValue):
+    def __init__(self, kind: str | BinaryKind, lhs: SSAValue, rhs: SSAValue):
         a, b = _value_type(lhs), _value_type(rhs)
         gtype = join_graph_types(a.kind, b.kind)
         shape = broadcast_shapes(a.shape, b.shape)
@@ -343,13 +404,11 @@ class BinaryOp(IRDLOperation):
             raise VerifyException(f"graph.binary {kind}: incompatible operands {a} and {b}")
         super().__init__(
             operands=[lhs, rhs],
-            properties={"kind": StringAttr(kind)},
+            properties={"kind": BinaryKindAttr(BinaryKind(kind))},
             result_types=[ValueType(gtype, a.element_type, shape)],
         )
 
     def verify_(self) -> None:
-        if self.kind.data not in BINARY_OPS:
-            raise VerifyException(f"graph.binary kind must be one of {BINARY_OPS}")
         _check_elem(self, self.lhs, self.rhs)
         a, b, r = _value_type(self.lhs), _value_type(self.rhs), _value_type(self.result)
         gtype = join_graph_types(a.kind, b.kind)
@@ -365,16 +424,13 @@ class BinaryOp(IRDLOperation):
             raise VerifyException(f"graph.binary result must be {gtype} {list(shape)}")
 
 
-UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "leaky_relu", "step")
-
-
 @irdl_op_definition
 class UnaryOp(IRDLOperation):
     """Elementwise function; `leaky_relu` carries its `slope`."""
 
     name = "graph.unary"
 
-    kind = prop_def(StringAttr)
+    kind = prop_def(UnaryKindAttr)
     slope = opt_prop_def(FloatAttr)
     operand = operand_def(ValueType)
     result = result_def(ValueType)
@@ -383,9 +439,9 @@ class UnaryOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, kind: str, operand: SSAValue, slope: float | None = None):
+    def __init__(self, kind: str | UnaryKind, operand: SSAValue, slope: float | None = None):
         t = _value_type(operand)
-        props: dict[str, Attribute] = {"kind": StringAttr(kind)}
+        props: dict[str, Attribute] = {"kind": UnaryKindAttr(UnaryKind(kind))}
         if slope is not None:
             props["slope"] = FloatAttr(slope, cast(AnyFloat, t.element_type))
         super().__init__(operands=[operand], properties=props, result_types=[t])
@@ -396,12 +452,10 @@ class UnaryOp(IRDLOperation):
         return self.slope.value.data
 
     def verify_(self) -> None:
-        if self.kind.data not in UNARY_OPS:
-            raise VerifyException(f"graph.unary kind must be one of {UNARY_OPS}")
         if self.operand.type != self.result.type:
             raise VerifyException("graph.unary keeps its operand's type")
         has_slope = self.slope is not None
-        if (self.kind.data == "leaky_relu") != has_slope:
+        if (self.kind.data == UnaryKind.LEAKY_RELU) != has_slope:
             raise VerifyException("graph.unary: a 'slope' attribute belongs to leaky_relu, and only to it")
 
 
@@ -520,9 +574,6 @@ class MatVecOp(IRDLOperation):
             raise VerifyException("graph.matvec result must be [..., N] of the vector's graph type")
 
 
-AGGREGATE_KINDS = ("sum", "mean", "max", "min", "argmax", "argmin")
-
-
 @irdl_op_definition
 class AggregateOp(IRDLOperation):
     """Reduces an edge value over each destination's in-edges (graph type A).
@@ -541,7 +592,7 @@ class AggregateOp(IRDLOperation):
 
     name = "graph.aggregate"
 
-    kind = prop_def(StringAttr)
+    kind = prop_def(AggregateKindAttr)
     stabilizer = opt_prop_def(UnitAttr)
     operand = operand_def(ValueType)
     result = result_def(ValueType)
@@ -550,9 +601,9 @@ class AggregateOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, kind: str, operand: SSAValue, stabilizer: bool = False):
+    def __init__(self, kind: str | AggregateKind, operand: SSAValue, stabilizer: bool = False):
         t = _value_type(operand)
-        props: dict[str, Attribute] = {"kind": StringAttr(kind)}
+        props: dict[str, Attribute] = {"kind": AggregateKindAttr(AggregateKind(kind))}
         if stabilizer:
             props["stabilizer"] = UnitAttr()
         super().__init__(
@@ -562,9 +613,7 @@ class AggregateOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        if self.kind.data not in AGGREGATE_KINDS:
-            raise VerifyException(f"graph.aggregate kind must be one of {AGGREGATE_KINDS}")
-        if self.stabilizer is not None and self.kind.data != "max":
+        if self.stabilizer is not None and self.kind.data != AggregateKind.MAX:
             raise VerifyException("graph.aggregate: only a max can be a 'stabilizer'")
         _check_elem(self, self.operand)
         t, r = _value_type(self.operand), _value_type(self.result)
@@ -647,5 +696,5 @@ Graph = Dialect(
         EdgeSoftmaxOp,
         MaterializeOp,
     ],
-    [TensorType, ValueType],
+    [TensorType, ValueType, BinaryKindAttr, UnaryKindAttr, AggregateKindAttr],
 )

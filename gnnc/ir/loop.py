@@ -34,9 +34,11 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
+    irdl_attr_definition,
     irdl_op_definition,
     operand_def,
     opt_prop_def,
@@ -49,6 +51,35 @@ from xdsl.irdl import (
 )
 from xdsl.traits import IsTerminator, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+from gnnc.ir.schedule import CudaStrategy
+
+
+# CudaStrategy lives in the compiler-free ir/schedule.py: Python's StrEnum, not xDSL's
+@irdl_attr_definition
+class CudaMappingAttr(EnumAttribute[CudaStrategy], SpacedOpaqueSyntaxAttribute):  # type: ignore[type-var]
+    """`loop.grid`'s thread mapping: `mapping warp_vertex`, generic `#loop<mapping warp_vertex>`."""
+
+    name = "loop.mapping"
+
+
+class LaneReduction(StrEnum):
+    """How `loop.lanes` combines its lanes' values: the arith op of the same name."""
+
+    ADDF = "addf"
+    MULF = "mulf"
+    MAXNUMF = "maxnumf"
+    MINNUMF = "minnumf"
+    MAXIMUMF = "maximumf"
+    MINIMUMF = "minimumf"
+
+
+@irdl_attr_definition
+class LaneReductionAttr(EnumAttribute[LaneReduction], SpacedOpaqueSyntaxAttribute):
+    """One reduction of `loop.lanes`: generic `#loop<lane_reduction addf>`."""
+
+    name = "loop.lane_reduction"
 
 
 @irdl_op_definition
@@ -344,17 +375,17 @@ class GridOp(IRDLOperation):
 
     num_blocks = operand_def(IndexType)
     block_size = prop_def(IntegerAttr[I64])
-    mapping = prop_def(StringAttr)
+    mapping = prop_def(CudaMappingAttr)
     body = region_def("single_block")
 
     assembly_format = "`blocks` $num_blocks `threads` $block_size `mapping` $mapping attr-dict-with-keyword $body"
     traits = traits_def(RecursiveMemoryEffect())
 
-    def __init__(self, num_blocks: SSAValue, block_size: int, mapping: str, body: Block):
+    def __init__(self, num_blocks: SSAValue, block_size: int, mapping: str | CudaStrategy, body: Block):
         super().__init__(
             operands=[num_blocks],
             regions=[Region(body)],
-            properties={"block_size": IntegerAttr(block_size, 64), "mapping": StringAttr(mapping)},
+            properties={"block_size": IntegerAttr(block_size, 64), "mapping": CudaMappingAttr(CudaStrategy(mapping))},
         )
 
     def verify_(self) -> None:
@@ -364,8 +395,6 @@ class GridOp(IRDLOperation):
             raise VerifyException(
                 f"'{self.name}' block size must be a multiple of {WARP_SIZE} in [32, 1024], got {size}"
             )
-        if self.mapping.data not in ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge"):
-            raise VerifyException(f"'{self.name}' has unknown mapping {self.mapping.data!r}")
 
 
 @irdl_op_definition
@@ -423,14 +452,14 @@ class WarpSumOp(IRDLOperation):
 #: Discardable memref.store attribute inside loop.lanes (see LanesOp).
 WHOLE_VECTOR_ATTR = "gnnc.whole_vector"
 
-#: How `loop.lanes` combines its lanes' values, and the value an inactive lane contributes.
+#: The value an inactive lane contributes to each reduction of `loop.lanes`.
 LANE_REDUCTIONS: dict[str, float] = {
-    "addf": -0.0,
-    "mulf": 1.0,
-    "maxnumf": float("-inf"),
-    "minnumf": float("inf"),
-    "maximumf": float("-inf"),
-    "minimumf": float("inf"),
+    LaneReduction.ADDF: -0.0,
+    LaneReduction.MULF: 1.0,
+    LaneReduction.MAXNUMF: float("-inf"),
+    LaneReduction.MINNUMF: float("inf"),
+    LaneReduction.MAXIMUMF: float("-inf"),
+    LaneReduction.MINIMUMF: float("inf"),
 }
 
 
@@ -438,7 +467,8 @@ LANE_REDUCTIONS: dict[str, float] = {
 class LanesOp(IRDLOperation):
     """The body for every lane in [0, count), count <= width, run as one SIMD step:
 
-        %m, %s = loop.lanes %n width 16 reduce ["maxnumf", "addf"] : f32, f32 {
+        %m, %s = loop.lanes %n width 16 reduce [#loop<lane_reduction maxnumf>,
+                                                #loop<lane_reduction addf>] : f32, f32 {
         ^bb0(%lane: index):
           ...
           loop.yield %score, %weight : f32, f32
@@ -462,19 +492,24 @@ class LanesOp(IRDLOperation):
 
     count = operand_def(IndexType)
     width = prop_def(IntegerAttr[I64])
-    reduce = prop_def(ArrayAttr[StringAttr])
+    reduce = prop_def(ArrayAttr[LaneReductionAttr])
     res = var_result_def()
     body = region_def("single_block")
 
     assembly_format = "$count `width` $width `reduce` $reduce attr-dict-with-keyword (`:` type($res)^)? $body"
     traits = traits_def(RecursiveMemoryEffect())
 
-    def __init__(self, count: SSAValue, width: int, body: Block, reduce: list[str], result_types: list):
+    def __init__(
+        self, count: SSAValue, width: int, body: Block, reduce: list[str] | list[LaneReduction], result_types: list
+    ):
         super().__init__(
             operands=[count],
             regions=[Region(body)],
             result_types=[result_types],
-            properties={"width": IntegerAttr(width, 64), "reduce": ArrayAttr([StringAttr(k) for k in reduce])},
+            properties={
+                "width": IntegerAttr(width, 64),
+                "reduce": ArrayAttr([LaneReductionAttr(LaneReduction(k)) for k in reduce]),
+            },
         )
 
     def verify_(self) -> None:
@@ -482,16 +517,11 @@ class LanesOp(IRDLOperation):
         if width not in (2, 4, 8, 16, 32, 64):
             raise VerifyException(f"'{self.name}' width must be a power of two in [2, 64], got {width}")
         _check_body(self, self.body, 1)
-        kinds = [k.data for k in self.reduce.data]
-        for kind in kinds:
-            if kind not in LANE_REDUCTIONS:
-                raise VerifyException(
-                    f"'{self.name}' cannot reduce with '{kind}' (known: {', '.join(LANE_REDUCTIONS)})"
-                )
-        yielded = self.body.block.last_op.values  # type: ignore[union-attr]  # the body ends in its loop.yield (verified before verify_)
-        if not len(kinds) == len(yielded) == len(self.res):
+        reductions = len(self.reduce.data)
+        yielded = self.body.block.last_op.values  # type: ignore[union-attr]
+        if not reductions == len(yielded) == len(self.res):
             raise VerifyException(
-                f"'{self.name}' yields {len(yielded)} values for {len(kinds)} reductions and {len(self.res)} results"
+                f"'{self.name}' yields {len(yielded)} values for {reductions} reductions and {len(self.res)} results"
             )
         for r, y in zip(self.res, yielded):
             if r.type != y.type or not isinstance(r.type, Float32Type | Float64Type):
@@ -525,5 +555,5 @@ def depends_on(value: SSAValue, root: SSAValue, scope: Block | None = None) -> b
 Loop = Dialect(
     "loop",
     [ForDstOp, ForInEdgesOp, ForFeatureOp, ForTileOp, ForPartitionOp, DstAtOp, GridOp, WarpSumOp, LanesOp, YieldOp],
-    [],
+    [CudaMappingAttr, LaneReductionAttr],
 )

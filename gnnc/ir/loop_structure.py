@@ -7,11 +7,12 @@ pass and the runtime's heuristic agree on which axis is a kernel's row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from enum import StrEnum
 from typing import TypeGuard
 
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, StringAttr
+from xdsl.dialects.builtin import DictionaryAttr, IndexType, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gnnc.errors import CompileError
@@ -228,6 +229,43 @@ def take_schedule(for_dst: loop.ForDstOp, key: str) -> Attribute | None:
     value = entries.pop(key)
     for_dst.schedule = type(for_dst.schedule)(entries)
     return value
+
+
+class SweepKind(StrEnum):
+    """What a sweep's positions run over: its `parallel` entry, set by convert-graph-to-loop."""
+
+    #: the destinations (the sweep of a phase)
+    DESTINATIONS = "dst"
+    #: every source row, before the phases (a hoisted `x[u] @ W`)
+    SOURCES = "sources"
+    #: the neighbour groups of `group neighbors G`, before their destinations merge them
+    GROUPS = "groups"
+
+
+def sweep_kind(for_dst: loop.ForDstOp) -> SweepKind:
+    """The sweep's kind; a sweep without a `parallel` entry (hand-written IR) runs over destinations."""
+    return SweepKind(schedule_text(for_dst, "parallel") or SweepKind.DESTINATIONS)
+
+
+def give_schedule(
+    module: ModuleOp,
+    key: str,
+    value: Attribute,
+    kinds: Collection[SweepKind],
+    where: Callable[[loop.ForDstOp], bool] = lambda for_dst: True,
+) -> None:
+    """Entry `key` = value in the schedule of every sweep of these kinds (and `where`) in the
+    module's kernels, as convert-graph-to-loop puts it there for a kernel whose schedule
+    gives the directive: a schedule pass given its directive as an option applies it to
+    every kernel, then consumes the entry as it would the schedule's."""
+    for fn in module.ops:
+        if not isinstance(fn, func.FuncOp) or not fn.body.blocks:
+            continue
+        for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
+            if sweep_kind(for_dst) in kinds and where(for_dst):
+                entries = dict(for_dst.schedule.data) if for_dst.schedule is not None else {}
+                entries[key] = value
+                for_dst.schedule = DictionaryAttr(entries)
 
 
 def schedule_text(for_dst: loop.ForDstOp, key: str) -> str | None:

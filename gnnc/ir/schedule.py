@@ -6,13 +6,16 @@ degree"`, or a dict `{"prefetch": 16, "sort": "degree"}`), or from the
 default heuristic. In the IR it travels as the `graph.schedule` dictionary of
 a kernel (`{"cpu.prefetch" = "16"}`), then on each `loop.for_dst`; every
 schedule pass consumes its keys, and a key left over when the loops are
-lowered is a compile error: a schedule is never dropped silently.
+lowered is a compile error: a schedule is never dropped silently. A pass
+given its directive as an option (`gnnc-opt -p 'tile-features{size=64}'`)
+puts the key on every kernel's sweeps first, then consumes it alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gnnc.errors import ArgumentError
 
@@ -81,8 +84,25 @@ def excludes(a: str, b: str) -> bool:
     return b in EXCLUSIVE_DIRECTIVES.get(a, ((), ""))[0] or a in EXCLUSIVE_DIRECTIVES.get(b, ((), ""))[0]
 
 
-#: Destination orders a kernel can be compiled for; the runtime supplies the permutation.
-DESTINATION_ORDERS = ("identity", "degree", "locality", "rcm")
+class DestinationOrder(StrEnum):
+    """The order a sweep visits destinations in; the runtime supplies the permutation."""
+
+    IDENTITY = "identity"
+    #: `sort degree` (Seastar)
+    DEGREE = "degree"
+    #: `reorder locality` (Huang et al.)
+    LOCALITY = "locality"
+    #: `reorder rcm` (reverse Cuthill-McKee)
+    RCM = "rcm"
+
+    @property
+    def directive(self) -> list[str]:
+        """The directive that asks for this order (none for the identity)."""
+        return {"degree": ["sort", "degree"], "identity": []}.get(self.value, ["reorder", self.value])
+
+
+#: Destination orders a kernel can be compiled for, by name.
+DESTINATION_ORDERS = tuple(o.value for o in DestinationOrder)
 
 
 @dataclass(frozen=True)
@@ -174,8 +194,17 @@ def directives_text(schedule: str | Mapping[str, object]) -> str:
     )
 
 
-#: cuda thread mappings (uGrapher's four strategies).
-CUDA_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
+class CudaStrategy(StrEnum):
+    """A cuda thread mapping (uGrapher's four strategies): a thread or a warp per destination or per edge group."""
+
+    THREAD_VERTEX = "thread_vertex"
+    THREAD_EDGE = "thread_edge"
+    WARP_VERTEX = "warp_vertex"
+    WARP_EDGE = "warp_edge"
+
+
+#: cuda thread mappings, by name.
+CUDA_STRATEGIES = tuple(s.value for s in CudaStrategy)
 
 #: Threads per block of every cuda mapping: a multiple of the warp size that
 #: keeps occupancy high on sm_75..sm_90 without limiting registers.

@@ -14,17 +14,20 @@ expressions (no aggregation inside).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from gnnc.errors import SourceError, SourceLocation
-from gnnc.ir.schedule import (
-    EDGE_LANES,
-    EXCLUSIVE_DIRECTIVES,
-    IMPLEMENTED_CPU_DIRECTIVES,
-    SIMD_WIDTHS,
-    directive_keyword,
+from gnnc.ir.directives import (
+    CPU_DIRECTIVES,
+    DIRECTIVES,
+    MAP_STRATEGIES,
+    DirectiveError,
+    check_cpu_directive,
+    check_map_directive,
+    check_specialize_directive,
+    directive_phrase,
 )
+from gnnc.ir.schedule import EXCLUSIVE_DIRECTIVES, IMPLEMENTED_CPU_DIRECTIVES, directive_keyword
 from gnnc.lang import ast
 
 #: Schedule directives the compiler implements, per target: keywords
@@ -50,68 +53,6 @@ SUPPORTED_DIRECTIVES: dict[str, set[str]] = {
 _F32_MAX = 3.4028234663852886e38
 
 Mode = Literal["edge", "vertex", "aggregate"]
-
-
-# ----------------------------------------------------------------- directives
-
-
-@dataclass(frozen=True)
-class _Arg:
-    """One fixed word (``word``, or one of several), or a positive integer (``meaning`` says of what)."""
-
-    word: str | tuple[str, ...] | None = None
-    meaning: str = ""
-
-    @property
-    def words(self) -> tuple[str, ...]:
-        return (self.word,) if isinstance(self.word, str) else self.word or ()
-
-
-#: keyword -> the words after it.
-CPU_DIRECTIVES: dict[str, tuple[_Arg, ...]] = {
-    "partition": (_Arg("src"), _Arg(meaning="the number of source partitions")),
-    "tile": (_Arg("features"), _Arg(meaning="the feature tile size")),
-    "parallel": (_Arg("dst"),),
-    "order": (_Arg("edges"), _Arg("hilbert")),
-    "sort": (_Arg("degree"),),
-    "group": (_Arg("neighbors"), _Arg(meaning="the neighbour group size")),
-    "reorder": (_Arg(("locality", "rcm")),),
-    "vectorize": (_Arg(meaning="the vector width"),),
-    # `vectorize edges W`: keyed apart from `vectorize W` (schedule.directive_keyword)
-    "vectorize_edges": (_Arg("edges"), _Arg(meaning="the edges computed at once")),
-    "prefetch": (_Arg(meaning="the prefetch distance"),),
-    "edges": (_Arg("sorted"),),
-    "stream": (_Arg("outputs"),),
-    "simd": (_Arg(tuple(str(w) for w in SIMD_WIDTHS)),),
-}
-MAP_STRATEGIES = ("thread_vertex", "thread_edge", "warp_vertex", "warp_edge")
-#: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.
-MAP_OPTIONS = {
-    "group": "the thread group size",
-    "tile": "the feature tile size",
-    "lanes": "the lanes per destination or edge group, a power of two up to 32",
-    "hybrid": "the most high-degree sources whose rows each block keeps in shared memory",
-}
-#: ``specialize NAME N [NAME N ...]``: the kernel compiled for these sizes of its dimensions.
-DIRECTIVES = {"cpu": {*CPU_DIRECTIVES, "specialize"}, "cuda": {"map"}}
-
-
-def _directive_phrase(words: list[str]) -> str:
-    """How messages name a directive: its keyword and fixed words."""
-    if words[0] == "map":
-        return " ".join(words[:2])
-    spec = CPU_DIRECTIVES.get(directive_keyword(words), ())
-    fixed = [
-        words[i] if i < len(words) and words[i] in a.words else a.words[0]
-        for i, a in enumerate(spec, start=1)
-        if a.word is not None
-    ]
-    return " ".join([words[0], *fixed])
-
-
-def _one_of(words: tuple[str, ...]) -> str:
-    quoted = [f"'{w}'" for w in words]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def _fmt_shape(shape: ast.Shape) -> str:
@@ -200,10 +141,10 @@ class _Checker:
                     known = ", ".join(sorted(DIRECTIVES[s.target]))
                     message = f"unknown {s.target} schedule directive '{keyword}' (known: {known})"
                 raise self.error(message, locs[0])
-            phrase = _directive_phrase(d.words)
+            phrase = directive_phrase(d.words)
             if keyword in given:
                 raise self.error(
-                    f"'{_directive_phrase(given[keyword].words)}' is already given in this schedule "
+                    f"'{directive_phrase(given[keyword].words)}' is already given in this schedule "
                     f"(line {given[keyword].loc.line})",
                     locs[0],
                 )
@@ -231,91 +172,30 @@ class _Checker:
             clash = next((given[k] for k in others if k in given), None) if keyword in given else None
             if clash is not None:
                 raise self.error(
-                    f"'{_directive_phrase(given[keyword].words)}' cannot be combined with "
-                    f"'{_directive_phrase(clash.words)}' (line {clash.loc.line}): {why}",
+                    f"'{directive_phrase(given[keyword].words)}' cannot be combined with "
+                    f"'{directive_phrase(clash.words)}' (line {clash.loc.line}): {why}",
                     self.word_locs(given[keyword])[0],
                 )
 
-    def positive_int(self, word: str, loc: SourceLocation, meaning: str, after: str) -> None:
-        if not word.isdigit() or not word.lstrip("0"):
-            raise self.error(f"expected a positive integer ({meaning}) after '{after}', found '{word}'", loc)
-        if len(word.lstrip("0")) > 9:
-            raise self.error(f"{word} is too large for {meaning}", loc)
-
     def cpu_directive(self, d: ast.Directive, locs: list[SourceLocation]) -> None:
-        keyword = directive_keyword(d.words)
-        spec = CPU_DIRECTIVES[keyword]
-        for i, arg in enumerate(spec, start=1):
-            after = " ".join(d.words[:i])
-            if i >= len(d.words):
-                want = _one_of(arg.words) if arg.word is not None else f"a positive integer ({arg.meaning})"
-                raise self.error(f"'{after}' needs {want} after it", locs[i - 1])
-            word = d.words[i]
-            if arg.word is not None:
-                if word not in arg.words:
-                    raise self.error(f"expected {_one_of(arg.words)} after '{after}', found '{word}'", locs[i])
-            elif d.words[0] == "prefetch" and word == "0":
-                pass  # `prefetch 0` turns prefetching off
-            else:
-                self.positive_int(word, locs[i], arg.meaning, after)
-                if keyword == "vectorize_edges" and int(word) not in EDGE_LANES:
-                    raise self.error(f"'{after}' takes a power of two up to 64, found {word}", locs[i])
-        if len(d.words) > len(spec) + 1:
-            extra = len(spec) + 1
-            raise self.error(f"unexpected '{d.words[extra]}' after '{' '.join(d.words[:extra])}'", locs[extra])
+        try:
+            check_cpu_directive(d.words)
+        except DirectiveError as exc:
+            raise self.error(exc.message, locs[exc.word]) from None
 
     def specialize_directive(self, d: ast.Directive, locs: list[SourceLocation], kernel: ast.Kernel) -> None:
         """``specialize NAME N ...``: each name one of the kernel's dimensions, once, with a positive size."""
         dims = list(dict.fromkeys(d for p in kernel.params for d in p.type.shape if isinstance(d, str)))
-        named = f"its dimensions: {', '.join(dims)}" if dims else "it has no named dimensions"
-        words = d.words
-        if len(words) < 2:
-            raise self.error(
-                f"'specialize' needs a dimension and its size after it, e.g. 'specialize {dims[0] if dims else 'F'} 32' "
-                f"({named})",
-                locs[0],
-            )
-        seen: set[str] = set()
-        for i in range(1, len(words), 2):
-            name = words[i]
-            if name not in dims:
-                raise self.error(f"'{name}' is not a dimension of kernel '{kernel.name}' ({named})", locs[i])
-            if name in seen:
-                raise self.error(f"'{name}' is given twice in 'specialize'", locs[i])
-            seen.add(name)
-            if i + 1 >= len(words):
-                raise self.error(f"'{name}' needs a positive integer (its size) after it", locs[i])
-            self.positive_int(words[i + 1], locs[i + 1], f"the size of {name}", name)
+        try:
+            check_specialize_directive(d.words, dims, kernel.name)
+        except DirectiveError as exc:
+            raise self.error(exc.message, locs[exc.word]) from None
 
     def map_directive(self, d: ast.Directive, locs: list[SourceLocation]) -> list[tuple[str, SourceLocation]]:
-        words = d.words
-        choices = ", ".join(MAP_STRATEGIES)
-        if len(words) < 2:
-            raise self.error(f"'map' needs a strategy after it ({choices})", locs[0])
-        if words[1] not in MAP_STRATEGIES:
-            raise self.error(f"unknown thread mapping '{words[1]}' (expected one of {choices})", locs[1])
-        options: list[tuple[str, SourceLocation]] = []
-        seen: set[str] = set()
-        i = 2
-        while i < len(words):
-            option = words[i]
-            if option not in MAP_OPTIONS:
-                raise self.error(
-                    f"unexpected '{option}' in 'map' (options: group G, tile T, lanes L, hybrid K)", locs[i]
-                )
-            if option in seen:
-                raise self.error(f"'{option}' is given twice in 'map'", locs[i])
-            seen.add(option)
-            if i + 1 >= len(words):
-                raise self.error(f"'{option}' needs a positive integer ({MAP_OPTIONS[option]})", locs[i])
-            self.positive_int(words[i + 1], locs[i + 1], MAP_OPTIONS[option], option)
-            if option == "lanes" and words[i + 1].lstrip("0") not in ("1", "2", "4", "8", "16", "32"):
-                raise self.error(
-                    f"'lanes' must be a power of two up to 32 (the warp), found '{words[i + 1]}'", locs[i + 1]
-                )
-            options.append((option, locs[i]))
-            i += 2
-        return options
+        try:
+            return [(option, locs[i]) for option, i in check_map_directive(d.words)]
+        except DirectiveError as exc:
+            raise self.error(exc.message, locs[exc.word]) from None
 
 
 class _KernelChecker:

@@ -104,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--no-cache", action="store_true", help="do not write the tuning cache or records")
 
-    ps = sub.add_parser("passes", help="list the pipeline's passes and stages, in order")
+    ps = sub.add_parser(
+        "passes", help="list a target's pipeline, in order, then every pass with its summary and options"
+    )
     ps.add_argument("--target", default="cpu", choices=("cpu", "cuda", "cuda-emulation"))
     return parser
 
@@ -119,7 +121,8 @@ def _compile(args: argparse.Namespace) -> int:
 
         source = gradient_source(source, file, args.kernels)
         args.kernels = None
-    unknown = [p for p in args.print_ir_after if p not in pipeline.all_stage_names(args.target)]
+    stages = pipeline.all_stage_names(args.target)
+    unknown = [p for p in args.print_ir_after if p not in stages and p not in map(pipeline.stage_name, stages)]
     if unknown:
         raise GnncError(
             f"unknown pass {', '.join(unknown)} for --print-ir-after; the stages are: "
@@ -207,12 +210,59 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _passes(args: argparse.Namespace) -> int:
+    from xdsl.passes import get_pass_option_infos
+
     from gnnc.driver import pipeline
 
     print(f"{args.target} pipeline:")
-    for i, name in enumerate(pipeline.all_stage_names(args.target)):
-        print(f"  {i:2d}  {name}")
+    for i, entry in enumerate(pipeline.all_stage_names(args.target)):
+        print(f"  {i:2d}  {entry}")
+    others = " | ".join(t for t in ("cpu", "cuda", "cuda-emulation") if t != args.target)
+    print(f"(--print-ir-after takes a stage's pass name; the other pipelines: gnnc passes --target {others})")
+    print()
+    print("passes (gnnc-opt FILE -p 'NAME{OPTION=VALUE ...}'):")
+    for name in sorted(pipeline.PASSES):
+        cls = pipeline.PASSES[name]
+        print(f"  {name}")
+        print(f"      {_summary(cls)}")
+        docs = _option_docs(cls)
+        for option in get_pass_option_infos(cls):
+            default = "" if option.default_value is None else f" = {option.default_value}"
+            kind = option.expected_type.strip("'")
+            print(f"      {option.name.replace('_', '-')}: {kind}{default}")
+            if option.name in docs:
+                print(f"          {docs[option.name]}")
     return 0
+
+
+def _summary(cls: type) -> str:
+    """The first line of a pass's docstring."""
+    lines = (cls.__doc__ or "").strip().splitlines()
+    return lines[0].strip() if lines else f"(xDSL's {cls.__name__}, {cls.__module__})"
+
+
+def _option_docs(cls: type) -> dict[str, str]:
+    """The docstring under each option field of a pass: xDSL's way of documenting an option."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs = {}
+    for field, doc in zip(body, body[1:]):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(doc, ast.Expr)
+            and isinstance(doc.value, ast.Constant)
+            and isinstance(doc.value.value, str)
+        ):
+            docs[field.target.id] = " ".join(doc.value.value.split())
+    return docs
 
 
 def main(argv: Sequence[str] | None = None) -> int:

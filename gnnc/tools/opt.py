@@ -1,17 +1,24 @@
 """gnnc-opt: xDSL's optimizer driver with gnnc's dialects and passes registered.
 
     gnnc-opt kernel.mlir -p convert-graph-to-loop,convert-loop-to-scf
+    gnnc-opt loops.mlir -p 'tile-features{size=4},convert-loop-to-scf'
 
 Every IR dump gnnc writes can be read back and pushed through any pass here,
-which is how the per-pass IR tests work.
+with the options `gnnc passes` lists, which is how the per-pass IR tests
+work. Errors a user can cause (a bad option, a kernel a pass refuses) print
+as `gnnc-opt: error: ...` and exit with status 1, as `gnnc`'s do.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
+from xdsl.utils.exceptions import ArgSpecParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
+
+from gnnc.errors import GnncError
 
 T = TypeVar("T")
 
@@ -39,8 +46,20 @@ class GnncOptMain(xDSLOptMain):
             self.register_pass(name, _returning(pass_type))
 
 
+def _fail(exc: BaseException) -> NoReturn:
+    print(f"gnnc-opt: error: {exc}", file=sys.stderr)
+    sys.exit(1)
+
+
 def main(args: Sequence[str] | None = None) -> None:
-    GnncOptMain(description="gnnc modular optimizer driver", args=args).run()
+    try:
+        opt = GnncOptMain(description="gnnc modular optimizer driver", args=args)
+    except (GnncError, ArgSpecParseError, ValueError) as exc:  # the pipeline: a pass or option unknown, or a bad value
+        _fail(exc)
+    try:
+        opt.run()
+    except GnncError as exc:
+        _fail(exc)
 
 
 if __name__ == "__main__":

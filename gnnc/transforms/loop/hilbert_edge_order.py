@@ -72,7 +72,13 @@ def _one_edge_per_position(fn: func.FuncOp, for_dst: loop.ForDstOp) -> None:
 
 
 class HilbertEdgeOrderPass(ModulePass):
-    """Turns each destination sweep scheduled `edges = "hilbert"` into a sweep over Hilbert-ordered edges."""
+    """Turns each destination sweep scheduled `edges = "hilbert"` into a sweep over Hilbert-ordered edges.
+
+    `order edges hilbert` gives a kernel the Hilbert edge list's arguments:
+    convert-graph-to-loop takes it as its option
+    (`convert-graph-to-loop{edge-order=hilbert}`), and this pass implements
+    what the lowering prepared.
+    """
 
     name = "hilbert-edge-order"
 

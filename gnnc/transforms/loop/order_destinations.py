@@ -24,6 +24,7 @@ own) keeps the in-CSR, indexed by destination.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import cast
 
 from xdsl.context import Context
@@ -34,8 +35,9 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, loop
-from gnnc.ir.loop_structure import kernel_buffer, sweeps, take_schedule
-from gnnc.ir.schedule import DESTINATION_ORDERS
+from gnnc.ir.directives import directive_phrase, exclusion
+from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, sweep_kind, sweeps, take_schedule
+from gnnc.ir.schedule import DESTINATION_ORDERS, DestinationOrder
 from gnnc.transforms.loop.prefetch_neighbors import prefetch_destination_rows
 
 #: Schedule entries whose passes walk edge plans of their own, indexed by destination.
@@ -113,12 +115,54 @@ def _rebuild(value: SSAValue, position: SSAValue, body: Block, before: Operation
     return clone.results[0]
 
 
+def _check_reorderable(fn: func.FuncOp, order: DestinationOrder, given_as: str) -> None:
+    """A kernel the option would give a destination order its schedule could not have had."""
+    phrase = directive_phrase(order.directive)
+    for _, for_dst in sweeps(fn):
+        if sweep_kind(for_dst) != SweepKind.DESTINATIONS:
+            continue
+        if any(isinstance(o, loop.DstAtOp) for o in for_dst.body.block.ops):
+            # hilbert-edge-order ran: the sweep is over the Hilbert edge list
+            raise CompileError(f"{given_as}: 'order edges hilbert' and '{phrase}' cannot be combined: choose one")
+        if for_dst.schedule is not None and "edge_ids" in for_dst.schedule.data:
+            found = exclusion("edges", [order.directive[0]])
+            assert found is not None
+            raise CompileError(
+                f"{given_as}: '{phrase}' cannot be combined with 'edges sorted' "
+                f"(the schedule of kernel '{fn.sym_name.data}'): {found[1]}"
+            )
+
+
+@dataclass(frozen=True)
 class OrderDestinationsPass(ModulePass):
-    """Maps each sweep position to a destination through dst_order when its schedule has a non-identity `order`."""
+    """Maps each sweep position to a destination through dst_order when its schedule has a non-identity `order`.
+
+    Given an order, every kernel's destination sweeps take it, and the ABI
+    record names it for the runtime. prefetch-neighbors, earlier, did not
+    see it: the destinations' own rows are not prefetched ahead, as they
+    are when the schedule gives the order.
+    """
 
     name = "order-destinations"
 
+    order: str | None = None
+    """The destination order of every kernel: identity, degree (`sort degree`), locality or rcm
+    (`reorder locality`, `reorder rcm`); none: each kernel's schedule decides."""
+
+    def __post_init__(self) -> None:
+        if self.order is not None and self.order not in DESTINATION_ORDERS:
+            raise CompileError(
+                f"{self.spec()}: unknown destination order '{self.order}': expected one of "
+                f"{', '.join(DESTINATION_ORDERS)}"
+            )
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.order is not None:
+            given = DestinationOrder(self.order)
+            for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]:
+                if given != DestinationOrder.IDENTITY:
+                    _check_reorderable(fn, given, str(self.spec()))
+            give_schedule(op, "order", StringAttr(given), (SweepKind.DESTINATIONS,))
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]:
             ordered = []
             walking = []  # sweeps that walk the in-CSR
@@ -142,9 +186,13 @@ class OrderDestinationsPass(ModulePass):
             positional = bool(ordered) and all(s in ordered and _positional(fn, s) for s in walking)
             for for_dst in ordered:
                 self._order(fn, for_dst, positional)
-            if positional and abi.ABI_ATTR in fn.attributes:
+            if (positional or self.order is not None) and abi.ABI_ATTR in fn.attributes:
                 record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
-                record["ordered_edges"] = True
+                if positional:
+                    record["ordered_edges"] = True
+                if self.order is not None:
+                    # the runtime supplies the permutation the record names
+                    record["order"] = self.order
                 fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
 
     @staticmethod

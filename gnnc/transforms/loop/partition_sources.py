@@ -152,7 +152,13 @@ def _partition(fn: func.FuncOp, for_dst: loop.ForDstOp, k: int) -> bool:
 
 
 class PartitionSourcesPass(ModulePass):
-    """Wraps each sweep scheduled `partition = K` in `loop.for_partition K` over partitioned in-CSRs."""
+    """Wraps each sweep scheduled `partition = K` in `loop.for_partition K` over partitioned in-CSRs.
+
+    `partition src K` gives a kernel the partitioned in-CSR's arguments and
+    its accumulators rows that outlive a partition: convert-graph-to-loop
+    takes it as its option (`convert-graph-to-loop{partition=K}`), and this
+    pass implements what the lowering prepared.
+    """
 
     name = "partition-sources"
 

@@ -20,11 +20,12 @@ order-destinations, which maps positions to destinations, consumes it with
 
 from __future__ import annotations
 
-from typing import cast
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    DictionaryAttr,
     Float64Type,
     IndexType,
     IntegerAttr,
@@ -37,7 +38,9 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.ir import llvm_ext, loop
-from gnnc.ir.loop_structure import kernel_buffer, schedule_text
+from gnnc.ir.directives import check_directive_option
+from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, schedule_text
+from gnnc.ir.schedule import DEFAULT_PREFETCH_DISTANCE
 
 index = IndexType()
 CACHE_LINE_BYTES = 64
@@ -207,12 +210,22 @@ def prefetch_destination_rows(for_dst: loop.ForDstOp, dst: loop.DstAtOp, ahead: 
     body.insert_ops_after(ops, dst)
 
 
+@dataclass(frozen=True)
 class PrefetchNeighborsPass(ModulePass):
     """Prefetches the rows gathered at `u`, `prefetch` edges ahead, in every in-edge loop."""
 
     name = "prefetch-neighbors"
 
+    distance: int | None = None
+    """`prefetch DISTANCE` for every kernel (0: none); none: each kernel's schedule decides."""
+
+    def __post_init__(self) -> None:
+        if self.distance is not None:
+            check_directive_option(str(self.spec()), ["prefetch", str(self.distance)])
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.distance is not None:
+            give_schedule(op, "prefetch", IntegerAttr(self.distance, i64), tuple(SweepKind))
         for fn in op.ops:
             if not isinstance(fn, func.FuncOp) or not fn.body.blocks:
                 continue
@@ -220,12 +233,13 @@ class PrefetchNeighborsPass(ModulePass):
             for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 schedule = dict(for_dst.schedule.data) if for_dst.schedule is not None else {}
                 distance_attr = schedule.pop("prefetch", None)
-                if distance_attr is None:
-                    continue
-                distance = cast(IntegerAttr, distance_attr).value.data
+                distance = DEFAULT_PREFETCH_DISTANCE
+                if isinstance(distance_attr, IntegerAttr):
+                    distance = distance_attr.value.data
                 if distance > 0 and schedule_text(for_dst, "order") not in (None, "identity"):
                     schedule["prefetch_destinations"] = IntegerAttr(DESTINATIONS_AHEAD, i64)
-                for_dst.schedule = type(for_dst.schedule)(schedule)  # type: ignore[misc]  # the sweep has a schedule: the prefetch entry came from it
+                if for_dst.schedule is not None or schedule:
+                    for_dst.schedule = DictionaryAttr(schedule)
                 if distance <= 0 or num_edges is None:
                     continue
                 in_order = kernel_buffer(fn, "in_eid") if schedule_text(for_dst, "edge_ids") == "sorted" else None

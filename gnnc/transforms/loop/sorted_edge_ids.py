@@ -26,6 +26,7 @@ rows for walks over the kernel's own ids.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import cast
 
 from xdsl.context import Context
@@ -35,15 +36,39 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, loop
-from gnnc.ir.loop_structure import kernel_buffer, take_schedule
+from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, take_schedule
+from gnnc.ir.schedule import EXCLUSIVE_DIRECTIVES
 
 
+@dataclass(frozen=True)
 class SortedEdgeIdsPass(ModulePass):
-    """Takes edge ids as in-CSR positions in the kernels whose schedule says `edges sorted`."""
+    """Takes edge ids as in-CSR positions in the kernels whose schedule says `edges sorted`.
+
+    Given `sorted=true`, every kernel takes them so. prefetch-neighbors,
+    earlier, did not see it and prefetches edge rows at `in_eid[pos + D]`
+    as for any edge order (correct, one index stream more).
+    """
 
     name = "sorted-edge-ids"
 
+    sorted: bool = False
+    """`edges sorted` for every kernel; false: each kernel's schedule decides."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.sorted:
+            for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]:
+                if any(
+                    isinstance(o, loop.DstAtOp)
+                    for d in fn.walk()
+                    if isinstance(d, loop.ForDstOp)
+                    for o in d.body.block.ops
+                ):
+                    raise CompileError(
+                        f"{self.spec()}: 'edges sorted' cannot be combined with the order kernel "
+                        f"'{fn.sym_name.data}' walks its destinations or edges in ('sort', 'reorder' or "
+                        f"'order edges hilbert'): {EXCLUSIVE_DIRECTIVES['edges'][1]}"
+                    )
+            give_schedule(op, "edge_ids", StringAttr("sorted"), tuple(SweepKind))
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
             found = {take_schedule(for_dst, "edge_ids") for for_dst in fn.walk() if isinstance(for_dst, loop.ForDstOp)}
             found.discard(None)

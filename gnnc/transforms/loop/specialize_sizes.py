@@ -24,6 +24,7 @@ as they would for a kernel written with literal sizes.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import cast
 
 from xdsl.context import Context
@@ -33,7 +34,8 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, loop
-from gnnc.ir.loop_structure import kernel_buffer, take_schedule
+from gnnc.ir.directives import check_directive_option
+from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, take_schedule
 from gnnc.ir.schedule import parse_sizes
 
 
@@ -53,12 +55,27 @@ def _sizes_of(fn: func.FuncOp) -> dict[str, int] | None:
     return dict(parse_sizes(entry.data))
 
 
+@dataclass(frozen=True)
 class SpecializeSizesPass(ModulePass):
-    """Replaces the run-time sizes of the dimensions a kernel's schedule specialises with constants."""
+    """Replaces the run-time sizes of the dimensions a kernel's schedule specialises with constants.
+
+    Given sizes, every kernel is specialised to them. convert-graph-to-loop
+    did not see them: a `stream outputs` row stays in acc_rows, where the
+    schedule's `specialize` would put a short one on the stack.
+    """
 
     name = "specialize-sizes"
 
+    sizes: str | None = None
+    """`specialize SIZES` for every kernel (`sizes="F 32"`, `"H 4 F 64"`); none: each kernel's schedule decides."""
+
+    def __post_init__(self) -> None:
+        if self.sizes is not None:
+            check_directive_option(str(self.spec()), ["specialize", *self.sizes.split()])
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.sizes is not None:
+            give_schedule(op, "specialize", StringAttr(" ".join(self.sizes.split())), tuple(SweepKind))
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
             sizes = _sizes_of(fn)
             if sizes is None:

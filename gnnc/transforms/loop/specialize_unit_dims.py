@@ -109,6 +109,43 @@ def _specialize(for_dst: loop.ForDstOp, axis: SSAValue) -> None:
     body.insert_ops_before([one, is_one, versioned], terminator)
 
 
+def versioned_axis(for_dst: loop.ForDstOp) -> SSAValue | None:
+    """The axis a sweep's body is versioned on by this pass (its whole body an `scf.if` on
+    axis == 1), else None."""
+    ops = list(for_dst.body.block.ops)
+    if len(ops) != 4:
+        return None
+    one, is_one, versioned, _ = ops
+    if (
+        isinstance(one, arith.ConstantOp)
+        and isinstance(is_one, arith.CmpiOp)
+        and is_one.rhs is one.result
+        and isinstance(versioned, scf.IfOp)
+        and versioned.cond is is_one.result
+        and versioned.false_region.blocks
+    ):
+        return is_one.lhs
+    return None
+
+
+def unversion(for_dst: loop.ForDstOp) -> None:
+    """Undoes this pass on a sweep: its body is the general copy again, as if the pass had
+    left it alone. A pass given a restructuring directive as an option, which this pass
+    would have seen in the schedule, calls it first."""
+    if versioned_axis(for_dst) is None:
+        return
+    body = for_dst.body.block
+    one, is_one, versioned, terminator = list(body.ops)
+    assert isinstance(versioned, scf.IfOp)
+    general = versioned.false_region.block
+    for op in list(general.ops)[:-1]:
+        op.detach()
+        body.insert_op_before(op, terminator)
+    for op in (versioned, is_one, one):
+        op.detach()
+        op.erase()
+
+
 class SpecializeUnitDimsPass(ModulePass):
     """Versions each destination loop's body on its head axis being 1."""
 

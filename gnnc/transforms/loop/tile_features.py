@@ -12,34 +12,59 @@ the kernel's row axis (`loop_structure.row_dim`: F, else the innermost).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, i64
 from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
 from gnnc.ir import loop
+from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop_structure import (
+    SweepKind,
     axis_loops,
     check_row_split,
+    give_schedule,
     narrow_row_pieces,
     row_dim,
     shift_axis,
+    sweep_kind,
     sweeps,
     take_schedule,
 )
+from gnnc.transforms.loop.specialize_unit_dims import unversion
 
 index = IndexType()
 
 
+@dataclass(frozen=True)
 class TileFeaturesPass(ModulePass):
-    """Wraps each sweep scheduled `tile = T` in `loop.for_tile` and narrows its row loops to the tile."""
+    """Wraps each sweep scheduled `tile = T` in `loop.for_tile` and narrows its row loops to the tile.
+
+    Given a size, every kernel's destination and neighbour-group sweeps are
+    tiled by it, as if its schedule said `tile features SIZE`.
+    """
 
     name = "tile-features"
 
+    size: int | None = None
+    """`tile features SIZE` for every kernel; none: each kernel's schedule decides."""
+
+    def __post_init__(self) -> None:
+        if self.size is not None:
+            check_directive_option(str(self.spec()), ["tile", "features", str(self.size)])
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.size is not None:
+            # as the lowering gives it: destinations and neighbour groups, not source rows;
+            # specialize-unit-dims would have left such a sweep unversioned
+            kinds = (SweepKind.DESTINATIONS, SweepKind.GROUPS)
+            give_schedule(op, "tile", IntegerAttr(self.size, i64), kinds)
+            for for_dst in [o for o in op.walk() if isinstance(o, loop.ForDstOp) and sweep_kind(o) in kinds]:
+                unversion(for_dst)
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]:
             for phase, for_dst in sweeps(fn):
                 attr = take_schedule(for_dst, "tile")

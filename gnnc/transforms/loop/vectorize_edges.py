@@ -64,14 +64,16 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     UnitAttr,
+    i64,
 )
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import abi, llvm_ext, loop
+from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop import SCRATCH_BASE_ATTR
-from gnnc.ir.loop_structure import constant_index, kernel_buffer, take_schedule
+from gnnc.ir.loop_structure import SweepKind, constant_index, give_schedule, kernel_buffer, take_schedule
 from gnnc.transforms.loop.specialize_unit_dims import UNIT_DIM_ATTR
 
 index = IndexType()
@@ -610,12 +612,22 @@ def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
     return found
 
 
+@dataclass(frozen=True)
 class VectorizeEdgesPass(ModulePass):
     """Runs the scalar work of in-edge walks W edges at a time (`vectorize edges W`)."""
 
     name = "vectorize-edges"
 
+    lanes: int | None = None
+    """`vectorize edges LANES` for every kernel (2 to 64, a power of two); none: each kernel's schedule decides."""
+
+    def __post_init__(self) -> None:
+        if self.lanes is not None:
+            check_directive_option(str(self.spec()), ["vectorize", "edges", str(self.lanes)])
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.lanes is not None:
+            give_schedule(op, "vectorize_edges", IntegerAttr(self.lanes, i64), tuple(SweepKind))
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
             in_src = kernel_buffer(fn, "in_src")
             record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)

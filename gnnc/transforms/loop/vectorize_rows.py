@@ -13,23 +13,28 @@ Runs after `tile-features`: a tile is then sliced like a whole row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, i64
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import loop
+from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop_structure import (
+    SweepKind,
     ancestors,
     check_row_split,
     constant_index,
+    give_schedule,
     narrow_row_pieces,
     over_axis,
     row_dim,
+    sweep_kind,
     sweeps,
     take_schedule,
 )
@@ -106,12 +111,32 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
         op.erase()
 
 
+@dataclass(frozen=True)
 class VectorizeRowsPass(ModulePass):
     """Slices the work of each destination of a sweep scheduled `vectorize = W` into W-wide row slices."""
 
     name = "vectorize-rows"
 
+    width: int | None = None
+    """`vectorize WIDTH` for every kernel; none: each kernel's schedule decides."""
+
+    def __post_init__(self) -> None:
+        if self.width is not None:
+            check_directive_option(str(self.spec()), ["vectorize", str(self.width)])
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.width is not None:
+            # as the lowering gives it: a source sweep is sliced only where its row can be
+            # (the lowering's own width is there then), the other sweeps always
+            give_schedule(
+                op,
+                "vectorize",
+                IntegerAttr(self.width, i64),
+                tuple(SweepKind),
+                lambda s: (
+                    sweep_kind(s) != SweepKind.SOURCES or (s.schedule is not None and "vectorize" in s.schedule.data)
+                ),
+            )
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]:
             for phase, for_dst in sweeps(fn):
                 attr = take_schedule(for_dst, "vectorize")
