@@ -297,9 +297,9 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
     device_input = FakeDeviceArray(inputs[first].shape, ptr=0x7F0000000000)  # borrowed, never read by the fake
     inputs[first] = device_input
     got = kernel(graph, **inputs)
-    grid = kernel._abi["grid"]
+    grid = kernel._abi.grid
     assert [launch["function"] for launch in fake.launches] == [
-        p for p, n in zip(grid["phases"], cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n
+        p for p, n in zip(grid.phases, cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n
     ]
     for launch in fake.launches:
         values = launch["values"]
@@ -309,7 +309,7 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
         assert all(b in launch["live"] or b == 0x7F0000000000 for b in buffers), buffers
         assert buffers.count(0x7F0000000000) == 1
         assert launch["live"] <= set(buffers)  # and nothing allocated goes unpassed: the counts agree
-    if grid.get("hybrid"):
+    if grid.hybrid:
         from gnnc.graph import plans
 
         _, _, shared = plans.hybrid_plan(graph, grid, dims, 4)

@@ -184,12 +184,13 @@ def compile_source(
     kernel_records = []
     from xdsl.dialects import func
 
+    from gnnc.ir import kernel_abi
+
     for op in module.ops:
-        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+        if isinstance(op, func.FuncOp) and kernel_abi.has_record(op):
+            record_abi = kernel_abi.take_record(op).to_dict()
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
-            del op.attributes[abi.ABI_ATTR]
     metadata = {
         "format": "gnnc-shared-object",
         # the source travels with the object, so a call with schedule= can
@@ -231,16 +232,16 @@ def _cuda_backend(
     """NVVM IR and PTX for the cuda target; the PTX starts with the metadata record."""
     from xdsl.dialects import func
 
+    from gnnc.ir import kernel_abi
     from gnnc.target.cuda import codegen
     from gnnc.target.llvm.translate import NVPTX_TRIPLE, translate_module
 
     kernel_records = []
     for op in module.ops:
-        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(op.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+        if isinstance(op, func.FuncOp) and kernel_abi.has_record(op):
+            record_abi = kernel_abi.take_record(op).to_dict()
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
-            del op.attributes[abi.ABI_ATTR]
     result.metadata = {
         "format": "gnnc-ptx",
         "source": original_source,

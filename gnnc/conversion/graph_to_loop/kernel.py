@@ -8,28 +8,16 @@ sizes, then make the function and attach its ABI record.
 
 from __future__ import annotations
 
-import json
-
 from xdsl.dialects import arith, func, memref
-from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
-    ArrayAttr,
-    DictionaryAttr,
-    Float64Type,
-    IntegerAttr,
-    MemRefType,
-    StringAttr,
-    UnitAttr,
-    i64,
-)
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, Float64Type, IntegerAttr, i64
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from gnnc.conversion.graph_to_loop.analysis import Dim, collect_dims, pure_vertex_map, read_at_src
 from gnnc.conversion.graph_to_loop.emitter import Emitter, index
 from gnnc.conversion.graph_to_loop.phases import PhaseEmission
-from gnnc.conversion.graph_to_loop.schedule import cpu_schedule, loop_schedule, schedule_entries
+from gnnc.conversion.graph_to_loop.schedule import cpu_schedule, schedule_entries
 from gnnc.errors import CompileError
-from gnnc.ir import abi, graph, loop
+from gnnc.ir import abi, graph, kernel_abi, loop
 from gnnc.ir.loop_structure import edge_walks, row_dim
 
 
@@ -55,11 +43,23 @@ class KernelLowering(PhaseEmission):
         self.swept = [m for m in self.materializes if source_sweeps and read_at_src(m) and pure_vertex_map(m.operand)]
         self.dim_names = collect_dims(fn)
         self.scratch_shapes: list[list[Dim]] = []
-        self.temp_shapes: list[dict] = []
+
+    def _temps(self) -> list[abi.Temp]:
+        """The record's temps: one per materialized vertex value, with where its rows are."""
+        temps = []
+        for m in self.materializes:
+            t = m.result.type
+            assert isinstance(t, graph.TensorType)
+            swept = m in self.swept
+            temps.append(
+                abi.Temp(t.domain.data, list(t.shape), source_rows=swept, read_at_src=not swept and read_at_src(m))
+            )
+        return temps
 
     def build(self) -> func.FuncOp:
         self._read_schedule()
-        arg_types = self._argument_types()
+        self.arguments = abi.kernel_arguments(self.record, self.param_names, self.result_names)
+        arg_types = kernel_abi.signature(self.arguments, self.elem)
         entry = Block(arg_types=arg_types)
         self._bind_arguments(entry)
         self.em = Emitter(entry)
@@ -102,63 +102,45 @@ class KernelLowering(PhaseEmission):
         if self.stream and (self.partitions is not None or self.group_size is not None):
             given = "partition src" if self.partitions is not None else "group neighbors"
             raise CompileError(f"'stream outputs' and '{given}' cannot be combined: choose one")
-        self.has_acc_rows = self.partitions is not None or self.group_size is not None or self.stream
-
-    def _argument_types(self) -> list[Attribute]:
-        buf = MemRefType(self.elem, [DYNAMIC_INDEX])
-        ibuf = MemRefType(i64, [DYNAMIC_INDEX])
-        n_params = len(self.param_names)
-        arg_types: list[Attribute] = [index, index, index, index, ibuf, ibuf, ibuf, ibuf, ibuf, buf, buf, ibuf, buf]
-        assert len(arg_types) == len(abi.GRAPH_ARGUMENTS)
-        arg_types += [buf] * (n_params + len(self.result_types) + len(self.materializes))
-        if self.swept:
-            # src_meta (num_src, number of source blocks), src_blocks; see abi.py
-            arg_types += [ibuf] * 2
-        if self.has_acc_rows:
-            # per-row accumulators that outlive one destination visit: per
-            # destination across partitions, or per neighbour group; or a
-            # worker's rows of the results it streams; see abi.py
-            arg_types.append(buf)
-        if self.partitions is not None or self.edge_order is not None:
-            # FeatGraph's source partitions (the in-CSR of each partition), or
-            # the edges in Hilbert order (src, dst, eid); see abi.py
-            arg_types += [ibuf] * 3
-        if self.group_size is not None:
-            # group_meta, group_blocks, group_dst, group_bounds, group_offsets
-            arg_types += [ibuf] * 5
-        return arg_types
+        # the record as far as the signature needs it; the emission fills in the sizes
+        self.record = abi.AbiRecord(
+            dims=self.dim_names,
+            temps=self._temps(),
+            order=sched.order,
+            partitions=self.partitions,
+            edge_order=self.edge_order,
+            groups=self.group_size,
+            stream=self.stream,
+            source_sweep=bool(self.swept),
+            # False: nobody wrote a CPU schedule, so the runtime's default
+            # heuristic may pick one per call (autotune/heuristic.py)
+            schedule_given=any(k.startswith("cpu.") for k in schedule_entries(self.src_fn)),
+        )
 
     def _bind_arguments(self, entry: Block) -> None:
-        n_fixed = len(abi.GRAPH_ARGUMENTS)
-        n_params = len(self.param_names)
-        n_temps = len(self.materializes)
-        (
-            self.V,
-            self.E,
-            self.num_threads,
-            self.num_blocks,
-            self.blocks,
-            self.order,
-            self.indptr,
-            self.src,
-            self.eid,
-            self.deg_in,
-            self.deg_out,
-            self.dims_buf,
-            self.scratch,
-        ) = entry.args[:n_fixed]
-        rest = entry.args[n_fixed:]
-        self.param_buf = dict(zip(self.src_fn.body.block.args, rest[:n_params]))
-        self.result_buf = list(rest[n_params : n_params + len(self.result_types)])
-        self.temp_buf = dict(zip(self.materializes, rest[n_params + len(self.result_types) :][:n_temps]))
-        n_before_extras = n_fixed + n_params + len(self.result_types) + n_temps
+        """The entry block's arguments, by the names abi.kernel_arguments gives them."""
+        named = {a.name: arg for a, arg in zip(self.arguments, entry.args, strict=True)}
+
+        def group(g: abi.Group) -> list[SSAValue]:
+            return [arg for a, arg in zip(self.arguments, entry.args) if a.group is g]
+
+        self.V, self.num_threads, self.num_blocks = named["num_vertices"], named["num_threads"], named["num_blocks"]
+        self.blocks, self.indptr, self.src, self.eid = (
+            named[n] for n in ("dst_blocks", "in_indptr", "in_src", "in_eid")
+        )
+        self.deg_in, self.deg_out, self.dims_buf, self.scratch = (
+            named[n] for n in ("deg_in", "deg_out", "dims", "scratch")
+        )
+        self.param_buf = dict(zip(self.src_fn.body.block.args, group(abi.Group.PARAMS), strict=True))
+        self.result_buf = group(abi.Group.RESULTS)
+        self.temp_buf = dict(zip(self.materializes, group(abi.Group.TEMPS), strict=True))
         if self.swept:
-            self.src_meta, self.src_blocks = rest[n_params + len(self.result_types) + n_temps :][:2]
-            n_before_extras += 2
-        extras = list(entry.args[n_before_extras:])
-        self.acc_rows = extras.pop(0) if self.has_acc_rows else None
+            self.src_meta, self.src_blocks = named["src_meta"], named["src_blocks"]
+        self.acc_rows = named.get("acc_rows")
         if self.group_size is not None:
-            (self.group_meta, self.group_blocks, self.group_dst, self.group_bounds, self.group_offsets) = extras[-5:]
+            self.group_meta, self.group_blocks, self.group_dst, self.group_bounds, self.group_offsets = (
+                named[n] for n in ("group_meta", "group_blocks", "group_dst", "group_bounds", "group_offsets")
+            )
 
     def _load_prologue(self) -> None:
         """Dims and plan sizes, loaded once; placeholders for the sizes known only at the end."""
@@ -208,32 +190,21 @@ class KernelLowering(PhaseEmission):
         # A prefix keeps kernel symbols apart from libc's (a kernel named `exp`).
         name = abi.SYMBOL_PREFIX + self.src_fn.sym_name.data
         fn = func.FuncOp(name, (arg_types, []), Region(entry))
-        noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
-        readonly = DictionaryAttr({"llvm.noalias": UnitAttr(), "llvm.readonly": UnitAttr()})
-        n_params = len(self.param_names)
-        attrs = [DictionaryAttr({})] * 4 + [readonly] * 7 + [readonly, noalias]
-        attrs += [readonly] * n_params + [noalias] * (len(self.result_types) + len(self.materializes))
-        if self.swept:
-            attrs += [readonly] * 2
-        if self.acc_rows is not None:
-            attrs.append(noalias)
-        if self.partitions is not None or self.edge_order is not None:
-            attrs += [readonly] * 3
-        if self.group_size is not None:
-            attrs += [readonly] * 5
-        fn.arg_attrs = ArrayAttr(attrs)
+        fn.arg_attrs = ArrayAttr(kernel_abi.argument_attrs(self.arguments))
         return fn
 
     def _attach_records(self, fn: func.FuncOp, entry: Block) -> None:
         """The ABI record, the cuda mapping and the vector width the later passes read."""
-        record = self.abi_record()
+        record = self.record
+        record.scratch = self.scratch_shapes
+        record.acc_rows = self.acc_row_shapes
         # each phase's row axis and in-edge walk count, for the runtime's
         # default heuristic (`autotune/heuristic.py`: `vectorize` pays only
         # for a single walk over the in-edges), read before any schedule
         # pass restructures the sweeps
         phases = [o for o in entry.ops if isinstance(o, loop.ForDstOp)]
-        record["phases"] = [{"row_dim": row_dim(p), "edge_walks": edge_walks(p)} for p in phases]
-        fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+        record.phases = [abi.Phase(row_dim(p), edge_walks(p)) for p in phases]
+        kernel_abi.set_record(fn, record)
         # The cuda thread mapping travels to map-threads on the function; the
         # CPU pipeline has no use for it and leaves it as a plain attribute.
         attr = self.src_fn.attributes.get(graph.SCHEDULE)
@@ -242,21 +213,3 @@ class KernelLowering(PhaseEmission):
         simd_bits = cpu_schedule(self.src_fn).simd_bits
         if simd_bits is not None:
             fn.attributes[abi.SIMD_BITS_ATTR] = IntegerAttr(simd_bits, i64)
-
-    def abi_record(self) -> dict:
-        return {
-            "dims": self.dim_names,
-            "scratch": self.scratch_shapes,
-            "temps": self.temp_shapes,
-            "order": loop_schedule(self.src_fn).data["order"].data,  # type: ignore[union-attr]
-            "partitions": self.partitions,
-            "edge_order": self.edge_order,
-            "groups": self.group_size,
-            "acc_rows": self.acc_row_shapes,
-            # acc_rows holds a row per worker: the vertex results it streams
-            "stream": self.stream,
-            "source_sweep": bool(self.swept),
-            # False: nobody wrote a CPU schedule, so the runtime's default
-            # heuristic may pick one per call (autotune/heuristic.py)
-            "schedule_given": any(k.startswith("cpu.") for k in schedule_entries(self.src_fn)),
-        }

@@ -15,7 +15,7 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Block, Operation, SSAValue
 
-from gnnc.conversion.graph_to_loop.analysis import Accumulator, Sink, analyse, read_at_src
+from gnnc.conversion.graph_to_loop.analysis import Accumulator, Sink, analyse
 from gnnc.conversion.graph_to_loop.destination import DestinationEmission
 from gnnc.conversion.graph_to_loop.emitter import index
 from gnnc.conversion.graph_to_loop.schedule import cpu_schedule, loop_schedule
@@ -37,7 +37,6 @@ class PhaseEmission(DestinationEmission):
     materializes: list[graph.MaterializeOp]
     swept: list[graph.MaterializeOp]
     swept_sinks: list[Sink]
-    temp_shapes: list[dict]
     group_size: int | None
     grouped_phases: int
     _scratch_total: arith.ConstantOp
@@ -65,16 +64,8 @@ class PhaseEmission(DestinationEmission):
         for m in self.materializes:
             t = m.result.type
             assert isinstance(t, graph.TensorType)
-            temp = {"domain": t.domain.data, "shape": list(t.shape)}
             sink = Sink(m.operand, self.temp_buf[m], t.domain.data, t.shape, "materialized")
-            if m in self.swept:
-                temp["rows"] = "src"  # one per source, not per destination
-                swept.append(sink)
-            else:
-                if read_at_src(m):
-                    temp["read_at_src"] = True  # per destination: the runtime needs a square graph
-                sinks.append(sink)
-            self.temp_shapes.append(temp)
+            (swept if m in self.swept else sinks).append(sink)
         phase_of: dict[SSAValue, int] = {}
 
         def phase(v: SSAValue) -> int:

@@ -61,7 +61,6 @@ which the runtime sizes the launch's dynamic shared memory.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,15 +68,11 @@ from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
-    ArrayAttr,
-    DictionaryAttr,
-    FunctionType,
     IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
     StringAttr,
-    UnitAttr,
     i64,
 )
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
@@ -85,7 +80,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import abi, kernel_abi, loop
 from gnnc.ir.llvm_ext import AtomicRmwOp, BarrierOp, SharedMemoryOp
 from gnnc.ir.loop import CUDA_MAP_ATTR, DOT_REDUCTION_ATTR, SCRATCH_BASE_ATTR
 from gnnc.ir.schedule import CudaSchedule
@@ -808,9 +803,9 @@ def _normal(factors: list[int | str]) -> tuple[int | str, ...]:
 class _HybridStaging:
     """Stages the hot sources' rows of one kernel's grids in shared memory."""
 
-    def __init__(self, fn: func.FuncOp, record: dict, kernel: str, strategy: str, limit: int):
+    def __init__(self, fn: func.FuncOp, record: abi.AbiRecord, kernel: str, strategy: str, limit: int):
         self.fn, self.kernel, self.strategy, self.limit = fn, kernel, strategy, limit
-        self.dim_names: list[str] = record["dims"]
+        self.dim_names: list[str] = record.dims
         args = fn.body.block.args
         self.dims = args[abi.GRAPH_ARGUMENTS.index("dims")]
         self.first_data = len(abi.GRAPH_ARGUMENTS)
@@ -821,9 +816,8 @@ class _HybridStaging:
 
     def _arguments(self) -> tuple[SSAValue, SSAValue]:
         if self.hot is None:
-            table = MemRefType(i64, [DYNAMIC_INDEX])
-            self.hot = _append_argument(self.fn, table, readonly=True)
-            self.slot = _append_argument(self.fn, table, readonly=True)
+            self.hot = kernel_abi.append_argument(self.fn, "hybrid_hot")
+            self.slot = kernel_abi.append_argument(self.fn, "hybrid_slot")
         assert self.slot is not None
         return self.hot, self.slot
 
@@ -1006,17 +1000,6 @@ def scratch_of(fn: func.FuncOp) -> SSAValue:
     return fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
 
 
-def _append_argument(fn: func.FuncOp, arg_type: MemRefType, readonly: bool) -> SSAValue:
-    """A new last argument of the kernel (a buffer the runtime passes after the others)."""
-    block = fn.body.block
-    arg = block.insert_arg(arg_type, len(block.args))
-    fn.function_type = FunctionType.from_lists([a.type for a in block.args], fn.function_type.outputs.data)
-    attrs = {"llvm.noalias": UnitAttr()} | ({"llvm.readonly": UnitAttr()} if readonly else {})
-    if fn.arg_attrs is not None:
-        fn.arg_attrs = ArrayAttr([*fn.arg_attrs.data, DictionaryAttr(attrs)])
-    return arg
-
-
 def _walk_sources(grid: loop.GridOp) -> list[SSAValue]:
     return [w.body.block.args[1] for w in grid.walk() if isinstance(w, loop.ForInEdgesOp)]
 
@@ -1028,12 +1011,12 @@ class MapThreadsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in list(op.ops):
-            if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
+            if not isinstance(fn, func.FuncOp) or not kernel_abi.has_record(fn):
                 continue
             text = fn.attributes.get(CUDA_MAP_ATTR)
             sched = CudaSchedule.parse(text.data) if isinstance(text, StringAttr) else CudaSchedule()
             kernel = fn.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = kernel_abi.get_record(fn)
             lanes = LANES[sched.strategy]
             if sched.lanes is not None:
                 if lanes == 1:
@@ -1049,7 +1032,7 @@ class MapThreadsPass(ModulePass):
                     "with one thread per destination (or edge) every thread runs the whole feature row, "
                     "there is nothing to tile over threads"
                 )
-            grids: list[dict] = []
+            grids: list[abi.Launch] = []
             staging = (
                 _HybridStaging(fn, record, kernel, sched.strategy, sched.hybrid) if sched.hybrid is not None else None
             )
@@ -1058,41 +1041,39 @@ class MapThreadsPass(ModulePass):
                 _accumulator_regions(dst, scratch_of(fn)) for dst in fn.walk() if isinstance(dst, loop.ForDstOp)
             ):
                 # the accumulators edge threads share: one scratch slice per destination
-                dst_scratch = _append_argument(fn, scratch_of(fn).type, readonly=False)
+                dst_scratch = kernel_abi.append_argument(fn, "dst_scratch")
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
-                mapped: list[tuple[loop.GridOp, dict]] = []
+                mapped: list[tuple[loop.GridOp, abi.Launch]] = []
                 edge_sources: dict[loop.GridOp, list[SSAValue]] = {}
                 if sched.strategy in VERTEX_MAPPING_OF:
                     for grid in map_edges(dst, sched, lanes, fn, kernel, edge_sources, dst_scratch):
                         over_edges = grid.mapping.data == sched.strategy
-                        mapped.append(
-                            (grid, {"over": "E" if over_edges else "V", "group": sched.group if over_edges else 1})
-                        )
+                        mapped.append((grid, abi.Launch("E" if over_edges else "V", sched.group if over_edges else 1)))
                 else:
                     grid = map_vertex(dst, sched, lanes, fn, kernel)
                     edge_sources[grid] = _walk_sources(grid)
-                    mapped.append((grid, {"over": "V", "group": sched.group}))
+                    mapped.append((grid, abi.Launch("V", sched.group)))
                 for grid, launch in mapped:
                     if staging is not None:
                         # the rows each launch keeps in shared memory, per hot source
-                        launch["shared"] = staging.stage(grid, edge_sources.get(grid, []))
+                        launch.shared = staging.stage(grid, edge_sources.get(grid, []))
                     grids.append(launch)
             if staging is not None:
                 staging.check_used()
             if CUDA_MAP_ATTR in fn.attributes:
                 del fn.attributes[CUDA_MAP_ATTR]
             # the runtime sizes the grid (and one scratch slice per thread) from this
-            record["grid"] = {
-                "mapping": sched.strategy,
-                "block_size": sched.block_size,
-                "group": sched.group,
-                "lanes": lanes,
-                "grids": grids,
-                "hybrid": sched.hybrid,
+            record.grid = abi.Grid(
+                mapping=sched.strategy,
+                block_size=sched.block_size,
+                group=sched.group,
+                lanes=lanes,
+                grids=grids,
+                hybrid=sched.hybrid,
                 # V scratch slices, one per destination, after the temps
-                "dst_scratch": dst_scratch is not None,
+                dst_scratch=dst_scratch is not None,
                 # False: the runtime may pick a mapping per graph (autotune/heuristic.py)
-                "schedule_given": isinstance(text, StringAttr),
-            }
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+                schedule_given=isinstance(text, StringAttr),
+            )
+            kernel_abi.set_record(fn, record)

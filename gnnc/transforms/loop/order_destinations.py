@@ -27,8 +27,6 @@ own) keeps the in-CSR, indexed by destination.
 
 from __future__ import annotations
 
-import json
-
 from xdsl.context import Context
 from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ModuleOp, StringAttr
@@ -36,7 +34,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import kernel_abi, loop
 from gnnc.ir.loop_structure import kernel_buffer, sweeps, take_schedule
 from gnnc.ir.schedule import DESTINATION_ORDERS
 from gnnc.transforms.loop.prefetch_neighbors import prefetch_destination_rows
@@ -145,10 +143,10 @@ class OrderDestinationsPass(ModulePass):
             positional = bool(ordered) and all(s in ordered and _positional(fn, s) for s in walking)
             for for_dst in ordered:
                 self._order(fn, for_dst, positional)
-            if positional and abi.ABI_ATTR in fn.attributes:
-                record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
-                record["ordered_edges"] = True
-                fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            if positional and kernel_abi.has_record(fn):
+                record = kernel_abi.get_record(fn)
+                record.ordered_edges = True
+                kernel_abi.set_record(fn, record)
 
     @staticmethod
     def _order(fn: func.FuncOp, for_dst: loop.ForDstOp, positional: bool) -> None:

@@ -26,15 +26,13 @@ as they would for a kernel written with literal sizes.
 
 from __future__ import annotations
 
-import json
-
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import kernel_abi, loop
 from gnnc.ir.loop_structure import kernel_buffer, take_schedule
 from gnnc.ir.schedule import parse_sizes
 
@@ -61,12 +59,12 @@ class SpecializeSizesPass(ModulePass):
     name = "specialize-sizes"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and kernel_abi.has_record(f)]:
             sizes = _sizes_of(fn)
             if sizes is None:
                 continue
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
-            names = record["dims"]
+            record = kernel_abi.get_record(fn)
+            names = record.dims
             unknown = sorted(set(sizes) - set(names))
             if unknown:
                 raise CompileError(
@@ -88,5 +86,5 @@ class SpecializeSizesPass(ModulePass):
                     load.res.replace_all_uses_with(size.result)
                     load.detach()
                     load.erase()
-            record["sizes"] = sizes
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            record.sizes = sizes
+            kernel_abi.set_record(fn, record)

@@ -50,7 +50,6 @@ destination, 0.72x (F = 32): the lanes' fixed cost per walk is not paid back.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -62,14 +61,13 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     IntegerType,
     ModuleOp,
-    StringAttr,
     UnitAttr,
 )
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, llvm_ext, loop
+from gnnc.ir import abi, kernel_abi, llvm_ext, loop
 from gnnc.ir.loop import SCRATCH_BASE_ATTR
 from gnnc.ir.loop_structure import constant_index, kernel_buffer, take_schedule
 from gnnc.transforms.loop.specialize_unit_dims import UNIT_DIM_ATTR
@@ -549,7 +547,9 @@ def _lanes_read_edge_ids(walk: loop.ForInEdgesOp, plan: _Plan, sized: bool = Fal
     return any(_mentions(key(o.indices[0]), "e") for o in _accesses(plan.lanes))
 
 
-def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tuple[loop.ForInEdgesOp, _Plan]]) -> dict:
+def _lanes_record(
+    found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tuple[loop.ForInEdgesOp, _Plan]]
+) -> abi.Lanes:
     """What the runtime's default heuristic asks of a kernel's walks (ABI record `lanes`):
 
     - walks: how many qualify as compiled (what `vectorize edges` would split);
@@ -582,13 +582,13 @@ def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tupl
                 and _is_unit_loop(o, True)
                 and constant_index(o.extent) is None
             )
-    return {
-        "walks": len(found),
-        "reducing": len(taken),
-        "unit_dims": sorted(dims),
-        "sized": needs_sizes,
-        "edge_ids": any(_lanes_read_edge_ids(w, p, needs_sizes) for w, p in taken),
-    }
+    return abi.Lanes(
+        walks=len(found),
+        reducing=len(taken),
+        unit_dims=sorted(dims),
+        sized=needs_sizes,
+        edge_ids=any(_lanes_read_edge_ids(w, p, needs_sizes) for w, p in taken),
+    )
 
 
 def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
@@ -613,9 +613,9 @@ class VectorizeEdgesPass(ModulePass):
     name = "vectorize-edges"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and kernel_abi.has_record(f)]:
             in_src = kernel_buffer(fn, "in_src")
-            record = json.loads(fn.attributes[abi.ABI_ATTR].data)  # type: ignore[union-attr]
+            record = kernel_abi.get_record(fn)
             found: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # qualifying walks, as compiled
             sized: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # ... if run-time head sizes were 1
             for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
@@ -640,5 +640,5 @@ class VectorizeEdgesPass(ModulePass):
                     )
                 for w, p in ok:
                     _WalkRewriter(w, p, width.value.data).rewrite()  # type: ignore[arg-type]
-            record["lanes"] = _lanes_record(found, sized)
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            record.lanes = _lanes_record(found, sized)
+            kernel_abi.set_record(fn, record)
