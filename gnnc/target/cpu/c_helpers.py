@@ -121,8 +121,9 @@ static inline int gnnc_graph_from_coo(gnnc_graph *g, int64_t num_src, int64_t nu
     return GNNC_OK;
 }
 
-/* The graph of a CSR grouped by source (as gnnc.Graph.from_csr): source u's destinations are
- * indices[indptr[u]] .. indices[indptr[u + 1] - 1]; an edge's id is its position in indices. */
+/* The graph of a CSR grouped by source (as gnnc.Graph.from_csr): indptr has num_src + 1
+ * entries, source u's destinations are indices[indptr[u]] .. indices[indptr[u + 1] - 1], and
+ * an edge's id is its position in indices. */
 static inline int gnnc_graph_from_csr(gnnc_graph *g, int64_t num_src, int64_t num_dst, const int64_t *indptr,
                                       const int64_t *indices)
 {
