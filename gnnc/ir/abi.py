@@ -7,7 +7,10 @@ degrees, dims, scratch), one pointer per parameter, per result and per temp,
 then the groups a kernel's schedule asks for, each present when its
 predicate over the kernel's `AbiRecord` holds. `kernel_arguments` lists one
 kernel's; the lowering's signature, the CPU and CUDA runtimes' calls and the
-C header are all derived from it, and nothing else lists arguments.
+C header are all derived from it, and nothing else lists arguments
+(`gnnc/ir/kernel_abi.py` reads and edits the record on a lowered function;
+`gnnc/target/cpu/header.py` writes the prototypes and the C helpers that
+fill the graph and schedule arguments).
 
 The rules every caller keeps:
 
@@ -45,7 +48,6 @@ ABI_VERSION = 6
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.ir.abi"
-
 
 #: Discardable `scf.for` attribute: LLVM's interleave count for that loop
 #: (`llvm.loop.interleave.count`), set by the lowering, read by the translator.
