@@ -272,9 +272,10 @@ def test_edge_grid_sizes_follow_the_edges():
     # one grid per launch: initialise the rows, the edges, then the means; the
     # runtime sizes the edge grid by E / group, the others by V
     module = emulated("sage_mean", 3, "thread_edge")
-    grid = module.sage_mean._abi["grid"]
-    assert grid["grids"] == [{"over": "V", "group": 1}, {"over": "E", "group": 3}, {"over": "V", "group": 1}]
     from gnnc.ir import abi
+
+    grid = module.sage_mean._abi.grid
+    assert grid.grids == [abi.Launch("V", 1), abi.Launch("E", 3), abi.Launch("V", 1)]
 
     assert abi.grid_blocks(grid, 300, 3 * 256 * 2 + 1) == [2, 3, 2]
     src = (EXAMPLES / "sage_mean.gnn").read_text()
@@ -430,7 +431,7 @@ def test_call_time_mapping_compiles_an_emulated_variant():
     want = module.gcn(graph, x=x, w=w)
     got = module.gcn(graph, x=x, w=w, schedule="map warp_vertex tile 3")
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert module.gcn._variants["map warp_vertex tile 3"]._abi["grid"]["mapping"] == "warp_vertex"
+    assert module.gcn._variants["map warp_vertex tile 3"]._abi.grid.mapping == "warp_vertex"
 
 
 def test_atomic_rmw_verifier():
@@ -492,7 +493,7 @@ def test_default_cuda_mapping_rule():
 def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, expected):
     module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda-emulation")
     kernel = getattr(module, name)
-    assert kernel._abi["grid"]["schedule_given"] is False
+    assert kernel._abi.grid.schedule_given is False
     if expected.startswith("warp_vertex lanes"):  # no hub, many edges per destination, rows of 12
         rng = np.random.default_rng(0)
         graph = gnnc.Graph.from_coo(rng.integers(0, 100, 3000), rng.integers(0, 100, 3000), num_vertices=100)
@@ -502,8 +503,8 @@ def test_kernels_without_a_cuda_schedule_run_the_default_mapping(name, dims, exp
     assert_matches(kernel(graph, **inputs), getattr(reference(name), name)(graph, **inputs), graph, np.float32)
     chosen = kernel._default_variant(graph, {**dims})
     mapping, _, lanes = expected.partition(" lanes ")
-    assert chosen is not None and chosen._abi["grid"]["mapping"] == mapping
-    assert chosen._abi["grid"]["lanes"] == (int(lanes) if lanes else 32 if mapping.startswith("warp") else 1)
+    assert chosen is not None and chosen._abi.grid.mapping == mapping
+    assert chosen._abi.grid.lanes == (int(lanes) if lanes else 32 if mapping.startswith("warp") else 1)
     # a small, sparse graph with narrow rows runs as compiled (thread_vertex)
     small = gnnc.Graph.from_coo(np.array([0, 1]), np.array([1, 2]), num_vertices=3)
     assert kernel._default_variant(small, dict.fromkeys(dims, 2)) is None
@@ -660,7 +661,7 @@ def test_hybrid_over_several_blocks_and_a_capped_k(mapping, f):
     kernel = emulated_with("gcn", mapping).gcn
     inputs = random_inputs(kernel.signature, graph, {"F": f}, np.float32, f)
     assert_matches(kernel(graph, **inputs), reference("gcn").gcn(graph, **inputs), graph, np.float32)
-    hot, slot, shared = hybrid_plan(graph, kernel._abi["grid"], {"F": f}, 4)
+    hot, slot, shared = hybrid_plan(graph, kernel._abi.grid, {"F": f}, 4)
     assert hot[0] == (2 if f == 5000 else 8) and max(shared) <= abi.SHARED_MEMORY_BYTES
     hubs = set(range(6))  # half of the edges leave one of them
     assert (set(hot[1:7]) == hubs if hot[0] >= 6 else set(hot[1:]) <= hubs) and np.count_nonzero(slot >= 0) == hot[0]
@@ -791,7 +792,7 @@ def accumulators_kernel(mapping: str):
 @settings(max_examples=6)
 def test_edge_mappings_keep_destination_accumulators(mapping, graph, f, seed):
     kernel, reference_kernel = accumulators_kernel(mapping)
-    assert kernel._abi["grid"]["dst_scratch"] is True
+    assert kernel._abi.grid.dst_scratch is True
     inputs = random_inputs(kernel.signature, graph, {"F": f}, np.float32, seed)
     inputs["a"] = np.abs(inputs["a"]) + 0.5  # a quotient with a denominator away from 0
     assert_matches(kernel(graph, **inputs), reference_kernel(graph, **inputs), graph, np.float32)
@@ -818,7 +819,7 @@ def test_softmax_runs_as_edge_launches_between_vertex_launches():
     assert 'llvm_ext.atomic_rmw "fmax"' in mapped and 'llvm_ext.atomic_rmw "fadd"' in mapped
     assert 'llvm_ext.atomic_rmw "fmaximum"' not in mapped
     kernel = emulated("gat", 2, "thread_edge").gat
-    assert [launch["over"] for launch in kernel._abi["grid"]["grids"]] == ["V", "E", "V", "E", "V", "E", "V"]
+    assert [launch.over for launch in kernel._abi.grid.grids] == ["V", "E", "V", "E", "V", "E", "V"]
     graph = _hub_graph()
     inputs = random_inputs(kernel.signature, graph, {"H": 2, "F": 5}, np.float32, 3)
     assert_matches(kernel(graph, **inputs), reference("gat").gat(graph, **inputs), graph, np.float32)

@@ -297,9 +297,9 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
     device_input = FakeDeviceArray(inputs[first].shape, ptr=0x7F0000000000)  # borrowed, never read by the fake
     inputs[first] = device_input
     got = kernel(graph, **inputs)
-    grid = kernel._abi["grid"]
+    grid = kernel._abi.grid
     assert [launch["function"] for launch in fake.launches] == [
-        p for p, n in zip(grid["phases"], cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n
+        p for p, n in zip(grid.phases, cuda_runtime.abi.grid_blocks(grid, 40, 60)) if n
     ]
     for launch in fake.launches:
         values = launch["values"]
@@ -309,7 +309,7 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
         assert all(b in launch["live"] or b == 0x7F0000000000 for b in buffers), buffers
         assert buffers.count(0x7F0000000000) == 1
         assert launch["live"] <= set(buffers)  # and nothing allocated goes unpassed: the counts agree
-    if grid.get("hybrid"):
+    if grid.hybrid:
         from gnnc.graph import plans
 
         _, _, shared = plans.hybrid_plan(graph, grid, dims, 4)
@@ -339,7 +339,7 @@ def test_the_gpu_runtime_logs_the_default_mapping_of_a_call(tmp_path, monkeypatc
     assert kernel._default_variant(GRAPH, {"F": 4}) is None
     monkeypatch.setattr(heuristic, "default_cuda_mappings", lambda graph, row: ["warp_vertex"])
     variant = kernel._default_variant(GRAPH, {"F": 4})
-    assert isinstance(variant, cuda_runtime.CudaKernel) and variant._grid["mapping"] == "warp_vertex"
+    assert isinstance(variant, cuda_runtime.CudaKernel) and variant._grid.mapping == "warp_vertex"
     shape = f"V={GRAPH.num_vertices} E={GRAPH.num_edges} {{'F': 4}}"
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name != "gnnc.driver.compiler"] == [
         ("gnnc.runtime.cuda", "DEBUG", f"gcn: default mapping 'map thread_vertex' (as compiled) for {shape}"),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc.autotune import heuristic
+from gnnc.ir.abi import Lanes, Phase
 
 from .helpers import assert_matches
 from .strategies import random_inputs
@@ -69,7 +70,7 @@ def test_a_kernel_gathering_nothing_at_sources_may_still_vectorize():
 )
 def test_specialize_rule_follows_the_measurements(e, row_bytes, dims, want):
     got = heuristic.default_directives(
-        fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB, phases=[{"row_dim": "H", "edge_walks": 3}], dims=dims
+        fake_graph(e // 4, e), row_bytes, llc_bytes=32 * MIB, phases=[Phase("H", 3)], dims=dims
     )
     assert got == want
 
@@ -139,7 +140,7 @@ def test_a_call_without_schedule_runs_the_picked_partitioning(seed, f, kernel):
         got = compiled(graph, **inputs)
         directives = heuristic.default_directives(graph, 4 * f)
     assert directives is not None and directives.startswith("partition src")
-    assert directives in compiled._variants and compiled._variants[directives]._abi["partitions"] > 1
+    assert directives in compiled._variants and compiled._variants[directives]._abi.partitions > 1
     want = getattr(gnnc.compile(source, target="reference"), kernel)(graph, **inputs)
     assert_matches(got, want, graph, np.float32)
 
@@ -180,7 +181,7 @@ def test_a_written_schedule_is_kept(tiny_cache):
         assert module.gcn._variants == {}
 
 
-ONE_WALK = [{"row_dim": "F", "edge_walks": 1}]
+ONE_WALK = [Phase("F", 1)]
 
 
 @pytest.mark.parametrize(
@@ -192,8 +193,8 @@ ONE_WALK = [{"row_dim": "F", "edge_walks": 1}]
         (ONE_WALK, 128, True, "vectorize 128"),  # 1.03-1.30x on mdual, rmat-16, copter2; 1.10x over 30 tuning cases
         (ONE_WALK, 256, True, None),  # sixteen registers: not measured, not taken
         (ONE_WALK, 4, True, None),
-        ([{"row_dim": "F", "edge_walks": 3}], 32, True, None),  # gat: 0.57x
-        ([{"row_dim": "H", "edge_walks": 1}], 8, False, None),  # edge-wise attention: 0.88x
+        ([Phase("F", 3)], 32, True, None),  # gat: 0.57x
+        ([Phase("H", 1)], 8, False, None),  # edge-wise attention: 0.88x
         (ONE_WALK * 2, 32, True, None),  # two phases
     ],
 )
@@ -251,7 +252,7 @@ def test_edge_lanes_rule_follows_the_measurements(degrees, lane_walks, want):
             degree_graph(degrees),
             4 * 33,
             llc_bytes=32 * MIB,
-            phases=[{"row_dim": "F", "edge_walks": 3}],
+            phases=[Phase("F", 3)],
             dims={"H": 1, "F": 32},
             lane_walks=lane_walks,
         )
@@ -266,9 +267,9 @@ def test_a_default_call_of_a_softmax_kernel_on_a_dense_graph_runs_lanes():
     gat_conv = gnnc.compile(EXAMPLES / "gat_conv.gnn").gat_conv
     gcn_norm = gnnc.compile(EXAMPLES / "gcn_norm.gnn").gcn_norm
     # the H = 1 copy's max, sum and normalising walks; gat's write alpha at the edge's id
-    assert gat._abi["lanes"] == {"walks": 3, "reducing": 3, "unit_dims": ["H"], "edge_ids": True, "sized": False}
-    assert gat_conv._abi["lanes"] == {"walks": 2, "reducing": 2, "unit_dims": ["H"], "edge_ids": False, "sized": False}
-    assert gcn_norm._abi["lanes"] == {"walks": 1, "reducing": 0, "unit_dims": [], "edge_ids": False, "sized": False}
+    assert gat._abi.lanes == Lanes(walks=3, reducing=3, unit_dims=["H"], edge_ids=True, sized=False)
+    assert gat_conv._abi.lanes == Lanes(walks=2, reducing=2, unit_dims=["H"], edge_ids=False, sized=False)
+    assert gcn_norm._abi.lanes == Lanes(walks=1, reducing=0, unit_dims=[], edge_ids=False, sized=False)
     rng = np.random.default_rng(7)
     v, e = 1500, 1 << 14
     src, dst = rng.integers(0, v, e), rng.integers(0, v, e)

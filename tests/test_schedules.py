@@ -210,7 +210,7 @@ def test_a_variant_keeps_the_objects_compile_options(options, phases):
         if key in options:
             assert variant._metadata["options"][key] == options[key]
     if phases is not None:
-        assert len(module.mlp_aggr._abi["phases"]) == len(variant._abi["phases"]) == phases
+        assert len(module.mlp_aggr._abi.phases) == len(variant._abi.phases) == phases
     graph = gnnc.Graph(np.array([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]]))
     rng = np.random.default_rng(0)
     x, w = rng.random((4, 8), dtype=np.float32), rng.random((8, 8), dtype=np.float32)
@@ -244,7 +244,7 @@ def test_partitioned_softmax_matches_reference_and_is_partitioned():
     el, er = (rng.uniform(-3, 3, (graph.num_vertices, 2)).astype(np.float32) for _ in range(2))
     got = module.gat(graph, h=h, el=el, er=er, threads=2)
     assert_matches(got, reference("gat").gat(graph, h=h, el=el, er=er), graph, np.float32)
-    assert module.gat._abi["partitions"] == 4
+    assert module.gat._abi.partitions == 4
     # the softmax's sum is summed partition by partition: not the unpartitioned order
     plain = gnnc.compile(EXAMPLES / "gat.gnn", schedule="parallel dst").gat(graph, h=h, el=el, er=er)
     assert not np.array_equal(got["out"], plain["out"])

@@ -95,7 +95,7 @@ def test_kernels_with_sorted_edge_ids_match_the_reference(name, graph, extra, th
         assert any(d in str(module) for d in ("group neighbors", "partition src", "tile features", "vectorize"))
         return
     kernel = getattr(module, name)
-    assert kernel._abi["edges_sorted"]
+    assert kernel._abi.edges_sorted
     inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
     got = kernel(graph, threads=threads, **inputs)
     assert_matches(got, getattr(reference(name), name)(graph, **inputs), graph, np.float32)
@@ -134,7 +134,7 @@ def test_walks_read_edge_rows_by_position_and_prefetch_none():
     for edge in edge_args:
         assert len(re.findall(rf"{edge}(?!\d)", after)) == 1, f"{edge} is still used"
     assert "write = true" not in stages["prefetch-neighbors"]  # alpha's rows are written in order now
-    assert gnnc.compile(source).gat._abi["edges_sorted"]
+    assert gnnc.compile(source).gat._abi.edges_sorted
 
 
 def fake_graph(v: int, e: int, edges_sorted: bool) -> SimpleNamespace:

@@ -59,7 +59,7 @@ def test_specialized_examples_match_the_reference(name, graph, other, partial, t
         assert other and other.split()[0] in str(module), str(module)  # refused for the other directive
         return
     kernel = getattr(module, name)
-    assert kernel._abi["sizes"] == sizes
+    assert kernel._abi.sizes == sizes
     inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
     got = kernel(graph, threads=threads, **inputs)
     want = getattr(reference(name), name)(graph, **inputs)
@@ -87,7 +87,7 @@ def test_the_pass_replaces_the_run_time_sizes():
     assert before.count(loads) == 2 and after.count(loads) == 1  # H is still read
     assert "arith.constant 32 : i64" in after
     assert "specialize" in before and "specialize" not in after.split("gnnc.ir.abi")[0]
-    assert gnnc.compile(source, schedule="specialize F 32").gat._abi["sizes"] == {"F": 32}
+    assert gnnc.compile(source, schedule="specialize F 32").gat._abi.sizes == {"F": 32}
 
 
 def test_an_unspecialized_kernel_is_unchanged():
@@ -132,7 +132,7 @@ def test_the_default_specializes_large_calls(name):
     (directives,) = kernel._variants
     # (a scalar row, F = 1, may also run its edges in lanes: vectorize edges)
     assert f"specialize {sizes_text(DIMS[name])}" in directives.splitlines()
-    assert kernel._variants[directives]._abi["sizes"] == DIMS[name]
+    assert kernel._variants[directives]._abi.sizes == DIMS[name]
     assert_matches(got, getattr(reference(name), name)(graph, **inputs), graph, np.float32)
 
 

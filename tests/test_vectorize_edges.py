@@ -81,7 +81,7 @@ def test_kernels_with_edges_in_lanes_match_the_reference(name, graph, width, ext
         assert any(d in str(module) for d in ("tile features", "order edges hilbert", "vectorize")), str(module)
         return
     kernel = getattr(module, name)
-    assert kernel._abi["lanes"]["walks"] >= 1
+    assert kernel._abi.lanes.walks >= 1
     inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
     got = kernel(graph, threads=threads, **inputs)
     assert_matches(got, getattr(reference(name), name)(graph, **inputs), graph, np.float32)
@@ -301,7 +301,7 @@ kernel scores(el: f32[V, H], er: f32[V, H], w: f32[E]) -> f32[E, H] {
 def test_an_edge_softmax_with_one_head_compiled_in_runs_in_lanes(graph, width, sorted_ids, seed):
     """A kernel of edge values alone qualifies once its head count is compiled in (`lanes.sized`)."""
     base = gnnc.compile(EDGE_SOFTMAX).scores
-    assert base._abi["lanes"]["sized"] and base._abi["lanes"]["unit_dims"] == ["H"]
+    assert base._abi.lanes.sized and base._abi.lanes.unit_dims == ["H"]
     if sorted_ids:
         order = np.argsort(np.asarray(graph.dst), kind="stable")
         graph = gnnc.Graph.from_coo(
@@ -309,7 +309,7 @@ def test_an_edge_softmax_with_one_head_compiled_in_runs_in_lanes(graph, width, s
         )
     schedule = f"specialize H 1; vectorize edges {width}" + ("; edges sorted" if sorted_ids else "")
     kernel = gnnc.compile(EDGE_SOFTMAX, schedule=schedule).scores
-    assert kernel._abi["lanes"]["walks"] >= 1
+    assert kernel._abi.lanes.walks >= 1
     inputs = random_inputs(kernel.signature, graph, {"H": 1}, np.float32, seed)
     got = kernel(graph, **inputs)
     assert_matches(got, gnnc.compile(EDGE_SOFTMAX, target="reference").scores(graph, **inputs), graph, np.float32)

@@ -60,7 +60,7 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             if concrete is None or concrete in kernel._refused:
                 continue
             lanes = heuristic.lane_walks_for(kernel._abi, dims, graph)
-            sized = bool(kernel._abi.get("lanes", {}).get("sized", False))
+            sized = kernel._abi.lanes is not None and kernel._abi.lanes.sized
             fitted = heuristic.fit_edge_ids(concrete, graph)
             fitted = heuristic.fit_edge_lanes(heuristic.fit_reorder(fitted, kernel, graph, dims), graph, lanes, sized)
             return Choice(fitted, threads, "predicted")

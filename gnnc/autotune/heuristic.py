@@ -37,6 +37,7 @@ docs/design/default-schedule.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -123,29 +124,29 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
     return default_directives(
         graph,
         source_row_bytes(kernel.signature, dims, itemsize),
-        phases=kernel._abi.get("phases"),
+        phases=kernel._abi.phases,
         dims=dims,
         itemsize=itemsize,
         accumulates=any(r.domain == "V" for r in kernel.signature.results),
         edge_results=any(r.domain == "E" for r in kernel.signature.results),
         result_rows=result_row_bytes(kernel.signature, dims, itemsize),
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
-        lanes_need_sizes=bool(kernel._abi.get("lanes", {}).get("sized", False)),
+        lanes_need_sizes=kernel._abi.lanes is not None and kernel._abi.lanes.sized,
         wide_vectors="avx512f" in (getattr(kernel, "_metadata", {}).get("cpu") or {}).get("features", ()),
     )
 
 
-def lane_walks_for(abi_record: dict, dims: dict[str, int], graph: Any) -> int:
+def lane_walks_for(abi_record: abi.AbiRecord, dims: dict[str, int], graph: Any) -> int:
     """The walks `vectorize edges` would give reductions or whole walks in a call of these sizes
     on this graph: none when they are in a copy for a dimension of size 1 (one head) the call
     does not have, or when their lanes would gather and scatter edge rows by edge id (the
     graph's ids are not its in-CSR positions: gat's alpha), which costs what the lanes gain."""
-    lanes = abi_record.get("lanes", {})
-    if any(dims.get(d, 1) != 1 for d in lanes.get("unit_dims", [])):
+    lanes = abi_record.lanes
+    if lanes is None or any(dims.get(d, 1) != 1 for d in lanes.unit_dims):
         return 0
-    if lanes.get("edge_ids", True) and not getattr(graph, "edges_sorted", False):
+    if lanes.edge_ids and not getattr(graph, "edges_sorted", False):
         return 0
-    return int(lanes.get("reducing", 0))
+    return lanes.reducing
 
 
 def default_directives(
@@ -153,7 +154,7 @@ def default_directives(
     row_bytes: int,
     llc_bytes: int | None = None,
     *,
-    phases: list[dict] | None = None,
+    phases: Sequence[abi.Phase] | None = None,
     dims: dict[str, int] | None = None,
     itemsize: int = 4,
     accumulates: bool = False,
@@ -181,7 +182,7 @@ def default_directives(
     if v == 0:
         return None
     rows = v * row_bytes
-    single_walk = not phases or all(p.get("edge_walks", 1) <= 1 for p in phases)
+    single_walk = not phases or all(p.edge_walks <= 1 for p in phases)
     gathers_rows = row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes
     lines = []
     if gathers_rows and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
@@ -190,8 +191,8 @@ def default_directives(
         while k < PARTITION_MAX and k * 1.5 < parts:
             k *= 2
         lines.append(f"partition src {k}")
-    elif accumulates and phases and dims and len(phases) == 1 and phases[0].get("edge_walks") == 1:
-        width = dims.get(phases[0].get("row_dim", ""))
+    elif accumulates and phases and dims and len(phases) == 1 and phases[0].edge_walks == 1:
+        width = dims.get(phases[0].row_dim or "")
         if width is not None and VECTORIZE_MIN_ELEMENTS <= width and width * itemsize <= VECTORIZE_MAX_BYTES:
             lines.append(f"vectorize {width}")
     if e >= SPECIALIZE_MIN_EDGES and row_bytes > 0:

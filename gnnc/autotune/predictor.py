@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnc.ir import abi
 from gnnc.ir.schedule import sizes_text
 
 SHIPPED_MODEL = Path(__file__).with_name("schedule_model.json")
@@ -156,10 +157,10 @@ def case_features(graph_signature: dict, traits: dict) -> np.ndarray:
     )
 
 
-def kernel_traits(abi_record: dict, params: Any, results: Any, dims: dict[str, int], itemsize: int) -> dict:
+def kernel_traits(abi_record: abi.AbiRecord, params: Any, results: Any, dims: dict[str, int], itemsize: int) -> dict:
     """What the predictor knows of a kernel: its ABI's phases and its tensors' domains."""
-    phases = abi_record.get("phases") or [{}]
-    row_dim = phases[-1].get("row_dim")
+    phases = abi_record.phases or [abi.Phase(None, 0)]
+    row_dim = phases[-1].row_dim
     source_bytes = 0
     for p in params:
         if p.domain == "V":
@@ -167,17 +168,15 @@ def kernel_traits(abi_record: dict, params: Any, results: Any, dims: dict[str, i
     return {
         "row": int(dims.get(row_dim, 1)) if row_dim else 1,
         "source_bytes": source_bytes,
-        "edge_walks": sum(int(ph.get("edge_walks", 0)) for ph in phases),
+        "edge_walks": sum(ph.edge_walks for ph in phases),
         "phases": len(phases),
         "vertex_result": any(r.domain == "V" for r in results),
         "edge_result": any(r.domain == "E" for r in results),
         # the words of `specialize` for this call (not a feature: names its candidates)
-        "sizes": sizes_text({d: dims[d] for d in abi_record.get("dims", []) if d in dims}),
+        "sizes": sizes_text({d: dims[d] for d in abi_record.dims if d in dims}),
         # walks `vectorize edges` can split, or could with the sizes compiled in (not a feature:
         # names its candidates)
-        "lane_walks": int(
-            abi_record.get("lanes", {}).get("walks", 0) or abi_record.get("lanes", {}).get("reducing", 0)
-        ),
+        "lane_walks": (abi_record.lanes.walks or abi_record.lanes.reducing) if abi_record.lanes else 0,
     }
 
 

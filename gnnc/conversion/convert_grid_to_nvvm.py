@@ -15,7 +15,6 @@ registers.
 
 from __future__ import annotations
 
-import json
 from typing import cast
 
 from xdsl.context import Context
@@ -25,7 +24,7 @@ from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from gnnc.ir import abi, loop
+from gnnc.ir import kernel_abi, loop
 from gnnc.ir.llvm_ext import NvvmSregOp, ShflBflyOp
 
 #: func.func attribute marking a function as a PTX kernel entry point.
@@ -103,18 +102,19 @@ class ConvertGridToNvvmPass(ModulePass):
         for warp_sum in [o for o in op.walk() if isinstance(o, loop.WarpSumOp)]:
             _lower_warp_sum(warp_sum, rewriter)
         for fn in list(op.ops):
-            if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
+            if not isinstance(fn, func.FuncOp) or not kernel_abi.has_record(fn):
                 continue
             count = sum(1 for o in fn.walk() if isinstance(o, loop.GridOp))
-            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
+            record = kernel_abi.get_record(fn)
             name = fn.sym_name.data
             phases = [name] + [f"{name}_phase{i}" for i in range(1, count)]
-            record.setdefault("grid", {})["phases"] = phases
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            if record.grid is not None:  # map-threads' grid record: the runtime launches these in order
+                record.grid.phases = phases
+                kernel_abi.set_record(fn, record)
             for i in range(count - 1, 0, -1):
                 copy = fn.clone()
                 copy.sym_name = StringAttr(phases[i])
-                del copy.attributes[abi.ABI_ATTR]  # the record stays on the first phase, naming them all
+                kernel_abi.take_record(copy)  # the record stays on the first phase, naming them all
                 _keep_grid(copy, i)
                 copy.attributes[PTX_KERNEL_ATTR] = UnitAttr()
                 op.body.block.insert_op_after(copy, fn)

@@ -19,14 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, TextIO
 
 from gnnc.errors import CompileError, GnncError
 from gnnc.ir import abi
 from gnnc.version import __version__
 
 if TYPE_CHECKING:
-    from xdsl.dialects.builtin import ModuleOp, StringAttr
+    from xdsl.dialects.builtin import ModuleOp
 
 _log = logging.getLogger(__name__)
 
@@ -211,12 +211,13 @@ def compile_source(
     kernel_records = []
     from xdsl.dialects import func
 
+    from gnnc.ir import kernel_abi
+
     for op in module.ops:
-        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(cast("StringAttr", op.attributes[abi.ABI_ATTR]).data)
+        if isinstance(op, func.FuncOp) and kernel_abi.has_record(op):
+            record_abi = kernel_abi.take_record(op).to_dict()
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
-            del op.attributes[abi.ABI_ATTR]
     metadata = {
         "format": "gnnc-shared-object",
         # the source travels with the object, so a call with schedule= can
@@ -258,16 +259,16 @@ def _cuda_backend(
     """NVVM IR and PTX for the cuda target; the PTX starts with the metadata record."""
     from xdsl.dialects import func
 
+    from gnnc.ir import kernel_abi
     from gnnc.target.cuda import codegen
     from gnnc.target.llvm.translate import NVPTX_TRIPLE, translate_module
 
     kernel_records = []
     for op in module.ops:
-        if isinstance(op, func.FuncOp) and abi.ABI_ATTR in op.attributes:
-            record_abi = json.loads(cast("StringAttr", op.attributes[abi.ABI_ATTR]).data)
+        if isinstance(op, func.FuncOp) and kernel_abi.has_record(op):
+            record_abi = kernel_abi.take_record(op).to_dict()
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
             kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
-            del op.attributes[abi.ABI_ATTR]
     result.metadata = {
         "format": "gnnc-ptx",
         "source": original_source,

@@ -666,14 +666,15 @@ def hybrid_sources(graph: Any, k: int, row_bytes: int, budget_bytes: int) -> tup
 
 
 def hybrid_plan(
-    graph: Any, grid: dict, dims: dict[str, int], itemsize: int
+    graph: Any, grid: abi.Grid, dims: dict[str, int], itemsize: int
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid record: the
     sources staged in shared memory (hybrid_sources) and what each launch needs."""
     rows = abi.hybrid_row_elements(grid, dims)
     widest = max(rows, default=0) * itemsize
     try:
-        hot, slot = hybrid_sources(graph, grid["hybrid"], widest, abi.SHARED_MEMORY_BYTES)
+        assert grid.hybrid is not None, "a grid without hybrid staging has no hybrid plan"
+        hot, slot = hybrid_sources(graph, grid.hybrid, widest, abi.SHARED_MEMORY_BYTES)
     except ArgumentError as exc:
-        raise ArgumentError(f"map {grid['mapping']} hybrid {grid['hybrid']}: {exc}") from None
+        raise ArgumentError(f"map {grid.mapping} hybrid {grid.hybrid}: {exc}") from None
     return hot, slot, [int(hot[0]) * r * itemsize for r in rows]

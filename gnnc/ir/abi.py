@@ -1,94 +1,53 @@
-"""The C ABI of a compiled gnnc kernel, shared by the compiler and the runtime.
+"""The C ABI of a compiled gnnc kernel, described once for the compiler, the runtimes and C.
 
-Every kernel `K` in a `.so` is a C function
+Every kernel `K` of a `.so` (or each launch of a PTX kernel) is a C function
+`void gnnc_K(...)` whose arguments are `ARGUMENT_GROUPS`, in order: the
+graph arguments (counts, destination blocks and order, the in-CSR,
+degrees, dims, scratch), one pointer per parameter, per result and per temp,
+then the groups a kernel's schedule asks for, each present when its
+predicate over the kernel's `AbiRecord` holds. `kernel_arguments` lists one
+kernel's; the lowering's signature, the CPU and CUDA runtimes' calls and the
+C header are all derived from it, and nothing else lists arguments
+(`gnnc/ir/kernel_abi.py` reads and edits the record on a lowered function;
+`gnnc/target/cpu/header.py` writes the prototypes and the C helpers that
+fill the graph and schedule arguments).
 
-    void K(int64_t num_vertices,      /* destinations (num_dst)               */
-           int64_t num_edges,
-           int64_t num_threads,        /* workers; the scratch holds one slice each */
-           int64_t num_blocks,
-           const int64_t *dst_blocks,  /* num_blocks + 1 boundaries of positions  */
-           const int64_t *dst_order,   /* V: the destination at each position    */
-           const int64_t *in_indptr,   /* V + 1: in-edge offsets by destination,
-                                          or by position in dst_order when the
-                                          record says "ordered_edges"; in_src
-                                          and in_eid are then laid out so too */
-           const int64_t *in_src,      /* E: source of the edge at a position   */
-           const int64_t *in_eid,      /* E: the user's edge id at a position;
-                                          with "edges_sorted" in the record,
-                                          edge rows are addressed by position */
-           const T *deg_in, const T *deg_out,   /* max(num_src, num_dst) each */
-           const int64_t *dims,        /* the kernel's symbolic dims, in order  */
-           T *scratch,                 /* num_threads x per-thread workspace    */
-           const T *param_0, ...,      /* parameters, in declaration order      */
-           T *result_0, ...,           /* results, in declaration order         */
-           T *temp_0, ...,             /* V- or E-sized buffers between phases:
-                                          num_dst rows, or num_src for a temp
-                                          the record marks "rows": "src"      */
-           /* only with a source sweep (the record's "source_sweep"): */
-           const int64_t *src_meta,    /* 2: num_src, number of source blocks */
-           const int64_t *src_blocks,  /* blocks + 1 boundaries of source rows */
-           /* only with `partition src K`, `group neighbors G` or
-              `stream outputs` (the record's "stream"): */
-           T *acc_rows,                /* rows x the record's acc_rows shapes: V
-                                          rows (partitions), one per split
-                                          neighbour group, or one per worker
-                                          (the rows it streams to the results) */
-           /* only with `partition src K` (FeatGraph's 1-D source partitions): */
-           const int64_t *part_indptr, /* K x (V + 1): per partition, an in-CSR */
-           const int64_t *part_src, const int64_t *part_eid);  /* E each      */
-           /* or, only with `order edges hilbert`: the edges along a Hilbert
-              curve over (src, dst), as src, dst, eid (E each); dst_blocks then
-              splits positions in that list, not destinations */
-           /* or, only with `group neighbors G` (graph/plans.py,
-              split_neighbor_groups and group_blocks), over the n groups of
-              the destinations with more than G in-edges: */
-           const int64_t *group_meta,  /* 2: blocks of groups, n             */
-           const int64_t *group_blocks,   /* blocks + 1 boundaries of groups  */
-           const int64_t *group_dst,      /* n: each group's destination      */
-           const int64_t *group_bounds,   /* 2n: in-CSR positions [lo, hi)    */
-           const int64_t *group_offsets); /* V + 1: each destination's groups */
-           /* cuda only, with an edge mapping whose destinations keep
-              accumulators (gin's sum beside (1 + eps) * x[v]): */
-           T *dst_scratch,             /* V x one scratch slice            */
-           /* cuda only, with `map ... hybrid K` (graph/plans.py,
-              hybrid_sources): */
-           const int64_t *hybrid_hot,  /* 1 + K': K', the staged sources    */
-           const int64_t *hybrid_slot);   /* V: each source's slot, or -1   */
+The rules every caller keeps:
 
-with T = float or double. All arrays are C-contiguous, row-major, and never
-alias each other (the kernels are compiled with `noalias`). Scalars are passed
-as one-element arrays. The per-kernel record in the `.so` metadata names the
-dims, the scratch shapes (summed, per thread) and the temp shapes. Destination
-blocks are processed by up to num_threads OpenMP workers (libgomp), taking
-blocks dynamically. Positions map to destinations through dst_order (a degree
-locality or RCM order, `sort degree` / `reorder locality` / `reorder rcm`); a kernel compiled
-for the identity order ignores it.
+- Scalars are `int64_t`; every array is C-contiguous, row-major, of
+  `int64_t` or of the kernel's float type T (float or double), and no two
+  arrays overlap (the kernels are compiled with `noalias`). A pointer must be
+  valid even where its array would be empty (pass a one-element array).
+- A tensor's rows: vertex tensors have num_dst rows (num_src for an input
+  read at sources, see `gnnc/ir/signature.py`), edge tensors num_edges rows
+  indexed by the user's edge id, parameters are whole (a scalar is a
+  one-element array).
+- Destination blocks `dst_blocks[b] .. dst_blocks[b + 1]` split positions
+  0 .. V, which map to destinations through `dst_order` (a permutation; the
+  identity for a kernel compiled for the identity `order`). Up to
+  num_threads OpenMP workers (libgomp) take blocks dynamically; each worker
+  uses its own slice of `scratch`, `scratch_slice_elements` of the summed
+  scratch shapes long.
+- The record (`AbiRecord`) travels in the `.so`'s metadata (symbol
+  `gnnc_metadata`) and on the first line of a PTX file, as JSON; it says
+  which optional groups a kernel takes and how large its buffers are.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+Dim = int | str
 
 #: Bump when the argument order or the metadata layout changes.
 ABI_VERSION = 6
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.ir.abi"
-
-#: The fixed leading arguments, in order.
-GRAPH_ARGUMENTS = (
-    "num_vertices",
-    "num_edges",
-    "num_threads",
-    "num_blocks",
-    "dst_blocks",
-    "dst_order",
-    "in_indptr",
-    "in_src",
-    "in_eid",
-    "deg_in",
-    "deg_out",
-    "dims",
-    "scratch",
-)
 
 #: Discardable `scf.for` attribute: LLVM's interleave count for that loop
 #: (`llvm.loop.interleave.count`), set by the lowering, read by the translator.
@@ -152,15 +111,15 @@ def scratch_slice_elements(elements: int, itemsize: int) -> int:
 PTX_METADATA_PREFIX = "// gnnc-metadata: "
 
 
-def grid_blocks(grid: dict, num_vertices: int, num_edges: int = 0) -> list[int]:
+def grid_blocks(grid: Grid, num_vertices: int, num_edges: int = 0) -> list[int]:
     """Blocks of each grid (launch) of a kernel, in order: each `lanes` threads run
     `group` destinations (a vertex grid) or in-CSR positions (an edge grid)."""
     counts = {"V": num_vertices, "E": num_edges}
-    launches = grid.get("grids") or [{"over": "V", "group": grid["group"]}] * len(grid.get("phases", [None]))
+    launches = grid.grids or [Launch("V", grid.group)] * len(grid.phases or [None])
     blocks = []
     for launch in launches:
-        units = -(-counts[launch["over"]] // launch["group"])
-        blocks.append(-(-units * grid.get("lanes", 1) // grid["block_size"]))
+        units = -(-counts[launch.over] // launch.group)
+        blocks.append(-(-units * grid.lanes // grid.block_size))
     return blocks
 
 
@@ -169,14 +128,533 @@ def grid_blocks(grid: dict, num_vertices: int, num_edges: int = 0) -> list[int]:
 SHARED_MEMORY_BYTES = 48 << 10
 
 
-def _product(factors: list, dims: dict[str, int]) -> int:
+def elements(shape: Sequence[Dim], dims: dict[str, int]) -> int:
+    """The number of elements of a shape, named dimensions sized by `dims`."""
     n = 1
-    for f in factors:
+    for f in shape:
         n *= f if isinstance(f, int) else dims[f]
     return n
 
 
-def hybrid_row_elements(grid: dict, dims: dict[str, int]) -> list[int]:
+def hybrid_row_elements(grid: Grid, dims: dict[str, int]) -> list[int]:
     """Per launch of a `hybrid` grid, the shared-memory elements one staged source takes."""
-    launches = grid.get("grids") or []
-    return [sum(_product(row, dims) for row in launch.get("shared", [])) for launch in launches]
+    return [sum(elements(row, dims) for row in launch.shared or []) for launch in grid.grids]
+
+
+# ---------------------------------------------------------------- the record
+
+
+def _shape(value: Sequence[Any]) -> list[Dim]:
+    return [d if isinstance(d, int) else str(d) for d in value]
+
+
+@dataclass
+class Temp:
+    """A buffer between phases: a vertex value read at neighbours, V or E rows of `shape`."""
+
+    domain: str  # "V" or "E"
+    shape: list[Dim]
+    #: one row per source (num_src), computed by the source sweep, not per destination
+    source_rows: bool = False
+    #: per destination but read at sources: the kernel needs a square graph
+    read_at_src: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"domain": self.domain, "shape": list(self.shape)}
+        if self.source_rows:
+            record["rows"] = "src"
+        if self.read_at_src:
+            record["read_at_src"] = True
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Temp:
+        return cls(
+            record["domain"],
+            _shape(record["shape"]),
+            source_rows=record.get("rows") == "src",
+            read_at_src=bool(record.get("read_at_src", False)),
+        )
+
+
+@dataclass
+class Phase:
+    """One destination sweep as the lowering emitted it (for the runtime's default heuristic)."""
+
+    row_dim: str | None  # the innermost row axis
+    edge_walks: int  # walks over a destination's in-edges
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"row_dim": self.row_dim, "edge_walks": self.edge_walks}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Phase:
+        return cls(record.get("row_dim"), int(record.get("edge_walks", 0)))
+
+
+@dataclass
+class Lanes:
+    """What `vectorize edges` could do to a kernel's in-edge walks (vectorize-edges sets it)."""
+
+    walks: int  # walks that qualify as compiled
+    reducing: int  # of those it would take, the ones that reduce or have no rows
+    unit_dims: list[str]  # dimensions that must be 1 for them
+    edge_ids: bool  # whether the lanes read or write edge rows at the edge's id
+    sized: bool  # whether they qualify only with the call's sizes compiled in
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "walks": self.walks,
+            "reducing": self.reducing,
+            "unit_dims": list(self.unit_dims),
+            "edge_ids": self.edge_ids,
+            "sized": self.sized,
+        }
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Lanes:
+        return cls(
+            int(record.get("walks", 0)),
+            int(record.get("reducing", 0)),
+            list(record.get("unit_dims", [])),
+            bool(record.get("edge_ids", True)),
+            bool(record.get("sized", False)),
+        )
+
+
+@dataclass
+class Launch:
+    """One grid of a cuda kernel: `group` destinations ("V") or in-CSR positions ("E") per lane group."""
+
+    over: str
+    group: int
+    #: `hybrid`: the rows one staged source keeps in shared memory
+    shared: list[list[Dim]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"over": self.over, "group": self.group}
+        if self.shared is not None:
+            record["shared"] = [list(row) for row in self.shared]
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Launch:
+        shared = record.get("shared")
+        return cls(record["over"], int(record["group"]), None if shared is None else [_shape(r) for r in shared])
+
+
+@dataclass
+class Grid:
+    """A cuda thread mapping (map-threads sets it): how the runtime sizes and launches the grids."""
+
+    mapping: str
+    block_size: int
+    group: int
+    lanes: int
+    grids: list[Launch]
+    hybrid: int | None = None
+    #: one scratch slice per destination (an edge mapping's accumulators)
+    dst_scratch: bool = False
+    #: False: the runtime may pick a mapping per graph
+    schedule_given: bool = True
+    #: the PTX kernel of each launch, in order (convert-grid-to-nvvm sets it)
+    phases: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "mapping": self.mapping,
+            "block_size": self.block_size,
+            "group": self.group,
+            "lanes": self.lanes,
+            "grids": [launch.to_dict() for launch in self.grids],
+            "hybrid": self.hybrid,
+            "dst_scratch": self.dst_scratch,
+            "schedule_given": self.schedule_given,
+        }
+        if self.phases is not None:
+            record["phases"] = list(self.phases)
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Grid:
+        phases = record.get("phases")
+        return cls(
+            mapping=record["mapping"],
+            block_size=int(record["block_size"]),
+            group=int(record["group"]),
+            lanes=int(record.get("lanes", 1)),
+            grids=[Launch.from_dict(g) for g in record.get("grids", [])],
+            hybrid=record.get("hybrid"),
+            dst_scratch=bool(record.get("dst_scratch", False)),
+            schedule_given=bool(record.get("schedule_given", True)),
+            phases=None if phases is None else list(phases),
+        )
+
+
+@dataclass
+class AbiRecord:
+    """What the metadata says of one kernel's ABI beyond its signature.
+
+    The lowering fills the first fields; schedule passes add theirs
+    (`sizes`, `edges_sorted`, `ordered_edges`, `lanes`, `grid`). It is
+    serialised in one place, `to_dict` / `from_dict`: fields a pass may not
+    have set are left out of the JSON while unset.
+    """
+
+    #: the kernel's symbolic dims, in the order of the `dims` argument
+    dims: list[str]
+    #: the per-worker scratch, as the shapes allocated in it (summed)
+    scratch: list[list[Dim]] = field(default_factory=list)
+    temps: list[Temp] = field(default_factory=list)
+    #: the destination order positions map through (`dst_order`)
+    order: str = "identity"
+    #: `partition src K`: K
+    partitions: int | None = None
+    #: `order edges hilbert`: "hilbert"
+    edge_order: str | None = None
+    #: `group neighbors G`: G
+    groups: int | None = None
+    #: one row of acc_rows, as the shapes allocated in it (summed)
+    acc_rows: list[list[Dim]] = field(default_factory=list)
+    #: `stream outputs`: acc_rows holds a row per worker, the vertex results it streams
+    stream: bool = False
+    #: a source sweep computes vertex values over every source row first
+    source_sweep: bool = False
+    #: False: no CPU schedule was written, the runtime's heuristic may pick one per call
+    schedule_given: bool = True
+    phases: list[Phase] = field(default_factory=list)
+    lanes: Lanes | None = None
+    #: `specialize`: the sizes compiled in; dims must hold exactly these
+    sizes: dict[str, int] | None = None
+    #: `edges sorted`: edge rows are addressed by in-CSR position
+    edges_sorted: bool = False
+    #: the in-CSR arguments are laid out by position in `order` (`plans.ordered_in_csr`)
+    ordered_edges: bool = False
+    grid: Grid | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "dims": list(self.dims),
+            "scratch": [list(s) for s in self.scratch],
+            "temps": [t.to_dict() for t in self.temps],
+            "order": self.order,
+            "partitions": self.partitions,
+            "edge_order": self.edge_order,
+            "groups": self.groups,
+            "acc_rows": [list(s) for s in self.acc_rows],
+            "stream": self.stream,
+            "source_sweep": self.source_sweep,
+            "schedule_given": self.schedule_given,
+            "phases": [p.to_dict() for p in self.phases],
+        }
+        if self.lanes is not None:
+            record["lanes"] = self.lanes.to_dict()
+        if self.sizes is not None:
+            record["sizes"] = dict(self.sizes)
+        if self.edges_sorted:
+            record["edges_sorted"] = True
+        if self.ordered_edges:
+            record["ordered_edges"] = True
+        if self.grid is not None:
+            record["grid"] = self.grid.to_dict()
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> AbiRecord:
+        lanes, sizes, grid = record.get("lanes"), record.get("sizes"), record.get("grid")
+        return cls(
+            dims=list(record.get("dims", [])),
+            scratch=[_shape(s) for s in record.get("scratch", [])],
+            temps=[Temp.from_dict(t) for t in record.get("temps", [])],
+            order=record.get("order", "identity"),
+            partitions=record.get("partitions"),
+            edge_order=record.get("edge_order"),
+            groups=record.get("groups"),
+            acc_rows=[_shape(s) for s in record.get("acc_rows", [])],
+            stream=bool(record.get("stream", False)),
+            source_sweep=bool(record.get("source_sweep", False)),
+            schedule_given=bool(record.get("schedule_given", True)),
+            phases=[Phase.from_dict(p) for p in record.get("phases", [])],
+            lanes=None if lanes is None else Lanes.from_dict(lanes),
+            sizes=None if sizes is None else {str(k): int(v) for k, v in sizes.items()},
+            edges_sorted=bool(record.get("edges_sorted", False)),
+            ordered_edges=bool(record.get("ordered_edges", False)),
+            grid=None if grid is None else Grid.from_dict(grid),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> AbiRecord:
+        return cls.from_dict(json.loads(text))
+
+    @property
+    def has_acc_rows(self) -> bool:
+        return self.partitions is not None or self.groups is not None or self.stream
+
+
+# ------------------------------------------------------------- the arguments
+
+
+class Element(StrEnum):
+    """An argument's element type: `int64_t`, or the kernel's float type T (float or double)."""
+
+    I64 = "i64"
+    FLOAT = "float"
+
+
+class Group(StrEnum):
+    """A run of arguments that is present or absent as a whole."""
+
+    GRAPH = "graph"
+    PARAMS = "params"
+    RESULTS = "results"
+    TEMPS = "temps"
+    SOURCE_SWEEP = "source_sweep"
+    ACC_ROWS = "acc_rows"
+    PARTITIONS = "partitions"
+    HILBERT = "hilbert"
+    NEIGHBOR_GROUPS = "neighbor_groups"
+    DST_SCRATCH = "dst_scratch"
+    HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument of a kernel: a scalar or a pointer to C-contiguous elements."""
+
+    name: str
+    group: Group
+    element: Element
+    pointer: bool = True
+    #: the kernel never writes through it (`llvm.readonly`)
+    readonly: bool = True
+    #: no other argument overlaps it (`llvm.noalias`)
+    noalias: bool = True
+    #: its length and meaning, for the header
+    doc: str = ""
+
+    def c_type(self, float_type: str) -> str:
+        """Its C type, T spelled `float_type`: `int64_t`, `const float *`, `double *`."""
+        base = "int64_t" if self.element is Element.I64 else float_type
+        if not self.pointer:
+            return base
+        return f"const {base} *" if self.readonly else f"{base} *"
+
+
+def _scalar(name: str, doc: str) -> Argument:
+    return Argument(name, Group.GRAPH, Element.I64, pointer=False, readonly=False, noalias=False, doc=doc)
+
+
+def _array(name: str, group: Group, element: Element, doc: str, *, written: bool = False) -> Argument:
+    return Argument(name, group, element, readonly=not written, doc=doc)
+
+
+@dataclass(frozen=True)
+class ArgumentGroup:
+    """A group of arguments and the condition under which a kernel takes it.
+
+    `arguments` lists a fixed group's arguments; a per-kernel group
+    (parameters, results, temps) has one `template` argument per tensor,
+    named after it.
+    """
+
+    group: Group
+    #: the condition, in words (for the header and the docs)
+    when: str
+    present: Callable[[AbiRecord], bool]
+    arguments: tuple[Argument, ...] = ()
+    template: Argument | None = None
+
+
+_I64, _T = Element.I64, Element.FLOAT
+
+#: Every argument group, in argument order.
+ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
+    ArgumentGroup(
+        Group.GRAPH,
+        "always",
+        lambda r: True,
+        (
+            _scalar("num_vertices", "destinations (num_dst): the rows of vertex results"),
+            _scalar("num_edges", "edges"),
+            _scalar("num_threads", "workers; scratch holds one slice each"),
+            _scalar("num_blocks", "blocks in dst_blocks"),
+            _array(
+                "dst_blocks",
+                Group.GRAPH,
+                _I64,
+                "num_blocks + 1 ascending boundaries of positions in dst_order (in the Hilbert edge list "
+                "with `order edges hilbert`)",
+            ),
+            _array("dst_order", Group.GRAPH, _I64, "V: the destination at each position (a permutation)"),
+            _array(
+                "in_indptr",
+                Group.GRAPH,
+                _I64,
+                "V + 1: in-edge offsets by destination, or by position in dst_order with the record's "
+                "ordered_edges (in_src and in_eid laid out so too)",
+            ),
+            _array("in_src", Group.GRAPH, _I64, "E: the source of the in-edge at each position"),
+            _array("in_eid", Group.GRAPH, _I64, "E: the user's edge id of the in-edge at each position"),
+            _array("deg_in", Group.GRAPH, _T, "max(num_src, num_dst): in-degrees as floats"),
+            _array("deg_out", Group.GRAPH, _T, "max(num_src, num_dst): out-degrees as floats"),
+            _array("dims", Group.GRAPH, _I64, "the kernel's dims, in the record's order"),
+            _array(
+                "scratch",
+                Group.GRAPH,
+                _T,
+                "num_threads x scratch_slice_elements(sum of the scratch shapes): per-worker workspace",
+                written=True,
+            ),
+        ),
+    ),
+    ArgumentGroup(
+        Group.PARAMS, "always", lambda r: True, template=_array("", Group.PARAMS, _T, "a parameter (an input)")
+    ),
+    ArgumentGroup(
+        Group.RESULTS,
+        "always",
+        lambda r: True,
+        template=_array("", Group.RESULTS, _T, "a result", written=True),
+    ),
+    ArgumentGroup(
+        Group.TEMPS,
+        "always",
+        lambda r: True,
+        template=_array(
+            "",
+            Group.TEMPS,
+            _T,
+            "a vertex value between phases: num_dst rows (num_src for a source-swept one) or E rows",
+            written=True,
+        ),
+    ),
+    ArgumentGroup(
+        Group.SOURCE_SWEEP,
+        "with a source sweep (record source_sweep)",
+        lambda r: r.source_sweep,
+        (
+            _array("src_meta", Group.SOURCE_SWEEP, _I64, "2: num_src, the number of source blocks"),
+            _array("src_blocks", Group.SOURCE_SWEEP, _I64, "source blocks + 1 ascending boundaries of source rows"),
+        ),
+    ),
+    ArgumentGroup(
+        Group.ACC_ROWS,
+        "with `partition src K`, `group neighbors G` or `stream outputs`",
+        lambda r: r.has_acc_rows,
+        (
+            _array(
+                "acc_rows",
+                Group.ACC_ROWS,
+                _T,
+                "rows of the summed acc_rows shapes: one per destination (partitions), per split "
+                "neighbour group, or per worker (stream outputs)",
+                written=True,
+            ),
+        ),
+    ),
+    ArgumentGroup(
+        Group.PARTITIONS,
+        "with `partition src K` (record partitions)",
+        lambda r: r.partitions is not None,
+        (
+            _array("part_indptr", Group.PARTITIONS, _I64, "K x (V + 1): per source partition, an in-CSR"),
+            _array("part_src", Group.PARTITIONS, _I64, "E: sources, partition by partition"),
+            _array("part_eid", Group.PARTITIONS, _I64, "E: edge ids, partition by partition"),
+        ),
+    ),
+    ArgumentGroup(
+        Group.HILBERT,
+        "with `order edges hilbert` (record edge_order)",
+        lambda r: r.edge_order is not None,
+        (
+            _array("hilbert_src", Group.HILBERT, _I64, "E: the sources along a Hilbert curve over (src, dst)"),
+            _array("hilbert_dst", Group.HILBERT, _I64, "E: their destinations"),
+            _array("hilbert_eid", Group.HILBERT, _I64, "E: their edge ids"),
+        ),
+    ),
+    ArgumentGroup(
+        Group.NEIGHBOR_GROUPS,
+        "with `group neighbors G` (record groups)",
+        lambda r: r.groups is not None,
+        (
+            _array("group_meta", Group.NEIGHBOR_GROUPS, _I64, "2: blocks of groups, n (groups of split destinations)"),
+            _array("group_blocks", Group.NEIGHBOR_GROUPS, _I64, "blocks + 1 ascending boundaries of groups"),
+            _array("group_dst", Group.NEIGHBOR_GROUPS, _I64, "n: each group's destination"),
+            _array("group_bounds", Group.NEIGHBOR_GROUPS, _I64, "2n: each group's in-CSR positions [lo, hi)"),
+            _array("group_offsets", Group.NEIGHBOR_GROUPS, _I64, "V + 1: each destination's range of groups"),
+        ),
+    ),
+    ArgumentGroup(
+        Group.DST_SCRATCH,
+        "cuda, with an edge mapping whose destinations keep accumulators (record grid.dst_scratch)",
+        lambda r: r.grid is not None and r.grid.dst_scratch,
+        (_array("dst_scratch", Group.DST_SCRATCH, _T, "V scratch slices, one per destination", written=True),),
+    ),
+    ArgumentGroup(
+        Group.HYBRID,
+        "cuda, with `map ... hybrid K` (record grid.hybrid)",
+        lambda r: r.grid is not None and r.grid.hybrid is not None,
+        (
+            _array("hybrid_hot", Group.HYBRID, _I64, "1 + K': K', then the sources staged in shared memory"),
+            _array("hybrid_slot", Group.HYBRID, _I64, "num_src: each source's slot, or -1"),
+        ),
+    ),
+)
+
+#: The fixed leading arguments, in order.
+GRAPH_ARGUMENTS = tuple(a.name for a in ARGUMENT_GROUPS[0].arguments)
+
+#: Names a parameter or result would not be given in C: C and C++ keywords.
+_C_KEYWORDS = frozenset(
+    "auto bool break case char class const continue default delete do double else enum extern false float for "
+    "friend goto if inline int long namespace new operator private protected public register restrict return "
+    "short signed sizeof static struct switch template this true typedef union unsigned virtual void volatile "
+    "while".split()
+)
+
+
+def kernel_arguments(record: AbiRecord, params: Sequence[str], results: Sequence[str]) -> tuple[Argument, ...]:
+    """One kernel's arguments, in order: every group whose predicate holds for its record.
+
+    Parameters and results are named after the kernel's tensors, temps
+    `temp0`, `temp1`, ...; a name that another argument or C already uses
+    gets a trailing underscore.
+    """
+    taken = set(_C_KEYWORDS) | {a.name for g in ARGUMENT_GROUPS for a in g.arguments}
+    per_kernel = {
+        Group.PARAMS: list(params),
+        Group.RESULTS: list(results),
+        Group.TEMPS: [f"temp{i}" for i in range(len(record.temps))],
+    }
+    arguments: list[Argument] = []
+    for group in ARGUMENT_GROUPS:
+        if not group.present(record):
+            continue
+        if group.template is None:
+            arguments += group.arguments
+            continue
+        for name in per_kernel[group.group]:
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            arguments.append(replace(group.template, name=name))
+    return tuple(arguments)
+
+
+def fixed_argument(name: str) -> Argument:
+    """An argument of a fixed group (not a parameter, result or temp), by name."""
+    for group in ARGUMENT_GROUPS:
+        for argument in group.arguments:
+            if argument.name == name:
+                return argument
+    raise KeyError(f"the gnnc ABI has no argument {name!r}")
+
+
+def trailing_arguments(record: AbiRecord) -> tuple[Argument, ...]:
+    """The arguments after the temps: the optional groups the record asks for, in order."""
+    groups = [g.group for g in ARGUMENT_GROUPS]
+    after = ARGUMENT_GROUPS[groups.index(Group.TEMPS) + 1 :]
+    return tuple(a for g in after if g.present(record) for a in g.arguments)

@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import DictionaryAttr, IndexType, IntegerAttr, Module
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, llvm_ext, loop
+from gnnc.ir import kernel_abi, llvm_ext, loop
 
 #: Schedule entries `convert-loop-to-openmp` implements itself (thread mapping).
 WORKSHARING_KEYS = ("parallel",)
@@ -274,10 +274,5 @@ def schedule_text(for_dst: loop.ForDstOp, key: str) -> str | None:
 
 
 def kernel_buffer(fn: func.FuncOp, name: str) -> SSAValue:
-    """One of the fixed graph arguments of a kernel (abi.GRAPH_ARGUMENTS), by name."""
-    return fn.body.block.args[abi.GRAPH_ARGUMENTS.index(name)]
-
-
-def trailing_buffers(fn: func.FuncOp, count: int) -> tuple[SSAValue, ...]:
-    """The last `count` arguments: a schedule's own arrays (partitions, Hilbert order; see abi.py)."""
-    return tuple(fn.body.block.args[-count:])
+    """A graph argument of a kernel, or one of a schedule's own (partitions, Hilbert order), by ABI name."""
+    return kernel_abi.argument(fn, name)

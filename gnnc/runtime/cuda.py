@@ -55,10 +55,6 @@ _log = logging.getLogger(__name__)
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
-def _size(shape: list, dims: dict[str, int]) -> int:
-    return int(prod(d if isinstance(d, int) else (int(d) if str(d).isdigit() else dims[d]) for d in shape))
-
-
 def driver() -> Any:
     """cuda-python's driver module, initialised; a ToolchainError says what is missing."""
     try:
@@ -457,14 +453,22 @@ class CudaKernel:
     def __init__(self, module: CudaModule, record: dict):
         self.signature = KernelSignature.from_dict(record)
         self.name = self.signature.name
-        self._abi = record["abi"]
-        self._grid = self._abi["grid"]
+        self._abi = abi.AbiRecord.from_dict(record["abi"])
+        if self._abi.grid is None or not self._abi.grid.phases:
+            raise ToolchainError(f"kernel {self.name!r} of the PTX file has no grid record: not a cuda kernel")
+        self._grid = self._abi.grid
+        self._phases: list[str] = self._grid.phases or []  # not empty: checked above
         self._dtype = _DTYPES[self.signature.dtype]
+        # the launch parameters, in order (abi.kernel_arguments), once
+        self._arguments = abi.kernel_arguments(
+            self._abi, [p.name for p in self.signature.params], [r.name for r in self.signature.results]
+        )
+        self._names = {g: [a.name for a in self._arguments if a.group is g] for g in abi.Group}
         self._module = module
         cu = module.cu
         self._functions = [
             _check(cu, cu.cuModuleGetFunction(module.handle, name.encode()), f"cuModuleGetFunction({name})")
-            for name in self._grid["phases"]
+            for name in self._phases
         ]
         self._variants: dict[str, CudaKernel] = {}
         self._refused: set[str] = set()
@@ -474,12 +478,12 @@ class CudaKernel:
         (heuristic.default_cuda_mappings), compiled once per mapping; the
         first one the compiler accepts for this kernel."""
         source = self._module.metadata.get("source")
-        if self._grid.get("schedule_given", True) or source is None:
+        if self._grid.schedule_given or source is None:
             _log.debug("%s: runs as compiled (its mapping was given, or it has no source to vary)", self.name)
             return None
         shape = graph.num_vertices, graph.num_edges, dims
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
-            if mapping == "thread_vertex" and self._grid["mapping"] == mapping and self._grid["group"] == 1:
+            if mapping == "thread_vertex" and self._grid.mapping == mapping and self._grid.group == 1:
                 _log.debug("%s: default mapping 'map %s' (as compiled) for V=%d E=%d %s", self.name, mapping, *shape)
                 return None
             directive = f"map {mapping}"
@@ -516,25 +520,33 @@ class CudaKernel:
         cu = self._module.cu
         itemsize = np.dtype(self._dtype).itemsize
         blocks = abi.grid_blocks(self._grid, graph.num_vertices, graph.num_edges)
-        threads = max(1, max(blocks, default=0) * self._grid["block_size"])
-        per_thread = abi.scratch_slice_elements(sum(_size(s, dims) for s in self._abi["scratch"]), itemsize)
-        rows = {"V": graph.num_vertices, "E": graph.num_edges}
-        workspace = [per_thread * threads] + [rows[t["domain"]] * _size(t["shape"], dims) for t in self._abi["temps"]]
-        hybrid: list[np.ndarray] = []
+        threads = max(1, max(blocks, default=0) * self._grid.block_size)
+        per_thread = abi.scratch_slice_elements(sum(abi.elements(s, dims) for s in self._abi.scratch), itemsize)
         shared_bytes = [0] * len(blocks)
-        if self._grid.get("hybrid"):
-            hot, slot, shared_bytes = plans.hybrid_plan(graph, self._grid, dims, itemsize)
-            hybrid = [hot, slot]
-        identity = np.arange(graph.num_vertices, dtype=np.int64)
-        graph_arrays = [
-            np.array([0, graph.num_vertices], dtype=np.int64),  # dst_blocks: grids do not use them
-            identity,
-            graph.in_indptr,
-            graph.in_src,
-            graph.in_eid,
-            *graph.kernel_degrees(self._dtype),
-            np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64),
-        ]
+        # host arrays copied to the device, and workspace sizes in elements, by argument name
+        host: dict[str, np.ndarray] = {
+            "dst_blocks": np.array([0, graph.num_vertices], dtype=np.int64),  # grids do not use them
+            "dst_order": np.arange(graph.num_vertices, dtype=np.int64),
+            "in_indptr": graph.in_indptr,
+            "in_src": graph.in_src,
+            "in_eid": graph.in_eid,
+            "dims": np.array([dims[d] for d in self._abi.dims], dtype=np.int64),
+        }
+        host["deg_in"], host["deg_out"] = graph.kernel_degrees(self._dtype)
+        workspace = {"scratch": per_thread * threads}  # never read before written
+        rows = {"V": graph.num_vertices, "E": graph.num_edges}
+        for name, temp in zip(self._names[abi.Group.TEMPS], self._abi.temps):
+            workspace[name] = rows[temp.domain] * abi.elements(temp.shape, dims)
+        if self._grid.dst_scratch:  # an edge mapping's per-destination accumulators
+            workspace["dst_scratch"] = per_thread * graph.num_vertices
+        if self._grid.hybrid is not None:
+            host["hybrid_hot"], host["hybrid_slot"], shared_bytes = plans.hybrid_plan(graph, self._grid, dims, itemsize)
+        scalars = {
+            "num_vertices": graph.num_vertices,
+            "num_edges": graph.num_edges,
+            "num_threads": threads,
+            "num_blocks": 1,
+        }
         results = [
             _allocate_like(cu, call.template, _result_shape(r, graph, dims), self._dtype) if o is ON_DEVICE else o
             for r, o in zip(self.signature.results, call.outputs)
@@ -542,24 +554,22 @@ class CudaKernel:
         for view in [*call.inputs, *call.outputs]:
             if isinstance(view, DeviceView) and view.stream not in (None, 1, 2):  # not a default stream
                 _check(cu, cu.cuStreamSynchronize(view.stream), "cuStreamSynchronize")
-        buffers: list = []
+        given = dict(zip(self._names[abi.Group.PARAMS], call.inputs, strict=True))
+        given.update(zip(self._names[abi.Group.RESULTS], results, strict=True))
+        buffers: dict[str, _DeviceBuffer | _Borrowed] = {}
         try:
-            buffers += [_DeviceBuffer(cu, h) for h in graph_arrays]
-            buffers.append(_DeviceBuffer(cu, None, workspace[0] * itemsize))  # scratch: never read before written
-            buffers += [_argument_buffer(cu, a) for a in call.inputs]
-            first_output = len(buffers)
-            buffers += [_argument_buffer(cu, r) for r in results]
-            buffers += [_DeviceBuffer(cu, None, n * itemsize) for n in workspace[1:]]
-            if self._grid.get("dst_scratch"):  # an edge mapping's per-destination accumulators
-                buffers.append(_DeviceBuffer(cu, None, per_thread * graph.num_vertices * itemsize))
-            buffers += [_DeviceBuffer(cu, h) for h in hybrid]
-            values: list[ctypes.c_int64 | ctypes.c_void_p] = [
-                ctypes.c_int64(graph.num_vertices),
-                ctypes.c_int64(graph.num_edges),
-                ctypes.c_int64(threads),
-                ctypes.c_int64(1),
-            ]
-            values += [ctypes.c_void_p(int(b.ptr)) for b in buffers]
+            values: list[ctypes.c_int64 | ctypes.c_void_p] = []
+            for a in self._arguments:
+                if not a.pointer:
+                    values.append(ctypes.c_int64(scalars[a.name]))
+                    continue
+                if a.name in given:
+                    buffers[a.name] = _argument_buffer(cu, given[a.name])
+                elif a.name in host:
+                    buffers[a.name] = _DeviceBuffer(cu, host[a.name])
+                else:
+                    buffers[a.name] = _DeviceBuffer(cu, None, workspace[a.name] * itemsize)
+                values.append(ctypes.c_void_p(int(buffers[a.name].ptr)))
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             # phases, in order, on the default stream; a hybrid launch with the
             # dynamic shared memory its staged rows take
@@ -568,19 +578,19 @@ class CudaKernel:
                     _check(
                         cu,
                         cu.cuLaunchKernel(
-                            function, n, 1, 1, self._grid["block_size"], 1, 1, shared, 0, ctypes.addressof(params), 0
+                            function, n, 1, 1, self._grid.block_size, 1, 1, shared, 0, ctypes.addressof(params), 0
                         ),
                         "cuLaunchKernel",
                     )
             _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
-            for i, result in enumerate(results):
+            for name, result in zip(self._names[abi.Group.RESULTS], results):
                 if isinstance(result, np.ndarray):
-                    buffers[first_output + i].copy_to(result)
+                    buffers[name].copy_to(result)
         finally:
-            for b in buffers:
+            for b in buffers.values():
                 b.free()
-        given = [r if isinstance(r, np.ndarray) else _original(r) for r in results]
-        return pack_results(self.signature, given)
+        returned = [r if isinstance(r, np.ndarray) else _original(r) for r in results]
+        return pack_results(self.signature, returned)
 
 
 class CudaModule:

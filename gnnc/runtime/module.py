@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,6 @@ _log = logging.getLogger(__name__)
 _DTYPES = {"f32": np.float32, "f64": np.float64}
 #: Schedules `schedule="auto"` tries before it runs the kernel as compiled.
 AUTO_ATTEMPTS = 8
-
-
-def _size(shape: list, dims: dict[str, int]) -> int:
-    return int(prod(d if isinstance(d, int) else (int(d) if str(d).isdigit() else dims[d]) for d in shape))
 
 
 def _addresses_by_ctypes(arrays: list[np.ndarray]) -> list[int]:
@@ -134,21 +129,20 @@ class Kernel:
         self._refused: set[str] = set()
         self.signature = KernelSignature.from_dict(record)
         self.name = self.signature.name
-        self._abi = record["abi"]
+        self._abi = abi.AbiRecord.from_dict(record["abi"])
         self._dtype = _DTYPES[self.signature.dtype]
         try:
             self._function = getattr(library, record["symbol"])
         except AttributeError as exc:
             raise ToolchainError(f"the shared object lacks the symbol {record['symbol']}") from exc
-        n_buffers = len(abi.GRAPH_ARGUMENTS) - 4 + len(self.signature.params) + len(self.signature.results)
-        n_buffers += len(self._abi["temps"])
-        n_buffers += 2 if self._abi.get("source_sweep") else 0
-        n_buffers += 3 if self._abi.get("partitions") or self._abi.get("edge_order") else 0
-        n_buffers += 1 if self._abi.get("partitions") or self._abi.get("groups") or self._abi.get("stream") else 0
-        n_buffers += 5 if self._abi.get("groups") else 0
-        n_buffers += 1 if (self._abi.get("grid") or {}).get("dst_scratch") else 0
-        n_buffers += 2 if (self._abi.get("grid") or {}).get("hybrid") else 0
-        self._function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * n_buffers
+        # the argument layout, once: every call places its values by these names
+        self._arguments = abi.kernel_arguments(
+            self._abi, [p.name for p in self.signature.params], [r.name for r in self.signature.results]
+        )
+        self._pointers = [a.name for a in self._arguments if a.pointer]
+        self._names = {g: [a.name for a in self._arguments if a.group is g] for g in abi.Group}
+        self._layout = [(a.name, a.pointer) for a in self._arguments]
+        self._function.argtypes = [ctypes.c_void_p if a.pointer else ctypes.c_int64 for a in self._arguments]
         self._function.restype = None
 
     def __repr__(self) -> str:
@@ -191,106 +185,114 @@ class Kernel:
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> Any:
         """Calls the native kernel on checked arguments (`prepare_call`'s)."""
+        record = self._abi
         if graph.bipartite:
-            check_bipartite(self.name, self._abi, graph)
-        for name, size in (self._abi.get("sizes") or {}).items():
+            check_bipartite(self.name, record, graph)
+        for name, size in (record.sizes or {}).items():
             if dims.get(name) != size:
                 # the native code reads and writes `size` columns of every row, whatever the arrays hold
                 raise ArgumentError(
                     f"{self.name}: compiled for {name} = {size} (specialize {name} {size}), "
                     f"but this call has {name} = {dims.get(name)}"
                 )
-        if self._abi.get("edges_sorted") and not graph.edges_sorted:
+        if record.edges_sorted and not graph.edges_sorted:
             # the native code would read and write edge rows at in-CSR positions, not at the ids
             raise ArgumentError(
                 f"{self.name}: compiled for edge ids sorted by destination (edges sorted), but this "
                 "graph's are not: build it from destination-sorted edges, or compile without 'edges sorted'"
             )
-        grid = self._abi.get("grid")
+        grid = record.grid
         if grid is not None:
             # a cuda grid emulated on the CPU: one scratch slice per grid thread
             n_threads = max(
-                1, max(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges), default=0) * grid["block_size"]
+                1, max(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges), default=0) * grid.block_size
             )
-        order = plans.destination_order(graph, self._abi.get("order", "identity"))
-        groups = self._abi.get("groups")
-        if self._abi.get("edge_order") == "hilbert":
+        values = self._graph_arrays(graph, dims, n_threads)
+        values.update(zip(self._names[abi.Group.PARAMS], inputs))
+        values.update(zip(self._names[abi.Group.RESULTS], outputs))
+        values.update(self._plan_arrays(graph, dims, n_threads))
+        addresses = iter(_addresses([values[name] for name in self._pointers]))
+        self._function(*[next(addresses) if pointer else values[name] for name, pointer in self._layout])
+        return pack_results(self.signature, outputs)
+
+    def _graph_arrays(self, graph: Graph, dims: dict[str, int], n_threads: int) -> dict[str, Any]:
+        """The graph arguments and the per-call workspace (scratch, temps), by name."""
+        record = self._abi
+        order = plans.destination_order(graph, record.order)
+        if record.edge_order == "hilbert":
             blocks = plans.edge_blocks(graph, plans.block_count_for(graph, n_threads))
-        elif groups and order is plans.destination_order(graph, "identity"):
-            blocks = plans.grouped_blocks(graph, groups, plans.block_count_for(graph, n_threads))
+        elif record.groups and order is plans.destination_order(graph, "identity"):
+            blocks = plans.grouped_blocks(graph, record.groups, plans.block_count_for(graph, n_threads))
         else:
             blocks = plans.balanced_blocks(graph, plans.block_count_for(graph, n_threads), order=order)
-        dims_array = np.array([dims[d] for d in self._abi["dims"]], dtype=np.int64)
-        per_thread = abi.scratch_slice_elements(
-            sum(_size(s, dims) for s in self._abi["scratch"]), np.dtype(self._dtype).itemsize
-        )
-        scratch = memory.empty(per_thread * n_threads, self._dtype)  # whole lines per worker
-        rows = {"V": graph.num_dst, "E": graph.num_edges, "src": graph.num_src}
-        temps = [
-            memory.empty(max(1, rows[t.get("rows", t["domain"])] * _size(t["shape"], dims)), self._dtype)
-            for t in self._abi["temps"]
-        ]
-        sweep = []
-        if self._abi.get("source_sweep"):
-            src_blocks = plans.source_blocks(graph, n_threads)
-            sweep = [np.array([graph.num_src, src_blocks.shape[0] - 1], dtype=np.int64), src_blocks]
-        partition = []
-        acc_rows = []
-        row_stride = sum(_size(s, dims) for s in self._abi.get("acc_rows", []))
-        if self._abi.get("partitions"):
-            _, part_indptr, part_src, part_eid = plans.source_partitions(graph, self._abi["partitions"])
-            partition = [part_indptr, part_src, part_eid]
-            acc_rows = [memory.empty(max(1, graph.num_vertices * row_stride), self._dtype)]
-        elif self._abi.get("edge_order") == "hilbert":
-            partition = list(plans.hilbert_edge_order(graph))
-        if self._abi.get("stream"):
-            acc_rows = [memory.empty(max(1, n_threads * row_stride), self._dtype)]
-        grouping = []
-        if groups:
-            group_dst, group_bounds, group_offsets = plans.split_neighbor_groups(graph, groups)
-            n_groups = group_dst.shape[0]
-            group_blocks = plans.group_blocks(graph, groups, n_threads)
-            meta = np.array([group_blocks.shape[0] - 1, n_groups], dtype=np.int64)
-            acc_rows = [memory.empty(max(1, n_groups * row_stride), self._dtype)]
-            # an empty array has no storage: every pointer the kernel may read must be valid
-            grouping = [meta, group_blocks, _nonempty(group_dst), _nonempty(group_bounds), group_offsets]
-        cuda_extra = []
-        if grid is not None and grid.get("dst_scratch"):
-            # an edge mapping's per-destination accumulators: a scratch slice per vertex
-            cuda_extra.append(memory.empty(max(1, per_thread * graph.num_vertices), self._dtype))
-        if grid is not None and grid.get("hybrid"):
-            # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
-            cuda_extra += list(plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)[:2])
         deg_in, deg_out = graph.kernel_degrees(self._dtype)
         in_csr = (graph.in_indptr, graph.in_src, graph.in_eid)
-        if self._abi.get("ordered_edges"):
+        if record.ordered_edges:
             # the sweep walks edges by position in its order (transforms/loop/order_destinations.py)
-            in_csr = plans.ordered_in_csr(graph, self._abi["order"])
-        buffers = [
-            blocks,
-            order,
-            *in_csr,
-            _nonempty(deg_in),
-            _nonempty(deg_out),
-            dims_array,
-            scratch,
-            *inputs,
-            *outputs,
-            *temps,
-            *sweep,
-            *acc_rows,
-            *partition,
-            *grouping,
-            *cuda_extra,
-        ]
-        self._function(
-            graph.num_vertices,
-            graph.num_edges,
-            n_threads,
-            len(blocks) - 1,
-            *_addresses(buffers),
-        )
-        return pack_results(self.signature, outputs)
+            in_csr = plans.ordered_in_csr(graph, record.order)
+        per_thread = self._scratch_slice(dims)
+        values: dict[str, Any] = {
+            "num_vertices": graph.num_vertices,
+            "num_edges": graph.num_edges,
+            "num_threads": n_threads,
+            "num_blocks": len(blocks) - 1,
+            "dst_blocks": blocks,
+            "dst_order": order,
+            "in_indptr": in_csr[0],
+            "in_src": in_csr[1],
+            "in_eid": in_csr[2],
+            "deg_in": _nonempty(deg_in),
+            "deg_out": _nonempty(deg_out),
+            "dims": np.array([dims[d] for d in record.dims], dtype=np.int64),
+            "scratch": memory.empty(per_thread * n_threads, self._dtype),  # whole lines per worker
+        }
+        rows = {"V": graph.num_dst, "E": graph.num_edges}
+        for name, temp in zip(self._names[abi.Group.TEMPS], record.temps):
+            n = graph.num_src if temp.source_rows else rows[temp.domain]
+            values[name] = memory.empty(max(1, n * abi.elements(temp.shape, dims)), self._dtype)
+        return values
+
+    def _scratch_slice(self, dims: dict[str, int]) -> int:
+        elements = sum(abi.elements(s, dims) for s in self._abi.scratch)
+        return abi.scratch_slice_elements(elements, np.dtype(self._dtype).itemsize)
+
+    def _plan_arrays(self, graph: Graph, dims: dict[str, int], n_threads: int) -> dict[str, np.ndarray]:
+        """The arrays of the optional argument groups the record asks for, by name."""
+        record = self._abi
+        values: dict[str, np.ndarray] = {}
+        row_stride = sum(abi.elements(s, dims) for s in record.acc_rows)
+        if record.source_sweep:
+            src_blocks = plans.source_blocks(graph, n_threads)
+            values["src_meta"] = np.array([graph.num_src, src_blocks.shape[0] - 1], dtype=np.int64)
+            values["src_blocks"] = src_blocks
+        if record.partitions:
+            _, values["part_indptr"], values["part_src"], values["part_eid"] = plans.source_partitions(
+                graph, record.partitions
+            )
+            values["acc_rows"] = memory.empty(max(1, graph.num_vertices * row_stride), self._dtype)
+        elif record.edge_order == "hilbert":
+            values["hilbert_src"], values["hilbert_dst"], values["hilbert_eid"] = plans.hilbert_edge_order(graph)
+        if record.stream:
+            values["acc_rows"] = memory.empty(max(1, n_threads * row_stride), self._dtype)
+        if record.groups:
+            group_dst, group_bounds, group_offsets = plans.split_neighbor_groups(graph, record.groups)
+            n_groups = group_dst.shape[0]
+            group_blocks = plans.group_blocks(graph, record.groups, n_threads)
+            values["group_meta"] = np.array([group_blocks.shape[0] - 1, n_groups], dtype=np.int64)
+            values["group_blocks"] = group_blocks
+            # an empty array has no storage: every pointer the kernel may read must be valid
+            values["group_dst"], values["group_bounds"] = _nonempty(group_dst), _nonempty(group_bounds)
+            values["group_offsets"] = group_offsets
+            values["acc_rows"] = memory.empty(max(1, n_groups * row_stride), self._dtype)
+        grid = record.grid
+        if grid is not None and grid.dst_scratch:
+            # an edge mapping's per-destination accumulators: a scratch slice per vertex
+            values["dst_scratch"] = memory.empty(max(1, self._scratch_slice(dims) * graph.num_vertices), self._dtype)
+        if grid is not None and grid.hybrid is not None:
+            # the cuda emulation stages the same rows the GPU would (one stack buffer for the blocks)
+            hot, slot, _ = plans.hybrid_plan(graph, grid, dims, np.dtype(self._dtype).itemsize)
+            values["hybrid_hot"], values["hybrid_slot"] = hot, slot
+        return values
 
     def _call_auto(self, graph: Graph, args: tuple, kwargs: dict, out: Any, threads: int | None) -> Any:
         """`schedule="auto"`: the tuned, else predicted, else default schedule (autotune/autoschedule.py)."""
@@ -300,7 +302,7 @@ class Kernel:
         kernel, choice = self, None
         for _ in range(AUTO_ATTEMPTS):
             choice = autoschedule.choose(self, graph, dims)
-            if choice.schedule in self._refused or (not choice.schedule and not self._abi.get("schedule_given", True)):
+            if choice.schedule in self._refused or (not choice.schedule and not self._abi.schedule_given):
                 # the kernel as compiled: nothing to pick, or the pick was refused before
                 kernel = self
                 break
@@ -327,13 +329,12 @@ class Kernel:
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> Kernel | None:
         """The variant the default heuristic picks for this call, if any (see autotune/heuristic.py)."""
-        grid = self._abi.get("grid")
+        grid = self._abi.grid
         if grid is not None:
             return self._default_mapping_variant(graph, dims, grid)
         if (
-            self._abi.get("schedule_given", True)
+            self._abi.schedule_given
             or self._metadata.get("source") is None
-            or self._abi.get("grid") is not None
             or self._metadata.get("target", "cpu") != "cpu"
         ):
             # a CPU variant would replace what a cuda emulation is there to check
@@ -357,14 +358,14 @@ class Kernel:
         _log.debug("%s: default schedule %r for V=%d E=%d %s", self.name, _one_line(directives), *_shape(graph, dims))
         return variant
 
-    def _default_mapping_variant(self, graph: Graph, dims: dict[str, int], grid: dict) -> Kernel | None:
+    def _default_mapping_variant(self, graph: Graph, dims: dict[str, int], grid: abi.Grid) -> Kernel | None:
         """A cuda emulation without a `for cuda` schedule runs the mapping the graph
         suggests (heuristic.default_cuda_mappings), as the GPU runtime does."""
-        if grid.get("schedule_given", True) or self._metadata.get("source") is None:
+        if grid.schedule_given or self._metadata.get("source") is None:
             _log.debug("%s: runs as compiled (its mapping was given, or it has no source to vary)", self.name)
             return None
         for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
-            if mapping == "thread_vertex" and grid["mapping"] == mapping and grid["group"] == 1:
+            if mapping == "thread_vertex" and grid.mapping == mapping and grid.group == 1:
                 _log.debug(
                     "%s: default mapping 'map %s' (as compiled) for V=%d E=%d %s",
                     self.name,

@@ -1,4 +1,12 @@
-"""A C header for the kernels of a shared object, from its metadata record."""
+"""A C header for the kernels of a shared object, from its metadata record.
+
+Each kernel's prototype is `abi.kernel_arguments` of its record, every
+argument with its C type and a comment saying what it holds (and, for an
+optional group, why the kernel takes it). After the prototypes come the C
+helpers (`c_helpers.py`): a `gnnc_graph` built from COO or CSR arrays, and
+per kernel a plan that fills every graph and schedule argument, so a C caller
+needs nothing from gnnc's Python sources.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,86 @@ import re
 from pathlib import Path
 
 from gnnc.ir import abi
+from gnnc.target.cpu import c_helpers
 
 _C_TYPES = {"f32": "float", "f64": "double"}
+
+#: The side a vertex input is read at decides its rows on a bipartite graph.
+_ROWS = {
+    ("src",): ", num_src rows",
+    ("dst",): ", num_dst rows",
+    ("src", "dst"): ", num_src rows (destinations first)",
+}
 
 
 def _shape_text(domain: str | None, shape: list) -> str:
     dims = ([domain] if domain else []) + [str(d) for d in shape]
     return "[" + ", ".join(dims) + "]" if dims else "scalar"
+
+
+def _argument_comments(kernel: dict, record: abi.AbiRecord, arguments: tuple[abi.Argument, ...]) -> list[str]:
+    """What each argument holds, in argument order."""
+    params = {p["name"]: p for p in kernel["params"]}
+    results = {r["name"]: r for r in kernel["results"]}
+    by_group = {g.group: g for g in abi.ARGUMENT_GROUPS}
+    tensors = iter([*kernel["params"], *kernel["results"]])
+    temps = iter(record.temps)
+    rows = "V" if record.partitions is not None else "n (group_meta[1])" if record.groups else "num_threads"
+    _specific = {
+        "dst_blocks": "num_blocks + 1 ascending boundaries of "
+        + ("positions in the Hilbert edge list" if record.edge_order else "positions in dst_order"),
+        "in_indptr": "V + 1: in-edge offsets by "
+        + ("position in dst_order (in_src and in_eid laid out so too)" if record.ordered_edges else "destination"),
+        "acc_rows": f"{rows} rows of {record.acc_rows} (summed)"
+        if record.acc_rows
+        else "not read or written by this kernel (any one-element array)",
+    }
+    comments = []
+    for a in arguments:
+        if a.group in (abi.Group.PARAMS, abi.Group.RESULTS):
+            tensor = next(tensors)
+            rows = _ROWS.get(tuple(tensor.get("sides", ())), "") if tensor["name"] in params else ""
+            text = _shape_text(tensor["domain"], tensor["shape"]) + rows
+            if a.name != tensor["name"]:
+                text += f", {'input' if tensor['name'] in params else 'result'} {tensor['name']}"
+            assert tensor["name"] in params or tensor["name"] in results
+        elif a.group is abi.Group.TEMPS:
+            temp = next(temps)
+            rows = "num_src" if temp.source_rows else {"V": "num_dst", "E": "num_edges"}[temp.domain]
+            text = f"{_shape_text(None, temp.shape)} per row, {rows} rows: a vertex value between phases"
+        else:
+            text = _specific.get(a.name, a.doc)
+        group = by_group[a.group]
+        if group.arguments and group.arguments[0] is a and group.when != "always":
+            text += f" [{group.when}]"
+        comments.append(text)
+    return comments
+
+
+def _prototype(kernel: dict, record: abi.AbiRecord, arguments: tuple[abi.Argument, ...], float_type: str) -> list[str]:
+    lines = [f"/* kernel {kernel['name']}: dims = [{', '.join(record.dims)}]"]
+    if record.sizes:
+        # the native code takes these as constants and does not read them from dims
+        fixed = ", ".join(f"{name} = {size}" for name, size in record.sizes.items())
+        lines.append(f" *   compiled for {fixed} (specialize): dims must hold exactly these")
+    lines.append(f" *   scratch shapes: {record.scratch or 'none'}")
+    temps = ", ".join(_shape_text(t.domain, t.shape) for t in record.temps) or "none"
+    lines.append(f" *   temp buffers: {temps}")
+    if record.order != "identity":
+        lines.append(f" *   destinations in {record.order} order: any permutation in dst_order is valid")
+    if record.ordered_edges:
+        lines.append(" *   in_indptr, in_src and in_eid are laid out by position in dst_order")
+    if record.edges_sorted:
+        lines.append(" *   edges sorted: edge ids must be the in-CSR positions (edges sorted by destination)")
+    lines[-1] += " */"
+    lines.append(f"void {kernel['symbol']}(")
+    comments = _argument_comments(kernel, record, arguments)
+    for i, (a, comment) in enumerate(zip(arguments, comments)):
+        comma = "," if i + 1 < len(arguments) else ""
+        lines.append(f"    {a.c_type(float_type)}{'' if a.pointer else ' '}{a.name}{comma} /* {comment} */")
+    lines.append(");")
+    lines.append("")
+    return lines
 
 
 def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
@@ -23,76 +104,33 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
         f"#define {guard}",
         "",
         "#include <stdint.h>",
+        "#include <stdlib.h>",
+        "#include <string.h>",
         "",
-        "/* Graph arguments (see gnnc/ir/abi.py): in-edge CSR grouped by destination,",
-        " * degrees as floats, the symbolic dims in the order listed per kernel, a",
-        " * scratch buffer of num_threads x sum(scratch shapes) elements, and",
-        " * num_blocks + 1 destination block boundaries (contiguous, ascending) that up",
-        " * to num_threads OpenMP workers share out dynamically. No two arrays alias. */",
+        "/* Every array is C-contiguous and row-major, of int64_t or of the kernel's float",
+        " * type; no two arrays overlap, and no pointer may be NULL (pass a one-element",
+        " * array for an empty one). Vertex tensors have num_dst rows (an input read at",
+        " * sources num_src), edge tensors num_edges rows indexed by edge id. Destination",
+        " * blocks dst_blocks[b] .. dst_blocks[b + 1] split positions, which dst_order maps",
+        " * to destinations; up to num_threads OpenMP workers take blocks dynamically, each",
+        " * with its own slice of scratch. The helpers after the prototypes fill all of",
+        " * this from a graph (gnnc_K_prepare). */",
         "",
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",
         "",
     ]
+    helpers = []
     for k in metadata["kernels"]:
-        t = _C_TYPES[k["dtype"]]
-        rec = k["abi"]
-        lines.append(f"/* kernel {k['name']}: dims = [{', '.join(rec['dims'])}]")
-        if rec.get("sizes"):
-            # the native code takes these as constants and does not read them from dims
-            fixed = ", ".join(f"{name} = {size}" for name, size in rec["sizes"].items())
-            lines.append(f" *   compiled for {fixed} (specialize): dims must hold exactly these")
-        lines.append(f" *   scratch shapes: {rec['scratch'] or 'none'}")
-        temps = ", ".join(_shape_text(t["domain"], t["shape"]) for t in rec["temps"]) or "none"
-        lines.append(f" *   temp buffers: {temps} */")
-        args = [
-            "int64_t num_vertices",
-            "int64_t num_edges",
-            "int64_t num_threads",
-            "int64_t num_blocks",
-            "const int64_t *dst_blocks",
-            "const int64_t *dst_order",
-            "const int64_t *in_indptr",
-            "const int64_t *in_src",
-            "const int64_t *in_eid",
-            f"const {t} *deg_in",
-            f"const {t} *deg_out",
-            "const int64_t *dims",
-            f"{t} *scratch",
-        ]
-        for p in k["params"]:
-            # the side a vertex input is read at decides its rows on a bipartite graph
-            rows = {
-                ("src",): ", num_src rows",
-                ("dst",): ", num_dst rows",
-                ("src", "dst"): ", num_src rows (destinations first)",
-            }.get(tuple(p.get("sides", ())), "")
-            args.append(f"const {t} *{p['name']} /* {_shape_text(p['domain'], p['shape'])}{rows} */")
-        for r in k["results"]:
-            args.append(f"{t} *{r['name']} /* {_shape_text(r['domain'], r['shape'])} */")
-        for i, _ in enumerate(rec["temps"]):
-            args.append(f"{t} *temp{i}")
-        if rec.get("source_sweep"):
-            args += ["const int64_t *src_meta /* num_src, source blocks */", "const int64_t *src_blocks"]
-        if rec.get("partitions") or rec.get("groups"):
-            args.append(f"{t} *acc_rows /* rows of {rec.get('acc_rows') or 'none'} */")
-        if rec.get("partitions"):
-            args += ["const int64_t *part_indptr", "const int64_t *part_src", "const int64_t *part_eid"]
-        elif rec.get("edge_order"):
-            args += ["const int64_t *hilbert_src", "const int64_t *hilbert_dst", "const int64_t *hilbert_eid"]
-        if rec.get("groups"):
-            args += [
-                "const int64_t *group_meta",
-                "const int64_t *group_blocks",
-                "const int64_t *group_dst",
-                "const int64_t *group_bounds",
-                "const int64_t *group_offsets",
-            ]
-        lines.append(f"void {k['symbol']}(")
-        lines.append(",\n".join("    " + a for a in args))
-        lines.append(");")
-        lines.append("")
+        float_type = _C_TYPES[k["dtype"]]
+        record = abi.AbiRecord.from_dict(k["abi"])
+        arguments = abi.kernel_arguments(record, [p["name"] for p in k["params"]], [r["name"] for r in k["results"]])
+        lines += _prototype(k, record, arguments, float_type)
+        if record.grid is None:  # a cuda emulation's grid is sized by the Python runtime
+            helpers.append(c_helpers.kernel_helpers(k, arguments, float_type))
+    if helpers:
+        lines += [c_helpers.SHARED, *helpers]
     lines += ["#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
     return "\n".join(lines)
 
@@ -100,6 +138,3 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
 def write_header(metadata: dict, path: Path) -> None:
     guard = "GNNC_" + re.sub(r"[^A-Za-z0-9]", "_", path.stem).upper() + "_H"
     path.write_text(render_header(metadata, guard))
-
-
-__all__ = ["render_header", "write_header", "abi"]

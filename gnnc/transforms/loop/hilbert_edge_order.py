@@ -20,7 +20,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import loop
-from gnnc.ir.loop_structure import schedule_text, sweeps, take_schedule, trailing_buffers
+from gnnc.ir.loop_structure import kernel_buffer, schedule_text, sweeps, take_schedule
 
 index = IndexType()
 
@@ -38,7 +38,9 @@ def _one_edge_per_position(fn: func.FuncOp, for_dst: loop.ForDstOp) -> None:
             "order edges hilbert: needs an edge-wise kernel (results per edge, no aggregation "
             "or softmax); this kernel aggregates at its destinations"
         )
-    hilbert_src, hilbert_dst, hilbert_eid = trailing_buffers(fn, 3)
+    hilbert_src, hilbert_dst, hilbert_eid = (
+        kernel_buffer(fn, n) for n in ("hilbert_src", "hilbert_dst", "hilbert_eid")
+    )
     position = body.args[0]
     dst = loop.DstAtOp(hilbert_dst, position)
     body.insert_op_before(dst, body.first_op)  # type: ignore[arg-type]  # a loop body is never empty: it ends in its yield

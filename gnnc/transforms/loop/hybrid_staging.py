@@ -33,9 +33,9 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import abi, kernel_abi, loop
 from gnnc.ir.llvm_ext import AtomicRmwOp, BarrierOp, SharedMemoryOp
-from gnnc.transforms.loop.thread_grids import append_argument, const
+from gnnc.transforms.loop.thread_grids import const
 
 index = IndexType()
 
@@ -74,9 +74,9 @@ def _normal(factors: list[int | str]) -> tuple[int | str, ...]:
 class HybridStaging:
     """Stages the hot sources' rows of one kernel's grids in shared memory."""
 
-    def __init__(self, fn: func.FuncOp, record: dict, kernel: str, strategy: str, limit: int):
+    def __init__(self, fn: func.FuncOp, record: abi.AbiRecord, kernel: str, strategy: str, limit: int):
         self.fn, self.kernel, self.strategy, self.limit = fn, kernel, strategy, limit
-        self.dim_names: list[str] = record["dims"]
+        self.dim_names: list[str] = record.dims
         args = fn.body.block.args
         self.dims = args[abi.GRAPH_ARGUMENTS.index("dims")]
         self.first_data = len(abi.GRAPH_ARGUMENTS)
@@ -87,9 +87,8 @@ class HybridStaging:
 
     def _arguments(self) -> tuple[SSAValue, SSAValue]:
         if self.hot is None:
-            table = MemRefType(i64, [DYNAMIC_INDEX])
-            self.hot = append_argument(self.fn, table, readonly=True)
-            self.slot = append_argument(self.fn, table, readonly=True)
+            self.hot = kernel_abi.append_argument(self.fn, "hybrid_hot")
+            self.slot = kernel_abi.append_argument(self.fn, "hybrid_slot")
         assert self.slot is not None
         return self.hot, self.slot
 

@@ -27,24 +27,22 @@ memory (hybrid_staging.py).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import abi, kernel_abi, loop
 from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop import CUDA_MAP_ATTR
 from gnnc.ir.schedule import CudaSchedule
 from gnnc.transforms.loop.edge_grids import VERTEX_MAPPING_OF, accumulator_regions, map_edges
 from gnnc.transforms.loop.hybrid_staging import HybridStaging
-from gnnc.transforms.loop.thread_grids import append_argument, scratch_of
+from gnnc.transforms.loop.thread_grids import scratch_of
 from gnnc.transforms.loop.vertex_grids import map_vertex
 
 #: Threads that share one destination (or edge group), per mapping.
@@ -110,14 +108,14 @@ class MapThreadsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         given = self._directive()
         for fn in list(op.ops):
-            if not isinstance(fn, func.FuncOp) or abi.ABI_ATTR not in fn.attributes:
+            if not isinstance(fn, func.FuncOp) or not kernel_abi.has_record(fn):
                 continue
             text = fn.attributes.get(CUDA_MAP_ATTR)
             if given is not None:
                 text = StringAttr(" ".join(given[1:]))
             sched = CudaSchedule.parse(text.data) if isinstance(text, StringAttr) else CudaSchedule()
             kernel = fn.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
-            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
+            record = kernel_abi.get_record(fn)
             lanes = LANES[sched.strategy]
             if sched.lanes is not None:
                 if lanes == 1:
@@ -133,7 +131,7 @@ class MapThreadsPass(ModulePass):
                     "with one thread per destination (or edge) every thread runs the whole feature row, "
                     "there is nothing to tile over threads"
                 )
-            grids: list[dict] = []
+            grids: list[abi.Launch] = []
             staging = (
                 HybridStaging(fn, record, kernel, sched.strategy, sched.hybrid) if sched.hybrid is not None else None
             )
@@ -142,41 +140,39 @@ class MapThreadsPass(ModulePass):
                 accumulator_regions(dst, scratch_of(fn)) for dst in fn.walk() if isinstance(dst, loop.ForDstOp)
             ):
                 # the accumulators edge threads share: one scratch slice per destination
-                dst_scratch = append_argument(fn, cast(MemRefType, scratch_of(fn).type), readonly=False)
+                dst_scratch = kernel_abi.append_argument(fn, "dst_scratch")
             for dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
                 _check_loop_schedule(dst)
-                mapped: list[tuple[loop.GridOp, dict]] = []
+                mapped: list[tuple[loop.GridOp, abi.Launch]] = []
                 edge_sources: dict[loop.GridOp, list[SSAValue]] = {}
                 if sched.strategy in VERTEX_MAPPING_OF:
                     for grid in map_edges(dst, sched, lanes, fn, kernel, edge_sources, dst_scratch):
                         over_edges = grid.mapping.data == sched.strategy
-                        mapped.append(
-                            (grid, {"over": "E" if over_edges else "V", "group": sched.group if over_edges else 1})
-                        )
+                        mapped.append((grid, abi.Launch("E" if over_edges else "V", sched.group if over_edges else 1)))
                 else:
                     grid = map_vertex(dst, sched, lanes, fn, kernel)
                     edge_sources[grid] = _walk_sources(grid)
-                    mapped.append((grid, {"over": "V", "group": sched.group}))
+                    mapped.append((grid, abi.Launch("V", sched.group)))
                 for grid, launch in mapped:
                     if staging is not None:
                         # the rows each launch keeps in shared memory, per hot source
-                        launch["shared"] = staging.stage(grid, edge_sources.get(grid, []))
+                        launch.shared = staging.stage(grid, edge_sources.get(grid, []))
                     grids.append(launch)
             if staging is not None:
                 staging.check_used()
             if CUDA_MAP_ATTR in fn.attributes:
                 del fn.attributes[CUDA_MAP_ATTR]
             # the runtime sizes the grid (and one scratch slice per thread) from this
-            record["grid"] = {
-                "mapping": sched.strategy,
-                "block_size": sched.block_size,
-                "group": sched.group,
-                "lanes": lanes,
-                "grids": grids,
-                "hybrid": sched.hybrid,
+            record.grid = abi.Grid(
+                mapping=sched.strategy,
+                block_size=sched.block_size,
+                group=sched.group,
+                lanes=lanes,
+                grids=grids,
+                hybrid=sched.hybrid,
                 # V scratch slices, one per destination, after the temps
-                "dst_scratch": dst_scratch is not None,
+                dst_scratch=dst_scratch is not None,
                 # False: the runtime may pick a mapping per graph (autotune/heuristic.py)
-                "schedule_given": isinstance(text, StringAttr),
-            }
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+                schedule_given=isinstance(text, StringAttr),
+            )
+            kernel_abi.set_record(fn, record)

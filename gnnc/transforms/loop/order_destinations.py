@@ -23,7 +23,6 @@ own) keeps the in-CSR, indexed by destination.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import cast
 
@@ -34,7 +33,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import kernel_abi, loop
 from gnnc.ir.directives import directive_phrase, exclusion
 from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, sweep_kind, sweeps, take_schedule
 from gnnc.ir.schedule import DESTINATION_ORDERS, DestinationOrder
@@ -186,14 +185,14 @@ class OrderDestinationsPass(ModulePass):
             positional = bool(ordered) and all(s in ordered and _positional(fn, s) for s in walking)
             for for_dst in ordered:
                 self._order(fn, for_dst, positional)
-            if (positional or self.order is not None) and abi.ABI_ATTR in fn.attributes:
-                record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
+            if (positional or self.order is not None) and kernel_abi.has_record(fn):
+                record = kernel_abi.get_record(fn)
                 if positional:
-                    record["ordered_edges"] = True
+                    record.ordered_edges = True
                 if self.order is not None:
                     # the runtime supplies the permutation the record names
-                    record["order"] = self.order
-                fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+                    record.order = self.order
+                kernel_abi.set_record(fn, record)
 
     @staticmethod
     def _order(fn: func.FuncOp, for_dst: loop.ForDstOp, positional: bool) -> None:

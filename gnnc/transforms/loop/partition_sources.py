@@ -30,7 +30,7 @@ from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
 from gnnc.ir import loop
-from gnnc.ir.loop_structure import ancestors, feature_depth, kernel_buffer, sweeps, take_schedule, trailing_buffers
+from gnnc.ir.loop_structure import ancestors, feature_depth, kernel_buffer, sweeps, take_schedule
 
 index = IndexType()
 
@@ -43,7 +43,7 @@ def _partition(fn: func.FuncOp, for_dst: loop.ForDstOp, k: int) -> bool:
     """Wraps the sweep in k partitions; False if it walks no in-edges (nothing to partition)."""
     body = for_dst.body.block
     scratch = kernel_buffer(fn, "scratch")
-    part_indptr, part_src, part_eid = trailing_buffers(fn, 3)
+    part_indptr, part_src, part_eid = (kernel_buffer(fn, n) for n in ("part_indptr", "part_src", "part_eid"))
     edge_loops = [op for op in body.ops if isinstance(op, loop.ForInEdgesOp)]
     nested = [op for op in body.walk() if isinstance(op, loop.ForInEdgesOp)]
 

@@ -25,9 +25,7 @@ rows for walks over the kernel's own ids.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -35,7 +33,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import kernel_abi, loop
 from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, take_schedule
 from gnnc.ir.schedule import EXCLUSIVE_DIRECTIVES
 
@@ -69,7 +67,7 @@ class SortedEdgeIdsPass(ModulePass):
                         f"'order edges hilbert'): {EXCLUSIVE_DIRECTIVES['edges'][1]}"
                     )
             give_schedule(op, "edge_ids", StringAttr("sorted"), tuple(SweepKind))
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and kernel_abi.has_record(f)]:
             found = {take_schedule(for_dst, "edge_ids") for for_dst in fn.walk() if isinstance(for_dst, loop.ForDstOp)}
             found.discard(None)
             if not found:
@@ -82,6 +80,6 @@ class SortedEdgeIdsPass(ModulePass):
             for walk in [o for o in fn.walk() if isinstance(o, loop.ForInEdgesOp) and o.eid is eid]:
                 position, _, edge = walk.body.block.args
                 edge.replace_all_uses_with(position)
-            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
-            record["edges_sorted"] = True
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            record = kernel_abi.get_record(fn)
+            record.edges_sorted = True
+            kernel_abi.set_record(fn, record)

@@ -23,7 +23,6 @@ as they would for a kernel written with literal sizes.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import cast
 
@@ -33,7 +32,7 @@ from xdsl.dialects.builtin import IntegerAttr, IntegerType, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, loop
+from gnnc.ir import kernel_abi, loop
 from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop_structure import SweepKind, give_schedule, kernel_buffer, take_schedule
 from gnnc.ir.schedule import parse_sizes
@@ -76,12 +75,12 @@ class SpecializeSizesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.sizes is not None:
             give_schedule(op, "specialize", StringAttr(" ".join(self.sizes.split())), tuple(SweepKind))
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and kernel_abi.has_record(f)]:
             sizes = _sizes_of(fn)
             if sizes is None:
                 continue
-            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
-            names = record["dims"]
+            record = kernel_abi.get_record(fn)
+            names = record.dims
             unknown = sorted(set(sizes) - set(names))
             if unknown:
                 raise CompileError(
@@ -103,5 +102,5 @@ class SpecializeSizesPass(ModulePass):
                     load.res.replace_all_uses_with(size.result)
                     load.detach()
                     load.erase()
-            record["sizes"] = sizes
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            record.sizes = sizes
+            kernel_abi.set_record(fn, record)

@@ -13,13 +13,8 @@ from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DictionaryAttr,
-    FunctionType,
     IndexType,
     IntegerAttr,
-    MemRefType,
-    UnitAttr,
 )
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import Rewriter
@@ -97,17 +92,6 @@ def end_then(rewriter: Rewriter, then: Block) -> None:
 
 def scratch_of(fn: func.FuncOp) -> SSAValue:
     return fn.body.block.args[abi.GRAPH_ARGUMENTS.index("scratch")]
-
-
-def append_argument(fn: func.FuncOp, arg_type: MemRefType, readonly: bool) -> SSAValue:
-    """A new last argument of the kernel (a buffer the runtime passes after the others)."""
-    block = fn.body.block
-    arg = block.insert_arg(arg_type, len(block.args))
-    fn.function_type = FunctionType.from_lists([a.type for a in block.args], fn.function_type.outputs.data)
-    attrs = {"llvm.noalias": UnitAttr()} | ({"llvm.readonly": UnitAttr()} if readonly else {})
-    if fn.arg_attrs is not None:
-        fn.arg_attrs = ArrayAttr([*fn.arg_attrs.data, DictionaryAttr(attrs)])
-    return arg
 
 
 def scratch_access(index_value: SSAValue) -> tuple[SSAValue, SSAValue | None] | None:

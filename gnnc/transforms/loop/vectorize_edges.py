@@ -47,7 +47,6 @@ docs/design/edge-lanes.md.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -70,7 +69,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import abi, llvm_ext, loop
+from gnnc.ir import abi, kernel_abi, llvm_ext, loop
 from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop import SCRATCH_BASE_ATTR
 from gnnc.ir.loop_structure import SweepKind, constant_index, give_schedule, kernel_buffer, take_schedule
@@ -554,7 +553,9 @@ def _lanes_read_edge_ids(walk: loop.ForInEdgesOp, plan: _Plan, sized: bool = Fal
     return any(_mentions(key(o.indices[0]), "e") for o in _accesses(plan.lanes))
 
 
-def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tuple[loop.ForInEdgesOp, _Plan]]) -> dict:
+def _lanes_record(
+    found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tuple[loop.ForInEdgesOp, _Plan]]
+) -> abi.Lanes:
     """What the runtime's default heuristic asks of a kernel's walks (ABI record `lanes`):
 
     - walks: how many qualify as compiled (what `vectorize edges` would split);
@@ -587,13 +588,13 @@ def _lanes_record(found: list[tuple[loop.ForInEdgesOp, _Plan]], sized: list[tupl
                 and _is_unit_loop(o, True)
                 and constant_index(o.extent) is None
             )
-    return {
-        "walks": len(found),
-        "reducing": len(taken),
-        "unit_dims": sorted(dims),
-        "sized": needs_sizes,
-        "edge_ids": any(_lanes_read_edge_ids(w, p, needs_sizes) for w, p in taken),
-    }
+    return abi.Lanes(
+        walks=len(found),
+        reducing=len(taken),
+        unit_dims=sorted(dims),
+        sized=needs_sizes,
+        edge_ids=any(_lanes_read_edge_ids(w, p, needs_sizes) for w, p in taken),
+    )
 
 
 def _unit_dims(walk: loop.ForInEdgesOp) -> list[str]:
@@ -628,9 +629,9 @@ class VectorizeEdgesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.lanes is not None:
             give_schedule(op, "vectorize_edges", IntegerAttr(self.lanes, i64), tuple(SweepKind))
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and abi.ABI_ATTR in f.attributes]:
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and kernel_abi.has_record(f)]:
             in_src = kernel_buffer(fn, "in_src")
-            record = json.loads(cast(StringAttr, fn.attributes[abi.ABI_ATTR]).data)
+            record = kernel_abi.get_record(fn)
             found: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # qualifying walks, as compiled
             sized: list[tuple[loop.ForInEdgesOp, _Plan]] = []  # ... if run-time head sizes were 1
             for for_dst in [o for o in fn.walk() if isinstance(o, loop.ForDstOp)]:
@@ -655,5 +656,5 @@ class VectorizeEdgesPass(ModulePass):
                     )
                 for w, p in ok:
                     _WalkRewriter(w, p, width.value.data).rewrite()
-            record["lanes"] = _lanes_record(found, sized)
-            fn.attributes[abi.ABI_ATTR] = StringAttr(json.dumps(record, sort_keys=True))
+            record.lanes = _lanes_record(found, sized)
+            kernel_abi.set_record(fn, record)

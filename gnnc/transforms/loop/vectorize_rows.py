@@ -31,6 +31,7 @@ from gnnc.ir.loop_structure import (
     check_row_split,
     constant_index,
     give_schedule,
+    kernel_buffer,
     narrow_row_pieces,
     over_axis,
     row_dim,
@@ -51,7 +52,7 @@ def _check_partitioned_accumulators(fn: func.FuncOp, for_dst: loop.ForDstOp, wid
     """Every slice repeats the destination's work; an accumulator without the
     sliced axis, initialised in the first partition and summed over all of
     them, would be summed once per slice."""
-    acc_rows = fn.body.block.args[-4]  # before part_indptr, part_src, part_eid (abi.py)
+    acc_rows = kernel_buffer(fn, "acc_rows")
     body = for_dst.body.block
     for op in body.walk():
         if isinstance(op, memref.StoreOp) and op.memref is acc_rows:

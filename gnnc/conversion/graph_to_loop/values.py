@@ -1,0 +1,273 @@
+"""Values of convert-graph-to-loop: one element of a graph value, and dots into scratch.
+
+Elementwise expressions are never materialised: `value_at` evaluates one
+element of a value at the indices of its consumer's feature nest. `dot` and
+`@` results are computed once per edge (or destination) into per-thread
+scratch first (`precompute`), because recomputing a reduction per consumer
+element would multiply its cost.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import IndexType, UnitAttr, i64
+from xdsl.ir import Operation, SSAValue
+
+from gnnc.conversion.graph_to_loop.analysis import Accumulator, LoopContext
+from gnnc.conversion.graph_to_loop.builder import REORDERABLE, LoopBuilder
+from gnnc.ir import graph, loop
+
+index = IndexType()
+
+
+class ValueEmission(LoopBuilder):
+    """Emits the elements of graph values, reading inputs, accumulators and scratch."""
+
+    #: the kernel's buffer arguments the values read
+    param_buf: dict[SSAValue, SSAValue]
+    temp_buf: dict[Operation, SSAValue]
+    deg_in: SSAValue
+    deg_out: SSAValue
+    scratch: SSAValue
+    #: the accumulators of the destination being emitted, by (owner, role)
+    acc: dict[tuple[Operation, str], Accumulator]
+
+    # ---------------------------------------------- dot / matvec into scratch
+
+    def _precompute(self, root: SSAValue, ctx: LoopContext) -> None:
+        """Computes every dot / matvec that root needs, innermost first."""
+        order: list[Operation] = []
+        seen: set[SSAValue] = set()
+
+        def visit(x: SSAValue) -> None:
+            if x in seen or x in ctx.computed:
+                return
+            seen.add(x)
+            op = x.owner
+            if isinstance(op, graph.AggregateOp | graph.GatherOp) or not isinstance(op, Operation):
+                return
+            if isinstance(op, graph.EdgeSoftmaxOp) and ctx.u is None:
+                return
+            for o in op.operands:
+                visit(o)
+            if isinstance(op, graph.DotOp | graph.MatVecOp):
+                order.append(op)
+
+        visit(root)
+        for op in order:
+            if isinstance(op, graph.DotOp):
+                self._compute_dot(op, ctx)
+            else:
+                assert isinstance(op, graph.MatVecOp)
+                self._compute_matvec(op, ctx)
+
+    def _compute_dot(self, op: graph.DotOp, ctx: LoopContext) -> None:
+        a = op.lhs.type
+        assert isinstance(a, graph.ValueType)
+        shape, k = a.shape[:-1], a.shape[-1]
+        base = self.alloc_scratch(shape)
+        zero = self.em.float_const(0.0, self.elem)
+
+        def elem(idx: list[SSAValue]) -> None:
+            def step(i: SSAValue, acc: SSAValue) -> SSAValue:
+                # a dot product may be summed in any order (DESIGN: sums may be
+                # reordered): reassociation lets LLVM vectorise it
+                prod = self.em.op(
+                    arith.MulfOp(
+                        self.value_at(op.lhs, idx + [i], ctx), self.value_at(op.rhs, idx + [i], ctx), REORDERABLE
+                    )
+                )
+                return self.em.op(arith.AddfOp(acc, prod, REORDERABLE))
+
+            total = self.scalar_loop(self.extent(k), zero, step)
+            total.owner.attributes[loop.DOT_REDUCTION_ATTR] = UnitAttr()  # type: ignore[union-attr]
+            self.store(total, self.scratch, self.linear(base, shape, idx))
+
+        self.for_features(shape, elem)
+        ctx.computed[op.result] = (self.scratch, base)
+
+    def _compute_matvec(self, op: graph.MatVecOp, ctx: LoopContext) -> None:
+        a, w = op.vector.type, op.matrix.type
+        assert isinstance(a, graph.ValueType) and isinstance(w, graph.ValueType)
+        prefix, (k, n) = a.shape[:-1], w.shape
+        out_shape = prefix + (n,)
+        base = self.alloc_scratch(out_shape)
+        zero = self.em.float_const(0.0, self.elem)
+        wbuf = self._tensor_buffer(op.matrix)
+        self.for_features(out_shape, lambda idx: self.store(zero, self.scratch, self.linear(base, out_shape, idx)))
+
+        # out[.., n] += a[.., k] * W[k, n], n innermost: W's rows are
+        # contiguous, so the inner loop vectorises.
+        def row(idx: list[SSAValue]) -> None:
+            ak = self.value_at(op.vector, idx[:-1] + [idx[-1]], ctx)
+            wrow = self.em.op(arith.MuliOp(idx[-1], self.extent(n)))
+
+            def col(jdx: list[SSAValue]) -> None:
+                j = jdx[0]
+                at = self.linear(base, out_shape, idx[:-1] + [j])
+                wv = self.load(wbuf, self.em.op(arith.AddiOp(wrow, j)))
+                old = self.load(self.scratch, at)
+                self.store(self.em.op(arith.AddfOp(old, self.em.op(arith.MulfOp(ak, wv)))), self.scratch, at)
+
+            self.for_features((n,), col)
+
+        self.for_features(prefix + (k,), row)
+        ctx.computed[op.result] = (self.scratch, base)
+
+    def _tensor_buffer(self, value: SSAValue) -> SSAValue:
+        op = value.owner
+        assert isinstance(op, graph.GatherOp) and op.site.data == "param", "matvec needs a parameter matrix"
+        return self.param_buf[op.tensor]
+
+    # ------------------------------------------------- one element of a value
+
+    def _hoist(self, root: SSAValue, idx: list[SSAValue], ctx: LoopContext) -> None:
+        """Computes the sub-values of root whose shape has exactly len(idx) axes."""
+        for x in self._values_at_depth([root], len(idx), ctx):
+            self.value_at(x, idx, ctx)
+
+    def _values_at_depth(self, roots: list[SSAValue], depth: int, ctx: LoopContext) -> list[SSAValue]:
+        """The sub-values of roots with exactly `depth` axes that a nest computes at that depth."""
+        found: list[SSAValue] = []
+        seen: set[SSAValue] = set()
+
+        def visit(x: SSAValue) -> None:
+            if x in seen:
+                return
+            seen.add(x)
+            t = x.type
+            assert isinstance(t, graph.ValueType)
+            op = x.owner
+            if len(t.shape) == depth and not isinstance(op, graph.ConstantOp):
+                if ctx.u is not None or t.kind not in ("S", "E"):
+                    found.append(x)
+                return
+            if isinstance(op, graph.AggregateOp | graph.GatherOp) or x in ctx.computed:
+                return
+            if isinstance(op, graph.DotOp | graph.MatVecOp):
+                return
+            if isinstance(op, graph.TransposeOp | graph.OuterOp) and depth > len(t.shape) - 2:
+                # these read their (right) operand at permuted indices: the
+                # known ones are its leading indices only above the last two axes
+                if isinstance(op, graph.OuterOp):
+                    visit(op.lhs)
+                return
+            if isinstance(op, Operation):
+                for o in op.operands:
+                    visit(o)
+
+        for root in roots:
+            visit(root)
+        return found
+
+    def value_at(self, x: SSAValue, idx: list[SSAValue], ctx: LoopContext) -> SSAValue:
+        t = x.type
+        assert isinstance(t, graph.ValueType)
+        idx = idx[: len(t.shape)]
+        key = (x, tuple(idx), id(ctx))
+        found = self.em.lookup(key)
+        if found is not None:
+            return found
+        result = self._value_at(x, idx, ctx)
+        self.em.memo[-1][key] = result
+        return result
+
+    def _value_at(self, x: SSAValue, idx: list[SSAValue], ctx: LoopContext) -> SSAValue:
+        t = x.type
+        assert isinstance(t, graph.ValueType)
+        op = x.owner
+        if x in ctx.computed:
+            buf, base = ctx.computed[x]
+            return self.load(buf, self.linear(base, t.shape, idx))
+        if isinstance(op, graph.GatherOp):
+            return self._gather(op, idx, ctx)
+        if isinstance(op, graph.ConstantOp):
+            return self.em.float_const(op.value.value.data, self.elem)
+        if isinstance(op, graph.EdgeIdOp):
+            assert ctx.e is not None, "edge_id outside an edge loop"
+            return self.em.op(arith.SIToFPOp(self.em.op(arith.IndexCastOp(ctx.e, i64)), self.elem))
+        if isinstance(op, graph.DegreeOp):
+            buf = self.deg_in if op.direction.data == "in" else self.deg_out
+            at = ctx.u if op.site.data == "src" else ctx.v
+            assert at is not None
+            return self.load(buf, at)
+        if isinstance(op, graph.BinaryOp):
+            lhs = self.value_at(op.lhs, idx, ctx)
+            rhs = self.value_at(op.rhs, idx, ctx)
+            cls = {
+                "add": arith.AddfOp,
+                "sub": arith.SubfOp,
+                "mul": arith.MulfOp,
+                "div": arith.DivfOp,
+                "max": arith.MaximumfOp,
+                "min": arith.MinimumfOp,
+            }[op.kind.data]
+            return self.em.op(cls(lhs, rhs))
+        if isinstance(op, graph.UnaryOp):
+            return self._unary(op, self.value_at(op.operand, idx, ctx))
+        if isinstance(op, graph.TransposeOp):
+            return self.value_at(op.operand, idx[:-2] + [idx[-1], idx[-2]], ctx)
+        if isinstance(op, graph.OuterOp):
+            lhs = self.value_at(op.lhs, idx[:-1], ctx)
+            rhs = self.value_at(op.rhs, idx[:-2] + idx[-1:], ctx)
+            return self.em.op(arith.MulfOp(lhs, rhs))
+        if isinstance(op, graph.AggregateOp):
+            acc = self.acc[(op, "agg")]
+            return self.load(acc.buffer, self.linear(acc.base, acc.shape, idx))
+        if isinstance(op, graph.EdgeSoftmaxOp):
+            s = self.value_at(op.operand, idx, ctx)
+            m_acc, z_acc = self.acc[(op, "max")], self.acc[(op, "sum")]
+            m = self.load(m_acc.buffer, self.linear(m_acc.base, m_acc.shape, idx))
+            z = self.load(z_acc.buffer, self.linear(z_acc.base, z_acc.shape, idx))
+            ex = self.em.op(math.ExpOp(self.em.op(arith.SubfOp(s, m))))
+            return self.em.op(arith.DivfOp(ex, z))
+        raise AssertionError(f"convert-graph-to-loop: cannot lower {op}")
+
+    def _gather(self, op: graph.GatherOp, idx: list[SSAValue], ctx: LoopContext) -> SSAValue:
+        site = op.site.data
+        t = op.tensor.type
+        assert isinstance(t, graph.TensorType)
+        shape = t.shape
+        owner = op.tensor.owner
+        buf = self.temp_buf[owner] if isinstance(owner, graph.MaterializeOp) else self.param_buf[op.tensor]
+        if site == "param":
+            return self.load(buf, self.linear(self.em.index_const(0), shape, idx))
+        row = {"src": ctx.u, "dst": ctx.v, "edge": ctx.e}[site]
+        assert row is not None, f"gather at {site} outside an edge loop"
+        return self.load(buf, self.linear(self.row_base(row, shape), shape, idx))
+
+    def _unary(self, op: graph.UnaryOp, x: SSAValue) -> SSAValue:
+        kind = op.kind.data
+        if kind == "neg":
+            return self.em.op(arith.NegfOp(x))
+        if kind in ("exp", "log", "sqrt", "rsqrt", "abs", "tanh"):
+            cls = {
+                "exp": math.ExpOp,
+                "log": math.LogOp,
+                "sqrt": math.SqrtOp,
+                "rsqrt": math.RsqrtOp,
+                "abs": math.AbsFOp,
+                "tanh": math.TanhOp,
+            }[kind]
+            return self.em.op(cls(x))
+        zero = self.em.float_const(0.0, self.elem)
+        if kind == "relu":
+            # max(x, 0) that keeps NaN: NaN > 0 is false, so select x when x is not > 0 ... only if NaN
+            positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
+            return self.em.op(arith.SelectOp(positive, x, zero))
+        if kind == "step":
+            # the Heaviside step with step(0) = 0: what generated gradients of relu, abs and max use;
+            # an unordered x (NaN) falls through both compares and is returned itself
+            one = self.em.float_const(1.0, self.elem)
+            above = self.em.op(arith.CmpfOp(x, zero, "ogt"))
+            at_or_below = self.em.op(arith.CmpfOp(x, zero, "ole"))
+            return self.em.op(arith.SelectOp(above, one, self.em.op(arith.SelectOp(at_or_below, zero, x))))
+        if kind == "sigmoid":
+            one = self.em.float_const(1.0, self.elem)
+            denom = self.em.op(arith.AddfOp(one, self.em.op(math.ExpOp(self.em.op(arith.NegfOp(x))))))
+            return self.em.op(arith.DivfOp(one, denom))
+        if kind == "leaky_relu":
+            slope = self.em.float_const(op.slope_value, self.elem)
+            positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
+            return self.em.op(arith.SelectOp(positive, x, self.em.op(arith.MulfOp(x, slope))))
+        raise AssertionError(f"unknown unary {kind}")
