@@ -68,8 +68,8 @@ class CompileOptions:
 def variant_options(options: CompileOptions) -> dict:
     """The options a schedule variant of an object inherits: all but the schedule, target,
     instruction set and kernel list, which the object's metadata records apart. A variant
-    compiled without them was another kernel: `disable_passes=["transform-before-gather"]`
-    came back with the pass, so the ablation timed mlp_aggr with it against itself."""
+    compiled without them would be another kernel: an ablation's `disable_passes` would
+    come back in every variant the runtime compiles."""
     return {"opt_level": options.opt_level, "disable_passes": list(options.disable_passes), "fusion": options.fusion}
 
 
