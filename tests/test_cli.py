@@ -436,6 +436,25 @@ def test_passes_lists_every_pass_with_its_summary_and_options():
     assert "   7  convert-graph-to-loop{target=cuda}\n" in cuda.stdout
 
 
+@pytest.mark.parametrize("command", [["passes"], ["check", str(GAT)]])
+def test_a_closed_pipe_ends_the_command_quietly(command):
+    """`gnnc passes | head`: the reader leaves early; gnnc stops with status 1 and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write fails with EPIPE, however short the output
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gnnc.tools.cli", *command],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "", proc.stderr
+
+
 @pytest.mark.slow
 def test_gnnc_opt_console_script(tmp_path):
     exe = shutil.which("gnnc-opt")

@@ -28,6 +28,8 @@ from gnnc.version import __version__
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
 
+    from gnnc.lang.ast import Kernel, Program
+
 _log = logging.getLogger(__name__)
 
 #: Targets `compile_source` builds for. `cuda-emulation` is the cuda
@@ -66,8 +68,8 @@ class CompileOptions:
 def variant_options(options: CompileOptions) -> dict:
     """The options a schedule variant of an object inherits: all but the schedule, target,
     instruction set and kernel list, which the object's metadata records apart. A variant
-    compiled without them was another kernel: `disable_passes=["transform-before-gather"]`
-    came back with the pass, so the ablation timed mlp_aggr with it against itself."""
+    compiled without them would be another kernel: an ablation's `disable_passes` would
+    come back in every variant the runtime compiles."""
     return {"opt_level": options.opt_level, "disable_passes": list(options.disable_passes), "fusion": options.fusion}
 
 
@@ -143,16 +145,40 @@ def compile_source(
     observe: Callable[[str, str], None] = _no_observer,
     stop_after: str | None = None,
 ) -> CompileResult:
-    """Compiles source text; `stop_after` is one of EMIT_KINDS (default: obj)."""
-    from gnnc.driver import pipeline
-    from gnnc.lang import parse_and_check
+    """Compiles source text; `stop_after` is one of EMIT_KINDS (default: obj).
+
+    The steps: check the source and pick its kernels, build their graph-dialect
+    module, run the target's pipeline on it, then emit the target's code. The
+    IR after each stage goes to the result's `stages` and to `observe`.
+    """
+    from gnnc.driver.pipeline import FRONTEND_STAGE
     from gnnc.lang.irgen import build_module
     from gnnc.lang.signature import kernel_signature
 
     options = options or CompileOptions()
+    program, kernels = _checked_kernels(source, file, options)
+    stages = Stages()
+
+    def record(stage: str, text: str) -> None:
+        stages[stage] = text
+        observe(stage, text)
+
+    result = CompileResult(metadata={}, stages=stages)
+    module = build_module(program, [k.name for k in kernels])
+    record(FRONTEND_STAGE, str(module))
+    signatures = {k.name: kernel_signature(k).to_dict() for k in kernels}
+    if not _run_passes(module, _pipeline(options), record, stop_after) or stop_after == "scf":
+        return result
+    emit = _emit_cuda if options.target == "cuda" else _emit_cpu
+    return emit(result, module, signatures, source, file, options, record, stop_after)
+
+
+def _checked_kernels(source: str, file: str, options: CompileOptions) -> tuple[Program, list[Kernel]]:
+    """The checked program, its schedules replaced as the options say, and the kernels to compile."""
+    from gnnc.lang import parse_and_check
+
     if options.target not in TARGETS:
         raise CompileError(f"unknown target '{options.target}': use one of {', '.join(TARGETS)}")
-    original_source = source
     # the language's name for the target whose schedule blocks apply
     schedule_target = "cpu" if options.target == "cpu" else "cuda"
     if options.target == "cuda":
@@ -171,71 +197,94 @@ def compile_source(
     kernels = [k for k in program.kernels if options.kernels is None or k.name in options.kernels]
     if not kernels:
         raise CompileError(f"{file} defines no kernel")
+    return program, kernels
 
-    stages = Stages()
 
-    def record(stage: str, text: str) -> None:
-        stages[stage] = text
-        observe(stage, text)
+def _pipeline(options: CompileOptions) -> list[str]:
+    """The target's pipeline entries, less the passes the options disable."""
+    from gnnc.driver import pipeline
+
+    return pipeline.pass_names(options.disable_passes, options.fusion, target=options.target)
+
+
+#: The pipeline entries `--emit graph` and `--emit loop` stop before.
+_STOP_BEFORE = {"graph": ("convert-graph-to-loop",), "loop": ("convert-loop-to-scf", "emulate-grid")}
+
+
+def _run_passes(
+    module: ModuleOp, entries: list[str], record: Callable[[str, str], None], stop_after: str | None
+) -> bool:
+    """Runs the entries on module, verifying and recording the IR after each;
+    False where `stop_after` ends the compile before an entry."""
+    from gnnc.driver import pipeline
 
     ctx = pipeline.make_context()
-    module = build_module(program, [k.name for k in kernels])
-    record(pipeline.FRONTEND_STAGE, str(module))
-    signatures = {k.name: kernel_signature(k).to_dict() for k in kernels}
-    result = CompileResult(metadata={}, stages=stages)
-    if options.target == "cpu":
-        names = pipeline.pass_names(options.disable_passes, options.fusion)
-    else:
-        names = pipeline.pass_names(options.disable_passes, options.fusion, target=options.target)
-    for entry in names:
-        name = pipeline.stage_name(entry)
-        if stop_after == "graph" and name == "convert-graph-to-loop":
-            return result
-        if stop_after == "loop" and name in ("convert-loop-to-scf", "emulate-grid"):
-            return result
+    for entry in entries:
+        if pipeline.stage_name(entry) in _STOP_BEFORE.get(stop_after or "", ()):
+            return False
         pipeline.make_pass(entry).apply(ctx, module)
         try:
             module.verify()
         except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
             raise CompileError(f"internal error: IR after '{entry}' does not verify: {exc}") from exc
         record(entry, str(module))
-    if stop_after == "scf":
-        return result
-    if options.target == "cuda":
-        return _cuda_backend(result, module, signatures, original_source, file, options, record, stop_after)
+    return True
 
-    from gnnc.target.cpu import codegen
-    from gnnc.target.llvm.translate import translate_module
 
-    target = codegen.resolve_cpu(options.cpu)
-    kernel_records = []
+def _kernel_records(module: ModuleOp, signatures: dict) -> list[dict]:
+    """Each kernel's signature and ABI record, taken off its function, for the metadata."""
     from xdsl.dialects import func
 
     from gnnc.ir import kernel_abi
 
+    records = []
     for op in module.ops:
         if isinstance(op, func.FuncOp) and kernel_abi.has_record(op):
             record_abi = kernel_abi.take_record(op).to_dict()
             name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
-            kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
-    metadata = {
-        "format": "gnnc-shared-object",
+            records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
+    return records
+
+
+def _metadata(kind: str, source: str, file: str, options: CompileOptions, target: dict, kernels: list) -> dict:
+    """The metadata record a compiled object carries; `target` says what it was built for."""
+    return {
+        "format": kind,
         # the source travels with the object, so a call with schedule= can
         # compile a variant without the .gnn file
-        "source": original_source,
+        "source": source,
         "file": file,
         "schedule": options.schedule,
         # what else the variant must be compiled with (module.Kernel._variant)
         "options": variant_options(options),
         "gnnc_version": __version__,
         "abi_version": abi.ABI_VERSION,
-        "target": options.target,
-        "cpu": target.metadata(),
-        "kernels": kernel_records,
+        **target,
+        "kernels": kernels,
     }
-    result.metadata = metadata
+
+
+def _emit_cpu(
+    result: CompileResult,
+    module: ModuleOp,
+    signatures: dict,
+    source: str,
+    file: str,
+    options: CompileOptions,
+    record: Callable[[str, str], None],
+    stop_after: str | None,
+) -> CompileResult:
+    """LLVM IR with the metadata record embedded, optimised to object code (CPU, cuda-emulation)."""
+    from gnnc.target.cpu import codegen
+    from gnnc.target.llvm.translate import translate_module
+
+    target = codegen.resolve_cpu(options.cpu)
+    kernels = _kernel_records(module, signatures)
+    result.metadata = _metadata(
+        "gnnc-shared-object", source, file, options, {"target": options.target, "cpu": target.metadata()}, kernels
+    )
     ir_module = translate_module(module, module_name=Path(file).stem or "gnnc")
-    codegen.embed_metadata(ir_module, metadata)
+    codegen.embed_metadata(ir_module, result.metadata)
     record("translate-to-llvm", str(ir_module))
     if stop_after == "llvm":
         return result
@@ -246,41 +295,22 @@ def compile_source(
     return result
 
 
-def _cuda_backend(
+def _emit_cuda(
     result: CompileResult,
     module: ModuleOp,
     signatures: dict,
-    original_source: str,
+    source: str,
     file: str,
     options: CompileOptions,
     record: Callable[[str, str], None],
     stop_after: str | None,
 ) -> CompileResult:
     """NVVM IR and PTX for the cuda target; the PTX starts with the metadata record."""
-    from xdsl.dialects import func
-
-    from gnnc.ir import kernel_abi
     from gnnc.target.cuda import codegen
     from gnnc.target.llvm.translate import NVPTX_TRIPLE, translate_module
 
-    kernel_records = []
-    for op in module.ops:
-        if isinstance(op, func.FuncOp) and kernel_abi.has_record(op):
-            record_abi = kernel_abi.take_record(op).to_dict()
-            name = op.sym_name.data.removeprefix(abi.SYMBOL_PREFIX)
-            kernel_records.append({**signatures[name], "symbol": op.sym_name.data, "abi": record_abi})
-    result.metadata = {
-        "format": "gnnc-ptx",
-        "source": original_source,
-        "file": file,
-        "schedule": options.schedule,
-        "options": variant_options(options),
-        "gnnc_version": __version__,
-        "abi_version": abi.ABI_VERSION,
-        "target": "cuda",
-        "arch": options.arch,
-        "kernels": kernel_records,
-    }
+    kernels = _kernel_records(module, signatures)
+    result.metadata = _metadata("gnnc-ptx", source, file, options, {"target": "cuda", "arch": options.arch}, kernels)
     ir_module = translate_module(module, module_name=Path(file).stem or "gnnc", triple=NVPTX_TRIPLE)
     record("translate-to-nvvm", str(ir_module))
     if stop_after in ("llvm", "nvvm"):

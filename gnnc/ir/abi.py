@@ -57,20 +57,17 @@ INTERLEAVE_ATTR = "gnnc.interleave_count"
 #: (`llvm.loop.vectorize.enable` false). Set on in-edge walks, whose
 #: iterations gather rows at random: vectorised across edges (which LLVM does
 #: once no prefetch call is in the way) every feature becomes a gather and the
-#: row a stack of spilled vectors (sage_max, `vectorize 32; prefetch 0`: 3-4x
-#: slower than scalar edges). Set on head loops too (a feature loop around
-#: other loops): with literal sizes LLVM unrolls the inner row loop first,
-#: then vectorised the head loop, a gather and a scatter per feature across
-#: the heads (gat at H = 4, F = 32 written with literal sizes: 3.5x slower
-#: than with the sizes given at run time).
+#: row a stack of spilled vectors. Set on head loops too (a feature loop
+#: around other loops): with literal sizes LLVM unrolls the inner row loop
+#: first, then vectorises the head loop, a gather and a scatter per feature
+#: across the heads. Measurements: docs/design/specialization.md.
 NO_VECTORIZE_ATTR = "gnnc.no_vectorize"
 
 #: Discardable `scf.for` attribute: LLVM must not unroll this loop
 #: (`llvm.loop.unroll.disable`). Set on a dot's reduction loop: at a literal
-#: length LLVM unrolled it fully before the loop vectoriser ran, and the SLP
-#: vectoriser left a chain of scalar FMAs (attention at H = 4, D = 32
-#: written with literal sizes: 2.6x slower than with the sizes at run time);
-#: kept a loop, it is vectorised like a loop of run-time length.
+#: length LLVM unrolls it fully before the loop vectoriser runs, and the SLP
+#: vectoriser leaves a chain of scalar FMAs; kept a loop, it is vectorised
+#: like a loop of run-time length (docs/design/specialization.md).
 NO_UNROLL_ATTR = "gnnc.no_unroll"
 
 #: Discardable `func.func` attribute: the width in bits of the vectors LLVM

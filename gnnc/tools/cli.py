@@ -1,12 +1,15 @@
 """The `gnnc` command line: compile, check, tune, passes.
 
 Errors a user can cause print as `gnnc: error: ...` (source errors with their
-location and caret) and exit with status 1, without a traceback.
+location and caret) and exit with status 1, without a traceback. A reader
+that closes the output pipe early (`gnnc passes | head`) ends the command
+quietly, with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -268,7 +271,15 @@ def _option_docs(cls: type) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"compile": _compile, "check": _check, "passes": _passes, "tune": _tune}[args.command](args)
+        status = {"compile": _compile, "check": _check, "passes": _passes, "tune": _tune}[args.command](args)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's flush at exit
+        return status
+    except BrokenPipeError:
+        # the reader closed the pipe (`gnnc passes | head`): stop quietly, with the status
+        # Python's docs advise; stdout goes to devnull so that the flush at exit cannot fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except GnncError as exc:
         from gnnc.errors import SourceError
 

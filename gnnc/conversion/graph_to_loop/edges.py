@@ -156,10 +156,10 @@ class EdgeEmission(ValueEmission):
         scalar, and with the row accumulators live across it. Split, the
         head loop has no loop inside, so LLVM vectorises it across heads
         (once expand-exp has made exp arithmetic); the values the rows need
-        pass through a per-worker scratch row. gat, 2 threads, split against
-        shared, both with inline exp: rmat-16 H=4 F=32 1.60x, H=8 F=16 1.99x,
-        H=4 F=128 1.05x, unspecialised H=4 F=32 1.16x; mdual H=4 F=32 1.26x;
-        H=1 unchanged. With libm's exp the split alone is neutral (1.01x).
+        pass through a per-worker scratch row. Split where the work takes a
+        transcendental function or an edge softmax (`costly`), and only with
+        `split_heads` (the CPU). Measurements: docs/design/llvm-translation.md
+        ("Head loops split for exp").
         """
         heads = list(shape[:-1])
         depth = len(heads)
