@@ -34,6 +34,13 @@ def test_filecheck(path: Path, tmp_path: Path) -> None:
     )
 
 
+def test_every_pass_has_a_filecheck_test() -> None:
+    """A pass in `gnnc-opt`'s registry needs tests/filecheck/<layer>/<pass-name>.mlir."""
+    tested = {p.stem for p in FILES}
+    missing = sorted(set(pipeline.PASSES) - tested)
+    assert not missing, f"passes without a FileCheck test in {SUITE}: {', '.join(missing)}"
+
+
 def test_every_filecheck_test_names_a_pass() -> None:
     """A file is named after the pass it tests, so a renamed pass does not leave its tests behind."""
     unknown = sorted(str(p.relative_to(SUITE)) for p in FILES if p.stem not in pipeline.PASSES)

@@ -1,5 +1,4 @@
 // RUN: gnnc-opt %s --split-input-file --verify-diagnostics -p convert-loop-to-openmp | filecheck %s
-// RUN: gnnc-opt %s --split-input-file --verify-diagnostics -p 'convert-loop-to-openmp{parallel=dst}' | filecheck %s
 // RUN: not gnnc-opt %s -p 'convert-loop-to-openmp{parallel=src}' 2>&1 | filecheck %s --check-prefix=ERR
 
 // ERR: gnnc-opt: error: convert-loop-to-openmp{parallel="src"}: expected 'dst' after 'parallel', found 'src'
