@@ -415,6 +415,25 @@ def test_gnnc_opt_refuses_a_bad_option_cleanly(tmp_path, passes, message):
     assert proc.stderr.startswith("gnnc-opt: error: ") and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("builtin.module {\n  graph.nonsense\n}\n", "Operation graph.nonsense is not registered"),
+        (
+            "func.func @k() {\n  loop.for_partition 0 {\n  ^bb0(%p: index):\n    loop.yield\n  }\n  func.return\n}\n",
+            "'loop.for_partition' needs at least one partition, got 0",
+        ),
+    ],
+)
+def test_gnnc_opt_refuses_bad_ir_cleanly(tmp_path, text, message):
+    """IR that does not parse, or does not verify, is the user's error: a message, not a traceback."""
+    path = tmp_path / "bad.mlir"
+    path.write_text(text)
+    proc = gnnc_opt(path)
+    assert_clean_error(proc)
+    assert proc.stderr.startswith("gnnc-opt: error: ") and message in proc.stderr, proc.stderr
+
+
 def test_passes_lists_every_pass_with_its_summary_and_options():
     proc = gnnc_cli("passes")
     assert proc.returncode == 0, proc.stderr

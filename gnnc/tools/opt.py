@@ -5,8 +5,11 @@
 
 Every IR dump gnnc writes can be read back and pushed through any pass here,
 with the options `gnnc passes` lists, which is how the per-pass IR tests
-work. Errors a user can cause (a bad option, a kernel a pass refuses) print
-as `gnnc-opt: error: ...` and exit with status 1, as `gnnc`'s do.
+work. Errors a user can cause (a bad option, a kernel a pass refuses, IR
+that does not parse or verify) print as `gnnc-opt: error: ...` and exit
+with status 1, as `gnnc`'s do. A pass refusing its input is xDSL's
+`PassFailedException`, so `--verify-diagnostics` prints its message and
+goes on to the next chunk of a `--split-input-file` input.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
 
-from xdsl.utils.exceptions import ArgSpecParseError
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, PassFailedException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from gnnc.errors import GnncError
@@ -45,6 +49,12 @@ class GnncOptMain(xDSLOptMain):
         for name, pass_type in PASSES.items():
             self.register_pass(name, _returning(pass_type))
 
+    def apply_passes(self, prog: ModuleOp) -> None:
+        try:
+            super().apply_passes(prog)
+        except GnncError as exc:
+            raise PassFailedException(str(exc)) from exc
+
 
 def _fail(exc: BaseException) -> NoReturn:
     print(f"gnnc-opt: error: {exc}", file=sys.stderr)
@@ -58,7 +68,7 @@ def main(args: Sequence[str] | None = None) -> None:
         _fail(exc)
     try:
         opt.run()
-    except GnncError as exc:
+    except (GnncError, DiagnosticException, ParseError) as exc:
         _fail(exc)
 
 

@@ -1,0 +1,137 @@
+// RUN: gnnc-opt %s --split-input-file --verify-diagnostics -p convert-graph-to-loop | filecheck %s
+// RUN: gnnc-opt %s --split-input-file --verify-diagnostics -p 'convert-graph-to-loop{target=cuda}' | filecheck %s --check-prefix=CUDA
+// RUN: gnnc-opt %s --split-input-file --verify-diagnostics -p 'convert-graph-to-loop{partition=2}' | filecheck %s --check-prefix=PART
+// RUN: not gnnc-opt %s -p 'convert-graph-to-loop{simd=100}' 2>&1 | filecheck %s --check-prefix=ERR
+
+// ERR: gnnc-opt: error: convert-graph-to-loop{simd=100}: expected '128', '256' or '512' after 'simd', found '100'
+
+// gcn: out[v] = sum(w[e] * x[u]) becomes @gnnc_gcn with the gnnc ABI (the graph
+// arguments, then x, w and out as flat buffers) and one destination sweep:
+// zero the row, then per in-edge (pos, u, e) load w[e] and add w[e] * x[u] to it.
+
+builtin.module {
+  func.func @gcn(%x: !graph.tensor<V, f32, [F]>, %w: !graph.tensor<E, f32, []>) -> !graph.value<A, f32, [F]> attributes {graph.param_names = ["x", "w"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [F]>], graph.single_result} {
+    %we = graph.gather %w "edge" : !graph.tensor<E, f32, []> -> !graph.value<E, f32, []>
+    %xu = graph.gather %x "src" : !graph.tensor<V, f32, [F]> -> !graph.value<S, f32, [F]>
+    %msg = graph.binary mul %we, %xu : (!graph.value<E, f32, []>, !graph.value<S, f32, [F]>) -> !graph.value<E, f32, [F]>
+    %out = graph.aggregate sum %msg : !graph.value<E, f32, [F]> -> !graph.value<A, f32, [F]>
+    func.return %out : !graph.value<A, f32, [F]>
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_gcn(
+// CHECK-SAME:    [[NV:%[0-9]+]]: index, {{%[0-9]+}}: index, [[NT:%[0-9]+]]: index, [[NB:%[0-9]+]]: index,
+// CHECK-SAME:    [[BLOCKS:%[0-9]+]]: memref<?xi64> {llvm.noalias, llvm.readonly}, {{%[0-9]+}}: memref<?xi64> {llvm.noalias, llvm.readonly},
+// CHECK-SAME:    [[INDPTR:%[0-9]+]]: memref<?xi64> {llvm.noalias, llvm.readonly}, [[SRC:%[0-9]+]]: memref<?xi64> {llvm.noalias, llvm.readonly}, [[EID:%[0-9]+]]: memref<?xi64> {llvm.noalias, llvm.readonly},
+// CHECK-SAME:    {{%[0-9]+}}: memref<?xf32> {llvm.noalias, llvm.readonly}, {{%[0-9]+}}: memref<?xf32> {llvm.noalias, llvm.readonly},
+// CHECK-SAME:    [[DIMS:%[0-9]+]]: memref<?xi64> {llvm.noalias, llvm.readonly}, {{%[0-9]+}}: memref<?xf32> {llvm.noalias},
+// CHECK-SAME:    [[X:%[0-9]+]]: memref<?xf32> {llvm.noalias, llvm.readonly}, [[W:%[0-9]+]]: memref<?xf32> {llvm.noalias, llvm.readonly}, [[OUT:%[0-9]+]]: memref<?xf32> {llvm.noalias})
+// CHECK-SAME:    gnnc.ir.abi = "{{.*}}\22dims\22: [\22F\22]{{.*}}\22partitions\22: null, \22phases\22: [{{.*}}\22edge_walks\22: 1{{.*}}\22schedule_given\22: false{{.*}}\22source_sweep\22: false, \22stream\22: false
+// CHECK:         [[F64:%[0-9]+]] = memref.load [[DIMS]][{{%[0-9]+}}] : memref<?xi64>
+// CHECK-NEXT:    [[F:%[0-9]+]] = arith.index_cast [[F64]] : i64 to index
+// CHECK:         loop.for_dst [[NV]] blocks [[BLOCKS]]{{\[}}[[NB]]{{\]}} threads [[NT]] schedule {parallel = "dst", order = "identity"} : memref<?xi64> {
+// CHECK-NEXT:    ^bb0([[V:%[0-9]+]]: index, {{%[0-9]+}}: index):
+// CHECK:           loop.for_feature [[F]] dim "F" {
+// CHECK:             memref.store {{%[0-9]+}}, [[OUT]][{{%[0-9]+}}] : memref<?xf32>
+// CHECK:           loop.for_in_edges [[V]] in [[INDPTR]], [[SRC]], [[EID]] : memref<?xi64>, memref<?xi64>, memref<?xi64> {
+// CHECK-NEXT:      ^bb0({{%[0-9]+}}: index, [[U:%[0-9]+]]: index, [[E:%[0-9]+]]: index):
+// CHECK-NEXT:        [[WI:%[0-9]+]] = arith.muli [[E]], {{%[0-9]+}} : index
+// CHECK-NEXT:        [[WE:%[0-9]+]] = memref.load [[W]]{{\[}}[[WI]]{{\]}} : memref<?xf32>
+// CHECK-NEXT:        loop.for_feature [[F]] dim "F" {
+// CHECK-NEXT:        ^bb0([[I:%[0-9]+]]: index):
+// CHECK-NEXT:          [[O:%[0-9]+]] = arith.addi {{%[0-9]+}}, [[I]] : index
+// CHECK-NEXT:          [[ACC:%[0-9]+]] = memref.load [[OUT]]{{\[}}[[O]]{{\]}} : memref<?xf32>
+// CHECK-NEXT:          [[UROW:%[0-9]+]] = arith.muli [[U]], {{%[0-9]+}} : index
+// CHECK-NEXT:          [[XI:%[0-9]+]] = arith.addi [[UROW]], [[I]] : index
+// CHECK-NEXT:          [[XU:%[0-9]+]] = memref.load [[X]]{{\[}}[[XI]]{{\]}} : memref<?xf32>
+// CHECK-NEXT:          [[MSG:%[0-9]+]] = arith.mulf [[WE]], [[XU]] : f32
+// CHECK-NEXT:          [[SUM:%[0-9]+]] = arith.addf [[ACC]], [[MSG]] : f32
+// CHECK-NEXT:          memref.store [[SUM]], [[OUT]]{{\[}}[[O]]{{\]}} : memref<?xf32>
+// CHECK-NOT:     graph.
+
+// CUDA-LABEL: func.func @gnnc_gcn(
+// CUDA:         loop.for_dst {{.*}} schedule {parallel = "dst", order = "identity"}
+// CUDA:           loop.for_in_edges
+
+// A partition option gives the kernel the partitioned in-CSR (part_indptr,
+// part_src, part_eid after acc_rows) and its sweep the `partition` entry that
+// partition-sources implements; the ABI record says the schedule was given.
+// PART-LABEL: func.func @gnnc_gcn(
+// PART-SAME:    memref<?xf32> {llvm.noalias}, {{%[0-9]+}}: memref<?xf32> {llvm.noalias}, {{%[0-9]+}}: memref<?xi64> {llvm.noalias, llvm.readonly}, {{%[0-9]+}}: memref<?xi64> {llvm.noalias, llvm.readonly}, {{%[0-9]+}}: memref<?xi64> {llvm.noalias, llvm.readonly})
+// PART-SAME:    \22partitions\22: 2,{{.*}}\22schedule_given\22: true
+// PART:         loop.for_dst {{.*}} schedule {parallel = "dst", order = "identity", partition = 2 : i64}
+
+// -----
+
+// mlp_aggr after transform-before-gather (y = x @ W read at u and v). On the
+// CPU, y is computed by a sweep over the source rows (`parallel = "sources"`,
+// its blocks in src_blocks) before the destination sweep; the cuda lowering
+// computes it in a destination sweep of its own instead.
+
+builtin.module {
+  func.func @mlp_aggr(%x: !graph.tensor<V, f32, [D1]>, %W: !graph.tensor<P, f32, [D1, D2]>) -> !graph.value<A, f32, [D2]> attributes {graph.param_names = ["x", "W"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [D2]>], graph.single_result} {
+    %xv = graph.gather %x "dst" : !graph.tensor<V, f32, [D1]> -> !graph.value<D, f32, [D1]>
+    %Wp = graph.gather %W "param" : !graph.tensor<P, f32, [D1, D2]> -> !graph.value<P, f32, [D1, D2]>
+    %xW = graph.matvec %xv, %Wp : (!graph.value<D, f32, [D1]>, !graph.value<P, f32, [D1, D2]>) -> !graph.value<D, f32, [D2]>
+    %y = graph.materialize %xW : !graph.value<D, f32, [D2]> -> !graph.tensor<V, f32, [D2]>
+    %yu = graph.gather %y "src" : !graph.tensor<V, f32, [D2]> -> !graph.value<S, f32, [D2]>
+    %yv = graph.gather %y "dst" : !graph.tensor<V, f32, [D2]> -> !graph.value<D, f32, [D2]>
+    %e = graph.binary add %yu, %yv : (!graph.value<S, f32, [D2]>, !graph.value<D, f32, [D2]>) -> !graph.value<E, f32, [D2]>
+    %r = graph.unary relu %e : !graph.value<E, f32, [D2]> -> !graph.value<E, f32, [D2]>
+    %out = graph.aggregate max %r : !graph.value<E, f32, [D2]> -> !graph.value<A, f32, [D2]>
+    func.return %out : !graph.value<A, f32, [D2]>
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_mlp_aggr(
+// CHECK-SAME:    \22dims\22: [\22D1\22, \22D2\22]{{.*}}\22source_sweep\22: true
+// CHECK:         loop.for_dst {{%[0-9]+}} blocks {{%[0-9]+}}{{\[}}{{%[0-9]+}}{{\]}} threads {{%[0-9]+}} schedule {parallel = "sources", order = "identity", vectorize = 32 : i64}
+// CHECK:           loop.for_feature {{%[0-9]+}} dim "D1" {
+// CHECK-NEXT:      ^bb0({{%[0-9]+}}: index):
+// CHECK:             loop.for_feature {{%[0-9]+}} dim "D2" {
+// CHECK:         loop.for_dst {{.*}} schedule {parallel = "dst", order = "identity"}
+// CHECK:           loop.for_in_edges
+// CHECK-NOT:     loop.for_dst
+
+// CUDA-LABEL: func.func @gnnc_mlp_aggr(
+// CUDA-SAME:    \22source_sweep\22: false
+// CUDA-NOT:     parallel = "sources"
+// CUDA:         loop.for_dst {{.*}} schedule {parallel = "dst", order = "identity"}
+// CUDA-NOT:       loop.for_in_edges
+// CUDA:           loop.for_feature {{%[0-9]+}} dim "D1"
+// CUDA:         loop.for_dst {{.*}} schedule {parallel = "dst", order = "identity"}
+// CUDA:           loop.for_in_edges
+
+// PART-LABEL: func.func @gnnc_mlp_aggr(
+// PART:         schedule {parallel = "sources", order = "identity", vectorize = 32 : i64}
+// PART:         schedule {parallel = "dst", order = "identity", partition = 2 : i64}
+
+// -----
+
+// `stream outputs`: the row is built in the worker's row of acc_rows (the
+// argument after out) and written to out once, whole, by a streaming copy.
+// Source partitions build a row in pieces: the option is refused for this kernel.
+
+builtin.module {
+  func.func @gcn_stream(%x: !graph.tensor<V, f32, [F]>, %w: !graph.tensor<E, f32, []>) -> !graph.value<A, f32, [F]> attributes {graph.param_names = ["x", "w"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [F]>], graph.single_result, graph.schedule = {cpu.stream = "outputs"}} {
+    %we = graph.gather %w "edge" : !graph.tensor<E, f32, []> -> !graph.value<E, f32, []>
+    %xu = graph.gather %x "src" : !graph.tensor<V, f32, [F]> -> !graph.value<S, f32, [F]>
+    %msg = graph.binary mul %we, %xu : (!graph.value<E, f32, []>, !graph.value<S, f32, [F]>) -> !graph.value<E, f32, [F]>
+    %out = graph.aggregate sum %msg : !graph.value<E, f32, [F]> -> !graph.value<A, f32, [F]>
+    func.return %out : !graph.value<A, f32, [F]>
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_gcn_stream(
+// CHECK-SAME:    [[OUT:%[0-9]+]]: memref<?xf32> {llvm.noalias}, [[ACC:%[0-9]+]]: memref<?xf32> {llvm.noalias})
+// CHECK-SAME:    \22schedule_given\22: true{{.*}}\22stream\22: true
+// CHECK:         loop.for_dst {{.*}} {
+// CHECK-NEXT:    ^bb0([[V:%[0-9]+]]: index, {{%[0-9]+}}: index):
+// CHECK:           [[BASE:%[0-9]+]] = arith.addi {{%[0-9]+}}, {{%[0-9]+}} : index
+// CHECK-NEXT:      loop.for_feature
+// CHECK:           loop.for_in_edges
+// CHECK:               memref.store {{%[0-9]+}}, [[ACC]]
+// CHECK:           [[VROW:%[0-9]+]] = arith.muli [[V]], [[ROW:%[0-9]+]] : index
+// CHECK-NEXT:      llvm_ext.stream_copy [[ACC]]{{\[}}[[BASE]]{{\]}} to [[OUT]]{{\[}}[[VROW]]{{\]}} count [[ROW]] : memref<?xf32>, memref<?xf32>
+
+// PART: convert-graph-to-loop{partition=2}: 'partition src' cannot be combined with 'stream outputs' (the schedule of kernel 'gcn_stream')
