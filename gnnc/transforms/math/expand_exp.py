@@ -11,11 +11,12 @@ The expansion is Cephes': exp(x) = 2^k * exp(r) with k = round(x / ln 2)
 and |r| <= ln(2) / 2, r reduced with two fused multiply-adds. For f32,
 exp(r) = 1 + r + r^2 P(r) with Cephes' degree-5 minimax P, evaluated by
 Estrin's scheme (depth 3), within about one ulp of the exact value over
-[-104, 88.7] (tests/test_expand_exp.py bounds it). For f64, a degree-13 Taylor polynomial (under one ulp of
-truncation error on that interval). 2^k is built from the exponent bits in
-two halves so that results near overflow and in the subnormal range stay
-exact. NaN stays NaN, large x gives +inf, very negative x gives 0.
-`--disable-pass expand-exp` keeps the libm call on the CPU.
+[-104, 88.7] (tests/test_expand_exp.py bounds it). For f64, a degree-13
+Taylor polynomial (under one ulp of truncation error on that interval). 2^k
+is built from the exponent bits in two halves so that results near overflow
+and in the subnormal range stay exact. NaN stays NaN, large x gives +inf,
+very negative x gives 0. `--disable-pass expand-exp` keeps the libm call on
+the CPU.
 """
 
 from __future__ import annotations
