@@ -338,7 +338,8 @@ def test_the_gpu_runtime_logs_the_default_mapping_of_a_call(tmp_path, monkeypatc
     monkeypatch.setattr(heuristic, "default_cuda_mappings", lambda graph, row: ["thread_vertex"])
     assert kernel._default_variant(GRAPH, {"F": 4}) is None
     monkeypatch.setattr(heuristic, "default_cuda_mappings", lambda graph, row: ["warp_vertex"])
-    variant = kernel._default_variant(GRAPH, {"F": 4})
+    # the decision is made once per graph and sizes: the new default decides for a new graph
+    variant = kernel._default_variant(gnnc.Graph(GRAPH), {"F": 4})
     assert isinstance(variant, cuda_runtime.CudaKernel) and variant._grid.mapping == "warp_vertex"
     shape = f"V={GRAPH.num_vertices} E={GRAPH.num_edges} {{'F': 4}}"
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name != "gnnc.driver.compiler"] == [

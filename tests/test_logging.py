@@ -58,7 +58,8 @@ def test_each_call_logs_the_schedule_the_default_picked(monkeypatch, caplog):
 
     caplog.clear()
     monkeypatch.setattr(heuristic, "kernel_default", lambda kernel, graph, dims: None)
-    module.agg(GRAPH, X)
+    # the decision is made once per graph and sizes: the new default decides for a new graph
+    module.agg(gnnc.Graph(GRAPH), X)
     assert _messages(caplog, "gnnc.runtime.module") == [
         ("DEBUG", "agg: runs as compiled, the default for V=5 E=5 {'F': 8}")
     ]

@@ -414,6 +414,64 @@ def test_plans_are_cached_per_graph_and_parameters():
     assert plans.degree_order(Graph(graph)) is not plans.degree_order(graph)
 
 
+def test_build_assembles_the_arguments_a_spec_names():
+    graph = _random_graph(60, 500, seed=3)
+    base = ["num_vertices", "num_edges", "num_blocks", "dst_blocks", "dst_order", "in_indptr", "in_src", "in_eid"]
+    plain = plans.build(graph, plans.PlanSpec(threads=3, dtype="f32"))
+    assert plans.build(graph, plans.PlanSpec(threads=3, dtype="f32")) is plain  # once per graph and spec
+    n = plans.block_count_for(graph, 3)
+    assert list(plain) == [*base, "deg_in", "deg_out"]
+    assert (plain["num_vertices"], plain["num_edges"], plain["num_blocks"]) == (60, 500, n)
+    assert plain["dst_blocks"] is plans.balanced_blocks(graph, n)
+    assert plain["dst_order"] is plans.destination_order(graph, "identity")
+    assert plain["in_src"] is graph.in_src and plain["deg_in"] is graph.kernel_degrees("f32")[0]
+    with pytest.raises(TypeError):
+        plain["in_src"] = graph.in_src  # the mapping is read-only
+    every = plans.PlanSpec(
+        threads=2, dtype="f64", order="degree", ordered_edges=True, source_blocks=True, partitions=2, groups=4
+    )
+    got = plans.build(graph, every)
+    order = plans.degree_order(graph)
+    assert got["dst_order"] is order and got["deg_out"] is graph.kernel_degrees("f64")[1]
+    assert np.array_equal(got["dst_blocks"], plans.balanced_blocks(graph, plans.block_count_for(graph, 2), order=order))
+    assert got["in_indptr"] is plans.ordered_in_csr(graph, "degree")[0]
+    assert got["src_blocks"] is plans.source_blocks(graph, 2)
+    assert list(got["src_meta"]) == [60, got["src_blocks"].shape[0] - 1]
+    assert got["part_src"] is plans.source_partitions(graph, 2)[2]
+    group_dst, _, offsets = plans.split_neighbor_groups(graph, 4)
+    assert got["group_blocks"] is plans.group_blocks(graph, 4, 2) and got["group_offsets"] is offsets
+    assert list(got["group_meta"]) == [got["group_blocks"].shape[0] - 1, group_dst.shape[0]]
+    grouped = plans.build(graph, plans.PlanSpec(threads=2, dtype="f32", blocks=plans.Blocks.GROUPED, groups=4))
+    assert grouped["dst_blocks"] is plans.grouped_blocks(graph, 4, plans.block_count_for(graph, 2))
+    hilbert = plans.build(graph, plans.PlanSpec(threads=2, dtype="f32", blocks=plans.Blocks.EDGES, hilbert=True))
+    assert hilbert["dst_blocks"] is plans.edge_blocks(graph, plans.block_count_for(graph, 2))
+    assert hilbert["hilbert_eid"] is plans.hilbert_edge_order(graph)[2]
+    whole = plans.build(graph, plans.PlanSpec(threads=512, dtype="f32", blocks=plans.Blocks.WHOLE))
+    assert list(whole["dst_blocks"]) == [0, 60] and whole["num_blocks"] == 1
+    for built in (plain, got, grouped, hilbert, whole):
+        for value in built.values():
+            if isinstance(value, np.ndarray):
+                assert value.flags.c_contiguous and not value.flags.writeable
+
+
+def test_build_gives_an_empty_graph_pointers_a_kernel_may_read():
+    graph = Graph.from_coo(np.zeros(0, np.int64), np.zeros(0, np.int64), num_vertices=0)
+    built = plans.build(graph, plans.PlanSpec(threads=2, dtype="f32", groups=2))
+    assert built["num_blocks"] == 0
+    assert all(built[name].shape[0] >= 1 for name in ("deg_in", "deg_out", "group_dst", "group_bounds"))
+
+
+def test_a_hybrid_row_wider_than_shared_memory_names_the_mapping():
+    graph = _random_graph(10, 40)
+    hybrid = plans.Hybrid("warp_vertex", 4, (1 << 20,), 4)
+    with pytest.raises(ArgumentError, match="map warp_vertex hybrid 4: one source's rows take"):
+        plans.build(graph, plans.PlanSpec(threads=1, dtype="f32", hybrid=hybrid))
+    fits = plans.Hybrid("warp_vertex", 4, (8, 16), 4)
+    built = plans.build(graph, plans.PlanSpec(threads=1, dtype="f32", hybrid=fits))
+    hot = built["hybrid_hot"]
+    assert fits.shared_bytes(hot) == [int(hot[0]) * 8 * 4, int(hot[0]) * 16 * 4] and hot[0] > 0
+
+
 def test_runtime_plans_do_not_import_the_compiler():
     import subprocess
     import sys

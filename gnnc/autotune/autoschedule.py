@@ -2,9 +2,9 @@
 
 In that order: an entry of the tuning cache for this kernel, graph
 signature, feature sizes and machine; the predictor's pick from the nearest
-tuned cases (`predictor.py`); the default heuristic. The choice of a graph
-and sizes is remembered on the graph, so only the first call pays for the
-lookup.
+tuned cases (`predictor.py`); the default heuristic. `decision.decide` asks
+once per graph and call shape, and keeps its decision on the graph, so only
+the first call pays for the lookup.
 """
 
 from __future__ import annotations
@@ -31,19 +31,8 @@ class Choice:
 
 
 def choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache | None = None) -> Choice:
-    """What `schedule="auto"` runs for this call."""
-    memo_key = ("autoschedule", id(kernel), tuple(sorted(dims.items())))
-    if cache is None:
-        memo = graph.plans.get(memo_key)
-        if memo is not None:
-            return memo
-    choice = _choose(kernel, graph, dims, cache or _CACHE)
-    if cache is None:
-        graph.plans[memo_key] = choice
-    return choice
-
-
-def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -> Choice:
+    """What `schedule="auto"` runs for this call (skipping predictions the kernel refused)."""
+    cache = cache or _CACHE
     source = kernel._metadata.get("source")
     signature = graph.signature()
     if source is not None:
@@ -66,8 +55,3 @@ def _choose(kernel: Any, graph: Any, dims: dict[str, int], cache: TuningCache) -
             return Choice(fitted, threads, "predicted")
     default = heuristic.kernel_default(kernel, graph, dims)
     return Choice("; ".join(default.splitlines()) if default else "", None, "default")
-
-
-def forget(kernel: Any, graph: Any, dims: dict[str, int]) -> None:
-    """Drops the remembered choice (after the compiler refused it)."""
-    graph.plans.pop(("autoschedule", id(kernel), tuple(sorted(dims.items()))), None)

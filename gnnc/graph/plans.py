@@ -9,6 +9,11 @@ C-contiguous and read-only, so a kernel can take them without a copy.
     bounds = balanced_blocks(graph, block_count_for(graph, threads))
     src, dst, eid = hilbert_edge_order(graph)
 
+A kernel call takes every plan its compiled kernel reads in one step:
+``build(graph, spec)`` with a ``PlanSpec`` (what the kernel's ABI record
+asks for, and the thread count the blocks are cut for) returns the graph
+arguments by ABI name, assembled once per graph and spec.
+
 Origins: balanced destination blocks and neighbour grouping split skewed
 work (Huang et al.; Seastar sorts by degree); MinHash vertex order is Huang
 et al.'s locality-aware scheduling, reverse Cuthill-McKee order the same idea
@@ -21,7 +26,10 @@ from __future__ import annotations
 import functools
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -30,8 +38,12 @@ from gnnc.errors import ArgumentError
 from gnnc.ir import abi
 
 __all__ = [
+    "Blocks",
+    "Hybrid",
+    "PlanSpec",
     "balanced_blocks",
     "block_count_for",
+    "build",
     "degree_order",
     "default_partition_count",
     "edges_in_long_walks",
@@ -670,11 +682,140 @@ def hybrid_plan(
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(hot, slot, shared bytes per launch) of a `map ... hybrid K` grid record: the
     sources staged in shared memory (hybrid_sources) and what each launch needs."""
-    rows = abi.hybrid_row_elements(grid, dims)
-    widest = max(rows, default=0) * itemsize
+    assert grid.hybrid is not None, "a grid without hybrid staging has no hybrid plan"
+    hybrid = Hybrid(grid.mapping, grid.hybrid, tuple(abi.hybrid_row_elements(grid, dims)), itemsize)
+    hot, slot = _hybrid_sources(graph, hybrid)
+    return hot, slot, hybrid.shared_bytes(hot)
+
+
+def _hybrid_sources(graph: Any, hybrid: Hybrid) -> tuple[np.ndarray, np.ndarray]:
+    widest = max(hybrid.rows, default=0) * hybrid.itemsize
     try:
-        assert grid.hybrid is not None, "a grid without hybrid staging has no hybrid plan"
-        hot, slot = hybrid_sources(graph, grid.hybrid, widest, abi.SHARED_MEMORY_BYTES)
+        return hybrid_sources(graph, hybrid.sources, widest, abi.SHARED_MEMORY_BYTES)
     except ArgumentError as exc:
-        raise ArgumentError(f"map {grid.mapping} hybrid {grid.hybrid}: {exc}") from None
-    return hot, slot, [int(hot[0]) * r * itemsize for r in rows]
+        raise ArgumentError(f"map {hybrid.mapping} hybrid {hybrid.sources}: {exc}") from None
+
+
+# ------------------------------------------------------ the plans of a call
+
+
+class Blocks(StrEnum):
+    """How `dst_blocks` cuts a kernel's destination sweep into the blocks its workers take."""
+
+    #: destinations of about equal work, in the kernel's destination order (balanced_blocks)
+    BALANCED = "balanced"
+    #: even runs of the Hilbert edge list, for `order edges hilbert` (edge_blocks)
+    EDGES = "edges"
+    #: destinations weighed by their neighbour groups, for `group neighbors G` (grouped_blocks)
+    GROUPED = "grouped"
+    #: one block of every destination: a GPU grid, which does not read the blocks
+    WHOLE = "whole"
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """FeatGraph's hybrid partitioning of a `map ... hybrid K` grid (hybrid_sources)."""
+
+    #: the mapping, for the error a too-wide row gets
+    mapping: str
+    #: K: the sources to stage in shared memory, at most
+    sources: int
+    #: per launch, the elements one staged source takes (abi.hybrid_row_elements)
+    rows: tuple[int, ...]
+    itemsize: int
+
+    def shared_bytes(self, hot: np.ndarray) -> list[int]:
+        """The dynamic shared memory of each launch, for the sources `hot` stages."""
+        return [int(hot[0]) * r * self.itemsize for r in self.rows]
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """The per-graph arguments one compiled kernel reads, as its ABI record asks for them.
+
+    `build` turns it into arrays for a graph. The defaults are a kernel without
+    a schedule: balanced blocks in id order over the in-CSR.
+    """
+
+    #: the workers the blocks are cut for (`block_count_for`, `source_blocks`, `group_blocks`)
+    threads: int
+    #: the kernel's float type ("f32" or "f64"), of the degree arrays
+    dtype: str
+    #: the destination order positions map through (`destination_order`)
+    order: str = "identity"
+    blocks: Blocks = Blocks.BALANCED
+    #: the in-CSR laid out by position in `order` (`ordered_in_csr`)
+    ordered_edges: bool = False
+    #: even blocks of source rows for a source sweep (`source_blocks`)
+    source_blocks: bool = False
+    #: `partition src K`: K (`source_partitions`)
+    partitions: int | None = None
+    #: `order edges hilbert`: the Hilbert edge list (`hilbert_edge_order`)
+    hilbert: bool = False
+    #: `group neighbors G`: G (`split_neighbor_groups`, `group_blocks`)
+    groups: int | None = None
+    hybrid: Hybrid | None = None
+
+
+def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
+    """The graph arguments of a kernel call, by ABI argument name (`abi.ARGUMENT_GROUPS`):
+    the counts, blocks, destination order, in-CSR and degrees, then the optional groups
+    `spec` asks for (source blocks, partitions, Hilbert edges, neighbour groups, hybrid
+    sources). Assembled once per graph and spec, from the plans cached on the graph;
+    the mapping is read-only, and so is every array in it."""
+    return _cached(graph, ("build", spec), lambda: MappingProxyType(_build(graph, spec)))
+
+
+def _nonempty(arr: np.ndarray) -> np.ndarray:
+    # an empty array has no storage: every pointer a kernel may read must be valid
+    return arr if arr.shape[0] else _readonly(np.zeros(1, dtype=arr.dtype))
+
+
+def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
+    order = destination_order(graph, spec.order)
+    if spec.blocks is Blocks.WHOLE:
+        blocks = _readonly(np.array([0, graph.num_vertices]))
+    else:
+        n_blocks = block_count_for(graph, spec.threads)
+        if spec.blocks is Blocks.EDGES:
+            blocks = edge_blocks(graph, n_blocks)
+        elif spec.blocks is Blocks.GROUPED:
+            assert spec.groups is not None, "grouped blocks need `group neighbors G`"
+            blocks = grouped_blocks(graph, spec.groups, n_blocks)
+        else:
+            blocks = balanced_blocks(graph, n_blocks, order=order)
+    in_csr = (graph.in_indptr, graph.in_src, graph.in_eid)
+    if spec.ordered_edges:
+        # the sweep walks edges by position in its order (transforms/loop/order_destinations.py)
+        in_csr = ordered_in_csr(graph, spec.order)
+    deg_in, deg_out = graph.kernel_degrees(spec.dtype)
+    values: dict[str, Any] = {
+        "num_vertices": graph.num_vertices,
+        "num_edges": graph.num_edges,
+        "num_blocks": len(blocks) - 1,
+        "dst_blocks": blocks,
+        "dst_order": order,
+        "in_indptr": in_csr[0],
+        "in_src": in_csr[1],
+        "in_eid": in_csr[2],
+        "deg_in": _nonempty(deg_in),
+        "deg_out": _nonempty(deg_out),
+    }
+    if spec.source_blocks:
+        src_blocks = source_blocks(graph, spec.threads)
+        values["src_meta"] = _readonly(np.array([graph.num_src, src_blocks.shape[0] - 1]))
+        values["src_blocks"] = src_blocks
+    if spec.partitions is not None:
+        _, values["part_indptr"], values["part_src"], values["part_eid"] = source_partitions(graph, spec.partitions)
+    if spec.hilbert:
+        values["hilbert_src"], values["hilbert_dst"], values["hilbert_eid"] = hilbert_edge_order(graph)
+    if spec.groups is not None:
+        group_dst, group_bounds, group_offsets = split_neighbor_groups(graph, spec.groups)
+        groups = group_blocks(graph, spec.groups, spec.threads)
+        values["group_meta"] = _readonly(np.array([groups.shape[0] - 1, group_dst.shape[0]]))
+        values["group_blocks"] = groups
+        values["group_dst"], values["group_bounds"] = _nonempty(group_dst), _nonempty(group_bounds)
+        values["group_offsets"] = group_offsets
+    if spec.hybrid is not None:
+        values["hybrid_hot"], values["hybrid_slot"] = _hybrid_sources(graph, spec.hybrid)
+    return values

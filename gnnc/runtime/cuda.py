@@ -33,6 +33,7 @@ import json
 import logging
 import mmap
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -41,14 +42,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from gnnc.autotune import heuristic
-from gnnc.errors import ArgumentError, CompileError, ToolchainError
+from gnnc.autotune.decision import Decision, decide, next_serial
+from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
 from gnnc.graph.graph import Graph
 from gnnc.ir import abi
+from gnnc.ir.schedule import directives_text
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook
-from gnnc.runtime.signature import _bind_args, _given_outputs, check_bipartite, pack_results, prepare_call
+from gnnc.runtime.signature import _bind_args, _given_outputs, pack_results, prepare_call
 
 _log = logging.getLogger(__name__)
 
@@ -465,90 +467,61 @@ class CudaKernel:
         )
         self._names = {g: [a.name for a in self._arguments if a.group is g] for g in abi.Group}
         self._module = module
+        self._metadata = module.metadata
         cu = module.cu
         self._functions = [
             _check(cu, cu.cuModuleGetFunction(module.handle, name.encode()), f"cuModuleGetFunction({name})")
             for name in self._phases
         ]
+        #: this kernel compiled with other mappings, by directive text (`_variant`)
         self._variants: dict[str, CudaKernel] = {}
+        #: mappings the compiler refused for this kernel: not asked for again
         self._refused: set[str] = set()
+        #: this kernel's part of the key of its decisions (autotune/decision.py)
+        self._serial = next_serial()
+
+    def _variant(self, schedule: str) -> CudaKernel:
+        """This kernel compiled with another `for cuda` schedule (needs the compiler; cached)."""
+        key = directives_text(schedule)
+        if key not in self._variants:
+            module = compile_hook.compile_variant(
+                self._metadata["source"], target="cuda", arch=self._metadata["arch"], kernels=[self.name], schedule=key
+            )
+            self._variants[key] = module.kernels[self.name]
+        return self._variants[key]
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> CudaKernel | None:
         """Without a `for cuda` schedule, the mapping the graph suggests
         (heuristic.default_cuda_mappings), compiled once per mapping; the
-        first one the compiler accepts for this kernel."""
-        source = self._module.metadata.get("source")
-        if self._grid.schedule_given or source is None:
-            _log.debug("%s: runs as compiled (its mapping was given, or it has no source to vary)", self.name)
-            return None
-        shape = graph.num_vertices, graph.num_edges, dims
-        for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(self.signature, dims)):
-            if mapping == "thread_vertex" and self._grid.mapping == mapping and self._grid.group == 1:
-                _log.debug("%s: default mapping 'map %s' (as compiled) for V=%d E=%d %s", self.name, mapping, *shape)
-                return None
-            directive = f"map {mapping}"
-            if directive in self._refused:
-                continue
-            if directive not in self._variants:
-                try:
-                    module = compile_hook.compile_variant(
-                        source,
-                        target="cuda",
-                        arch=self._module.metadata["arch"],
-                        kernels=[self.name],
-                        schedule=directive,
-                    )
-                except CompileError:
-                    self._refused.add(directive)
-                    continue
-                self._variants[directive] = module.kernels[self.name]
-            _log.debug("%s: default mapping %r for V=%d E=%d %s", self.name, directive, *shape)
-            return self._variants[directive]
-        _log.debug("%s: runs as compiled (no default mapping applies to it)", self.name)
-        return None
+        first one the compiler accepts for this kernel (autotune/decision.py).
+        None for this kernel as compiled; logs the decision as a call does."""
+        decided = decide(self, graph, dims)
+        _log.debug("%s", decided.reason)
+        return None if decided.kernel() is self else decided.kernel()
 
     def __call__(self, graph: Graph, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        """Checks the call, takes the decision for this graph and these sizes (the mapping
+        that runs), builds or fetches its plans, and launches it."""
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}")
         call = bind_call(self.signature, graph, args, kwargs, out=out)
-        dims = call.dims
-        chosen = self._default_variant(graph, dims)
-        if chosen is not None:
-            return chosen(graph, *args, out=out, **kwargs)
-        if graph.bipartite:
-            check_bipartite(self.name, self._abi, graph)
+        decided = decide(self, graph, call.dims)
+        kernel = decided.kernel()
+        assert kernel is not None, "the variants a decision names live on this kernel"
+        _log.debug("%s", decided.reason)
+        return kernel._launch(graph, call, decided, plans.build(graph, decided.plans))
+
+    def _launch(self, graph: Graph, call: BoundCall, decided: Decision, arguments: Mapping[str, Any]) -> Any:
+        """Copies the host arrays to the device, launches each phase's grid in order, copies the results back."""
         cu = self._module.cu
         itemsize = np.dtype(self._dtype).itemsize
-        blocks = abi.grid_blocks(self._grid, graph.num_vertices, graph.num_edges)
-        threads = max(1, max(blocks, default=0) * self._grid.block_size)
-        per_thread = abi.scratch_slice_elements(sum(abi.elements(s, dims) for s in self._abi.scratch), itemsize)
-        shared_bytes = [0] * len(blocks)
-        # host arrays copied to the device, and workspace sizes in elements, by argument name
-        host: dict[str, np.ndarray] = {
-            "dst_blocks": np.array([0, graph.num_vertices], dtype=np.int64),  # grids do not use them
-            "dst_order": np.arange(graph.num_vertices, dtype=np.int64),
-            "in_indptr": graph.in_indptr,
-            "in_src": graph.in_src,
-            "in_eid": graph.in_eid,
-            "dims": np.array([dims[d] for d in self._abi.dims], dtype=np.int64),
-        }
-        host["deg_in"], host["deg_out"] = graph.kernel_degrees(self._dtype)
-        workspace = {"scratch": per_thread * threads}  # never read before written
-        rows = {"V": graph.num_vertices, "E": graph.num_edges}
-        for name, temp in zip(self._names[abi.Group.TEMPS], self._abi.temps):
-            workspace[name] = rows[temp.domain] * abi.elements(temp.shape, dims)
-        if self._grid.dst_scratch:  # an edge mapping's per-destination accumulators
-            workspace["dst_scratch"] = per_thread * graph.num_vertices
-        if self._grid.hybrid is not None:
-            host["hybrid_hot"], host["hybrid_slot"], shared_bytes = plans.hybrid_plan(graph, self._grid, dims, itemsize)
-        scalars = {
-            "num_vertices": graph.num_vertices,
-            "num_edges": graph.num_edges,
-            "num_threads": threads,
-            "num_blocks": 1,
-        }
+        hybrid = decided.plans.hybrid
+        shared_bytes = hybrid.shared_bytes(arguments["hybrid_hot"]) if hybrid else [0] * len(decided.launches)
+        # host values copied to the device (scalars passed as they are), and workspace sizes in elements, by name
+        host = {**arguments, **decided.arguments}
+        workspace = dict(decided.workspace)  # never read before written
         results = [
-            _allocate_like(cu, call.template, _result_shape(r, graph, dims), self._dtype) if o is ON_DEVICE else o
+            _allocate_like(cu, call.template, _result_shape(r, graph, call.dims), self._dtype) if o is ON_DEVICE else o
             for r, o in zip(self.signature.results, call.outputs)
         ]
         for view in [*call.inputs, *call.outputs]:
@@ -561,7 +534,7 @@ class CudaKernel:
             values: list[ctypes.c_int64 | ctypes.c_void_p] = []
             for a in self._arguments:
                 if not a.pointer:
-                    values.append(ctypes.c_int64(scalars[a.name]))
+                    values.append(ctypes.c_int64(host[a.name]))
                     continue
                 if a.name in given:
                     buffers[a.name] = _argument_buffer(cu, given[a.name])
@@ -573,7 +546,7 @@ class CudaKernel:
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             # phases, in order, on the default stream; a hybrid launch with the
             # dynamic shared memory its staged rows take
-            for function, n, shared in zip(self._functions, blocks, shared_bytes, strict=True):
+            for function, n, shared in zip(self._functions, decided.launches, shared_bytes, strict=True):
                 if n:
                     _check(
                         cu,

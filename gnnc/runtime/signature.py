@@ -16,7 +16,6 @@ import numpy as np
 
 from gnnc.errors import ArgumentError
 from gnnc.graph.tensors import is_torch_tensor
-from gnnc.ir.abi import AbiRecord
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.runtime import memory
 
@@ -277,13 +276,3 @@ def pack_results(sig: KernelSignature, outputs: list[np.ndarray]) -> Any:
     if sig.single_result:
         return outputs[0]
     return {r.name: o for r, o in zip(sig.results, outputs)}
-
-
-def check_bipartite(name: str, record: AbiRecord, graph: Any) -> None:
-    """Refuses what a kernel cannot run on a bipartite graph (prepare_call checked the rows)."""
-    if any(t.read_at_src for t in record.temps):
-        raise ArgumentError(
-            f"{name}: this compiled kernel computes a vertex value per destination and reads it at sources "
-            f"(a cuda mapping has no source sweep), so it needs a square graph; the graph has "
-            f"{graph.num_src} sources and {graph.num_dst} destinations"
-        )

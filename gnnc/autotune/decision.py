@@ -1,0 +1,376 @@
+"""What a kernel call runs: one `Decision` per graph and call shape, made once.
+
+A call of a compiled kernel runs the kernel as compiled or one of its
+variants (the kernel compiled again with other schedule directives; the
+kernel builds them through the runtime's compile hook and keeps them).
+`decide` picks, for one graph and one call shape (the kernel, its sizes, the
+threads asked for, and the schedule asked for: none, `"auto"`, or directive
+text), and returns a `Decision`: the directives that run and where they came
+from (given, the default heuristic, tuned, predicted, or as compiled), the
+worker count, the per-graph plans the variant reads (`plans.PlanSpec`, which
+`plans.build` turns into arrays), the per-call workspace, and the line the
+runtime logs for each call. On the way it checks that the variant can run
+this call (a bipartite graph, `specialize`d sizes, `edges sorted`); a
+decision that raises is not kept, so every such call raises.
+
+Cached where: in the graph's `plans` dict, beside the plans, keyed by the
+kernel (a serial number no other kernel object of this process gets, so a
+collected kernel's decisions never serve another), the call's sizes, the
+threads asked for, the default thread count (OMP_NUM_THREADS, else the
+cores this process may use) and the schedule asked for. A later call of
+the same shape reads it and enters neither the heuristic nor the tuner.
+
+Invalidated when: never; it goes with the graph. A Graph is immutable, and
+a change of the default thread count is a new key. What else a decision
+reads, it reads once: the heuristic's inputs (the graph, the sizes, the
+host's caches), the tuning cache and the predictor's model for `"auto"` (a
+schedule tuned later serves graphs built later), and the compiler's answers
+(a schedule the compiler refused is remembered on the kernel, and not asked
+for again). The decision refers to the kernel that runs weakly, and the
+variants live on their kernel, so a graph keeps no compiled code alive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import Enum, StrEnum
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from gnnc.autotune import heuristic
+from gnnc.errors import ArgumentError, CompileError, SourceError
+from gnnc.graph import plans
+from gnnc.graph.plans import PlanSpec
+from gnnc.ir import abi
+from gnnc.ir.schedule import directives_text
+
+#: Schedules `schedule="auto"` tries before it runs the kernel as compiled.
+AUTO_ATTEMPTS = 8
+
+_serials = itertools.count()
+
+
+def next_serial() -> int:
+    """A number for a new kernel object that no other one of this process gets: its part of
+    the key of its decisions (an `id()` is reused once its object is collected)."""
+    return next(_serials)
+
+
+class Origin(StrEnum):
+    """Where the schedule a call runs came from."""
+
+    #: the call's `schedule=`
+    GIVEN = "given"
+    #: the default heuristic (autotune/heuristic.py), or the default cuda mapping
+    DEFAULT = "default"
+    #: `schedule="auto"`: the tuning cache's entry (`gnnc tune`)
+    TUNED = "tuned"
+    #: `schedule="auto"`: the predictor's pick (autotune/predictor.py)
+    PREDICTED = "predicted"
+    #: nobody picked: the kernel's own schedule was given, it has no source to vary, or the pick was refused
+    AS_COMPILED = "as compiled"
+
+
+class Request(Enum):
+    """What a call may ask for besides nothing (None, the default) and directive text."""
+
+    #: `schedule="auto"`: the tuned, else predicted, else default schedule (autoschedule.py)
+    AUTO = "auto"
+    #: this kernel exactly as compiled, checked but never varied (the tuner's timed runs)
+    AS_COMPILED = "as compiled"
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """What one call shape of a kernel runs on one graph (see the module docstring)."""
+
+    #: the directives the kernel that runs was compiled with; None: the called kernel as compiled
+    schedule: str | None
+    origin: Origin
+    #: the workers (`num_threads`): the call's threads, or an emulated cuda grid's
+    threads: int
+    #: the per-graph arguments the kernel that runs reads (`plans.build`)
+    plans: PlanSpec
+    #: the arguments fixed by the decision, by name: `num_threads` and `dims`
+    arguments: Mapping[str, Any]
+    #: the per-call buffers, (argument name, elements); each call allocates its own
+    workspace: tuple[tuple[str, int], ...]
+    #: the blocks of each grid launch, in order (a cuda mapping); () without one
+    launches: tuple[int, ...]
+    #: what the runtime logs at DEBUG for every call of this shape
+    reason: str
+    #: the kernel that runs, the called kernel or one of its variants: `decision.kernel()`.
+    #: Weakly: the variants live on the called kernel, which the key names
+    kernel: weakref.ref[Any]
+
+
+def decide(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None = None, schedule: Any = None) -> Decision:
+    """What this call of `kernel` runs on `graph`: made on the first call of its shape, then read from the graph.
+
+    `kernel` is a runtime kernel (`module.Kernel`, `cuda.CudaKernel`: its
+    `signature`, `_abi`, `_metadata`, `_refused`, `_serial` and `_variant`
+    are read), `dims` the call's sizes (`prepare_call`'s), `threads` its
+    `threads=` (None: OMP_NUM_THREADS, else every core this process may
+    use), `schedule` its `schedule=` (None, `"auto"`, directive text or a
+    dict) or `Request.AS_COMPILED`. Raises what the compiler raises for a
+    given schedule, and ArgumentError where the kernel that would run cannot
+    run this call.
+    """
+    resolved = resolve_threads(threads)
+    # a dict is not hashable: its text is the request (the variant's key)
+    request = schedule if schedule is None or isinstance(schedule, (str, Request)) else directives_text(schedule)
+    key = ("decision", kernel._serial, tuple(dims.items()), threads, resolved, request)
+    decided = graph.plans.get(key)
+    if decided is None:
+        decided = _decide(kernel, graph, dims, threads, resolved, request)
+        graph.plans[key] = decided
+    return decided
+
+
+def resolve_threads(threads: int | None) -> int:
+    """`threads=` on the call, else OMP_NUM_THREADS, else every core this process may use."""
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        return threads
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------- the choice
+
+
+def _decide(
+    kernel: Any, graph: Any, dims: dict[str, int], threads: int | None, resolved: int, request: str | Request | None
+) -> Decision:
+    if isinstance(request, str) and request.strip() == "auto":
+        request = Request.AUTO
+    if request is Request.AUTO:
+        return _auto(kernel, graph, dims, threads)
+    if request is Request.AS_COMPILED:
+        return _made(kernel, graph, dims, resolved, None, Origin.AS_COMPILED, f"{kernel.name}: runs as compiled")
+    if request is not None:
+        return _given(kernel, graph, dims, threads, request)
+    if kernel._abi.grid is not None:
+        return _default_mapping(kernel, graph, dims, resolved, kernel._abi.grid)
+    return _default(kernel, graph, dims, resolved)
+
+
+def _one_line(directives: str) -> str:
+    return "; ".join(line.strip() for line in directives.splitlines() if line.strip())
+
+
+def _shape(graph: Any, dims: dict[str, int]) -> str:
+    """What a schedule decision depends on, for the log: V, E and the kernel's sizes."""
+    return f"V={graph.num_vertices} E={graph.num_edges} {dims}"
+
+
+def _given(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None, text: str) -> Decision:
+    """`schedule=` text: the variant compiled with it, run as that variant's own calls run it."""
+    variant = kernel._variant(text)
+    inner = decide(variant, graph, dims, threads)
+    if inner.schedule is not None:
+        return inner  # the text wrote no schedule (""): the default picked one for the variant
+    return replace(inner, schedule=directives_text(text) or None, origin=Origin.GIVEN)
+
+
+def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision:
+    """A CPU kernel's call without `schedule=`: the default heuristic's pick (autotune/heuristic.py)."""
+    name, metadata = kernel.name, kernel._metadata
+    if kernel._abi.schedule_given or metadata.get("source") is None or metadata.get("target", "cpu") != "cpu":
+        # a CPU variant would replace what a cuda emulation is there to check
+        reason = f"{name}: runs as compiled (its schedule was given, or it has no source to vary)"
+        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, reason)
+    directives = heuristic.kernel_default(kernel, graph, dims)
+    if directives is None:
+        reason = f"{name}: runs as compiled, the default for {_shape(graph, dims)}"
+        return _made(kernel, graph, dims, threads, None, Origin.DEFAULT, reason)
+    refused = f"{name}: runs as compiled (the default {_one_line(directives)!r} does not apply to it)"
+    if directives in kernel._refused:
+        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, refused)
+    try:
+        variant = kernel._variant(directives)
+    except CompileError:
+        # the schedule cannot apply to this kernel (partitioning a softmax):
+        # it runs as compiled, and the compiler is not asked again
+        kernel._refused.add(directives)
+        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, refused)
+    reason = f"{name}: default schedule {_one_line(directives)!r} for {_shape(graph, dims)}"
+    return _made(variant, graph, dims, threads, directives, Origin.DEFAULT, reason)
+
+
+def _default_mapping(kernel: Any, graph: Any, dims: dict[str, int], threads: int, grid: abi.Grid) -> Decision:
+    """A cuda kernel (or its CPU emulation) without a `for cuda` schedule: the first mapping the
+    graph suggests (heuristic.default_cuda_mappings) that the compiler accepts for it."""
+    name = kernel.name
+    if grid.schedule_given or kernel._metadata.get("source") is None:
+        reason = f"{name}: runs as compiled (its mapping was given, or it has no source to vary)"
+        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, reason)
+    for mapping in heuristic.default_cuda_mappings(graph, heuristic.row_elements(kernel.signature, dims)):
+        if mapping == "thread_vertex" and grid.mapping == mapping and grid.group == 1:
+            reason = f"{name}: default mapping 'map {mapping}' (as compiled) for {_shape(graph, dims)}"
+            return _made(kernel, graph, dims, threads, None, Origin.DEFAULT, reason)
+        directive = f"map {mapping}"
+        if directive in kernel._refused:
+            continue
+        try:
+            variant = kernel._variant(directive)
+        except CompileError:
+            kernel._refused.add(directive)  # this kernel cannot take that mapping: the next one
+            continue
+        reason = f"{name}: default mapping {directive!r} for {_shape(graph, dims)}"
+        return _made(variant, graph, dims, threads, directive, Origin.DEFAULT, reason)
+    reason = f"{name}: runs as compiled (no default mapping applies to it)"
+    return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, reason)
+
+
+def _auto(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None) -> Decision:
+    """`schedule="auto"`: the tuned, else predicted, else default schedule (autoschedule.choose)."""
+    from gnnc.autotune import autoschedule  # the tuning cache and the predictor: only "auto" reads them
+
+    runner, choice = kernel, None
+    for _ in range(AUTO_ATTEMPTS):
+        choice = autoschedule.choose(kernel, graph, dims)
+        if choice.schedule in kernel._refused or (not choice.schedule and not kernel._abi.schedule_given):
+            # the kernel as compiled: nothing to pick, or the pick was refused before
+            runner = kernel
+            break
+        try:
+            runner = kernel._variant(choice.schedule)
+            break
+        except (CompileError, SourceError):
+            # a prediction this kernel cannot take (partitioning a softmax), or a
+            # cache entry that does not parse (edited by hand): the next one
+            kernel._refused.add(choice.schedule)
+            runner = kernel
+    assert choice is not None, "AUTO_ATTEMPTS is at least 1"
+    n_threads = resolve_threads(threads if threads is not None else choice.threads)
+    runs = choice.schedule if runner is not kernel else "as compiled"
+    reason = (
+        f"{kernel.name}: schedule='auto' runs {runs!r} ({choice.origin}, threads={n_threads}) for {_shape(graph, dims)}"
+    )
+    schedule = choice.schedule if runner is not kernel else None
+    return _made(runner, graph, dims, n_threads, schedule, Origin(choice.origin), reason)
+
+
+# ------------------------------------------------------------- what it runs
+
+
+def _made(
+    runner: Any, graph: Any, dims: dict[str, int], threads: int, schedule: str | None, origin: Origin, reason: str
+) -> Decision:
+    """The decision to run `runner` with `threads` workers: checked against this call, with its plans and workspace."""
+    record = runner._abi
+    _check_runs(runner.name, record, graph, dims)
+    grid = record.grid
+    launches: tuple[int, ...] = ()
+    if grid is not None:
+        launches = tuple(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges))
+        # one scratch slice per grid thread (a cuda emulation runs each as a worker)
+        threads = max(1, max(launches, default=0) * grid.block_size)
+    itemsize = runner.signature.numpy_dtype.itemsize
+    dims_array = np.array([dims[d] for d in record.dims], dtype=np.int64)
+    dims_array.flags.writeable = False
+    return Decision(
+        schedule=schedule,
+        origin=origin,
+        threads=threads,
+        plans=_plan_spec(runner, threads, dims, itemsize),
+        arguments=MappingProxyType({"num_threads": threads, "dims": dims_array}),
+        workspace=_workspace(runner, graph, dims, threads, itemsize),
+        launches=launches,
+        reason=reason,
+        kernel=weakref.ref(runner),
+    )
+
+
+def _check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, int]) -> None:
+    """Refuses a call the compiled kernel cannot run (prepare_call checked the arrays)."""
+    if graph.bipartite and any(t.read_at_src for t in record.temps):
+        raise ArgumentError(
+            f"{name}: this compiled kernel computes a vertex value per destination and reads it at sources "
+            f"(a cuda mapping has no source sweep), so it needs a square graph; the graph has "
+            f"{graph.num_src} sources and {graph.num_dst} destinations"
+        )
+    for dim, size in (record.sizes or {}).items():
+        if dims.get(dim) != size:
+            # the native code reads and writes `size` columns of every row, whatever the arrays hold
+            raise ArgumentError(
+                f"{name}: compiled for {dim} = {size} (specialize {dim} {size}), "
+                f"but this call has {dim} = {dims.get(dim)}"
+            )
+    if record.edges_sorted and not graph.edges_sorted:
+        # the native code would read and write edge rows at in-CSR positions, not at the ids
+        raise ArgumentError(
+            f"{name}: compiled for edge ids sorted by destination (edges sorted), but this "
+            "graph's are not: build it from destination-sorted edges, or compile without 'edges sorted'"
+        )
+
+
+def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -> PlanSpec:
+    """The per-graph arguments the kernel's ABI record asks for."""
+    record = runner._abi
+    grid = record.grid
+    hybrid = None
+    if grid is not None and grid.hybrid is not None:
+        hybrid = plans.Hybrid(grid.mapping, grid.hybrid, tuple(abi.hybrid_row_elements(grid, dims)), itemsize)
+    if grid is not None and runner._metadata.get("target") == "cuda":
+        blocks = plans.Blocks.WHOLE  # a GPU grid; its CPU emulation takes blocks as every CPU kernel
+    elif record.edge_order == "hilbert":
+        blocks = plans.Blocks.EDGES
+    elif record.groups and record.order == "identity":
+        blocks = plans.Blocks.GROUPED
+    else:
+        blocks = plans.Blocks.BALANCED
+    return PlanSpec(
+        threads=threads,
+        dtype=runner.signature.dtype,
+        order=record.order,
+        blocks=blocks,
+        ordered_edges=record.ordered_edges,
+        source_blocks=record.source_sweep,
+        partitions=record.partitions or None,
+        # partitions carry the sweep's edges themselves
+        hilbert=not record.partitions and record.edge_order == "hilbert",
+        groups=record.groups or None,
+        hybrid=hybrid,
+    )
+
+
+def _workspace(
+    runner: Any, graph: Any, dims: dict[str, int], threads: int, itemsize: int
+) -> tuple[tuple[str, int], ...]:
+    """The per-call buffers the kernel's arguments name, in elements: never read before written."""
+    record = runner._abi
+    sig = runner.signature
+    per_thread = abi.scratch_slice_elements(sum(abi.elements(s, dims) for s in record.scratch), itemsize)
+    sizes = {"scratch": per_thread * threads}  # whole lines per worker
+    arguments = abi.kernel_arguments(record, [p.name for p in sig.params], [r.name for r in sig.results])
+    rows = {"V": graph.num_dst, "E": graph.num_edges}
+    temps = [a.name for a in arguments if a.group is abi.Group.TEMPS]
+    for name, temp in zip(temps, record.temps, strict=True):
+        n = graph.num_src if temp.source_rows else rows[temp.domain]
+        sizes[name] = max(1, n * abi.elements(temp.shape, dims))
+    row_stride = sum(abi.elements(s, dims) for s in record.acc_rows)
+    if record.partitions:
+        sizes["acc_rows"] = max(1, graph.num_vertices * row_stride)
+    if record.stream:
+        sizes["acc_rows"] = max(1, threads * row_stride)
+    if record.groups:
+        n_groups = plans.split_neighbor_groups(graph, record.groups)[0].shape[0]
+        sizes["acc_rows"] = max(1, n_groups * row_stride)
+    if record.grid is not None and record.grid.dst_scratch:
+        # an edge mapping's per-destination accumulators: a scratch slice per vertex
+        sizes["dst_scratch"] = max(1, per_thread * graph.num_vertices)
+    return tuple(sizes.items())

@@ -1,0 +1,324 @@
+"""A call walks one way: one Decision per graph and call shape (autotune/decision.py), made once, kept on the graph."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gnnc
+from gnnc.autotune import autoschedule, decision, heuristic
+from gnnc.autotune.cache import TuningCache
+from gnnc.graph import plans
+from gnnc.ir import abi
+from tests.helpers import assert_matches
+from tests.strategies import random_inputs
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def _random_graph(seed: int, v: int = 300, e: int = 3000) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    return gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+
+
+@pytest.fixture(autouse=True)
+def private_tuning_dir(tmp_path, monkeypatch):
+    """No tuning records: `schedule="auto"` predicts or takes the default, whatever ~/.cache holds."""
+    monkeypatch.setenv("GNNC_TUNE_DIR", str(tmp_path / "tuning"))
+    monkeypatch.setattr(autoschedule, "_CACHE", TuningCache())
+
+
+@pytest.fixture(scope="module")
+def gcn():
+    return gnnc.compile(EXAMPLES / "gcn.gnn").gcn
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return gnnc.compile(EXAMPLES / "gcn.gnn", target="reference").gcn
+
+
+def _counting(monkeypatch, module, name: str) -> list:
+    calls: list = []
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+# --------------------------------------------------------------- made once
+
+
+def test_a_second_identical_call_takes_no_new_decision(monkeypatch):
+    gcn = gnnc.compile(EXAMPLES / "gcn.gnn").gcn  # its own kernel: its decisions are this test's
+    defaults = _counting(monkeypatch, heuristic, "kernel_default")
+    choices = _counting(monkeypatch, autoschedule, "choose")
+    graph = _random_graph(0)
+    inputs = random_inputs(gcn.signature, graph, {"F": 8}, np.float32, 0)
+    gcn(graph, **inputs)
+    assert len(defaults) == 1
+    gcn(graph, **inputs)
+    gcn(graph, **inputs, out=np.empty((300, 8), np.float32))
+    assert len(defaults) == 1 and not choices
+    # other sizes, other threads, another graph: a decision each
+    gcn(graph, **random_inputs(gcn.signature, graph, {"F": 16}, np.float32, 0))
+    assert len(defaults) == 2
+    gcn(graph, **inputs, threads=3)
+    assert len(defaults) == 3
+    other = _random_graph(1)
+    gcn(other, **random_inputs(gcn.signature, other, {"F": 8}, np.float32, 0))
+    assert len(defaults) == 4
+    # schedule="auto" asks the tuner once too
+    for _ in range(3):
+        gcn(graph, **inputs, schedule="auto", threads=1)
+    assert len(choices) == 1
+    n_defaults = len(defaults)
+    for _ in range(2):
+        gcn(graph, **inputs, schedule="prefetch 4")
+    assert len(defaults) == n_defaults and len(choices) == 1
+
+
+def test_decide_returns_the_decision_kept_on_the_graph(gcn):
+    graph = _random_graph(2)
+    dims = {"F": 8}
+    made = decision.decide(gcn, graph, dims)
+    assert decision.decide(gcn, graph, dict(dims)) is made
+    assert sum(isinstance(v, decision.Decision) for v in graph.plans.values()) == 1
+    assert decision.decide(gcn, graph, {"F": 9}) is not made
+    assert decision.decide(gcn, graph, dims, threads=2) is not made
+    assert decision.decide(gcn, gnnc.Graph(graph), dims) is not made  # the same edges, another graph
+    # what it says: the default's schedule for these sizes, its variant, the plans that variant reads
+    assert made.origin is decision.Origin.DEFAULT
+    assert made.schedule == heuristic.kernel_default(gcn, graph, dims)
+    assert made.kernel() is gcn._variants[made.schedule]
+    assert made.plans == plans.PlanSpec(threads=made.threads, dtype="f32")
+    assert made.arguments["num_threads"] == made.threads and list(made.arguments["dims"]) == [8]
+    assert dict(made.workspace)["scratch"] >= made.threads
+    assert plans.build(graph, made.plans) is plans.build(graph, made.plans)  # built once too
+
+
+def test_each_request_says_where_its_schedule_came_from(gcn):
+    graph = _random_graph(3)
+    dims = {"F": 8}
+    given = decision.decide(gcn, graph, dims, schedule="prefetch 4")
+    assert given.origin is decision.Origin.GIVEN and given.schedule == "prefetch 4"
+    assert given.kernel() is gcn._variants["prefetch 4"]
+    # a dict is the same request as its text, and runs the same variant
+    assert decision.decide(gcn, graph, dims, schedule={"prefetch": 4}).kernel() is given.kernel()
+    auto = decision.decide(gcn, graph, dims, threads=1, schedule="auto")
+    assert auto.origin in (decision.Origin.PREDICTED, decision.Origin.DEFAULT) and auto.threads == 1
+    exact = decision.decide(gcn, graph, dims, threads=2, schedule=decision.Request.AS_COMPILED)
+    assert exact.kernel() is gcn and exact.schedule is None and exact.threads == 2
+    written = gnnc.compile(EXAMPLES / "gcn.gnn", schedule="prefetch 4").gcn
+    kept = decision.decide(written, graph, dims)
+    assert kept.origin is decision.Origin.AS_COMPILED and kept.kernel() is written and not written._variants
+
+
+def test_a_call_the_variant_cannot_run_is_refused_every_time_and_nothing_is_kept(gcn):
+    graph = _random_graph(4)
+    inputs = random_inputs(gcn.signature, graph, {"F": 16}, np.float32, 0)
+    before = dict(graph.plans)
+    for _ in range(2):
+        with pytest.raises(gnnc.ArgumentError, match="compiled for F = 8"):
+            gcn(graph, **inputs, schedule="specialize F 8")
+    assert not any(isinstance(v, decision.Decision) for k, v in graph.plans.items() if k not in before)
+
+
+def test_decisions_do_not_leak_between_graphs_of_equal_shape(gcn, reference):
+    # the same V and E; one graph's edge ids are sorted by destination, the other's are not:
+    # the default runs `edges sorted` on the first, which the second must never get
+    rng = np.random.default_rng(5)
+    v, e = 2000, 1 << 15
+    src, dst = rng.integers(0, v, e), np.sort(rng.integers(0, v, e))
+    sorted_ids = gnnc.Graph.from_coo(src, dst, num_vertices=v)
+    shuffled = gnnc.Graph.from_coo(src, rng.permutation(dst), num_vertices=v)
+    assert sorted_ids.edges_sorted and not shuffled.edges_sorted
+    dims = {"F": 8}
+    for graph in (sorted_ids, shuffled, sorted_ids, shuffled):
+        inputs = random_inputs(gcn.signature, graph, dims, np.float32, 6)
+        assert_matches(gcn(graph, **inputs), reference(graph, **inputs), graph, np.float32)
+    first, second = decision.decide(gcn, sorted_ids, dims), decision.decide(gcn, shuffled, dims)
+    assert first is not second
+    assert "edges sorted" in first.schedule.splitlines() and "edges sorted" not in second.schedule.splitlines()
+
+
+def test_a_graph_keeps_no_kernel_alive():
+    module = gnnc.compile(EXAMPLES / "gcn.gnn")
+    graph = _random_graph(7)
+    inputs = random_inputs(module.gcn.signature, graph, {"F": 8}, np.float32, 0)
+    module.gcn(graph, **inputs)
+    made = [v for v in graph.plans.values() if isinstance(v, decision.Decision)]
+    assert made and all(d.kernel() is not None for d in made)
+    kernel = weakref.ref(module.gcn)
+    del module
+    gc.collect()
+    assert kernel() is None and all(d.kernel() is None for d in made)
+
+
+def test_serials_are_never_reused():
+    # a decision's key names its kernel by serial: a new kernel never finds another one's
+    module = gnnc.compile(EXAMPLES / "gcn.gnn")
+    serial = module.gcn._serial
+    del module
+    gc.collect()
+    assert gnnc.compile(EXAMPLES / "gcn.gnn").gcn._serial > serial
+
+
+# ---------------------------------------------------------------- the walk
+
+#: Functions whose callees are part of the argument check: the signature's and the
+#: graph's accessors, the output allocation, the device-array test.
+CHECK = {"prepare_call", "_refuse_device_arrays"}
+#: Python 3.11 runs a comprehension in a frame of its own; 3.12 inlines it (PEP 709).
+COMPREHENSIONS = {"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"}
+
+
+def walk(call, fold_check: bool = True) -> list[str]:
+    """The gnnc module of each Python frame `call()` enters, consecutive repeats collapsed;
+    with `fold_check`, the frames the argument check enters count as the check."""
+    modules: list[str] = []
+    inside = 0
+
+    def profile(frame, event, arg):
+        nonlocal inside
+        if event == "return" and inside:
+            inside -= 1
+        if event != "call":
+            return
+        if inside:
+            inside += 1
+            return
+        code = frame.f_code
+        if fold_check and code.co_name in CHECK:
+            inside = 1
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith("gnnc") and code.co_name not in COMPREHENSIONS and (not modules or modules[-1] != name):
+            modules.append(name)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(previous)
+    return modules
+
+
+#: A warm call: check the arguments, read the decision, fetch the plans, allocate the
+#: workspace, call the native code; no module is entered twice.
+ONE_WAY = [
+    "gnnc.runtime.module",  # Kernel.__call__
+    "gnnc.runtime.signature",  # prepare_call: the argument check
+    "gnnc.autotune.decision",  # decide: read from the graph
+    "gnnc.graph.plans",  # build: read from the graph
+    "gnnc.runtime.memory",  # the workspace
+    "gnnc.runtime.native",  # Function: the native call
+]
+
+
+@pytest.mark.parametrize("schedule", [None, "auto", "prefetch 4", {"prefetch": 4}])
+def test_a_warm_call_walks_one_way(gcn, schedule):
+    graph = _random_graph(8)
+    inputs = random_inputs(gcn.signature, graph, {"F": 8}, np.float32, 0)
+    gcn(graph, **inputs, schedule=schedule)  # the decision is made, the variant compiled, the plans built
+    expected = list(ONE_WAY)
+    if isinstance(schedule, dict):
+        # a dict is not hashable: the decision's key holds its directive text
+        expected.insert(expected.index("gnnc.autotune.decision") + 1, "gnnc.ir.schedule")
+    assert walk(lambda: gcn(graph, **inputs, schedule=schedule)) == expected
+
+
+def test_a_warm_call_of_an_emulated_grid_walks_one_way():
+    kernel = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emulation").gcn
+    graph = _random_graph(9)
+    inputs = random_inputs(kernel.signature, graph, {"F": 8}, np.float32, 0)
+    kernel(graph, **inputs)
+    assert walk(lambda: kernel(graph, **inputs)) == ONE_WAY
+
+
+def test_a_warm_call_enters_neither_the_heuristic_nor_the_tuner(gcn):
+    graph = _random_graph(10)
+    inputs = random_inputs(gcn.signature, graph, {"F": 8}, np.float32, 0)
+    for schedule in (None, "auto"):
+        gcn(graph, **inputs, schedule=schedule)
+        entered = set(walk(lambda schedule=schedule: gcn(graph, **inputs, schedule=schedule), fold_check=False))
+        assert not entered & {"gnnc.autotune.heuristic", "gnnc.autotune.autoschedule", "gnnc.autotune.predictor"}
+        # what the check itself reads (the signature, the graph's sizes) aside, every module once
+        assert entered <= {
+            *ONE_WAY,
+            "gnnc.ir.signature",
+            "gnnc.graph.graph",
+            "gnnc.graph.tensors",
+        }
+
+
+# ------------------------------------------------------------------- cuda
+
+
+def _fake_cuda_module(tmp_path, monkeypatch):
+    """gcn's CudaModule on the fake driver of test_cuda_runtime.py, which each module
+    (the variants' too) loads its PTX into: no GPU needed, launches recorded."""
+    import gnnc.api  # noqa: F401  (installs the compiler a variant is built with)
+    from gnnc.driver import compiler
+    from gnnc.runtime import cuda as cuda_runtime
+    from tests.test_cuda_runtime import FakeDriver
+
+    class Loading(FakeDriver):
+        def cuModuleLoadData(self, data):
+            self.params.update(FakeDriver(data.decode().rstrip("\0")).params)
+            return super().cuModuleLoadData(data)
+
+    fake = Loading("")
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: fake)
+    result = compiler.compile_source((EXAMPLES / "gcn.gnn").read_text(), options=compiler.CompileOptions(target="cuda"))
+    path = tmp_path / "gcn.ptx"
+    path.write_text(result.ptx)
+    return cuda_runtime.CudaModule(path).gcn, fake
+
+
+def test_a_cuda_kernel_takes_the_same_decision_once(tmp_path, monkeypatch, caplog):
+    from gnnc.runtime import cuda as cuda_runtime
+
+    kernel, fake = _fake_cuda_module(tmp_path, monkeypatch)
+    mappings = _counting(monkeypatch, heuristic, "default_cuda_mappings")
+    graph = _random_graph(11, v=40, e=60)
+    inputs = random_inputs(kernel.signature, graph, {"F": 4}, np.float32, 0)
+    caplog.set_level(logging.DEBUG, logger="gnnc.runtime.cuda")
+    for _ in range(2):
+        assert kernel(graph, **inputs).shape == (40, 4)  # the fake driver runs nothing: only the shape is known
+    assert len(mappings) == 1  # narrow rows, few edges: thread_vertex, what was compiled
+    made = decision.decide(kernel, graph, {"F": 4})
+    assert made.kernel() is kernel and made.origin is decision.Origin.DEFAULT and made.schedule is None
+    # a GPU grid reads no destination blocks: one block of every destination
+    assert made.plans.blocks is plans.Blocks.WHOLE
+    assert made.launches == tuple(abi.grid_blocks(kernel._grid, 40, 60))
+    assert [launch["values"][:4] for launch in fake.launches] == [[40, 60, made.threads, 1]] * 2
+    messages = [r.getMessage() for r in caplog.records if r.name == "gnnc.runtime.cuda"]
+    assert messages == ["gcn: default mapping 'map thread_vertex' (as compiled) for V=40 E=60 {'F': 4}"] * 2
+    assert cuda_runtime.CudaKernel._default_variant(kernel, graph, {"F": 4}) is None
+
+
+def test_a_cuda_kernel_runs_the_mapping_variant_it_decided_on(tmp_path, monkeypatch):
+    kernel, fake = _fake_cuda_module(tmp_path, monkeypatch)
+    monkeypatch.setattr(heuristic, "default_cuda_mappings", lambda graph, row: ["warp_vertex", "thread_vertex"])
+    graph = _random_graph(12, v=40, e=60)
+    inputs = random_inputs(kernel.signature, graph, {"F": 4}, np.float32, 0)
+    made = decision.decide(kernel, graph, {"F": 4})
+    variant = made.kernel()
+    assert made.schedule == "map warp_vertex" and variant is kernel._variants["map warp_vertex"]
+    assert variant._grid.mapping == "warp_vertex"
+    kernel(graph, **inputs)
+    # the variant's launches
+    assert [launch["function"] for launch in fake.launches] == [
+        p for p, n in zip(variant._grid.phases, made.launches) if n
+    ]
