@@ -21,7 +21,7 @@ from gnnc.graph import plans
 from gnnc.graph.graph import Graph
 from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
-from gnnc.runtime import compile_hook, memory, native
+from gnnc.runtime import compile_hook, fork_safety, memory, native
 from gnnc.runtime.cuda import is_device_array
 from gnnc.runtime.signature import check_bipartite, pack_results, prepare_call
 
@@ -185,6 +185,7 @@ class Kernel:
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> Any:
         """Calls the native kernel on checked arguments (`prepare_call`'s)."""
+        n_threads = fork_safety.threads_for_call(n_threads)
         record = self._abi
         if graph.bipartite:
             check_bipartite(self.name, record, graph)
