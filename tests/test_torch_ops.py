@@ -247,6 +247,11 @@ def test_a_graph_travels_as_its_edge_index():
     assert graphs.graph_of(edge_index, (V, V)) is graph  # the op uses the Graph itself
     with pytest.raises(gnnc.ArgumentError, match="not size"):
         GIN(graph, x, 0.5, size=(V, 3))
+    # a Graph cannot be a compiled graph's input: a graph break, or under fullgraph an error saying so
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lambda x: GIN(graph, x, 0.5), backend="eager")(x), GIN(graph, x, 0.5))
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="pass edge_index to torch.compile"):
+        torch.compile(lambda x: GIN(graph, x, 0.5), backend="eager", fullgraph=True)(x)
 
 
 def test_ops_are_shared_and_named_by_source_name_and_options():

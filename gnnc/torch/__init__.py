@@ -13,10 +13,10 @@ contiguous first); float64 inputs run an f64 variant, so gradcheck works.
 An edge_index tensor is turned into a `gnnc.Graph` once and cached until it
 is edited in place (`graphs.py`). The thread count follows
 `torch.get_num_threads()` unless `threads=` is given. A kernel object
-pickles as its source, name and options (`kernel.py`).
+pickles as its source, name and options (`kernels.py`).
 """
 
 from gnnc.torch.graphs import as_graph
-from gnnc.torch.kernel import Kernel, kernel
+from gnnc.torch.kernels import Kernel, kernel
 
 __all__ = ["Kernel", "as_graph", "kernel"]

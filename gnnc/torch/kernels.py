@@ -157,8 +157,7 @@ class Kernel:
     def _graph(self, graph: Any, num_vertices: Any, size: Any, tensors: list[torch.Tensor]) -> tuple:
         """(edge_index, num_src, num_dst) for the op."""
         if isinstance(graph, Graph):
-            graphs.as_graph(graph, num_vertices, size)  # checks that they agree
-            return graphs.edge_index_of(graph), graph.num_src, graph.num_dst
+            return _graph_arguments(graph, num_vertices, size)
         if not isinstance(graph, torch.Tensor):
             raise ArgumentError(f"expected a gnnc.Graph or an edge_index tensor, got {type(graph).__name__}")
         if graph.layout != torch.strided:
@@ -195,6 +194,16 @@ class Kernel:
     def gradient(self, dtype: str) -> Any:
         """The compiled gradient kernels for 'f32' or 'f64' (a `gnnc.runtime.gradient.Gradient`)."""
         return self.ops.gradient(dtype)
+
+
+@torch.compiler.disable(
+    reason="a gnnc.Graph is converted to its edge_index outside the graph: pass edge_index to torch.compile"
+)
+def _graph_arguments(graph: Graph, num_vertices: Any, size: Any) -> tuple:
+    """A Graph's op arguments (its edge_index, made once, and its sizes). Not traced: a
+    compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
+    graphs.as_graph(graph, num_vertices, size)  # checks that they agree
+    return graphs.edge_index_of(graph), graph.num_src, graph.num_dst
 
 
 def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:
