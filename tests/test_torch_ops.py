@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
@@ -427,9 +429,23 @@ print("ok")
 
 
 def test_kernels_run_in_forked_dataloader_workers():
-    # in a subprocess, so that a hang fails the test at the timeout instead of blocking the run
-    run = subprocess.run([sys.executable, "-c", FORKED_WORKERS], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+    # in a subprocess (its own process group, workers included), so that a hang
+    # fails the test at the timeout instead of blocking the run
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKED_WORKERS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("a DataLoader worker forked after a parallel kernel hung")
+    assert proc.returncode == 0 and out.strip() == "ok", err
 
 
 def test_forward_keeps_intermediates_only_when_a_gradient_is_needed(monkeypatch):
