@@ -75,6 +75,17 @@ def test_opcheck_example_kernels(name):
             torch.library.opcheck(op.ops.backward, (*graph_args, *detached, *gouts, kept, wanted, None))
 
 
+def test_opcheck_non_contiguous_inputs():
+    """A transposed weight (as `lin.weight.t()`): the ops return contiguous tensors, and the fake ones say so."""
+    op = gt.kernel(EXAMPLES / "mlp_aggr.gnn", "mlp_aggr")
+    x, w = CASES["mlp_aggr"]()
+    w_t = w.detach().t().contiguous().t().requires_grad_()
+    assert not w_t.is_contiguous()
+    torch.library.opcheck(op.ops.forward, (EDGE_INDEX, V, V, x, w_t, None))
+    gout = torch.rand(V, 2, dtype=torch.float64)
+    torch.library.opcheck(op.ops.backward, (EDGE_INDEX, V, V, x.detach(), w_t.detach(), gout, [], [True, True], None))
+
+
 # --------------------------------------------------------------- a 2-layer model
 
 GIN = gt.kernel(EXAMPLES / "gin.gnn", "gin")

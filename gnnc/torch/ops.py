@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gnnc import api
 from gnnc.errors import ArgumentError, CompileError, GnncError
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.torch import graphs
@@ -277,7 +278,8 @@ class KernelOps:
         edge_index, _, _, params, rest = self._split(args)
         _check_edge_index(edge_index)
         wanted = rest[len(self.results) + 1]
-        return self._packed([torch.empty_like(t) if w else t.new_empty(0) for t, w in zip(params, wanted)])
+        # contiguous, as the CPU implementation returns them (inductor checks strides), whatever the input's
+        return self._packed([t.new_empty(t.shape) if w else t.new_empty(0) for t, w in zip(params, wanted)])
 
     # --------------------------------------------------------- compiled kernels
 
@@ -285,12 +287,10 @@ class KernelOps:
         """The kernel compiled for 'f32' or 'f64' (from the compile cache after the first time)."""
         kernel = self._forward_kernels.get(dtype)
         if kernel is None:
-            import gnnc
-
             with self._lock:
                 if dtype not in self._forward_kernels:
                     source = variant_source(self.source, self.signature.dtype, dtype)
-                    module = gnnc.compile(source, kernels=[self.name], **self.options)
+                    module = api.compile(source, kernels=[self.name], **self.options)
                     self._forward_kernels[dtype] = getattr(module, self.name)
                 kernel = self._forward_kernels[dtype]
         return kernel
@@ -311,10 +311,8 @@ class KernelOps:
         with self._lock:
             full = self._gradients.get((dtype, everything))
             if full is None:
-                from gnnc.api import compile_grad
-
                 source = variant_source(self.source, self.signature.dtype, dtype)
-                full = compile_grad(source, self.name, **self.options)
+                full = api.compile_grad(source, self.name, **self.options)
                 self._gradients[(dtype, everything)] = full
             if wanted != everything:
                 needed = set(wanted)
