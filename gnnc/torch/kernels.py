@@ -3,8 +3,9 @@
 The object binds a call's arguments (inputs by position or keyword, Python
 numbers and one-element tensors for scalar parameters), checks dtypes and
 devices, turns the graph into op arguments (`edge_index`, `num_src`,
-`num_dst`) and calls the op (`ops.py`). Everything it does before the op is
-plain tensor code, so torch.compile traces through it without a break.
+`num_dst`) and calls the op (`ops.py`). What it does before the op is plain
+tensor code, so torch.compile traces through it without a break; only a
+`gnnc.Graph` argument, turned into its edge_index, is left out of the graph.
 
 V for a square graph is `num_vertices=`, else the rows of the first vertex
 input (as PyG: x may have more rows than the largest id needs), else, in
@@ -76,6 +77,7 @@ class Kernel:
         self.op = self.ops.forward
         self.params = [p.name for p in self.ops.params]
         self.results = [r.name for r in self.ops.results]
+        self._listing = f"{name} takes {len(self.params)} inputs ({', '.join(self.params)})"
         self._scalars = [_is_scalar(p) for p in self.ops.params]
         self._rows_from = next((i for i, p in enumerate(self.ops.params) if p.domain == "V"), None)
         self._result_type = (
@@ -123,7 +125,7 @@ class Kernel:
         return out if n == 1 else self._result_type(*out)  # type: ignore[misc]
 
     def _bind(self, inputs: tuple, named: dict[str, Any]) -> list[Any]:
-        listing = f"{self.name} takes {len(self.params)} inputs ({', '.join(self.params)})"
+        listing = self._listing
         if len(inputs) > len(self.params):
             raise ArgumentError(f"{listing}, got {len(inputs)}")
         bound = dict(zip(self.params, inputs))
