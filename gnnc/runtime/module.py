@@ -110,7 +110,8 @@ class Kernel:
         _refuse_device_arrays(self.signature, args, kwargs, out)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         results = pack_results(self.signature, outputs)
-        decided = decide(self, graph, dims, threads, schedule)
+        # a child forked after libgomp's pool started runs on one thread (runtime/native.py)
+        decided = decide(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
         kernel = decided.kernel()
         assert kernel is not None, "the variants a decision names live on this kernel"
         _log.debug("%s", decided.reason)
@@ -122,7 +123,7 @@ class Kernel:
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> None:
         """Runs this kernel exactly as compiled, with `n_threads` workers, on checked
         arguments (`prepare_call`'s): the tuner's timed runs (runtime/tune.py)."""
-        decided = decide(self, graph, dims, n_threads, Request.AS_COMPILED)
+        decided = decide(self, graph, dims, 1 if native.forked_after_pool else n_threads, Request.AS_COMPILED)
         arguments = plans.build(graph, decided.plans)
         workspace = {name: memory.empty(n, self._dtype) for name, n in decided.workspace}
         self._native(inputs, outputs, arguments, decided.arguments, workspace)

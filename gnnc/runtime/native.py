@@ -216,8 +216,35 @@ class Function:
         values.update(zip(self._results, outputs))
         for arguments in named:
             values.update(arguments)
+        global _pool_started
+        if values.get("num_threads", 1) > 1:
+            _pool_started = True  # from here on a forked child must run on one thread
         addresses = iter(_addresses([values[name] for name in self._pointers]))
         self._function(*[next(addresses) if pointer else values[name] for name, pointer in self._layout])
+
+
+# libgomp is not fork-safe. It keeps its worker threads in a pool and registers
+# no pthread_atfork handler; fork() copies the pool's bookkeeping but not its
+# threads, so a child whose parent had started the pool waits forever at its
+# first parallel region of more than one thread (a DataLoader worker started by
+# fork, after the parent ran a kernel). A region of one thread never touches
+# the pool: the runtime asks for one thread in such a child (`forked_after_pool`).
+# Children started by 'spawn' or 'forkserver' get a fresh libgomp.
+
+#: This process ran a kernel on several threads: libgomp's pool may exist.
+_pool_started = False
+#: This process was forked from one whose pool had started: kernels run on one thread.
+forked_after_pool = False
+
+
+def _after_fork_in_child() -> None:
+    global forked_after_pool
+    if _pool_started:
+        forked_after_pool = True
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 __all__ = [

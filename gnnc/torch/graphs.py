@@ -1,0 +1,137 @@
+"""edge_index tensors as `gnnc.Graph`s, converted once and cached while they stay the same.
+
+A custom op takes its graph as tensors (`edge_index` and the sizes), so that
+it is a pure function of its inputs for torch.compile, export and tracing;
+its CPU implementation then needs the checked `Graph` (CSR, degrees,
+per-graph plans). Building one sorts the edges, so it is cached per tensor.
+
+The cache is keyed by the tensor itself (its id, guarded by a weak
+reference, so a new tensor that reuses a dead one's id is a miss) and is
+valid while the tensor's `_version` (bumped by every in-place edit through
+torch), data pointer, shape and strides are those it was converted at.
+Edits that bypass torch (through `.numpy()`) cannot be seen.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnc.errors import ArgumentError
+from gnnc.graph.graph import Graph
+
+#: (num_src, num_dst) a graph was asked for; None: square, max id + 1 vertices.
+SizeKey = tuple[int, int] | None
+
+
+@dataclass
+class _Entry:
+    """What one edge_index tensor was converted to, and the state it was converted at."""
+
+    tensor: weakref.ref
+    state: tuple
+    #: For a user's tensor the graphs themselves; for a tensor made from a
+    #: Graph a weak reference to it (the Graph keeps the tensor alive).
+    graphs: dict[SizeKey, Graph | weakref.ref] = field(default_factory=dict)
+
+    def get(self, key: SizeKey) -> Graph | None:
+        graph = self.graphs.get(key)
+        return graph() if isinstance(graph, weakref.ref) else graph
+
+
+_ENTRIES: dict[int, _Entry] = {}
+#: The edge_index tensor each Graph travels into the ops as.
+_EDGE_INDEX: weakref.WeakKeyDictionary[Graph, torch.Tensor] = weakref.WeakKeyDictionary()
+
+
+def _state(t: torch.Tensor) -> tuple:
+    try:
+        version = t._version
+    except RuntimeError:  # an inference tensor keeps no version counter
+        version = None
+    return version, t.data_ptr(), tuple(t.shape), tuple(t.stride())
+
+
+def _entry(t: torch.Tensor) -> _Entry:
+    """The tensor's cache entry, a fresh one if it has none or changed since."""
+    key = id(t)
+    entry = _ENTRIES.get(key)
+    state = _state(t)
+    if entry is not None and entry.tensor() is t and entry.state == state:
+        return entry
+
+    def forget(ref: weakref.ref, key: int = key) -> None:
+        if key in _ENTRIES and _ENTRIES[key].tensor is ref:
+            del _ENTRIES[key]
+
+    entry = _Entry(weakref.ref(t, forget), state)
+    _ENTRIES[key] = entry
+    return entry
+
+
+def _sizes(num_vertices: Any, size: Any) -> SizeKey:
+    if size is not None:
+        if num_vertices is not None:
+            raise ArgumentError("give num_vertices= (a square graph) or size=(num_src, num_dst), not both")
+        if isinstance(size, torch.Tensor):
+            size = size.tolist()
+        if not isinstance(size, (tuple, list)) or len(size) != 2:
+            raise ArgumentError(f"size must be a pair (num_src, num_dst), got {size!r}")
+        return int(size[0]), int(size[1])
+    if num_vertices is not None:
+        return int(num_vertices), int(num_vertices)
+    return None
+
+
+def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
+    """The Graph of an edge_index tensor with these (num_src, num_dst), converted once."""
+    entry = _entry(edge_index)
+    graph = entry.get(sizes)
+    if graph is None:
+        if edge_index.device.type != "cpu":
+            raise ArgumentError(f"edge_index is on {edge_index.device}; gnnc.torch runs CPU tensors for now")
+        graph = Graph.from_edge_index(edge_index.detach(), shape=sizes)
+        entry.graphs[sizes] = graph
+        if sizes is None:  # the same graph, asked for by its sizes
+            entry.graphs.setdefault((graph.num_src, graph.num_dst), graph)
+    return graph
+
+
+def as_graph(graph: Any, num_vertices: int | None = None, size: Any = None) -> Graph:
+    """A `gnnc.Graph` for a Graph or an edge_index tensor (converted once per tensor).
+
+    `size=(num_src, num_dst)` makes a bipartite graph (PyG's `size`, DGL's
+    blocks); `num_vertices=n` a square one of n vertices; neither, a square
+    one of max id + 1 vertices.
+    """
+    sizes = _sizes(num_vertices, size)
+    if isinstance(graph, Graph):
+        if sizes is not None and (graph.num_src, graph.num_dst) != sizes:
+            given = f"size={sizes}" if size is not None else f"num_vertices={num_vertices}"
+            raise ArgumentError(f"the graph has (num_src, num_dst) = {(graph.num_src, graph.num_dst)}, not {given}")
+        return graph
+    if isinstance(graph, torch.Tensor):
+        return graph_of(graph, sizes)
+    raise ArgumentError(f"expected a gnnc.Graph or an edge_index tensor, got {type(graph).__name__}")
+
+
+def edge_index_of(graph: Graph) -> torch.Tensor:
+    """The 2 x E int64 tensor a Graph travels into the ops as (columns in edge id order), made once.
+
+    Its cache entry points back at the Graph, so the ops use the Graph
+    itself (its plans included) instead of converting the tensor again.
+    """
+    t = _EDGE_INDEX.get(graph)
+    if t is None:
+        t = torch.from_numpy(np.stack([graph.src, graph.dst]))
+        _EDGE_INDEX[graph] = t
+    entry = _entry(t)
+    entry.graphs[(graph.num_src, graph.num_dst)] = weakref.ref(graph)
+    return t
+
+
+__all__ = ["as_graph", "edge_index_of", "graph_of"]

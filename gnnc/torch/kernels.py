@@ -1,0 +1,260 @@
+"""`gnnc.torch.kernel(path, name)`: a kernel as a callable on tensors, over its custom ops.
+
+The object binds a call's arguments (inputs by position or keyword, Python
+numbers and one-element tensors for scalar parameters), checks dtypes and
+devices, turns the graph into op arguments (`edge_index`, `num_src`,
+`num_dst`) and calls the op (`ops.py`). What it does before the op is plain
+tensor code, so torch.compile traces through it without a break; only a
+`gnnc.Graph` argument, turned into its edge_index, is left out of the graph.
+
+V for a square graph is `num_vertices=`, else the rows of the first vertex
+input (as PyG: x may have more rows than the largest id needs), else, in
+eager mode only, the largest id + 1. The object is kept as its source, name
+and options: it pickles, deep-copies and `torch.save`s with a module that
+holds it, and a loaded copy registers the same ops and finds its compiled
+kernels in the compile cache.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+
+from gnnc.errors import ArgumentError
+from gnnc.graph.graph import Graph
+from gnnc.torch import graphs, ops
+
+#: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
+_jit_tracing = torch.jit.is_tracing  # type: ignore[attr-defined]
+
+#: gnnc.compile's options a kernel may carry (target: "cpu" only, for now).
+OPTIONS = ("target", "cpu", "opt_level", "schedule", "disable_passes", "fusion")
+
+
+def _is_scalar(p: Any) -> bool:
+    return p.domain is None and not p.shape
+
+
+def _size(value: Any, what: str) -> Any:
+    """A vertex count: an int, or a SymInt while torch.compile traces with dynamic shapes."""
+    if isinstance(value, torch.SymInt):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ArgumentError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+class Kernel:
+    """Kernel `name` of a .gnn file or source text as a PyTorch op with autograd.
+
+    `kernel(graph, *inputs, num_vertices=None, size=None, threads=None, **named_inputs)`:
+    `graph` is a 2 x E edge_index tensor or a `gnnc.Graph`; `size=(num_src,
+    num_dst)` makes a bipartite block (PyG's `size=`); `threads` defaults to
+    `torch.get_num_threads()`. Returns the result, or a named tuple of the
+    results in signature order for a kernel with several.
+    """
+
+    def __init__(self, source_or_path: Any, name: str, **options: Any):
+        from gnnc.driver import compiler
+
+        source, file = compiler.read_source(source_or_path)
+        self._init(source, name, options, file)
+
+    def _init(self, source: str, name: str, options: dict[str, Any], file: str) -> None:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise ArgumentError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: use {OPTIONS}")
+        target = options.get("target", "cpu")
+        if target != "cpu":
+            raise ArgumentError(
+                f"gnnc.torch compiles for target='cpu' for now, not {target!r} (the CUDA path comes later)"
+            )
+        self.source, self.name, self.options, self.file = source, name, dict(options), file
+        self.ops = ops.kernel_ops(source, name, self.options, file)
+        #: The forward op, `torch.ops.gnnc.NAME_DIGEST.default`.
+        self.op = self.ops.forward
+        self.params = [p.name for p in self.ops.params]
+        self.results = [r.name for r in self.ops.results]
+        self._listing = f"{name} takes {len(self.params)} inputs ({', '.join(self.params)})"
+        self._scalars = [_is_scalar(p) for p in self.ops.params]
+        self._rows_from = next((i for i, p in enumerate(self.ops.params) if p.domain == "V"), None)
+        self._result_type = (
+            collections.namedtuple(f"{name}_results", self.results, rename=True) if len(self.results) > 1 else None
+        )
+
+    # ------------------------------------------------------------ persistence
+
+    def __reduce__(self) -> tuple:
+        # source, name and options only: nothing compiled (ctypes) is pickled
+        return _restore, (self.source, self.name, self.options, self.file)
+
+    def __copy__(self) -> Kernel:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Kernel:
+        return self  # immutable: its state is its source, name and options
+
+    def __repr__(self) -> str:
+        return f"<gnnc.torch kernel {self.name}(graph, {', '.join(self.params)}): torch.ops.gnnc.{self.ops.base}>"
+
+    # ------------------------------------------------------------------- calls
+
+    def __call__(
+        self,
+        graph: Any,
+        *inputs: Any,
+        num_vertices: int | None = None,
+        size: Any = None,
+        threads: int | None = None,
+        **named: Any,
+    ) -> Any:
+        """The result, or a named tuple of the results in signature order for a kernel with several."""
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        tensors = self._tensors(self._bind(inputs, named))
+        edge_index, num_src, num_dst = self._graph(graph, num_vertices, size, tensors)
+        n = len(self.results)
+        saving = self.ops.forward_saving
+        if saving is not None and _keeps_for_backward(tensors):
+            # the variant that also returns what the gradient would recompute (softmax weights, argmax)
+            out = saving(edge_index, num_src, num_dst, *tensors, threads)[:n]
+            return out[0] if n == 1 else self._result_type(*out)  # type: ignore[misc]
+        out = self.ops.forward(edge_index, num_src, num_dst, *tensors, threads)
+        return out if n == 1 else self._result_type(*out)  # type: ignore[misc]
+
+    def _bind(self, inputs: tuple, named: dict[str, Any]) -> list[Any]:
+        listing = self._listing
+        if len(inputs) > len(self.params):
+            raise ArgumentError(f"{listing}, got {len(inputs)}")
+        bound = dict(zip(self.params, inputs))
+        for key in named:
+            if key not in self.params:
+                raise ArgumentError(f"{listing}: unknown input '{key}'")
+            if key in bound:
+                raise ArgumentError(f"{self.name}: input '{key}' given both by position and by name")
+        bound.update(named)
+        missing = [p for p in self.params if p not in bound]
+        if missing:
+            raise ArgumentError(f"{listing}, got {len(bound)}: missing {', '.join(missing)}")
+        return [bound[p] for p in self.params]
+
+    def _tensors(self, values: list[Any]) -> list[torch.Tensor]:
+        """The inputs as tensors of one dtype; scalar parameters as 0-d tensors."""
+        for p, v in zip(self.params, values):
+            if isinstance(v, torch.Tensor):
+                _check_tensor(v, f"input '{p}' of {self.name}")
+        dtype = ops.dtype_name([v for v in values if isinstance(v, torch.Tensor)], self.ops.signature.dtype)
+        torch_dtype = torch.float32 if dtype == "f32" else torch.float64
+        tensors = []
+        for p, v, scalar in zip(self.params, values, self._scalars):
+            if scalar:
+                v = _scalar(v, f"input '{p}' of {self.name}", torch_dtype)
+            elif not isinstance(v, torch.Tensor):
+                raise ArgumentError(f"input '{p}' of {self.name} must be a tensor, got {type(v).__name__}")
+            tensors.append(v)
+        return tensors
+
+    def _graph(self, graph: Any, num_vertices: Any, size: Any, tensors: list[torch.Tensor]) -> tuple:
+        """(edge_index, num_src, num_dst) for the op."""
+        if isinstance(graph, Graph):
+            return _graph_arguments(graph, num_vertices, size)
+        if not isinstance(graph, torch.Tensor):
+            raise ArgumentError(f"expected a gnnc.Graph or an edge_index tensor, got {type(graph).__name__}")
+        if graph.layout != torch.strided:
+            raise ArgumentError(
+                f"{self.name}: a sparse adjacency ({graph.layout}) is not supported yet: pass edge_index"
+            )
+        if graph.device.type not in ("cpu", "meta"):
+            raise ArgumentError(_device_message(f"edge_index of {self.name}", graph))
+        if size is not None:
+            if num_vertices is not None:
+                raise ArgumentError("give num_vertices= (a square graph) or size=(num_src, num_dst), not both")
+            if not isinstance(size, (tuple, list, torch.Size)) or len(size) != 2:
+                raise ArgumentError(f"size must be a pair (num_src, num_dst), got {size!r}")
+            return graph, _size(size[0], "size[0] (num_src)"), _size(size[1], "size[1] (num_dst)")
+        if num_vertices is not None:
+            n = _size(num_vertices, "num_vertices")
+        elif self._rows_from is not None:
+            n = tensors[self._rows_from].shape[0]
+        elif torch.compiler.is_compiling():
+            raise ArgumentError(
+                f"{self.name} has no vertex input to count the vertices by: pass num_vertices= "
+                "(or size=) to call it under torch.compile or export"
+            )
+        else:
+            n = graphs.as_graph(graph).num_vertices
+        return graph, n, n
+
+    # ------------------------------------------------- compiled kernels (numpy)
+
+    def forward_kernel(self, dtype: str) -> Any:
+        """The compiled kernel for 'f32' or 'f64', called on numpy arrays."""
+        return self.ops.forward_kernel(dtype)
+
+    def gradient(self, dtype: str) -> Any:
+        """The compiled gradient kernels for 'f32' or 'f64' (a `gnnc.runtime.gradient.Gradient`)."""
+        return self.ops.gradient(dtype)
+
+
+@torch.compiler.disable(
+    reason="a gnnc.Graph is converted to its edge_index outside the graph: pass edge_index to torch.compile"
+)
+def _graph_arguments(graph: Graph, num_vertices: Any, size: Any) -> tuple:
+    """A Graph's op arguments (its edge_index, made once, and its sizes). Not traced: a
+    compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
+    graphs.as_graph(graph, num_vertices, size)  # checks that they agree
+    return graphs.edge_index_of(graph), graph.num_src, graph.num_dst
+
+
+def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:
+    """Whether the call runs the forward variant that also keeps what the gradient reuses:
+    in eager mode and under torch.compile when an input needs a gradient. A trace
+    (jit.trace, export) records the plain op, whatever the grad mode (jit.trace's
+    check runs again under no_grad); its backward recomputes those values."""
+    if _jit_tracing() or torch.compiler.is_exporting():
+        return False
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _device_message(what: str, t: torch.Tensor) -> str:
+    return (
+        f"{what} is on {t.device}: gnnc.torch runs CPU tensors for now (the CUDA path, "
+        "through gnnc's CUDA backend, comes later); move it with .cpu()"
+    )
+
+
+def _check_tensor(t: torch.Tensor, what: str) -> None:
+    if t.device.type not in ("cpu", "meta"):
+        raise ArgumentError(_device_message(what, t))
+    if t.dtype not in ops.DTYPES:
+        hint = " (half precision is not supported yet)" if t.dtype in (torch.float16, torch.bfloat16) else ""
+        raise ArgumentError(f"{what} is {t.dtype}: gnnc kernels take float32 or float64 tensors{hint}")
+
+
+def _scalar(value: Any, what: str, dtype: torch.dtype) -> torch.Tensor:
+    """A scalar parameter as a 0-d tensor: a Python number, or a 0-d or one-element 1-d tensor."""
+    if isinstance(value, torch.Tensor):
+        # a traced shape is a tensor: jit.trace would warn about the comparison (reshape still checks)
+        if value.dim() > 1 or (value.dim() == 1 and not _jit_tracing() and value.shape[0] != 1):
+            raise ArgumentError(f"{what} is a scalar: expected a 0-d or [1]-shaped tensor, got {tuple(value.shape)}")
+        return value.reshape(())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentError(f"{what} is a scalar: expected a number or a tensor, got {type(value).__name__}")
+    return torch.tensor(value, dtype=dtype)
+
+
+def _restore(source: str, name: str, options: dict[str, Any], file: str) -> Kernel:
+    """A pickled Kernel, from its state: the ops are registered again, nothing is compiled yet."""
+    kernel = Kernel.__new__(Kernel)
+    kernel._init(source, name, options, file)
+    return kernel
+
+
+def kernel(source_or_path: Any, name: str, **options: Any) -> Kernel:
+    """Kernel `name` of a .gnn file or source text as a PyTorch op (see `Kernel`)."""
+    return Kernel(source_or_path, name, **options)
+
+
+__all__ = ["Kernel", "kernel"]

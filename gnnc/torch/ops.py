@@ -1,0 +1,417 @@
+"""A kernel and its gradient as `torch.library` custom ops (namespace `gnnc`).
+
+One kernel (its source text, name and compile options) gives up to three ops,
+named after the kernel and a digest of the three, so that a name is stable
+across processes and never shared by two different kernels:
+
+    gnnc::gat_<digest>          (edge_index, num_src, num_dst, h, el, er, threads) -> (out, alpha)
+    gnnc::gat_<digest>_forward  ... -> (out, alpha, st0__): also what the gradient reuses
+    gnnc::gat_<digest>_backward (edge_index, num_src, num_dst, h, el, er,
+                                 gout_out, gout_alpha, saved, wanted, threads) -> (dh, del, der)
+
+The graph enters as tensors (a 2 x E `edge_index` and the sizes), so each op
+is a pure function of its inputs: torch.compile, export and jit.trace record
+the call instead of a constant. The CPU implementation turns edge_index into a
+`gnnc.Graph` once (`graphs.graph_of`) and calls the compiled kernel, float32
+or float64 after the inputs. The fake implementation derives result shapes
+from the signature (V = num_dst, E = edge_index's columns, named dimensions
+from the inputs' shapes) and compiles nothing. Autograd is registered on the
+forward ops; the backward is an op too, so compiled backward graphs hold it,
+and differentiating it again raises a clear error. `_forward` exists for
+kernels whose gradient reuses forward intermediates (a softmax's weights, a
+max's winning edges): the caller picks it when an input needs a gradient.
+`wanted` lists the inputs whose gradient is asked for; the others come back
+as empty tensors and their gradient kernels do not run.
+
+Ops live as long as the process; they are registered once per kernel (a
+second `gnnc.torch.kernel` of the same source, name and options reuses them).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import keyword
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnc import api
+from gnnc.errors import ArgumentError, CompileError, GnncError
+from gnnc.ir.signature import KernelSignature, TensorSig
+from gnnc.torch import graphs
+
+NAMESPACE = "gnnc"
+_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
+#: The registered kernels, by op name.
+_REGISTERED: dict[str, KernelOps] = {}
+_REGISTER_LOCK = threading.Lock()
+
+#: The element types a kernel has a variant for.
+DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+_TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+
+#: The op arguments that carry the graph, before the kernel's inputs.
+_GRAPH_ARGS = ("edge_index", "num_src", "num_dst")
+
+
+def op_name(source: str, name: str, options: dict[str, Any]) -> str:
+    """`NAME_DIGEST`: the kernel's name and 16 hex digits of sha256(source, name, options)."""
+    key = json.dumps([source, name, options], sort_keys=True, default=repr)
+    return f"{name}_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def kernel_ops(source: str, name: str, options: dict[str, Any], file: str = "<string>") -> KernelOps:
+    """The ops of kernel `name` of `source` compiled with `options`, registered on first use."""
+    base = op_name(source, name, options)
+    with _REGISTER_LOCK:
+        ops = _REGISTERED.get(base)
+        if ops is None:
+            ops = KernelOps(base, source, name, options, file)
+            _REGISTERED[base] = ops
+    return ops
+
+
+def variant_source(source: str, declared: str, dtype: str) -> str:
+    """The source with every element type replaced by `dtype` (a kernel uses one of them)."""
+    return source if dtype == declared else re.sub(rf"\b{declared}\b", dtype, source)
+
+
+def dtype_name(tensors: Sequence[torch.Tensor], declared: str) -> str:
+    """'f32' or 'f64' after the tensors' dtype (all the same), or the declared one without tensors."""
+    dtypes = {t.dtype for t in tensors}
+    if not dtypes:
+        return declared
+    if len(dtypes) == 1 and next(iter(dtypes)) in DTYPES:
+        return DTYPES[next(iter(dtypes))]
+    raise ArgumentError(f"inputs must all be float32 or all float64, got {sorted(map(str, dtypes))}")
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    """The tensor's memory as a numpy array (no copy unless it is not contiguous)."""
+    if t.device.type != "cpu":
+        raise ArgumentError(f"gnnc's CPU kernels got a tensor on {t.device}")
+    return t.detach().contiguous().numpy()
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    # not np.ascontiguousarray: it turns a 0-d array (a scalar's gradient) into a 1-d one
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _threads(threads: int | None) -> int:
+    """`threads=` when given, else PyTorch's intra-op thread count (`torch.set_num_threads`)."""
+    return threads if threads is not None else torch.get_num_threads()
+
+
+def _schema_names(params: Sequence[TensorSig]) -> list[str]:
+    """The inputs' names in the schemas: the kernel's, unless one is taken or a keyword."""
+    taken = {*_GRAPH_ARGS, "threads", "saved", "wanted"}
+    names = []
+    for p in params:
+        name = p.name
+        while name in taken or keyword.iskeyword(name) or name.startswith("gout_"):
+            name += "_"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def _returns(n: int) -> str:
+    return "Tensor" if n == 1 else f"({', '.join(['Tensor'] * n)})"
+
+
+def _check_edge_index(edge_index: torch.Tensor) -> None:
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ArgumentError(
+            f"edge_index must have shape (2, E) (row 0 sources, row 1 destinations), got {tuple(edge_index.shape)}"
+        )
+    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or edge_index.dtype == torch.bool:
+        raise ArgumentError(f"edge_index holds vertex ids: an integer tensor, got {edge_index.dtype}")
+
+
+class KernelOps:
+    """The custom ops of one kernel, their fake and CPU implementations, and its compiled variants."""
+
+    def __init__(self, base: str, source: str, name: str, options: dict[str, Any], file: str):
+        from gnnc.lang import parse_and_check
+        from gnnc.lang.autodiff import gradient_program
+        from gnnc.lang.signature import kernel_signature
+
+        program = parse_and_check(source, file)
+        try:
+            kernel = program.kernel(name)
+        except KeyError:
+            raise CompileError(f"no kernel named {name} in {file}") from None
+        self.base, self.source, self.name, self.options, self.file = base, source, name, options, file
+        self.signature: KernelSignature = kernel_signature(kernel)
+        self.params = self.signature.params
+        self.results = self.signature.results
+        #: Why the kernel has no gradient kernels, if it has none (raised by backward).
+        self.grad_error: GnncError | None = None
+        #: The intermediates `_forward` also returns, as its extra results.
+        self.saved: tuple[TensorSig, ...] = ()
+        try:
+            grad = gradient_program(kernel)
+            if not grad.kernels:
+                raise CompileError(f"{name}: no input has a gradient kernel")
+            if grad.saved:
+                variant = parse_and_check(grad.source + grad.forward, f"<gradient of {name}>")
+                extra = kernel_signature(variant.kernel(f"{name}__forward")).results
+                self.saved = tuple(r for r in extra if r.name in grad.saved)
+        except GnncError as exc:
+            self.grad_error = exc
+        self._lock = threading.Lock()
+        self._forward_kernels: dict[str, Any] = {}
+        self._gradients: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._register()
+
+    # ------------------------------------------------------------ registration
+
+    def _register(self) -> None:
+        names = _schema_names(self.params)
+        graph = "Tensor edge_index, SymInt num_src, SymInt num_dst"
+        inputs = "".join(f", Tensor {n}" for n in names)
+        # no defaults: the dispatcher drops trailing arguments equal to their default
+        self._define(self.base, f"({graph}{inputs}, int? threads) -> {_returns(len(self.results))}")
+        self.forward = self._overload(self.base)
+        self._implement(self.base, self._forward_impl, self._forward_fake)
+        self.forward_saving = None
+        self.backward = None
+        if self.grad_error is None:
+            if self.saved:
+                n = len(self.results) + len(self.saved)
+                self._define(f"{self.base}_forward", f"({graph}{inputs}, int? threads) -> {_returns(n)}")
+                self.forward_saving = self._overload(f"{self.base}_forward")
+                self._implement(f"{self.base}_forward", self._saving_impl, self._saving_fake)
+            gouts = "".join(f", Tensor gout_{r.name}" for r in self.results)
+            self._define(
+                f"{self.base}_backward",
+                f"({graph}{inputs}{gouts}, Tensor[] saved, bool[] wanted, int? threads) -> {_returns(len(self.params))}",
+            )
+            self.backward = self._overload(f"{self.base}_backward")
+            self._implement(f"{self.base}_backward", self._backward_impl, self._backward_fake)
+            torch.library.register_autograd(
+                f"{NAMESPACE}::{self.base}_backward",
+                self._no_double_backward,
+                setup_context=lambda ctx, inputs, output: None,
+                lib=_LIBRARY,
+            )
+        if self.params:
+            for op, saving in ((self.base, False), (f"{self.base}_forward", True)):
+                if saving and self.forward_saving is None:
+                    continue
+                torch.library.register_autograd(
+                    f"{NAMESPACE}::{op}",
+                    self._autograd_backward,
+                    setup_context=self._setup_context_saving if saving else self._setup_context,
+                    lib=_LIBRARY,
+                )
+
+    def _define(self, op: str, schema: str) -> None:
+        _LIBRARY.define(f"{op}{schema}")
+
+    def _overload(self, op: str) -> Any:
+        return getattr(getattr(torch.ops, NAMESPACE), op).default
+
+    def _implement(self, op: str, impl: Any, fake: Any) -> None:
+        _LIBRARY.impl(op, impl, "CPU")
+        _LIBRARY.impl(op, self._cuda_impl, "CUDA")
+        torch.library.register_fake(f"{NAMESPACE}::{op}", fake, lib=_LIBRARY)
+
+    def _cuda_impl(self, *args: Any) -> Any:
+        raise ArgumentError(
+            f"{self.name}: gnnc.torch runs CPU tensors for now; the CUDA path (these ops launching "
+            "gnnc's PTX through its CUDA runtime) comes later: move the tensors with .cpu()"
+        )
+
+    # ------------------------------------------------------------------ shapes
+
+    def _split(self, args: tuple) -> tuple[torch.Tensor, Any, Any, tuple[torch.Tensor, ...], tuple]:
+        edge_index, num_src, num_dst = args[:3]
+        n = len(self.params)
+        return edge_index, num_src, num_dst, tuple(args[3 : 3 + n]), args[3 + n :]
+
+    def _fake_results(
+        self, sigs: Sequence[TensorSig], edge_index: torch.Tensor, num_dst: Any, params: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Empty tensors shaped as the kernel's results for these inputs (rows: V = num_dst, E = edges)."""
+        _check_edge_index(edge_index)
+        dtype = _TORCH_DTYPES[dtype_name(params, self.signature.dtype)]
+        dims: dict[str, Any] = {}
+        for p, t in zip(self.params, params):
+            lead = 1 if p.domain else 0
+            if t.dim() != lead + len(p.shape):
+                raise ArgumentError(
+                    f"input '{p.name}' of {self.name}: expected {lead + len(p.shape)} axes {p.describe()}, "
+                    f"got shape {tuple(t.shape)}"
+                )
+            for d, size in zip(p.shape, t.shape[lead:]):
+                if isinstance(d, str):
+                    dims.setdefault(d, size)
+        rows = {"V": [num_dst], "E": [edge_index.shape[1]], None: []}
+        return [
+            edge_index.new_empty(
+                [*rows[r.domain], *(dims[d] if isinstance(d, str) else d for d in r.shape)], dtype=dtype
+            )
+            for r in sigs
+        ]
+
+    @staticmethod
+    def _packed(tensors: list[torch.Tensor]) -> Any:
+        return tensors[0] if len(tensors) == 1 else tuple(tensors)
+
+    def _forward_fake(self, *args: Any) -> Any:
+        edge_index, _, num_dst, params, _ = self._split(args)
+        return self._packed(self._fake_results(self.results, edge_index, num_dst, params))
+
+    def _saving_fake(self, *args: Any) -> Any:
+        edge_index, _, num_dst, params, _ = self._split(args)
+        return self._packed(self._fake_results(self.results + self.saved, edge_index, num_dst, params))
+
+    def _backward_fake(self, *args: Any) -> Any:
+        edge_index, _, _, params, rest = self._split(args)
+        _check_edge_index(edge_index)
+        wanted = rest[len(self.results) + 1]
+        # contiguous, as the CPU implementation returns them (inductor checks strides), whatever the input's
+        return self._packed([t.new_empty(t.shape) if w else t.new_empty(0) for t, w in zip(params, wanted)])
+
+    # --------------------------------------------------------- compiled kernels
+
+    def forward_kernel(self, dtype: str) -> Any:
+        """The kernel compiled for 'f32' or 'f64' (from the compile cache after the first time)."""
+        kernel = self._forward_kernels.get(dtype)
+        if kernel is None:
+            with self._lock:
+                if dtype not in self._forward_kernels:
+                    source = variant_source(self.source, self.signature.dtype, dtype)
+                    module = api.compile(source, kernels=[self.name], **self.options)
+                    self._forward_kernels[dtype] = getattr(module, self.name)
+                kernel = self._forward_kernels[dtype]
+        return kernel
+
+    def gradient(self, dtype: str, wanted: tuple[str, ...] | None = None) -> Any:
+        """The gradient kernels (a `runtime.gradient.Gradient`), run only for the `wanted` inputs.
+
+        All of them are compiled at once; a pruned copy leaves out the kernels
+        that compute neither a wanted gradient nor an intermediate one needs.
+        """
+        if self.grad_error is not None:
+            raise self.grad_error
+        everything = tuple(p.name for p in self.params)
+        wanted = everything if wanted is None else wanted
+        grad = self._gradients.get((dtype, wanted))
+        if grad is not None:
+            return grad
+        with self._lock:
+            full = self._gradients.get((dtype, everything))
+            if full is None:
+                source = variant_source(self.source, self.signature.dtype, dtype)
+                full = api.compile_grad(source, self.name, **self.options)
+                self._gradients[(dtype, everything)] = full
+            if wanted != everything:
+                needed = set(wanted)
+                for _, wrt, _, _, inputs in reversed(full.kernels):
+                    if wrt in needed:
+                        needed.update(inputs)
+                grad = copy.copy(full)
+                grad.kernels = [k for k in full.kernels if k[1] in needed]
+                grad.constant = [c for c in full.constant if c in wanted]
+                self._gradients[(dtype, wanted)] = grad
+        return self._gradients[(dtype, wanted)]
+
+    # --------------------------------------------------------- implementations
+
+    def _call_arrays(self, args: tuple) -> tuple[Any, str, list[np.ndarray], int, tuple]:
+        edge_index, num_src, num_dst, params, rest = self._split(args)
+        graph = graphs.graph_of(edge_index, (int(num_src), int(num_dst)))
+        dtype = dtype_name(params, self.signature.dtype)
+        return graph, dtype, [_array(t) for t in params], _threads(rest[-1] if rest else None), rest
+
+    def _result_tensors(self, out: Any, sigs: Sequence[TensorSig]) -> list[torch.Tensor]:
+        named = out if isinstance(out, dict) else {self.results[0].name: out}
+        return [torch.from_numpy(named[r.name]) for r in sigs]
+
+    def _forward_impl(self, *args: Any) -> Any:
+        graph, dtype, arrays, threads, _ = self._call_arrays(args)
+        out = self.forward_kernel(dtype)(graph, *arrays, threads=threads)
+        return self._packed(self._result_tensors(out, self.results))
+
+    def _saving_impl(self, *args: Any) -> Any:
+        graph, dtype, arrays, threads, _ = self._call_arrays(args)
+        out, saved = self.gradient(dtype).forward(graph, *arrays, threads=threads)
+        tensors = self._result_tensors(out, self.results)
+        return self._packed(tensors + [torch.from_numpy(saved[s.name]) for s in self.saved])
+
+    def _backward_impl(self, *args: Any) -> Any:
+        graph, dtype, arrays, threads, rest = self._call_arrays(args)
+        n = len(self.results)
+        gouts, saved, wanted = rest[:n], rest[n], rest[n + 1]
+        names = tuple(p.name for p, w in zip(self.params, wanted) if w)
+        params = self._split(args)[3]
+        if not names:
+            return self._packed([t.new_empty(0) for t in params])
+        gout: Any = {r.name: _array(g) for r, g in zip(self.results, gouts)}
+        if len(self.results) == 1:
+            gout = gout[self.results[0].name]
+        kept = {s.name: _array(t) for s, t in zip(self.saved, saved)} if saved else None
+        grads = self.gradient(dtype, names)(graph, *arrays, gout=gout, saved=kept, threads=threads)
+        return self._packed(
+            [
+                torch.from_numpy(_contiguous(grads[p.name])) if w else t.new_empty(0)
+                for p, t, w in zip(self.params, params, wanted)
+            ]
+        )
+
+    # ---------------------------------------------------------------- autograd
+
+    def _setup(self, ctx: Any, inputs: tuple, output: Any, saving: bool) -> None:
+        edge_index, num_src, num_dst, params, rest = self._split(inputs)
+        outputs = (output,) if isinstance(output, torch.Tensor) else tuple(output)
+        saved = outputs[len(self.results) :] if saving else ()
+        if saved:
+            ctx.mark_non_differentiable(*saved)
+        ctx.save_for_backward(edge_index, *params, *saved)
+        ctx.gnnc_call = (num_src, num_dst, rest[0] if rest else None)
+        ctx.gnnc_results = [(o.shape, o.dtype) for o in outputs[: len(self.results)]]
+
+    def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
+        self._setup(ctx, inputs, output, saving=False)
+
+    def _setup_context_saving(self, ctx: Any, inputs: tuple, output: Any) -> None:
+        self._setup(ctx, inputs, output, saving=True)
+
+    def _autograd_backward(self, ctx: Any, *grads: Any) -> tuple:
+        n = len(self.params)
+        wanted = [bool(w) for w in ctx.needs_input_grad[3 : 3 + n]]
+        nothing = (None,) * (4 + n)
+        if not any(wanted):
+            return nothing
+        if self.backward is None:
+            raise self.grad_error or CompileError(f"{self.name}: no gradient kernels")
+        tensors = ctx.saved_tensors
+        edge_index, params, saved = tensors[0], tensors[1 : 1 + n], tensors[1 + n :]
+        num_src, num_dst, threads = ctx.gnnc_call
+        # a result the loss does not use may come as None: its gradient is zero
+        gouts = [
+            g if g is not None else torch.zeros(shape, dtype=dtype)
+            for g, (shape, dtype) in zip(grads, ctx.gnnc_results)
+        ]
+        out = self.backward(edge_index, num_src, num_dst, *params, *gouts, list(saved), wanted, threads)
+        out = (out,) if n == 1 else out
+        return (None, None, None, *(g if w else None for g, w in zip(out, wanted)), None)
+
+    def _no_double_backward(self, ctx: Any, *grads: Any) -> tuple:
+        raise CompileError(
+            f"{self.name}: double backward (differentiating gnnc's gradient kernels, as "
+            "create_graph=True and a second backward do) is not supported: gnnc generates "
+            "first-order gradient kernels only"
+        )
+
+
+__all__ = ["DTYPES", "NAMESPACE", "KernelOps", "dtype_name", "kernel_ops", "op_name", "variant_source"]

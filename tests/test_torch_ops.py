@@ -1,0 +1,475 @@
+"""gnnc.torch's custom ops: opcheck, torch.compile, export, jit.trace, pickling, caching, threads, fork."""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gnnc  # noqa: E402
+import gnnc.torch as gt  # noqa: E402
+from gnnc.runtime import module as runtime_module  # noqa: E402
+from gnnc.torch import graphs  # noqa: E402
+from tests.helpers import slow_except  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+# self loop, duplicates, a vertex without in-edges (3), an isolated vertex (4)
+EDGE_INDEX = torch.tensor([[0, 1, 2, 2, 3, 0, 2, 3], [1, 2, 0, 2, 1, 1, 1, 0]])
+V = 5
+E = EDGE_INDEX.shape[1]
+
+
+def _input(shape, grad=True, shift=0.2):
+    return (torch.rand(shape, dtype=torch.float64) + shift).requires_grad_(grad)
+
+
+#: Inputs of every example kernel (examples/*.gnn), in float64; continuous values, so no ties at a max.
+CASES = {
+    "attention": lambda: (_input((V, 2, 3)), _input((V, 2, 3))),
+    "gat": lambda: (_input((V, 2, 3)), _input((V, 2), shift=-0.5), _input((V, 2), shift=-0.5)),
+    "gat_conv": lambda: (_input((V, 2, 3)), _input((V, 2), shift=-0.5), _input((V, 2), shift=-0.5)),
+    "gcn": lambda: (_input((V, 3)), _input((E,))),
+    "gcn_norm": lambda: (_input((V, 3)),),
+    "gin": lambda: (_input((V, 2)), _input(())),
+    "mlp_aggr": lambda: (_input((V, 3), shift=-0.6), _input((3, 2), shift=-0.6)),
+    "sage_max": lambda: (_input((V, 3)),),
+    "sage_mean": lambda: (_input((V, 2)),),
+}
+
+
+def test_every_example_kernel_has_a_case():
+    assert sorted(CASES) == sorted(p.stem for p in EXAMPLES.glob("*.gnn"))
+
+
+@pytest.mark.parametrize("name", slow_except(sorted(CASES), "gat", "gin", "sage_max"))
+def test_opcheck_example_kernels(name):
+    """Schema, fake tensors, autograd registration and AOT dispatch of the forward, the
+    forward that keeps intermediates, and the backward op of every example kernel."""
+    op = gt.kernel(EXAMPLES / f"{name}.gnn", name)
+    inputs = CASES[name]()
+    graph_args = (EDGE_INDEX, V, V)
+    torch.library.opcheck(op.ops.forward, (*graph_args, *inputs, None))
+    if op.ops.forward_saving is not None:
+        torch.library.opcheck(op.ops.forward_saving, (*graph_args, *inputs, None))
+    with torch.no_grad():
+        outs = op.ops.forward_saving(*graph_args, *inputs, None) if op.ops.forward_saving else ()
+    outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+    saved = [t.detach() for t in outs[len(op.results) :]]
+    detached = [t.detach() for t in inputs]
+    results = op(EDGE_INDEX, *detached, num_vertices=V)
+    results = (results,) if isinstance(results, torch.Tensor) else tuple(results)
+    gouts = [torch.rand_like(r) for r in results]
+    for wanted in ([True] * len(inputs), [i == 0 for i in range(len(inputs))]):
+        for kept in ([], saved) if saved else ([],):
+            torch.library.opcheck(op.ops.backward, (*graph_args, *detached, *gouts, kept, wanted, None))
+
+
+def test_opcheck_non_contiguous_inputs():
+    """A transposed weight (as `lin.weight.t()`): the ops return contiguous tensors, and the fake ones say so."""
+    op = gt.kernel(EXAMPLES / "mlp_aggr.gnn", "mlp_aggr")
+    x, w = CASES["mlp_aggr"]()
+    w_t = w.detach().t().contiguous().t().requires_grad_()
+    assert not w_t.is_contiguous()
+    torch.library.opcheck(op.ops.forward, (EDGE_INDEX, V, V, x, w_t, None))
+    gout = torch.rand(V, 2, dtype=torch.float64)
+    torch.library.opcheck(op.ops.backward, (EDGE_INDEX, V, V, x.detach(), w_t.detach(), gout, [], [True, True], None))
+
+
+# --------------------------------------------------------------- a 2-layer model
+
+GIN = gt.kernel(EXAMPLES / "gin.gnn", "gin")
+GAT = gt.kernel(EXAMPLES / "gat_conv.gnn", "gat_conv")
+
+
+class TwoLayers(torch.nn.Module):
+    """GIN (a trainable [1]-shaped eps, as PyG's train_eps) then 2-head GAT, both gnnc kernels."""
+
+    def __init__(self, features=4, hidden=8, heads=2, out=3):
+        super().__init__()
+        self.eps = torch.nn.Parameter(torch.tensor([0.1]))
+        self.lin1 = torch.nn.Linear(features, hidden)
+        self.lin2 = torch.nn.Linear(hidden, heads * out)
+        self.att_src = torch.nn.Parameter(torch.rand(heads, out) - 0.5)
+        self.att_dst = torch.nn.Parameter(torch.rand(heads, out) - 0.5)
+        self.heads, self.out = heads, out
+        self.gin, self.gat = GIN, GAT
+
+    def forward(self, x, edge_index):
+        h = torch.relu(self.lin1(self.gin(edge_index, x, self.eps)))
+        h = self.lin2(h).view(-1, self.heads, self.out)
+        el, er = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)
+        return self.gat(edge_index, h, el=el, er=er).mean(1)
+
+
+def _model_and_input(seed=0):
+    torch.manual_seed(seed)
+    return TwoLayers(), torch.rand(V, 4)
+
+
+def _forward_and_grads(model, x, edge_index, run=None):
+    """The output and the parameters' gradients of `run` (the model, or it compiled)."""
+    model.zero_grad()
+    out = (run if run is not None else model)(x, edge_index)
+    (out * torch.arange(out.numel()).view_as(out)).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _assert_same(got, want):
+    out, grads = got
+    torch.testing.assert_close(out, want[0], rtol=1e-5, atol=1e-6)
+    assert grads.keys() == want[1].keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], want[1][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("backend", slow_except(["aot_eager", "inductor"], "aot_eager"))
+def test_compile_fullgraph_two_layers_matches_eager(backend):
+    model, x = _model_and_input()
+    eager = _forward_and_grads(model, x, EDGE_INDEX)
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    _assert_same(_forward_and_grads(model, x, EDGE_INDEX, compiled), eager)
+    assert counter.frame_count == 1  # one graph, no break
+    assert any("gnnc" in str(n.target) for g in counter.graphs for n in g.graph.nodes)
+    # a second graph of the same sizes reuses the compiled code and converts its own edge_index
+    other = EDGE_INDEX.flip(0).contiguous()
+    _assert_same(_forward_and_grads(model, x, other, compiled), _forward_and_grads(model, x, other))
+    assert counter.frame_count == 1
+
+
+def test_export_captures_the_ops():
+    model, x = _model_and_input()
+    exported = torch.export.export(model, (x, EDGE_INDEX))
+    targets = [str(n.target) for n in exported.graph.nodes]
+    assert any(t.startswith(f"gnnc.{GIN.ops.base}") for t in targets), targets
+    assert any(t.startswith(f"gnnc.{GAT.ops.base}") for t in targets), targets
+    x2, edge_index2 = torch.rand(V, 4), torch.randint(0, V, (2, E))
+    torch.testing.assert_close(exported.module()(x2, edge_index2), model(x2, edge_index2))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_jit_trace_records_the_op_not_a_constant():
+    model, x = _model_and_input()
+    traced = torch.jit.trace(model, (x, EDGE_INDEX))
+    kinds = [n.kind() for n in traced.graph.nodes()]
+    assert f"gnnc::{GIN.ops.base}" in kinds and f"gnnc::{GAT.ops.base}" in kinds
+    x2, edge_index2 = torch.rand(V, 4), torch.randint(0, V, (2, E))
+    want = model(x2, edge_index2)
+    assert not torch.allclose(want, model(x, EDGE_INDEX))
+    torch.testing.assert_close(traced(x2, edge_index2), want)
+
+
+def test_double_backward_is_a_clear_error():
+    x = _input((V, 3))
+    out = gt.kernel(EXAMPLES / "gcn_norm.gnn", "gcn_norm")(EDGE_INDEX, x, num_vertices=V)
+    (gx,) = torch.autograd.grad((out * out).sum(), x, create_graph=True)
+    with pytest.raises(gnnc.CompileError, match="double backward"):
+        gx.sum().backward()
+
+
+# --------------------------------------------------------------------- calling
+
+
+def test_inputs_by_keyword_or_position_and_scalars():
+    x = torch.rand(V, 2)
+    want = GIN(EDGE_INDEX, x, torch.tensor(0.5), num_vertices=V)
+    for eps in (0.5, torch.tensor(0.5), torch.tensor([0.5])):
+        torch.testing.assert_close(GIN(EDGE_INDEX, x, eps, num_vertices=V), want)
+        torch.testing.assert_close(GIN(EDGE_INDEX, x, eps=eps, num_vertices=V), want)
+        torch.testing.assert_close(GIN(EDGE_INDEX, eps=eps, x=x, num_vertices=V), want)
+    # V from x's rows: vertex 4 has no edge, so the largest id + 1 would be 4
+    torch.testing.assert_close(GIN(EDGE_INDEX, x, 0.5), want)
+    with pytest.raises(gnnc.ArgumentError, match="both by position and by name"):
+        GIN(EDGE_INDEX, x, x=x)
+    with pytest.raises(gnnc.ArgumentError, match="unknown input 'y'"):
+        GIN(EDGE_INDEX, x, 0.5, y=x)
+    with pytest.raises(gnnc.ArgumentError, match="missing eps"):
+        GIN(EDGE_INDEX, x=x)
+    with pytest.raises(gnnc.ArgumentError, match="is a scalar"):
+        GIN(EDGE_INDEX, x, torch.tensor([0.5, 0.5]))
+    with pytest.raises(gnnc.ArgumentError, match="is a scalar"):
+        GIN(EDGE_INDEX, x, True)
+    # a [1]-shaped eps gets a [1]-shaped gradient
+    eps = torch.tensor([0.5], requires_grad=True)
+    GIN(EDGE_INDEX, x, eps).sum().backward()
+    assert eps.grad.shape == (1,)
+
+
+def test_several_results_are_a_named_tuple():
+    op = gt.kernel(EXAMPLES / "gat.gnn", "gat")
+    h, el, er = (t.detach().float() for t in CASES["gat"]())
+    result = op(EDGE_INDEX, h, el, er, num_vertices=V)
+    out, alpha = result
+    assert result.out is out and result.alpha is alpha and result._fields == ("out", "alpha")
+    assert out.shape == (V, 2, 3) and alpha.shape == (E, 2)
+
+
+def test_dtype_device_and_graph_errors():
+    x = torch.rand(V, 2)
+    for dtype in (torch.float16, torch.bfloat16):
+        with pytest.raises(gnnc.ArgumentError, match="float32 or float64 tensors.*half precision"):
+            GIN(EDGE_INDEX, x.to(dtype), 0.5)
+    with pytest.raises(gnnc.ArgumentError, match="float32 or float64 tensors"):
+        GIN(EDGE_INDEX, x.long(), 0.5)
+
+    class OnCuda(torch.Tensor):  # a tensor that says it is on a GPU, without one
+        @staticmethod
+        def __new__(cls, shape):
+            return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=torch.float32, device="cuda")
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise AssertionError(f"{func} ran on a tensor gnnc.torch should have refused")
+
+    with pytest.raises(gnnc.ArgumentError, match="CPU tensors for now.*CUDA path"):
+        GIN(EDGE_INDEX, OnCuda((V, 2)), 0.5)
+    with pytest.raises(gnnc.ArgumentError, match="sparse adjacency"):
+        GIN(torch.sparse_coo_tensor(EDGE_INDEX, torch.ones(E), (V, V), check_invariants=True), x, 0.5)
+    transposed = EDGE_INDEX.t().contiguous()
+    with pytest.raises(gnnc.GnncError, match=r"must have shape \(2, E\)"):
+        GIN.op(transposed, V, V, x, torch.tensor(0.5), None)
+    with pytest.raises(gnnc.ArgumentError, match=r"must have shape \(2, E\)"):  # the fake implementation
+        GIN.op(transposed.to("meta"), V, V, x.to("meta"), torch.tensor(0.5, device="meta"), None)
+    with pytest.raises(gnnc.ArgumentError, match="threads must be"):
+        GIN(EDGE_INDEX, x, 0.5, threads=0)
+    with pytest.raises(gnnc.ArgumentError, match="unknown option"):
+        gt.kernel(EXAMPLES / "gin.gnn", "gin", speed=11)
+    with pytest.raises(gnnc.ArgumentError, match="target='cpu'"):
+        gt.kernel(EXAMPLES / "gin.gnn", "gin", target="cuda")
+
+
+def test_a_graph_travels_as_its_edge_index():
+    graph = gnnc.Graph(EDGE_INDEX.numpy(), num_vertices=V)
+    x = torch.rand(V, 2)
+    torch.testing.assert_close(GIN(graph, x, 0.5), GIN(EDGE_INDEX, x, 0.5))
+    edge_index = graphs.edge_index_of(graph)
+    assert graphs.edge_index_of(graph) is edge_index
+    assert torch.equal(edge_index, EDGE_INDEX)
+    assert graphs.graph_of(edge_index, (V, V)) is graph  # the op uses the Graph itself
+    with pytest.raises(gnnc.ArgumentError, match="not size"):
+        GIN(graph, x, 0.5, size=(V, 3))
+    # a Graph cannot be a compiled graph's input: a graph break, or under fullgraph an error saying so
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lambda x: GIN(graph, x, 0.5), backend="eager")(x), GIN(graph, x, 0.5))
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="pass edge_index to torch.compile"):
+        torch.compile(lambda x: GIN(graph, x, 0.5), backend="eager", fullgraph=True)(x)
+
+
+def test_ops_are_shared_and_named_by_source_name_and_options():
+    again = gt.kernel((EXAMPLES / "gin.gnn").read_text(), "gin")
+    assert again.ops is GIN.ops and again.op is GIN.op
+    other = gt.kernel(EXAMPLES / "gin.gnn", "gin", opt_level=2)
+    assert other.ops.base != GIN.ops.base and other.ops.base.startswith("gin_")
+
+
+# ------------------------------------------------------------- PyG as the oracle
+
+
+def _symmetric_edge_index():
+    # gnnc's gcn_norm scales by deg_out(u) deg_in(v), PyG's by the in-degrees of both: equal when symmetric
+    edges = [(0, 1), (1, 2), (2, 3), (3, 0), (0, 2), (4, 4)]
+    both = edges + [(v, u) for u, v in edges if u != v]
+    return torch.tensor(both).t().contiguous()
+
+
+def test_gcn_norm_and_gin_against_pyg():
+    pyg = pytest.importorskip("torch_geometric.nn")
+    edge_index = _symmetric_edge_index()
+    torch.manual_seed(0)
+    x = torch.rand(V, 4, requires_grad=True)
+    conv = pyg.GCNConv(4, 3, add_self_loops=False, bias=False)
+    lin = torch.nn.Linear(4, 3, bias=False)
+    lin.weight.data.copy_(conv.lin.weight.data)
+    gcn = gt.kernel(EXAMPLES / "gcn_norm.gnn", "gcn_norm")
+    gout = torch.rand(V, 3)
+    want = conv(x, edge_index)
+    (want_x,) = torch.autograd.grad(want, x, gout)
+    got = gcn(edge_index, lin(x))
+    (got_x,) = torch.autograd.grad(got, x, gout)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x, want_x)
+
+    gin = pyg.GINConv(torch.nn.Identity(), eps=0.3, train_eps=True)
+    eps = torch.tensor([0.3], requires_grad=True)
+    gout = torch.rand(V, 4)
+    want = gin(x, edge_index)
+    want_grads = torch.autograd.grad(want, (x, gin.eps), gout)
+    got = GIN(edge_index, x, eps)
+    got_grads = torch.autograd.grad(got, (x, eps), gout)
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+
+
+# --------------------------------------------------------------- persistence
+
+
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+        self.conv = gt.kernel(EXAMPLES / "sage_max.gnn", "sage_max")
+
+    def forward(self, x, edge_index):
+        return self.conv(edge_index, self.lin(x))
+
+
+def test_module_pickles_deep_copies_and_saves_after_a_forward():
+    torch.manual_seed(0)
+    model, x = Holder(), torch.rand(V, 4)
+    want = model(x, EDGE_INDEX)
+    want.sum().backward()  # the kernels, their gradient and the graph are loaded and cached
+    assert "ctypes" not in str(model.conv.__reduce__())
+    copies = [pickle.loads(pickle.dumps(model)), copy.deepcopy(model)]
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    copies.append(torch.load(buffer, weights_only=False))
+    for other in copies:
+        assert other.conv.ops is model.conv.ops
+        torch.testing.assert_close(other(x, EDGE_INDEX), want.detach())
+
+
+def test_a_pickled_kernel_restores_from_source_in_a_fresh_process(tmp_path):
+    path = tmp_path / "kernel.pt"
+    torch.save(gt.kernel(EXAMPLES / "gcn_norm.gnn", "gcn_norm"), path)
+    code = textwrap.dedent(
+        f"""
+        import torch
+        op = torch.load({str(path)!r}, weights_only=False)
+        out = op(torch.tensor([[0, 1], [1, 2]]), torch.ones(3, 2))
+        print(op.ops.base, out.sum().item())
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    base, total = run.stdout.split()
+    assert base == gt.kernel(EXAMPLES / "gcn_norm.gnn", "gcn_norm").ops.base and float(total) == 4.0
+
+
+# ------------------------------------------------------------------ graph cache
+
+
+def test_graph_cache_notices_in_place_edits_and_reused_ids():
+    op = gt.kernel(EXAMPLES / "sage_mean.gnn", "sage_mean")
+    x = torch.rand(V, 2)
+    edge_index = EDGE_INDEX.clone()
+    before = op(edge_index, x)
+    graph = gt.as_graph(edge_index, num_vertices=V)
+    assert gt.as_graph(edge_index, num_vertices=V) is graph  # converted once
+    edge_index[1, 0] = 4  # in place: the edge 0 -> 1 becomes 0 -> 4
+    after = op(edge_index, x)
+    assert gt.as_graph(edge_index, num_vertices=V) is not graph
+    torch.testing.assert_close(after, op(edge_index.clone(), x))
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(after[4], x[0])
+    # a dead tensor's entry goes with it; a new tensor at the same id is converted afresh
+    key = id(edge_index)
+    del edge_index
+    assert key not in graphs._ENTRIES
+    for _ in range(1000):
+        fresh = torch.randint(0, V, (2, E))
+        if id(fresh) == key:
+            break
+    torch.testing.assert_close(op(fresh, x), op(fresh.clone(), x))
+
+
+# ---------------------------------------------------------------------- threads
+
+
+def test_threads_follow_torch_unless_given(monkeypatch):
+    seen = []
+    decide = runtime_module.decide
+
+    def spy(kernel, graph, dims, threads=None, schedule=None):
+        seen.append(threads)  # the threads the call asks the runtime for
+        return decide(kernel, graph, dims, threads, schedule)
+
+    monkeypatch.setattr(runtime_module, "decide", spy)
+    x = torch.rand(V, 2)
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            seen.clear()
+            GIN(EDGE_INDEX, x, 0.5)
+            assert seen == [n]
+        seen.clear()
+        GIN(EDGE_INDEX, x, 0.5, threads=2)
+        assert seen == [2]
+    finally:
+        torch.set_num_threads(before)
+
+
+FORKED_WORKERS = """
+import torch
+import gnnc.torch as gt
+
+op = gt.kernel("examples/gcn_norm.gnn", "gcn_norm")
+edge_index = torch.randint(0, 200, (2, 4000))
+x = torch.rand(200, 16)
+want = op(edge_index, x, threads=2)  # the parent starts libgomp's thread pool
+
+
+class Blocks(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        # threads=2 asks for the pool a forked child does not have (it runs on one thread)
+        return op(edge_index, x * (i + 1), threads=2)
+
+
+loader = torch.utils.data.DataLoader(Blocks(), batch_size=None, num_workers=2, multiprocessing_context="fork")
+for i, got in enumerate(loader):
+    torch.testing.assert_close(got, want * (i + 1))
+print("ok")
+"""
+
+
+def test_kernels_run_in_forked_dataloader_workers():
+    # in a subprocess (its own process group, workers included), so that a hang
+    # fails the test at the timeout instead of blocking the run
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKED_WORKERS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("a DataLoader worker forked after a parallel kernel hung")
+    assert proc.returncode == 0 and out.strip() == "ok", err
+
+
+def test_forward_keeps_intermediates_only_when_a_gradient_is_needed(monkeypatch):
+    op = gt.kernel(EXAMPLES / "sage_max.gnn", "sage_max")
+    calls = []
+    for name in ("forward", "forward_saving"):
+        original = getattr(op.ops, name)
+        monkeypatch.setattr(op.ops, name, lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
+    x = torch.rand(V, 3)
+    op(EDGE_INDEX, x)
+    op(EDGE_INDEX, x.requires_grad_()).sum().backward()
+    with torch.no_grad():
+        op(EDGE_INDEX, x)
+    assert calls == ["forward", "forward_saving", "forward"]
+    # each destination with in-edges (0, 1 and 2) passes its gradient to one winning source per feature
+    torch.testing.assert_close(x.grad.sum(0), torch.full((3,), 3.0))
