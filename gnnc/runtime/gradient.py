@@ -16,6 +16,7 @@ destination (num_dst rows) of such an input adds into its leading rows.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,19 @@ class Gradient:
         self.transposes = transposes or []
         #: intermediates `forward` also returns (they need no gout), so a training step computes them once
         self.saved = saved or []
+
+    def restricted_to(self, wanted: tuple[str, ...]) -> Gradient:
+        """A copy that runs only the kernels computing a `wanted` input's gradient, or an
+        intermediate one of those reads (the kernels run in order, so a reversed walk
+        collects every input a later kernel needs)."""
+        needed = set(wanted)
+        for _, wrt, _, _, inputs in reversed(self.kernels):
+            if wrt in needed:
+                needed.update(inputs)
+        pruned = copy.copy(self)
+        pruned.kernels = [k for k in self.kernels if k[1] in needed]
+        pruned.constant = [c for c in self.constant if c in wanted]
+        return pruned
 
     def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
         if len(self.results) == 1:

@@ -29,7 +29,6 @@ second `gnnc.torch.kernel` of the same source, name and options reuses them).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import keyword
@@ -315,14 +314,7 @@ class KernelOps:
                 full = api.compile_grad(source, self.name, **self.options)
                 self._gradients[(dtype, everything)] = full
             if wanted != everything:
-                needed = set(wanted)
-                for _, wrt, _, _, inputs in reversed(full.kernels):
-                    if wrt in needed:
-                        needed.update(inputs)
-                grad = copy.copy(full)
-                grad.kernels = [k for k in full.kernels if k[1] in needed]
-                grad.constant = [c for c in full.constant if c in wanted]
-                self._gradients[(dtype, wanted)] = grad
+                self._gradients[(dtype, wanted)] = full.restricted_to(wanted)
         return self._gradients[(dtype, wanted)]
 
     # --------------------------------------------------------- implementations
