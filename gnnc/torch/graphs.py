@@ -37,6 +37,8 @@ class _Entry:
     #: For a user's tensor the graphs themselves; for a tensor made from a
     #: Graph a weak reference to it (the Graph keeps the tensor alive).
     graphs: dict[SizeKey, Graph | weakref.ref] = field(default_factory=dict)
+    #: Values made from the tensor by `derived` (gnnc.nn's edge lists, self-loop weights).
+    derived: dict[Any, Any] = field(default_factory=dict)
 
     def get(self, key: SizeKey) -> Graph | None:
         graph = self.graphs.get(key)
@@ -53,6 +55,14 @@ def _state(t: torch.Tensor) -> tuple:
         version = t._version
     except RuntimeError:  # an inference tensor keeps no version counter
         version = None
+    if t.layout != torch.strided:  # a sparse adjacency: its parts' storage instead
+        if t.layout == torch.sparse_coo:
+            parts: tuple[torch.Tensor, ...] = (t._indices(), t._values())
+        elif t.layout in (torch.sparse_csr, torch.sparse_bsr):
+            parts = (t.crow_indices(), t.col_indices(), t.values())
+        else:
+            parts = (t.ccol_indices(), t.row_indices(), t.values())
+        return version, t.layout, tuple(t.shape), tuple(p.data_ptr() for p in parts)
     return version, t.data_ptr(), tuple(t.shape), tuple(t.stride())
 
 
@@ -64,9 +74,10 @@ def _entry(t: torch.Tensor) -> _Entry:
     if entry is not None and entry.tensor() is t and entry.state == state:
         return entry
 
-    def forget(ref: weakref.ref, key: int = key) -> None:
-        if key in _ENTRIES and _ENTRIES[key].tensor is ref:
-            del _ENTRIES[key]
+    def forget(ref: weakref.ref, key: int = key, entries: dict = _ENTRIES) -> None:
+        # `entries` bound now: at interpreter exit the module's globals may be gone
+        if key in entries and entries[key].tensor is ref:
+            del entries[key]
 
     entry = _Entry(weakref.ref(t, forget), state)
     _ENTRIES[key] = entry
@@ -99,6 +110,19 @@ def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
         if sizes is None:  # the same graph, asked for by its sizes
             entry.graphs.setdefault((graph.num_src, graph.num_dst), graph)
     return graph
+
+
+def derived(t: torch.Tensor, key: Any, make: Any) -> Any:
+    """`make()`, computed once per tensor `t` and `key` and cached with `t`'s graphs.
+
+    The value is dropped with `t`, and recomputed when `t` is edited in
+    place (the rule of the graph cache). gnnc.nn keeps what it derives from
+    an adjacency here: a sparse tensor's edge_index, GCN's self-loop weights.
+    """
+    entry = _entry(t)
+    if key not in entry.derived:
+        entry.derived[key] = make()
+    return entry.derived[key]
 
 
 def as_graph(graph: Any, num_vertices: int | None = None, size: Any = None) -> Graph:
@@ -134,4 +158,4 @@ def edge_index_of(graph: Graph) -> torch.Tensor:
     return t
 
 
-__all__ = ["as_graph", "edge_index_of", "graph_of"]
+__all__ = ["as_graph", "derived", "edge_index_of", "graph_of"]

@@ -1,0 +1,144 @@
+"""A layer's graph arguments in PyG's forms, as the edge_index and sizes gnnc's ops take.
+
+PyG's `forward(x, edge_index, ...)` accepts a `[2, E]` edge_index (row 0
+sources, row 1 destinations), a `torch.sparse` adjacency or a torch_sparse
+`SparseTensor`; sparse ones are PyG's *transposed* adjacency `adj_t`, of
+shape `[num_dst, num_src]`, whose entry `[v, u]` is the edge u -> v. `x` is
+one tensor or a bipartite pair `(x_src, x_dst)` (x_dst may be None), and
+`size=(num_src, num_dst)` gives the sizes where x does not.
+
+A sparse adjacency becomes an edge_index once per tensor (cached with the
+tensor, `gnnc.torch.graphs.derived`); its edge ids are its entries in
+row-major order (COO coalesced), and its values are the edge weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gnnc.errors import ArgumentError
+from gnnc.torch import graphs
+
+#: torch.sparse layouts an adjacency may have.
+SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+
+
+@dataclass(frozen=True)
+class Adjacency:
+    """A graph argument resolved: the edges, a sparse adjacency's values, its sizes."""
+
+    #: `[2, E]` int64: row 0 sources, row 1 destinations, columns in edge id order.
+    edge_index: torch.Tensor
+    #: The values of a sparse adjacency (edge weights), None for an edge_index.
+    values: torch.Tensor | None
+    #: (num_src, num_dst) of a sparse adjacency, None for an edge_index.
+    size: tuple[int, int] | None
+
+    @property
+    def sparse(self) -> bool:
+        return self.size is not None
+
+
+def _is_sparse_tensor(obj: Any) -> bool:
+    """torch_sparse's SparseTensor, without importing torch_sparse (optional)."""
+    return type(obj).__name__ == "SparseTensor" and hasattr(obj, "storage") and hasattr(obj, "sparse_sizes")
+
+
+def _from_torch_sparse(adj: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if adj.layout == torch.sparse_coo:
+        adj = adj.coalesce() if not adj.is_coalesced() else adj
+        rows, cols = adj.indices()
+        values = adj.values()
+    elif adj.layout == torch.sparse_csr:
+        crow = adj.crow_indices()
+        cols = adj.col_indices()
+        rows = torch.repeat_interleave(torch.arange(adj.shape[0]), crow.diff())
+        values = adj.values()
+    else:  # CSC: compressed by column (source)
+        ccol = adj.ccol_indices()
+        rows = adj.row_indices()
+        cols = torch.repeat_interleave(torch.arange(adj.shape[1]), ccol.diff())
+        values = adj.values()
+    # adj_t[v, u] is the edge u -> v
+    return torch.stack([cols, rows]).to(torch.int64), values
+
+
+def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
+    """An edge_index tensor, a torch.sparse adjacency or a SparseTensor as an `Adjacency`."""
+    if isinstance(edge_index, torch.Tensor) and edge_index.layout in SPARSE_LAYOUTS:
+        adj = edge_index
+        if adj.dim() != 2 or adj.dense_dim() != 0:
+            raise ArgumentError(f"{what}: a sparse adjacency must be 2-D with scalar values, got {tuple(adj.shape)}")
+        index, values = graphs.derived(adj, "nn.adjacency", lambda: _from_torch_sparse(adj))
+        return Adjacency(index, values, (int(adj.shape[1]), int(adj.shape[0])))
+    if _is_sparse_tensor(edge_index):
+        adj_t = edge_index
+        rows, cols, values = adj_t.coo()
+        num_dst, num_src = adj_t.sparse_sizes()
+        return Adjacency(torch.stack([cols, rows]), values, (int(num_src), int(num_dst)))
+    if not isinstance(edge_index, torch.Tensor):
+        raise ArgumentError(
+            f"{what} must be a [2, E] tensor, a torch.sparse adjacency or a SparseTensor, "
+            f"got {type(edge_index).__name__}"
+        )
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ArgumentError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise ArgumentError(f"{what} must hold int64 (or int32) vertex ids, got {edge_index.dtype}")
+    return Adjacency(edge_index, None, None)
+
+
+def pair(x: Any, what: str = "x") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`x` as (x_src, x_dst): a tensor is both, a pair is itself (x_dst may be None)."""
+    if isinstance(x, torch.Tensor):
+        return x, x
+    if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], torch.Tensor):
+        if x[1] is not None and not isinstance(x[1], torch.Tensor):
+            raise ArgumentError(f"{what}[1] must be a tensor or None, got {type(x[1]).__name__}")
+        return x[0], x[1]
+    raise ArgumentError(f"{what} must be a tensor or a pair (x_src, x_dst), got {type(x).__name__}")
+
+
+def sizes(
+    adj: Adjacency, x_src: torch.Tensor, x_dst: torch.Tensor | None, size: Any, bipartite: bool
+) -> tuple[Any, Any]:
+    """(num_src, num_dst): `size=`, else a sparse adjacency's shape, else the rows of x.
+
+    A pair without x_dst and without `size=` has as many destinations as sources
+    (PyG's rule: it takes the sizes it knows, and x_src's rows for the rest).
+    """
+    if size is not None:
+        if not isinstance(size, (tuple, list, torch.Size)) or len(size) != 2:
+            raise ArgumentError(f"size must be a pair (num_src, num_dst), got {size!r}")
+        num_src, num_dst = size
+        num_src = x_src.shape[0] if num_src is None else num_src
+        num_dst = (x_dst.shape[0] if x_dst is not None else num_src) if num_dst is None else num_dst
+    elif adj.size is not None:
+        num_src, num_dst = adj.size
+    else:
+        num_src = x_src.shape[0]
+        num_dst = x_dst.shape[0] if (bipartite and x_dst is not None) else num_src
+    if x_src.shape[0] != num_src and not isinstance(num_src, torch.SymInt):
+        raise ArgumentError(f"x_src has {x_src.shape[0]} rows but the graph has {num_src} sources")
+    if x_dst is not None and x_dst.shape[0] != num_dst and not isinstance(num_dst, torch.SymInt):
+        raise ArgumentError(f"x_dst has {x_dst.shape[0]} rows but the graph has {num_dst} destinations")
+    return num_src, num_dst
+
+
+def edge_values(adj: Adjacency, edge_weight: torch.Tensor | None, what: str = "edge_weight") -> torch.Tensor | None:
+    """The edge weights of a call: `edge_weight`, else a sparse adjacency's values."""
+    if edge_weight is not None:
+        if not isinstance(edge_weight, torch.Tensor):
+            raise ArgumentError(f"{what} must be a tensor or None, got {type(edge_weight).__name__}")
+        if edge_weight.dim() != 1 or edge_weight.shape[0] != adj.edge_index.shape[1]:
+            raise ArgumentError(
+                f"{what} must have shape [E] = [{adj.edge_index.shape[1]}], got {tuple(edge_weight.shape)}"
+            )
+        return edge_weight
+    return adj.values
+
+
+__all__ = ["Adjacency", "adjacency", "edge_values", "pair", "sizes"]

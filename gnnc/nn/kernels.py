@@ -1,0 +1,36 @@
+"""The gnnc kernels behind gnnc.nn's layers: source text per layer configuration.
+
+A layer's message passing is one kernel, generated from its configuration
+(aggregation, slope, which optional inputs exist) as gnnc source text and
+made a `gnnc.torch.Kernel` once per process. Layers look their kernels up
+here on each call instead of holding them, so a layer pickles and
+deep-copies as plain parameters; the compiled code itself comes from the
+compile cache after the first process.
+"""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+
+from gnnc.torch.kernels import Kernel
+
+#: Aggregations the language has, with PyG's names for them.
+AGGREGATIONS = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max", "min": "min"}
+
+
+@functools.cache
+def kernel(source: str, name: str) -> Kernel:
+    """Kernel `name` of `source` as a torch op, made once per process."""
+    return Kernel(textwrap.dedent(source).strip() + "\n", name)
+
+
+def literal(value: float) -> str:
+    """A float as a literal of the language (`repr` keeps every digit)."""
+    text = repr(float(value))
+    if "inf" in text or "nan" in text:
+        raise ValueError(f"{value} cannot be a kernel literal")
+    return text
+
+
+__all__ = ["AGGREGATIONS", "kernel", "literal"]
