@@ -111,6 +111,17 @@ def pyg_graphs(draw, max_vertices: int = 30, max_edges: int = 120, loops: bool =
     return torch.from_numpy(np.stack([src, dst]).astype(np.int64)), v
 
 
+def one_loop_per_vertex(edge_index: torch.Tensor) -> torch.Tensor:
+    """edge_index without a vertex's second and later self loops."""
+    src, dst = edge_index
+    seen, keep = set(), []
+    for a, b in zip(src.tolist(), dst.tolist()):
+        keep.append(a != b or a not in seen)
+        if a == b:
+            seen.add(a)
+    return edge_index[:, torch.tensor(keep, dtype=torch.bool)]
+
+
 def bipartite(num_src: int, num_dst: int, num_edges: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.stack(
@@ -122,4 +133,4 @@ def features(rows: int, cols: int, seed: int, grad: bool = True) -> torch.Tensor
     return torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)).requires_grad_(grad)
 
 
-__all__ = ["bipartite", "close", "compare", "features", "pyg_graphs"]
+__all__ = ["bipartite", "close", "compare", "features", "one_loop_per_vertex", "pyg_graphs"]

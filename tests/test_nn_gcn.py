@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import compare, features, pyg_graphs
+from tests.nn_oracle import compare, features, one_loop_per_vertex, pyg_graphs
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -36,23 +36,13 @@ def test_gcn_conv_matches_pyg(graph, options, channels, weighted, seed):
         # PyG's index_put gives every duplicate self loop of a vertex the loop's
         # gradient although only the last one's weight is used; gnnc gives it
         # to that one (the true gradient): compare on one loop per vertex
-        edge_index = _one_loop_per_vertex(edge_index)
+        edge_index = one_loop_per_vertex(edge_index)
     torch.manual_seed(seed)
     pyg = pyg_nn.GCNConv(*channels, **options)
     ours = gnn.GCNConv(*channels, **options)
     x = features(n, channels[0], seed)
     w = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(seed)).requires_grad_()
     compare(pyg, ours, (x, edge_index, w if weighted else None))
-
-
-def _one_loop_per_vertex(edge_index):
-    src, dst = edge_index
-    seen, keep = set(), []
-    for a, b in zip(src.tolist(), dst.tolist()):
-        keep.append(a != b or a not in seen)
-        if a == b:
-            seen.add(a)
-    return edge_index[:, torch.tensor(keep, dtype=torch.bool)]
 
 
 @pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])

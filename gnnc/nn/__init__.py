@@ -9,6 +9,6 @@ one fused gnnc kernel (its module docstring shows it); the dense
 transforms are torch's.
 """
 
-from gnnc.nn.conv import GCNConv
+from gnnc.nn.conv import APPNP, GCNConv, GINConv, GINEConv, GraphConv, SAGEConv
 
-__all__ = ["GCNConv"]
+__all__ = ["APPNP", "GCNConv", "GINConv", "GINEConv", "GraphConv", "SAGEConv"]

@@ -1,5 +1,9 @@
 """Graph convolution layers with PyG's constructor arguments, forward signatures and parameter names."""
 
+from gnnc.nn.conv.appnp import APPNP
 from gnnc.nn.conv.gcn_conv import GCNConv
+from gnnc.nn.conv.gin_conv import GINConv, GINEConv
+from gnnc.nn.conv.graph_conv import GraphConv
+from gnnc.nn.conv.sage_conv import SAGEConv
 
-__all__ = ["GCNConv"]
+__all__ = ["APPNP", "GCNConv", "GINConv", "GINEConv", "GraphConv", "SAGEConv"]

@@ -1,0 +1,66 @@
+"""`GraphConv`: PyG's higher-order GNN layer (Morris et al.); its aggregation is one gnnc kernel.
+
+`out = lin_rel(aggr(w[e] * x[u])) + lin_root(x_dst)`, the aggregation as in
+`conv/aggregate.py` (weighted when `edge_weight` or a sparse adjacency's
+values are given); `lin_rel` runs first when it shrinks the features and
+the aggregation is linear.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gnnc.errors import ArgumentError
+from gnnc.nn import inputs
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation
+
+
+class GraphConv(nn.Module):
+    """PyG's `GraphConv(in_channels, out_channels, aggr="add", bias=True)`.
+
+    `forward(x, edge_index, edge_weight=None, size=None)`. Parameters
+    `lin_rel` (with the bias) and `lin_root` (no bias).
+    """
+
+    def __init__(self, in_channels: int | tuple[int, int], out_channels: int, aggr: str = "add", bias: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.aggr = aggr
+        self._aggr = aggregation(aggr, "GraphConv")
+        src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
+        if src <= 0 or dst <= 0:
+            raise ArgumentError("GraphConv: lazy initialisation (in_channels=-1) is not supported by gnnc.nn")
+        self.lin_rel = nn.Linear(src, out_channels, bias=bias)
+        self.lin_root = nn.Linear(dst, out_channels, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_rel.reset_parameters()
+        self.lin_root.reset_parameters()
+
+    def forward(
+        self, x: Any, edge_index: Any, edge_weight: torch.Tensor | None = None, size: Any = None
+    ) -> torch.Tensor:
+        x_src, x_dst = inputs.pair(x)
+        adj = inputs.adjacency(edge_index)
+        sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
+        weight = inputs.edge_values(adj, edge_weight)
+        if self._aggr in LINEAR and self.out_channels < x_src.shape[1]:
+            out = aggregate(self._aggr, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
+            if self.lin_rel.bias is not None:
+                out = out + self.lin_rel.bias
+        else:
+            out = self.lin_rel(aggregate(self._aggr, adj.edge_index, x_src, sizes, weight))
+        if x_dst is not None:
+            out = out + self.lin_root(x_dst)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels})"
+
+
+__all__ = ["GraphConv"]

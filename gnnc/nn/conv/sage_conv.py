@@ -1,0 +1,82 @@
+"""`SAGEConv`: PyG's GraphSAGE layer; its aggregation is one gnnc kernel (`conv/aggregate.py`).
+
+For "mean" and "sum", `lin_l` is applied before the aggregation when it
+shrinks the features (the aggregation is linear: the same result, fewer
+flops); "max" and "min" aggregate the (projected) features themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gnnc.errors import ArgumentError
+from gnnc.nn import inputs
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation
+
+
+class SAGEConv(nn.Module):
+    """PyG's `SAGEConv(in_channels, out_channels, aggr="mean", normalize, root_weight, project, bias)`.
+
+    `forward(x, edge_index, size=None)`; x may be a pair `(x_src, x_dst)`
+    (x_dst None: no root term). Parameters `lin_l` (with the bias), `lin_r`
+    (no bias) and, with `project=True`, `lin`. aggr: "mean", "sum"/"add",
+    "max", "min" (PyG's lists and Aggregation modules are not supported).
+    """
+
+    def __init__(
+        self,
+        in_channels: int | tuple[int, int],
+        out_channels: int,
+        aggr: str = "mean",
+        normalize: bool = False,
+        root_weight: bool = True,
+        project: bool = False,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.aggr = aggr
+        self._aggr = aggregation(aggr, "SAGEConv")
+        self.normalize, self.root_weight, self.project = normalize, root_weight, project
+        src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
+        if src <= 0 or dst <= 0:
+            raise ArgumentError("SAGEConv: lazy initialisation (in_channels=-1) is not supported by gnnc.nn")
+        if project:
+            self.lin = nn.Linear(src, src, bias=True)
+        self.lin_l = nn.Linear(src, out_channels, bias=bias)
+        if root_weight:
+            self.lin_r = nn.Linear(dst, out_channels, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name in ("lin", "lin_l", "lin_r"):
+            if hasattr(self, name):
+                getattr(self, name).reset_parameters()
+
+    def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
+        x_src, x_dst = inputs.pair(x)
+        adj = inputs.adjacency(edge_index)
+        sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
+        if self.project:
+            x_src = self.lin(x_src).relu()
+        if self._aggr in LINEAR and self.out_channels < x_src.shape[1]:
+            out = aggregate(self._aggr, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes)
+            if self.lin_l.bias is not None:
+                out = out + self.lin_l.bias
+        else:
+            out = self.lin_l(aggregate(self._aggr, adj.edge_index, x_src, sizes))
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
+        if self.normalize:
+            out = F.normalize(out, p=2.0, dim=-1)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
+
+
+__all__ = ["SAGEConv"]

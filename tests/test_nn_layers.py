@@ -1,0 +1,172 @@
+"""gnnc.nn's SAGEConv, GraphConv, GINConv, GINEConv and APPNP against PyG's layers of the same name.
+
+Outputs and gradients (inputs, edge weights, every parameter) on hypothesis
+graphs with isolated vertices, self loops and duplicate edges, square and
+bipartite. Max and min aggregations compare gradients on graphs without
+duplicate edges: ties split their gradient differently (gnnc gives it to the
+lowest edge id, torch's scatter divides it).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.nn_oracle import bipartite, compare, features, one_loop_per_vertex, pyg_graphs
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+import gnnc.nn as gnn  # noqa: E402
+from gnnc.errors import ArgumentError  # noqa: E402
+
+AGGRS = ["mean", "sum", "add", "max", "min"]
+
+
+def _edge_weight(edge_index, seed):
+    return torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(seed)).requires_grad_()
+
+
+@st.composite
+def _graph_for(draw, aggr):
+    unique = aggr in ("max", "min")
+    return draw(pyg_graphs(duplicates=not unique, loops=not unique))
+
+
+@given(
+    data=st.data(),
+    aggr=st.sampled_from(AGGRS),
+    channels=st.sampled_from([(8, 4), (4, 8)]),
+    options=st.sampled_from([{}, {"normalize": True}, {"root_weight": False}, {"project": True}, {"bias": False}]),
+    seed=st.integers(0, 2**16),
+)
+def test_sage_conv_matches_pyg(data, aggr, channels, options, seed):
+    edge_index, n = data.draw(_graph_for(aggr))
+    torch.manual_seed(seed)
+    pyg, ours = pyg_nn.SAGEConv(*channels, aggr=aggr, **options), gnn.SAGEConv(*channels, aggr=aggr, **options)
+    compare(pyg, ours, (features(n, channels[0], seed), edge_index))
+
+
+@given(
+    data=st.data(),
+    aggr=st.sampled_from(AGGRS),
+    channels=st.sampled_from([(8, 4), (4, 8)]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_graph_conv_matches_pyg(data, aggr, channels, weighted, seed):
+    edge_index, n = data.draw(_graph_for(aggr))
+    torch.manual_seed(seed)
+    pyg, ours = pyg_nn.GraphConv(*channels, aggr=aggr), gnn.GraphConv(*channels, aggr=aggr)
+    w = _edge_weight(edge_index, seed) if weighted else None
+    compare(pyg, ours, (features(n, channels[0], seed), edge_index, w))
+
+
+def _mlp(i, o):
+    return torch.nn.Sequential(torch.nn.Linear(i, 6), torch.nn.ReLU(), torch.nn.Linear(6, o))
+
+
+@given(graph=pyg_graphs(), train_eps=st.booleans(), eps=st.sampled_from([0.0, 0.3, -0.5]), seed=st.integers(0, 2**16))
+def test_gin_conv_matches_pyg(graph, train_eps, eps, seed):
+    edge_index, n = graph
+    torch.manual_seed(seed)
+    nn_ = _mlp(5, 3)
+    pyg = pyg_nn.GINConv(nn_, eps=eps, train_eps=train_eps)
+    ours = gnn.GINConv(_mlp(5, 3), eps=eps, train_eps=train_eps)
+    compare(pyg, ours, (features(n, 5, seed), edge_index))
+
+
+@given(
+    graph=pyg_graphs(),
+    train_eps=st.booleans(),
+    edge_dim=st.sampled_from([None, 3]),
+    seed=st.integers(0, 2**16),
+)
+def test_gine_conv_matches_pyg(graph, train_eps, edge_dim, seed):
+    edge_index, n = graph
+    torch.manual_seed(seed)
+    pyg = pyg_nn.GINEConv(_mlp(5, 3), eps=0.1, train_eps=train_eps, edge_dim=edge_dim)
+    ours = gnn.GINEConv(_mlp(5, 3), eps=0.1, train_eps=train_eps, edge_dim=edge_dim)
+    edge_attr = features(edge_index.shape[1], edge_dim or 5, seed + 1)
+    compare(pyg, ours, (features(n, 5, seed), edge_index, edge_attr))
+
+
+@given(
+    graph=pyg_graphs(),
+    K=st.sampled_from([0, 1, 3]),
+    options=st.sampled_from([{}, {"add_self_loops": False}, {"normalize": False}, {"cached": True}]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_appnp_matches_pyg(graph, K, options, weighted, seed):
+    edge_index, n = graph
+    if weighted and options.get("add_self_loops", True):
+        edge_index = one_loop_per_vertex(edge_index)  # see test_nn_gcn: PyG's loop gradient
+    w = _edge_weight(edge_index, seed) if weighted else None
+    compare(pyg_nn.APPNP(K, 0.1, **options), gnn.APPNP(K, 0.1, **options), (features(n, 6, seed), edge_index, w))
+
+
+def test_appnp_edge_dropout_draws_as_pyg():
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 0], [1, 2, 3, 4, 0, 2]])  # no self loops: same edge order
+    x = features(5, 4, 0)
+    pyg, ours = pyg_nn.APPNP(3, 0.2, dropout=0.5), gnn.APPNP(3, 0.2, dropout=0.5)
+    torch.manual_seed(11)
+    expected = pyg(x, edge_index, torch.ones(6))
+    torch.manual_seed(11)
+    got = ours(x, edge_index, torch.ones(6))
+    assert torch.allclose(got, expected, atol=1e-5)
+    ours.eval()
+    assert torch.allclose(ours(x, edge_index), pyg.eval()(x, edge_index), atol=1e-5)
+
+
+@pytest.mark.parametrize("layer", ["sage", "graph", "gin", "gine"])
+@pytest.mark.parametrize("x_dst", [True, False])
+def test_bipartite_pairs_and_size(layer, x_dst):
+    num_src, num_dst = 7, 4
+    edge_index = bipartite(num_src, num_dst, 20, seed=3)
+    torch.manual_seed(0)
+    if layer == "sage":
+        pyg, ours = pyg_nn.SAGEConv((5, 3), 4), gnn.SAGEConv((5, 3), 4)
+        dst_width = 3
+    elif layer == "graph":
+        pyg, ours = pyg_nn.GraphConv((5, 3), 4), gnn.GraphConv((5, 3), 4)
+        dst_width = 3
+    elif layer == "gin":
+        pyg, ours = pyg_nn.GINConv(_mlp(5, 2), train_eps=True), gnn.GINConv(_mlp(5, 2), train_eps=True)
+        dst_width = 5
+    else:
+        pyg, ours = pyg_nn.GINEConv(_mlp(5, 2), edge_dim=2), gnn.GINEConv(_mlp(5, 2), edge_dim=2)
+        dst_width = 5
+    x = (features(num_src, 5, 1), features(num_dst, dst_width, 2) if x_dst else None)
+    args = (x, edge_index) + ((features(20, 2, 4),) if layer == "gine" else ())
+    compare(pyg, ours, args, {"size": (num_src, num_dst)})
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr, torch.sparse_csc])
+def test_sparse_adjacencies(layout):
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 1, 4], [1, 2, 0, 1, 3, 3, 0]])
+    adj_t = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(7), (5, 5)).coalesce()
+    adj_t = adj_t if layout == torch.sparse_coo else adj_t.to_sparse(layout=layout)
+    x = features(5, 4, 0)
+    torch.manual_seed(0)
+    for pyg, ours in [
+        (pyg_nn.SAGEConv(4, 3), gnn.SAGEConv(4, 3)),
+        (pyg_nn.GraphConv(4, 3), gnn.GraphConv(4, 3)),
+        (pyg_nn.GINConv(_mlp(4, 3)), gnn.GINConv(_mlp(4, 3))),
+    ]:
+        expected, got = compare(pyg, ours, (x, edge_index))
+        assert torch.allclose(ours(x, adj_t), expected, atol=1e-5), type(ours).__name__
+
+
+def test_bad_arguments_get_clear_errors():
+    with pytest.raises(ArgumentError, match="aggr='lstm' is not supported"):
+        gnn.SAGEConv(4, 4, aggr="lstm")
+    conv = gnn.SAGEConv(4, 4)
+    with pytest.raises(ArgumentError, match="x_src has 3 rows but the graph has 5 sources"):
+        conv(torch.randn(3, 4), torch.tensor([[0], [1]]), size=(5, 2))
+    with pytest.raises(ArgumentError, match="a pair"):
+        conv([1, 2, 3], torch.tensor([[0], [1]]))
+    with pytest.raises(ArgumentError, match="edge_dim"):
+        gnn.GINEConv(_mlp(4, 2))(torch.randn(3, 4), torch.tensor([[0], [1]]), torch.randn(1, 3))
+    with pytest.raises(ArgumentError, match="needs edge_attr"):
+        gnn.GINEConv(_mlp(4, 2))(torch.randn(3, 4), torch.tensor([[0], [1]]))
