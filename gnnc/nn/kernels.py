@@ -2,10 +2,12 @@
 
 A layer's message passing is one kernel, generated from its configuration
 (aggregation, slope, which optional inputs exist) as gnnc source text and
-made a `gnnc.torch.Kernel` once per process. Layers look their kernels up
-here on each call instead of holding them, so a layer pickles and
-deep-copies as plain parameters; the compiled code itself comes from the
-compile cache after the first process.
+made a `gnnc.torch.Kernel` once per process. A layer makes the kernels it
+may call in its constructor (parsing and op registration, ~10 ms each;
+nothing is compiled before the first call), so that torch.compile traces
+its forward without a graph break. A Kernel pickles as its source text: a
+layer pickles, deep-copies and `torch.save`s with its kernels, and the
+compiled code comes from the compile cache.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import torch
 
 from gnnc.errors import ArgumentError
 from gnnc.nn.kernels import AGGREGATIONS, kernel
+from gnnc.torch.kernels import Kernel
 
 
 def aggregation(aggr: Any, layer: str) -> str:
@@ -27,21 +28,26 @@ def aggregation(aggr: Any, layer: str) -> str:
     return AGGREGATIONS[aggr]
 
 
-def aggregate(
-    aggr: str, edge_index: torch.Tensor, x: torch.Tensor, size: tuple, weight: torch.Tensor | None = None
-) -> torch.Tensor:
-    """`aggr` over in-edges of `x[u]` (times `weight[e]`): a `[num_dst, F]` tensor."""
-    if weight is None:
-        source = f"kernel aggregate_{aggr}(x: f32[V, F]) -> f32[V, F] {{ out[v] = {aggr}(x[u]) }}"
-        return kernel(source, f"aggregate_{aggr}")(edge_index, x, size=size)
-    source = (
+def kernels(aggr: str) -> tuple[Kernel, Kernel]:
+    """The (unweighted, weighted) aggregation kernels of `aggr` (a language name)."""
+    plain = f"kernel aggregate_{aggr}(x: f32[V, F]) -> f32[V, F] {{ out[v] = {aggr}(x[u]) }}"
+    weighted = (
         f"kernel aggregate_{aggr}_weighted(x: f32[V, F], w: f32[E]) -> f32[V, F] {{ out[v] = {aggr}(w[e] * x[u]) }}"
     )
-    return kernel(source, f"aggregate_{aggr}_weighted")(edge_index, x, weight.to(x.dtype), size=size)
+    return kernel(plain, f"aggregate_{aggr}"), kernel(weighted, f"aggregate_{aggr}_weighted")
+
+
+def aggregate(
+    pair: tuple[Kernel, Kernel], edge_index: torch.Tensor, x: torch.Tensor, size: tuple, weight: Any = None
+) -> torch.Tensor:
+    """The aggregation over in-edges of `x[u]` (times `weight[e]`): a `[num_dst, F]` tensor."""
+    if weight is None:
+        return pair[0](edge_index, x, size=size)
+    return pair[1](edge_index, x, weight.to(x.dtype), size=size)
 
 
 #: Aggregations that commute with a linear map (aggregate then transform = transform then aggregate).
 LINEAR = ("sum", "mean")
 
 
-__all__ = ["LINEAR", "aggregate", "aggregation"]
+__all__ = ["LINEAR", "aggregate", "aggregation", "kernels"]

@@ -73,6 +73,7 @@ class APPNP(nn.Module):
         self.K, self.alpha, self.dropout = K, alpha, dropout
         self.cached, self.add_self_loops, self.normalize = cached, add_self_loops, normalize
         self._cached: tuple | None = None
+        self._step = kernel(STEP, "appnp")
 
     def reset_parameters(self) -> None:
         self._cached = None
@@ -100,7 +101,6 @@ class APPNP(nn.Module):
                 w, loop = self_loops.no_loops(weight, edges.shape[1], num_nodes, x.dtype)
             if self.cached:
                 self._cached = (edges, w.detach(), loop.detach())
-        step = kernel(STEP, "appnp")
         h = x
         num_edges = w.shape[0]
         for _ in range(self.K):
@@ -109,7 +109,7 @@ class APPNP(nn.Module):
                 # as PyG, each step drops from the previous step's weights
                 dropped = F.dropout(torch.cat([w, loop]), p=self.dropout)
                 w, loop = dropped[:num_edges], dropped[num_edges:]
-            x = step(edges, x, h, w, loop, self.alpha, num_vertices=num_nodes)
+            x = self._step(edges, x, h, w, loop, self.alpha, num_vertices=num_nodes)
         return x
 
     def __repr__(self) -> str:

@@ -75,6 +75,10 @@ class GCNConv(nn.Module):
         self.improved, self.cached = improved, cached
         self.add_self_loops, self.normalize = add_self_loops, normalize
         self._cached: tuple | None = None
+        if normalize:
+            self._normalized = kernel(NORMALIZED, "gcn_conv")
+        else:
+            self._plain, self._weighted = kernel(PLAIN, "gcn_conv_plain"), kernel(WEIGHTED, "gcn_conv_weighted")
         self.lin = nn.Linear(in_channels, out_channels, bias=False)
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self.reset_parameters()
@@ -122,15 +126,13 @@ class GCNConv(nn.Module):
                 w, loop = self._weights(adj, edge_weight, num_nodes, x.dtype)
                 if self.cached:
                     self._cached = (edges, w.detach(), loop.detach())
-            out = kernel(NORMALIZED, "gcn_conv")(edges, x, w, loop, num_vertices=num_nodes)
+            out = self._normalized(edges, x, w, loop, num_vertices=num_nodes)
         else:
             weight = inputs.edge_values(adj, edge_weight)
             if weight is None:
-                out = kernel(PLAIN, "gcn_conv_plain")(adj.edge_index, x, num_vertices=num_nodes)
+                out = self._plain(adj.edge_index, x, num_vertices=num_nodes)
             else:
-                out = kernel(WEIGHTED, "gcn_conv_weighted")(
-                    adj.edge_index, x, weight.to(x.dtype), num_vertices=num_nodes
-                )
+                out = self._weighted(adj.edge_index, x, weight.to(x.dtype), num_vertices=num_nodes)
         if widen:
             out = self.lin(out)
         if self.bias is not None:

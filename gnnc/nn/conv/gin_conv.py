@@ -81,6 +81,9 @@ class GINConv(_GIN):
 
     def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False):
         super().__init__(nn, eps, train_eps)
+        self._square = kernel(GIN, "gin_conv")
+        self._pair = kernel(GIN_PAIR, "gin_conv_pair")
+        self._no_root = kernel(GIN_NO_ROOT, "gin_conv_no_root")
         self.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
@@ -89,11 +92,11 @@ class GINConv(_GIN):
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         eps = self.eps.to(x_src.dtype)
         if isinstance(x, torch.Tensor) and size is None:
-            out = kernel(GIN, "gin_conv")(adj.edge_index, x, eps, size=sizes)
+            out = self._square(adj.edge_index, x, eps, size=sizes)
         elif x_dst is None:
-            out = kernel(GIN_NO_ROOT, "gin_conv_no_root")(adj.edge_index, x_src, size=sizes)
+            out = self._no_root(adj.edge_index, x_src, size=sizes)
         else:
-            out = kernel(GIN_PAIR, "gin_conv_pair")(adj.edge_index, x_src, x_dst, eps, size=sizes)
+            out = self._pair(adj.edge_index, x_src, x_dst, eps, size=sizes)
         return self.nn(out)
 
 
@@ -107,6 +110,8 @@ class GINEConv(_GIN):
 
     def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False, edge_dim: int | None = None):
         super().__init__(nn, eps, train_eps)
+        self._root = kernel(GINE, "gine_conv")
+        self._no_root = kernel(GINE_NO_ROOT, "gine_conv_no_root")
         self.lin: torch.nn.Linear | None = None
         if edge_dim is not None:
             first = nn[0] if isinstance(nn, torch.nn.Sequential) else nn
@@ -142,10 +147,10 @@ class GINEConv(_GIN):
         if self.lin is not None:
             edge_attr = self.lin(edge_attr)
         if x_dst is None:
-            out = kernel(GINE_NO_ROOT, "gine_conv_no_root")(adj.edge_index, x_src, edge_attr, size=sizes)
+            out = self._no_root(adj.edge_index, x_src, edge_attr, size=sizes)
         else:
             eps = self.eps.to(x_src.dtype)
-            out = kernel(GINE, "gine_conv")(adj.edge_index, x_src, x_dst, edge_attr, eps, size=sizes)
+            out = self._root(adj.edge_index, x_src, x_dst, edge_attr, eps, size=sizes)
         return self.nn(out)
 
 

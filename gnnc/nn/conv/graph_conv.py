@@ -16,7 +16,7 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
 
 
 class GraphConv(nn.Module):
@@ -31,6 +31,7 @@ class GraphConv(nn.Module):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
         self._aggr = aggregation(aggr, "GraphConv")
+        self._kernels = kernels(self._aggr)
         src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
         if src <= 0 or dst <= 0:
             raise ArgumentError("GraphConv: lazy initialisation (in_channels=-1) is not supported by gnnc.nn")
@@ -50,11 +51,11 @@ class GraphConv(nn.Module):
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = inputs.edge_values(adj, edge_weight)
         if self._aggr in LINEAR and self.out_channels < x_src.shape[1]:
-            out = aggregate(self._aggr, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
+            out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
             if self.lin_rel.bias is not None:
                 out = out + self.lin_rel.bias
         else:
-            out = self.lin_rel(aggregate(self._aggr, adj.edge_index, x_src, sizes, weight))
+            out = self.lin_rel(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if x_dst is not None:
             out = out + self.lin_root(x_dst)
         return out

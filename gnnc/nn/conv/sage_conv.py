@@ -15,7 +15,7 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
 
 
 class SAGEConv(nn.Module):
@@ -41,6 +41,7 @@ class SAGEConv(nn.Module):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
         self._aggr = aggregation(aggr, "SAGEConv")
+        self._kernels = kernels(self._aggr)
         self.normalize, self.root_weight, self.project = normalize, root_weight, project
         src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
         if src <= 0 or dst <= 0:
@@ -64,11 +65,11 @@ class SAGEConv(nn.Module):
         if self.project:
             x_src = self.lin(x_src).relu()
         if self._aggr in LINEAR and self.out_channels < x_src.shape[1]:
-            out = aggregate(self._aggr, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes)
+            out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(aggregate(self._aggr, adj.edge_index, x_src, sizes))
+            out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes))
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)
         if self.normalize:
