@@ -9,6 +9,6 @@ one fused gnnc kernel (its module docstring shows it); the dense
 transforms are torch's.
 """
 
-from gnnc.nn.conv import GCNConv
+from gnnc.nn.conv import GATConv, GATv2Conv, GCNConv, TransformerConv
 
-__all__ = ["GCNConv"]
+__all__ = ["GATConv", "GATv2Conv", "GCNConv", "TransformerConv"]

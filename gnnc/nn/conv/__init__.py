@@ -1,5 +1,8 @@
 """Graph convolution layers with PyG's constructor arguments, forward signatures and parameter names."""
 
+from gnnc.nn.conv.gat_conv import GATConv
+from gnnc.nn.conv.gatv2_conv import GATv2Conv
 from gnnc.nn.conv.gcn_conv import GCNConv
+from gnnc.nn.conv.transformer_conv import TransformerConv
 
-__all__ = ["GCNConv"]
+__all__ = ["GATConv", "GATv2Conv", "GCNConv", "TransformerConv"]
