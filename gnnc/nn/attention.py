@@ -12,7 +12,10 @@ one loop (i, i) per vertex i < min(num_src, num_dst) on every call. gnnc
 keeps the user's edges (so the graph is built once per edge_index) and
 passes the loop as vertex tensors instead: the loop's score `sl[v]`
 (computed in torch from per-vertex values) and, for its message, the
-source row `h[v]`. Existing loops are masked by `keep[e]` (0 on a loop).
+source row `h[v]` (on a bipartite graph, a per-destination input `hl[v]`
+holding it: gradients of an input read at both u and v are refused on a
+bipartite graph's reversal). Existing loops are masked by `keep[e]` (0 on
+a loop).
 The softmax over the in-edges and the loop is then written out, stable as
 the built-in one (the shift `m[v]` is the largest score of the two):
 
@@ -68,6 +71,8 @@ class Config:
     loops: str = "none"
     #: The loop's message read at the destination (`h[v]`), with loops.
     loop_message: str = ""
+    #: Inputs only the loops read (`hl: f32[V, H, F]`, the loop's message on a bipartite graph).
+    loop_params: tuple[str, ...] = ()
     #: Per-edge inputs appended to params when the layer has edge features (`ea: f32[E, H, F]`).
     edge_params: tuple[str, ...] = ()
     #: Whether an attention-dropout mask is an input.
@@ -97,7 +102,7 @@ def source(c: Config) -> str:
         else:
             body.append(f"out[v] = sum(softmax(s[e]){masked} * {c.message})")
     else:
-        params += ["sl: f32[V, H]", "keep: f32[E]"]
+        params += [*c.loop_params, "sl: f32[V, H]", "keep: f32[E]"]
         if c.loops == "some":
             params.append("has: f32[V]")
         if c.mask:

@@ -146,13 +146,13 @@ class GATConv(nn.Module):
             edge_params=("a_edge: f32[E, H]",) if a_edge is not None else (),
             score=f"leaky_relu(a_src[u] + a_dst[v]{' + a_edge[e]' if a_edge is not None else ''}, {self._slope})",
             message="h[u]",
-            loop_message="h[v]",
+            loop_message="h[v]" if num_src == num_dst else "hl[v]",
+            loop_params=() if num_src == num_dst else ("hl: f32[V, H, F]",),
             loops="none" if lp is None else ("some" if lp.some else "all"),
             mask=drop,
             weights=bool(return_attention_weights),
         )
         args: list[torch.Tensor] = [h_src, a_src, a_dst] + ([a_edge] if a_edge is not None else [])
-        call_size = (num_src, num_dst)
         mask = mloop = None
         if drop:
             mask, mloop = attention.dropout_masks(lp, num_edges, H, self.dropout, dtype)
@@ -165,15 +165,14 @@ class GATConv(nn.Module):
                 assert ea is not None and self.lin_edge is not None
                 loop_ea = attention.loop_attr(edges, ea.to(dtype), lp, self.fill_value)
                 raw = raw + (self.lin_edge(loop_ea).view(-1, H, C) * self.att_edge).sum(-1)
+            if num_src != num_dst:  # the loop's message, a row per destination
+                args.append(lp.pad(h_src[:n]))
             args += [lp.pad(F.leaky_relu(raw, self.negative_slope)), lp.keep]
             if lp.some:
-                # the loop's message h[v] needs a row per destination: sources padded with zeros
-                args[0], args[1] = lp.pad(h_src), lp.pad(a_src)
                 args.append(lp.has(dtype))
-                call_size = (num_dst, num_dst)
             if mask is not None and mloop is not None:
                 args += [mask, mloop]
-        result = attention.compiled(config)(edges, *args, size=call_size)
+        result = attention.compiled(config)(edges, *args, size=(num_src, num_dst))
         out = result.out if config.weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:

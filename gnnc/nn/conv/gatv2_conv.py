@@ -123,7 +123,8 @@ class GATv2Conv(nn.Module):
             edge_params=("ea: f32[E, H, F]",) if ea is not None else (),
             score=f"dot(leaky_relu(xl[u] + xr[v]{' + ea[e]' if ea is not None else ''}, {self._slope}), att)",
             message="xl[u]",
-            loop_message="xl[v]",
+            loop_message="xl[v]" if num_src == num_dst else "hl[v]",
+            loop_params=() if num_src == num_dst else ("hl: f32[V, H, F]",),
             loops="none" if lp is None else ("some" if lp.some else "all"),
             mask=drop,
             weights=bool(return_attention_weights),
@@ -133,7 +134,6 @@ class GATv2Conv(nn.Module):
         if ea is not None:
             assert self.lin_edge is not None
             args.append(self.lin_edge(ea).view(-1, H, C))
-        call_size = (num_src, num_dst)
         mask = mloop = None
         if drop:
             mask, mloop = attention.dropout_masks(lp, num_edges, H, self.dropout, dtype)
@@ -145,15 +145,14 @@ class GATv2Conv(nn.Module):
             if ea is not None:
                 assert self.lin_edge is not None
                 raw = raw + self.lin_edge(attention.loop_attr(edges, ea, lp, self.fill_value)).view(-1, H, C)
+            if num_src != num_dst:  # the loop's message, a row per destination
+                args.append(lp.pad(xl[:n]))
             args += [lp.pad((F.leaky_relu(raw, self.negative_slope) * att).sum(-1)), lp.keep]
             if lp.some:
-                # the loop's message xl[v] needs a row per destination: sources padded with zeros
-                args[0] = lp.pad(xl)
                 args.append(lp.has(dtype))
-                call_size = (num_dst, num_dst)
             if mask is not None and mloop is not None:
                 args += [mask, mloop]
-        result = attention.compiled(config)(edges, *args, size=call_size)
+        result = attention.compiled(config)(edges, *args, size=(num_src, num_dst))
         out = result.out if config.weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
