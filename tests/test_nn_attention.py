@@ -98,10 +98,10 @@ def test_attention_dropout_draws_as_pyg():
     """Training mode with dropout: PyG's mask, from the same seed, for all three layers."""
     edge_index = bipartite(7, 7, 30, seed=3)
     x = features(7, 4, 5)
-    for name, kwargs, loops in [
-        ("GATConv", {"heads": 2, "dropout": 0.4}, True),
-        ("GATConv", {"heads": 2, "dropout": 0.4, "add_self_loops": False}, False),
-        ("TransformerConv", {"heads": 2, "dropout": 0.4, "edge_dim": 3}, False),
+    for name, kwargs in [
+        ("GATConv", {"heads": 2, "dropout": 0.4}),
+        ("GATConv", {"heads": 2, "dropout": 0.4, "add_self_loops": False}),
+        ("TransformerConv", {"heads": 2, "dropout": 0.4, "edge_dim": 3}),
     ]:
         pyg, ours = pair(name, 4, 3, **kwargs)
         call = {"return_attention_weights": True}
@@ -249,7 +249,14 @@ def test_gat_family_every_option(graph, name, options, weights, share, seed):
 def test_transformer_conv_every_option(graph, heads, concat, beta, root_weight, bias, edge_dim, weights, seed):
     edge_index, n = graph
     pyg, ours = pair(
-        "TransformerConv", 4, 3, heads=heads, concat=concat, beta=beta, root_weight=root_weight, bias=bias,
+        "TransformerConv",
+        4,
+        3,
+        heads=heads,
+        concat=concat,
+        beta=beta,
+        root_weight=root_weight,
+        bias=bias,
         edge_dim=edge_dim,
     )
     call: dict = {"return_attention_weights": True} if weights else {}

@@ -193,7 +193,9 @@ def edge_features(edge_attr: Any, num_edges: int, edge_dim: int, layer: str) -> 
 def check_fill_value(fill_value: Any, layer: str) -> None:
     if isinstance(fill_value, str):
         if fill_value not in FILL_REDUCTIONS:
-            raise ArgumentError(f"{layer}: fill_value {fill_value!r} must be a number, a tensor or one of {FILL_REDUCTIONS}")
+            raise ArgumentError(
+                f"{layer}: fill_value {fill_value!r} must be a number, a tensor or one of {FILL_REDUCTIONS}"
+            )
     elif isinstance(fill_value, bool) or not isinstance(fill_value, (int, float, torch.Tensor)):
         raise ArgumentError(f"{layer}: fill_value must be a number, a tensor or a reduction name, got {fill_value!r}")
 
@@ -229,9 +231,7 @@ def loops(edge_index: torch.Tensor, num_src: int, num_dst: int, dtype: torch.dty
     return Loops(keep, min(num_src, num_dst), num_dst)
 
 
-def loop_attr(
-    edge_index: torch.Tensor, edge_attr: torch.Tensor, lp: Loops, fill_value: Any
-) -> torch.Tensor:
+def loop_attr(edge_index: torch.Tensor, edge_attr: torch.Tensor, lp: Loops, fill_value: Any) -> torch.Tensor:
     """The edge features of the appended loops ([count, D]): PyG's `add_self_loops` fill.
 
     A number or tensor is every loop's value; a reduction name reduces the

@@ -19,6 +19,7 @@ in `GATConv` (`gnnc.nn.attention`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -73,7 +74,7 @@ class GATv2Conv(nn.Module):
         # PyG's share_weights: one module under both names (both appear in the state_dict)
         self.lin_r = self.lin_l if share_weights else nn.Linear(dst_channels, width, bias=bias)
         self.att = nn.Parameter(torch.empty(1, heads, out_channels))
-        self.lin_edge = nn.Linear(edge_dim, width, bias=False) if edge_dim is not None else None
+        self.lin_edge: nn.Linear | None = nn.Linear(edge_dim, width, bias=False) if edge_dim is not None else None
         total = out_channels * (heads if concat else 1)
         self.res = nn.Linear(dst_channels, total, bias=False) if residual else None
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
@@ -82,10 +83,13 @@ class GATv2Conv(nn.Module):
     def reset_parameters(self) -> None:
         for lin in (self.lin_l, self.lin_r):
             glorot(lin.weight)
-            zeros(lin.bias)
-        for lin in (self.lin_edge, self.res):
-            if lin is not None:
-                glorot(lin.weight)
+            if lin.bias is not None:  # PyG's Linear: uniform in +-1/sqrt(in_features)
+                bound = 1.0 / math.sqrt(lin.in_features)
+                with torch.no_grad():
+                    lin.bias.uniform_(-bound, bound)
+        for extra in (self.lin_edge, self.res):
+            if extra is not None:
+                glorot(extra.weight)
         glorot(self.att)
         zeros(self.bias)
 
