@@ -9,6 +9,26 @@ one fused gnnc kernel (its module docstring shows it); the dense
 transforms are torch's.
 """
 
-from gnnc.nn.conv import APPNP, GCNConv, GINConv, GINEConv, GraphConv, SAGEConv
+from gnnc.nn.conv import (
+    APPNP,
+    GATConv,
+    GATv2Conv,
+    GCNConv,
+    GINConv,
+    GINEConv,
+    GraphConv,
+    SAGEConv,
+    TransformerConv,
+)
 
-__all__ = ["APPNP", "GCNConv", "GINConv", "GINEConv", "GraphConv", "SAGEConv"]
+__all__ = [
+    "APPNP",
+    "GATConv",
+    "GATv2Conv",
+    "GCNConv",
+    "GINConv",
+    "GINEConv",
+    "GraphConv",
+    "SAGEConv",
+    "TransformerConv",
+]

@@ -1,9 +1,22 @@
 """Graph convolution layers with PyG's constructor arguments, forward signatures and parameter names."""
 
 from gnnc.nn.conv.appnp import APPNP
+from gnnc.nn.conv.gat_conv import GATConv
+from gnnc.nn.conv.gatv2_conv import GATv2Conv
 from gnnc.nn.conv.gcn_conv import GCNConv
 from gnnc.nn.conv.gin_conv import GINConv, GINEConv
 from gnnc.nn.conv.graph_conv import GraphConv
 from gnnc.nn.conv.sage_conv import SAGEConv
+from gnnc.nn.conv.transformer_conv import TransformerConv
 
-__all__ = ["APPNP", "GCNConv", "GINConv", "GINEConv", "GraphConv", "SAGEConv"]
+__all__ = [
+    "APPNP",
+    "GATConv",
+    "GATv2Conv",
+    "GCNConv",
+    "GINConv",
+    "GINEConv",
+    "GraphConv",
+    "SAGEConv",
+    "TransformerConv",
+]

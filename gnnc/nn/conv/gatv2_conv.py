@@ -1,0 +1,181 @@
+"""`GATv2Conv`: PyG's dynamic graph attention (Brody et al.), scores, softmax and sum fused.
+
+Kernel, without self loops (`add_self_loops=False`), with `xl = lin_l(x_src)`
+and `xr = lin_r(x_dst)` computed by torch and `att` the layer's `[H, C]`
+attention vector:
+
+    kernel gatv2_conv(xl: f32[V, H, F], xr: f32[V, H, F], att: f32[H, F]) -> f32[V, H, F] {
+        s[e] = dot(leaky_relu(xl[u] + xr[v], 0.2), att)
+        out[v] = sum(softmax(s[e]) * xl[u])
+    }
+
+Unlike GAT's, the score does not split into per-vertex terms (the
+leaky_relu is inside the dot product), so it is computed per edge in the
+kernel, never materialised as an E x H x C tensor. `edge_dim` adds
+`ea[e] = lin_edge(edge_attr)` (an [E, H, C] input, as PyG computes it)
+inside the leaky_relu; dropout, attention weights and self loops are as
+in `GATConv` (`gnnc.nn.attention`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gnnc.errors import ArgumentError
+from gnnc.nn import attention, inputs
+from gnnc.nn.init import glorot, zeros
+
+LAYER = "GATv2Conv"
+
+
+class GATv2Conv(nn.Module):
+    """PyG's `GATv2Conv(in_channels, out_channels, heads, concat, negative_slope, dropout,
+    add_self_loops, edge_dim, fill_value, bias, share_weights, residual)`.
+
+    `forward(x, edge_index, edge_attr=None, return_attention_weights=None)`;
+    `x` may be a pair `(x_src, x_dst)` (both tensors, as PyG). Parameters as
+    PyG's: `lin_l` and `lin_r` (weights and biases; one module twice with
+    `share_weights`), `att` `[1, heads, out_channels]`, `lin_edge.weight` with
+    `edge_dim`, `res.weight` with `residual`, `bias`.
+    """
+
+    def __init__(
+        self,
+        in_channels: int | tuple[int, int],
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim: int | None = None,
+        fill_value: float | torch.Tensor | str = "mean",
+        bias: bool = True,
+        share_weights: bool = False,
+        residual: bool = False,
+    ):
+        super().__init__()
+        src_channels, dst_channels = attention.channels(in_channels, LAYER)
+        attention.check_heads(heads, out_channels)
+        attention.check_fill_value(fill_value, LAYER)
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.concat, self.negative_slope = concat, negative_slope
+        self.dropout = attention.check_dropout(dropout)
+        self.add_self_loops, self.edge_dim = add_self_loops, edge_dim
+        self.fill_value, self.residual, self.share_weights = fill_value, residual, share_weights
+        self._slope = attention.slope(negative_slope)
+        width = heads * out_channels
+        self.lin_l = nn.Linear(src_channels, width, bias=bias)
+        # PyG's share_weights: one module under both names (both appear in the state_dict)
+        self.lin_r = self.lin_l if share_weights else nn.Linear(dst_channels, width, bias=bias)
+        self.att = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.lin_edge: nn.Linear | None = nn.Linear(edge_dim, width, bias=False) if edge_dim is not None else None
+        total = out_channels * (heads if concat else 1)
+        self.res = nn.Linear(dst_channels, total, bias=False) if residual else None
+        self.bias = nn.Parameter(torch.empty(total)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.lin_l, self.lin_r):
+            glorot(lin.weight)
+            if lin.bias is not None:  # PyG's Linear: uniform in +-1/sqrt(in_features)
+                bound = 1.0 / math.sqrt(lin.in_features)
+                with torch.no_grad():
+                    lin.bias.uniform_(-bound, bound)
+        for extra in (self.lin_edge, self.res):
+            if extra is not None:
+                glorot(extra.weight)
+        glorot(self.att)
+        zeros(self.bias)
+
+    def forward(
+        self,
+        x: Any,
+        edge_index: Any,
+        edge_attr: torch.Tensor | None = None,
+        return_attention_weights: bool | None = None,
+    ) -> Any:
+        H, C = self.heads, self.out_channels
+        adj = inputs.adjacency(edge_index)
+        x_src, x_dst = inputs.pair(x)
+        if x_dst is None:
+            raise ArgumentError(f"{LAYER}: x must be a tensor or a pair of tensors (x_src, x_dst), not (x_src, None)")
+        if x_src.dim() != 2 or x_dst.dim() != 2:
+            raise ArgumentError(f"{LAYER}: x must be [num_nodes, in_channels]")
+        bipartite = not isinstance(x, torch.Tensor)
+        res = self.res(x_dst) if self.res is not None else None
+        xl = self.lin_l(x_src).view(-1, H, C)
+        xr = xl if self.share_weights and not bipartite else self.lin_r(x_dst).view(-1, H, C)
+        num_src, num_dst = inputs.sizes(adj, x_src, x_dst, None, bipartite)
+        edges = adj.edge_index
+        num_edges = edges.shape[1]
+        dtype = xl.dtype
+        ea = None
+        if edge_attr is not None and self.lin_edge is not None:
+            assert self.edge_dim is not None
+            ea = attention.edge_features(edge_attr, num_edges, self.edge_dim, LAYER).to(dtype)
+        lp = attention.loops(edges, num_src, num_dst, dtype) if self.add_self_loops else None
+        drop = self.training and self.dropout > 0.0
+        config = attention.Config(
+            name="gatv2_conv",
+            params=("xl: f32[V, H, F]", "xr: f32[V, H, F]", "att: f32[H, F]"),
+            edge_params=("ea: f32[E, H, F]",) if ea is not None else (),
+            score=f"dot(leaky_relu(xl[u] + xr[v]{' + ea[e]' if ea is not None else ''}, {self._slope}), att)",
+            message="xl[u]",
+            loop_message="xl[v]" if num_src == num_dst else "hl[v]",
+            loop_params=() if num_src == num_dst else ("hl: f32[V, H, F]",),
+            loops="none" if lp is None else ("some" if lp.some else "all"),
+            mask=drop,
+            weights=bool(return_attention_weights),
+        )
+        att = self.att.view(H, C)
+        args: list[torch.Tensor] = [xl, xr, att]
+        if ea is not None:
+            assert self.lin_edge is not None
+            args.append(self.lin_edge(ea).view(-1, H, C))
+        mask = mloop = None
+        if drop:
+            mask, mloop = attention.dropout_masks(lp, num_edges, H, self.dropout, dtype)
+        if lp is None:
+            args += [mask] if mask is not None else []
+        else:
+            n = lp.count
+            raw = xl[:n] + xr[:n]
+            if ea is not None:
+                assert self.lin_edge is not None
+                raw = raw + self.lin_edge(attention.loop_attr(edges, ea, lp, self.fill_value)).view(-1, H, C)
+            if num_src != num_dst:  # the loop's message, a row per destination
+                args.append(lp.pad(xl[:n]))
+            args += [lp.pad((F.leaky_relu(raw, self.negative_slope) * att).sum(-1)), lp.keep]
+            if lp.some:
+                args.append(lp.has(dtype))
+            if mask is not None and mloop is not None:
+                args += [mask, mloop]
+        result = attention.compiled(config)(edges, *args, size=(num_src, num_dst))
+        out = result.out if config.weights else result
+        out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        if self.bias is not None:
+            out = out + self.bias
+        if not return_attention_weights:
+            return out
+        if lp is None:
+            edges_out, alpha = edges, result.alpha
+        else:
+            edges_out, alpha = attention.weights_with_loops(edges, lp, result.alpha, result.alpha_loop)
+        if adj.sparse:  # as PyG: the adjacency (adj_t) with the weights as its values
+            adj_t = torch.sparse_coo_tensor(edges_out.flip(0), alpha, (num_dst, num_src))
+            return out, (adj_t, alpha)
+        return out, (edges_out, alpha)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
+
+
+__all__ = ["GATv2Conv"]
