@@ -90,7 +90,8 @@ def _worker_forward(_):
     torch.manual_seed(0)
     conv = gnn.GCNConv(4, 3)
     x = torch.randn(6, 4)
-    return conv(x, torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]))
+    with torch.no_grad():  # a result with a grad_fn cannot be sent back from a worker
+        return conv(x, torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]))
 
 
 def test_forked_dataloader_workers_run_layers():

@@ -12,8 +12,9 @@ compiled code comes from the compile cache.
 
 from __future__ import annotations
 
-import functools
 import textwrap
+
+import torch
 
 from gnnc.torch.kernels import Kernel
 
@@ -21,10 +22,24 @@ from gnnc.torch.kernels import Kernel
 AGGREGATIONS = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max", "min": "min"}
 
 
-@functools.cache
+#: The kernels made so far, by (source, name).
+_MADE: dict[tuple[str, str], Kernel] = {}
+
+
 def kernel(source: str, name: str) -> Kernel:
-    """Kernel `name` of `source` as a torch op, made once per process."""
-    return Kernel(textwrap.dedent(source).strip() + "\n", name)
+    """Kernel `name` of `source` as a torch op, made once per process.
+
+    A plain dict, not functools.cache: torch.compile traces a lookup that
+    hits as a constant, where it would trace into a cache wrapper's body.
+    """
+    made = _MADE.get((source, name))
+    return made if made is not None else _make(source, name)
+
+
+@torch.compiler.disable(reason="a gnnc.nn kernel is made (parsed, its ops registered) outside the graph")
+def _make(source: str, name: str) -> Kernel:
+    made = _MADE[(source, name)] = Kernel(textwrap.dedent(source).strip() + "\n", name)
+    return made
 
 
 def literal(value: float) -> str:

@@ -115,13 +115,10 @@ class GINEConv(_GIN):
         self.lin: torch.nn.Linear | None = None
         if edge_dim is not None:
             first = nn[0] if isinstance(nn, torch.nn.Sequential) else nn
-            if hasattr(first, "in_features"):
-                in_channels = first.in_features
-            elif hasattr(first, "in_channels"):
-                in_channels = first.in_channels
-            else:
+            in_channels: Any = getattr(first, "in_features", getattr(first, "in_channels", None))
+            if not isinstance(in_channels, int):
                 raise ArgumentError("GINEConv: could not infer input channels from `nn`")
-            self.lin = torch.nn.Linear(edge_dim, in_channels)
+            self.lin = torch.nn.Linear(edge_dim, int(in_channels))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
