@@ -103,7 +103,8 @@ class GradKernel:
     reverse: bool
     #: The kernel gives one partial gradient per vertex; the runtime sums them (parameters).
     reduce: bool = False
-    #: Intermediates it reads, in its signature after the forward inputs and the gout tensors.
+    #: Intermediates it reads, in its signature after the forward inputs and the gout tensors;
+    #: `NAME_dst__` is input NAME's destination rows (see `_Builder._destination_views`).
     inputs: tuple[str, ...] = ()
     #: A weight gradient as a dense product: the kernel gives G, a per-vertex sum of adjoints
     #: ([V, .., N]), and the gradient is F^T G, F this input or intermediate ([V, .., K]).
@@ -151,6 +152,11 @@ def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
         # `adj * 0 + 1` is a ones tensor of adj's shape; dot with it sums the last axis
         adj = f"dot({adj}, (({adj}) * 0.0 + 1.0))"
     return adj
+
+
+def dst_view_name(tensor: str) -> str:
+    """The name under which a reversed kernel reads a vertex input's destination rows."""
+    return f"{tensor}_dst__"
 
 
 def transpose_name(matrix: str) -> str:
@@ -223,6 +229,8 @@ class _Builder:
             self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
         params = {p.name: p for p in kernel.params}
         self.params = set(params)
+        #: vertex inputs and their types, for their destination views (`_destination_views`)
+        self.vertex_inputs = {p.name: _fmt_type(p.type) for p in kernel.params if p.type.domain == "V"}
         self.transposes = sorted(
             {
                 e.rhs.name
@@ -250,8 +258,30 @@ class _Builder:
     ) -> None:
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
+        if reverse:
+            stmt, views = self._destination_views(stmt)
+            signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
+            inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
         self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor))
+
+    def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
+        """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
+
+        On the reversed graph `u` is a forward destination and `v` a forward
+        source. An input read at both is, on a bipartite graph, one row per
+        forward source with the destinations first (DGL's block convention),
+        which the reversed graph (more destinations than sources) cannot
+        follow; as two inputs, each read at one end, it can: the runtime
+        passes the input's leading num_dst rows (a view) as `NAME_dst__`.
+        """
+        views = []
+        for name in self.vertex_inputs:
+            at_u, at_v = re.compile(rf"\b{name}\[u\]"), re.compile(rf"\b{name}\[v\]")
+            if at_u.search(stmt) and at_v.search(stmt):
+                stmt = at_u.sub(f"{dst_view_name(name)}[u]", stmt)
+                views.append(name)
+        return stmt, tuple(views)
 
     def stage(self, body: str, index: str, shape: tuple, prelude: tuple[str, str, tuple] | None = None) -> str:
         """An intermediate `out[index] = body` on the forward graph; returns how to read it.

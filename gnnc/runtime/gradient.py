@@ -32,6 +32,8 @@ from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import vertex_rows
 
+#: The suffix of an input's destination rows, `NAME_dst__` (lang.autodiff's dst_view_name).
+_DST = "_dst__"
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
 _F32_EXACT = 2**24
 
@@ -155,7 +157,9 @@ class Gradient:
             g = graph.reversed() if reverse else graph
             call = dict(named)
             # the reference module returns float64 whatever the kernel's type: intermediates take it back
-            call.update({n: values[n].astype(dtype, copy=False) for n in inputs})
+            call.update({n: values[n].astype(dtype, copy=False) for n in inputs if n in values})
+            # an input read at both ends by a reversed kernel: its reads at forward destinations
+            call.update({n: _destination_rows(named, n[: -len(_DST)], graph) for n in inputs if n not in values})
             kernel = getattr(self.module, name)
             if graph.bipartite:
                 call = _leading_rows(kernel, g, call)
@@ -189,6 +193,14 @@ def _product(factor: Any, summed: np.ndarray) -> np.ndarray:
     if f.shape[:-1] != summed.shape[:-1]:
         raise ArgumentError(f"a weight gradient's factor has shape {f.shape}, its adjoint sum {summed.shape}")
     return np.ascontiguousarray(f.reshape(-1, f.shape[-1]).T @ summed.reshape(-1, summed.shape[-1]))
+
+
+def _destination_rows(named: dict, name: str, graph: Graph) -> Any:
+    """Input `name`'s rows of the forward graph's destinations: the leading num_dst (a view)."""
+    if name not in named:
+        raise ArgumentError(f"input '{name}' is missing")
+    value = named[name]
+    return value[: graph.num_dst] if graph.bipartite else value
 
 
 def _add_parts(total: np.ndarray, part: np.ndarray) -> np.ndarray:
