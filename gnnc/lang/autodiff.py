@@ -50,9 +50,15 @@ kernels of the same pipeline:
 
 `a @ W`: d a = adj @ W^T, where W^T (`W_T__`) is an input the runtime
 transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
-computes it, one [K, N] partial per destination summed by the runtime (so
-V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
-runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
+computes it. Where `a` is a sum of terms each reading one end of the edge
+(`x[u] + x[v]`, `relu(x[u])`, `w[e] * x[u]`), that sum is dense products
+F^T G: kernels write G, the adjoints summed per vertex of the term's end
+([V, N], [V, H, N] for `[H, K] @ W`), and the runtime multiplies by the
+term's per-vertex value F (the input, or a stage). Any other `a` gets one
+[K, N] partial per destination, summed by the runtime (V x K x N floats).
+A kernel on the reversed graph reads an input it reads at both ends as two
+(`x` at `v`, `x_dst__` at `u`: the runtime's view of its destination
+rows), so that it runs on bipartite graphs. `step`, `argmax` and `argmin` are piecewise constant:
 zero gradient. Stages that need no gout (softmax weights, argmax ids) are also results of
 a generated `NAME__forward` variant of the kernel, so a training step can
 compute them in the forward pass and hand them to the gradient.
