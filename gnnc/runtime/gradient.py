@@ -82,7 +82,8 @@ class Gradient:
         for _, wrt, _, _, inputs, factor in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
-                needed.add(factor)
+                if factor:
+                    needed.add(factor)
         pruned = copy.copy(self)
         pruned.kernels = [k for k in self.kernels if k[1] in needed]
         pruned.constant = [c for c in self.constant if c in wanted]
