@@ -50,9 +50,15 @@ kernels of the same pipeline:
 
 `a @ W`: d a = adj @ W^T, where W^T (`W_T__`) is an input the runtime
 transposes; d W = the sum of `outer(a, adj)` over every edge (or vertex) that
-computes it, one [K, N] partial per destination summed by the runtime (so
-V x K x N floats of partials; V x H x K x N for `[H, K] @ W`, whose heads the
-runtime sums as well). `step`, `argmax` and `argmin` are piecewise constant:
+computes it. Where `a` is a sum of terms each reading one end of the edge
+(`x[u] + x[v]`, `relu(x[u])`, `w[e] * x[u]`), that sum is dense products
+F^T G: kernels write G, the adjoints summed per vertex of the term's end
+([V, N], [V, H, N] for `[H, K] @ W`), and the runtime multiplies by the
+term's per-vertex value F (the input, or a stage). Any other `a` gets one
+[K, N] partial per destination, summed by the runtime (V x K x N floats).
+A kernel on the reversed graph reads an input it reads at both ends as two
+(`x` at `v`, `x_dst__` at `u`: the runtime's view of its destination
+rows), so that it runs on bipartite graphs. `step`, `argmax` and `argmin` are piecewise constant:
 zero gradient. Stages that need no gout (softmax weights, argmax ids) are also results of
 a generated `NAME__forward` variant of the kernel, so a training step can
 compute them in the forward pass and hand them to the gradient.
@@ -81,6 +87,13 @@ _STAGE = re.compile(r"\bst\d+__\b")
 _WEIGHTED = "weighted__"
 
 
+#: A term of a weight gradient that factors: (side u or v, the factor's text, its shape,
+#: the context "edge" or "vertex", the adjoint it multiplies), see `_Builder.product_kernels`.
+Product = tuple[str, str, tuple, str, str]
+#: Reads at the source, at the destination, and of the edge, in generated source text.
+_AT = {side: re.compile(rf"\[{side}\]|\({side}\)") for side in "uve"}
+
+
 def gout_name(kernel: ast.Kernel, result: str) -> str:
     """The incoming gradient of one result: `gout__` for a single result, `gout_NAME__` for several."""
     return GOUT if len(kernel.results) == 1 else f"gout_{result}__"
@@ -96,8 +109,12 @@ class GradKernel:
     reverse: bool
     #: The kernel gives one partial gradient per vertex; the runtime sums them (parameters).
     reduce: bool = False
-    #: Intermediates it reads, in its signature after the forward inputs and the gout tensors.
+    #: Intermediates it reads, in its signature after the forward inputs and the gout tensors;
+    #: `NAME_dst__` is input NAME's destination rows (see `_Builder._destination_views`).
     inputs: tuple[str, ...] = ()
+    #: A weight gradient as a dense product: the kernel gives G, a per-vertex sum of adjoints
+    #: ([V, .., N]), and the gradient is F^T G, F this input or intermediate ([V, .., K]).
+    factor: str = ""
 
 
 @dataclass
@@ -141,6 +158,11 @@ def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
         # `adj * 0 + 1` is a ones tensor of adj's shape; dot with it sums the last axis
         adj = f"dot({adj}, (({adj}) * 0.0 + 1.0))"
     return adj
+
+
+def dst_view_name(tensor: str) -> str:
+    """The name under which a reversed kernel reads a vertex input's destination rows."""
+    return f"{tensor}_dst__"
 
 
 def transpose_name(matrix: str) -> str:
@@ -212,6 +234,9 @@ class _Builder:
         for r in kernel.results:
             self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
         params = {p.name: p for p in kernel.params}
+        self.params = set(params)
+        #: vertex inputs and their types, for their destination views (`_destination_views`)
+        self.vertex_inputs = {p.name: _fmt_type(p.type) for p in kernel.params if p.type.domain == "V"}
         self.transposes = sorted(
             {
                 e.rhs.name
@@ -234,11 +259,35 @@ class _Builder:
 
     # ---------------------------------------------------------------- emitting
 
-    def emit(self, name: str, wrt: str, reverse: bool, rtype: str, stmt: str, reduce: bool = False) -> None:
+    def emit(
+        self, name: str, wrt: str, reverse: bool, rtype: str, stmt: str, reduce: bool = False, factor: str = ""
+    ) -> None:
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
+        if reverse:
+            stmt, views = self._destination_views(stmt)
+            signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
+            inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs))
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor))
+
+    def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
+        """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
+
+        On the reversed graph `u` is a forward destination and `v` a forward
+        source. An input read at both is, on a bipartite graph, one row per
+        forward source with the destinations first (DGL's block convention),
+        which the reversed graph (more destinations than sources) cannot
+        follow; as two inputs, each read at one end, it can: the runtime
+        passes the input's leading num_dst rows (a view) as `NAME_dst__`.
+        """
+        views = []
+        for name in self.vertex_inputs:
+            at_u, at_v = re.compile(rf"\b{name}\[u\]"), re.compile(rf"\b{name}\[v\]")
+            if at_u.search(stmt) and at_v.search(stmt):
+                stmt = at_u.sub(f"{dst_view_name(name)}[u]", stmt)
+                views.append(name)
+        return stmt, tuple(views)
 
     def stage(self, body: str, index: str, shape: tuple, prelude: tuple[str, str, tuple] | None = None) -> str:
         """An intermediate `out[index] = body` on the forward graph; returns how to read it.
@@ -293,6 +342,7 @@ class _Builder:
         rtype: str,
         param_type: ast.TensorType | None,
         contributions: list[tuple[str, str, str]],
+        products: list[Product] | None = None,
     ) -> None:
         """Kernels whose results sum to the gradient `target`: (site, ctx, adjoint) contributions.
 
@@ -303,8 +353,12 @@ class _Builder:
         and edge is one partial per destination, summed by the runtime; a
         site `p:H,..` has leading axes (`[H, K] @ W`'s `outer`s, [H, K, N])
         that the runtime sums too, the language having no sum over a leading
-        axis.
+        axis. `products` are the terms of `a @ W`'s gradient that factor
+        into dense products (see `product_kernels`).
         """
+        if products:
+            assert param_type is not None
+            self.product_kernels(target, base, param_type, products)
         by_site = {site: [(c, t) for s, c, t in contributions if s == site] for site in "uve"}
         param_sites = sorted({s for s, _, _ in contributions if s.startswith("p")})
         for i, site in enumerate(param_sites):
@@ -327,6 +381,55 @@ class _Builder:
         if by_site["e"]:
             body = " + ".join(t for _, t in by_site["e"])
             self.emit(f"{base}_edge", target, False, rtype, f"out[e] = {body}")
+
+    def product_kernels(self, target: str, base: str, param_type: ast.TensorType, products: list[Product]) -> None:
+        """dW as dense products F^T G, one per (side, factor): no partial per destination.
+
+        The sum over every edge of outer(f(u), g_e) is F^T G with F[u] = f(u)
+        and G[u] the sum of g_e over u's out-edges: an aggregation on the
+        reversed graph, as an input's gradient at `u`. A factor read at `v`
+        pairs with G[v], the sum over v's in-edges (and v's direct terms).
+        F is the input itself when the factor is a plain read (`x[u]`), else
+        a stage kernel evaluates it per vertex: either is [V, .., K], G is
+        [V, .., N], and the runtime multiplies them (`factor` of the kernel).
+        """
+        groups: dict[tuple[str, str, tuple], list[tuple[str, str]]] = {}
+        for side, ftext, shape, ctx, adj in products:
+            groups.setdefault((side, ftext, shape), []).append((ctx, adj))
+        count = {"u": 0, "v": 0}
+        for (side, ftext, shape), terms in groups.items():
+            factor = self.factor(side, ftext, shape)
+            rtype = _fmt(self.dtype, "V", tuple(shape[:-1]) + (param_type.shape[-1],))
+            suffix = "src" if side == "u" else "dst"
+            name = f"{base}_{suffix}" + (str(count[side]) if count[side] else "")
+            count[side] += 1
+            if side == "u":
+                body = " + ".join(adj for _, adj in terms)
+                self.emit(name, target, True, rtype, f"out[v] = sum({swap_uv(body)})", factor=factor)
+            else:
+                edge = [adj for ctx, adj in terms if ctx == "edge"]
+                direct = [adj for ctx, adj in terms if ctx == "vertex"]
+                stmt = " + ".join(direct + ([f"sum({' + '.join(edge)})"] if edge else []))
+                self.emit(name, target, False, rtype, f"out[v] = {stmt}", factor=factor)
+
+    def factor(self, side: str, ftext: str, shape: tuple) -> str:
+        """The [V, ..] tensor F of a dense product: an input or intermediate read as is, or a stage.
+
+        A factor read at `u` is evaluated at every source (a kernel on the
+        reversed graph, whose destinations are the sources), one read at `v`
+        at every destination.
+        """
+        plain = re.fullmatch(r"(\w+)\[[uv]\]", ftext)
+        if plain and (plain.group(1) in self.params or _STAGE.fullmatch(plain.group(1))):
+            return plain.group(1)
+        key = ("factor", side, ftext)
+        if key not in self.stages:
+            name = f"st{len(self.stages)}__"
+            self.stages[key] = name
+            self.stage_types[name] = _fmt(self.dtype, "V", shape)
+            body = swap_uv(ftext) if side == "u" else ftext
+            self.emit(f"{self.kernel.name}__{name[:-2]}", name, side == "u", self.stage_types[name], f"out[v] = {body}")
+        return self.stages[key]
 
     def vertex_gradient(self, d: ast.Definition, contributions: list[tuple[str, str, str]]) -> str:
         """The adjoint of vertex value `d`, an intermediate summed from its readers' contributions."""
@@ -379,6 +482,8 @@ class _Differentiator:
         self.vertex_defs = builder.vertex_defs
         # (site, ctx, adjoint text): site u / v / e / p (p:H,.. with leading axes); ctx "edge" or "vertex"
         self.contributions: list[tuple[str, str, str]] = []
+        # terms of `a @ wrt`'s gradient that are dense products (see _Builder.product_kernels)
+        self.products: list[Product] = []
         # the same for vertex values read by later statements (and vertex results)
         self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
         # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
@@ -506,6 +611,10 @@ class _Differentiator:
             assert isinstance(b, ast.Name)
             self.back(a, f"(({adj}) @ {transpose_name(b.name)})", ctx)
             if self.depends(b):
+                products = self.factored(a, adj, ctx)
+                if products is not None:
+                    self.products.extend(products)
+                    return
                 lead = (a.shape or ())[:-1]
                 site = "p:" + ",".join(str(d) for d in lead) if lead else "p"
                 self.contributions.append((site, ctx, f"outer({ta}, {adj})"))
@@ -525,6 +634,57 @@ class _Differentiator:
                 self.back(operand, f"dot({adj}, {other})", ctx)
             else:
                 self.back(operand, _reduce_to(part, shape, want), ctx)
+
+    def factored(self, a: ast.Expr, adj: str, ctx: str) -> list[Product] | None:
+        """`a @ W`'s gradient sum(outer(a, adj)) as dense products, or None if `a` does not split.
+
+        `a` splits when it is a sum (and difference) of terms of a's shape
+        that each read only the source, or only the destination (`x[u] +
+        x[v]`, `relu(x[u])`, `h[v]`), each maybe scaled by a value without
+        the contracted axis (`w[e] * x[u]`, `x[u] / deg_in(v)`): outer is
+        linear in its first operand, so each term pairs with the adjoint
+        (times its scale) summed per vertex of its side. A term reading the
+        edge, both ends, or neither (a parameter alone) keeps the whole of
+        `a` on the per-destination path.
+        """
+        want = a.shape or ()
+        products: list[Product] = []
+        for negate, scales, term in self._terms(a, want[:-1], False, ()):
+            if (term.shape or ()) != want:
+                return None
+            text = self.text(term)
+            sides = [side for side in "uve" if _AT[side].search(text)]
+            if sides not in (["u"], ["v"]):
+                return None
+            g = f"(-({adj}))" if negate else adj
+            for op, scale in scales:
+                g = f"(({g}) {op} {self.text(scale)})"
+            products.append((sides[0], text, tuple(want), ctx, g))
+        return products
+
+    def _terms(
+        self, e: ast.Expr, lead: tuple, negate: bool, scales: tuple[tuple[str, ast.Expr], ...]
+    ) -> Iterator[tuple[bool, tuple[tuple[str, ast.Expr], ...], ast.Expr]]:
+        """The terms of a sum, each with its sign and the factors that scale it along `lead`
+        only (their shapes a prefix of it); edge values are inlined as `text` inlines them."""
+
+        def scale(x: ast.Expr) -> bool:
+            shape = tuple(x.shape or ())
+            return len(shape) <= len(lead) and shape == lead[: len(shape)]
+
+        if isinstance(e, ast.Index) and e.name in self.edge_defs:
+            yield from self._terms(self.edge_defs[e.name], lead, negate, scales)
+        elif isinstance(e, ast.Binary) and e.op in ("+", "-"):
+            yield from self._terms(e.lhs, lead, negate, scales)
+            yield from self._terms(e.rhs, lead, negate != (e.op == "-"), scales)
+        elif isinstance(e, ast.Binary) and e.op in ("*", "/") and scale(e.rhs) and not scale(e.lhs):
+            yield from self._terms(e.lhs, lead, negate, scales + ((e.op, e.rhs),))
+        elif isinstance(e, ast.Binary) and e.op == "*" and scale(e.lhs) and not scale(e.rhs):
+            yield from self._terms(e.rhs, lead, negate, scales + (("*", e.lhs),))
+        elif isinstance(e, ast.Unary):
+            yield from self._terms(e.operand, lead, not negate, scales)
+        else:
+            yield negate, scales, e
 
     def call(self, e: ast.Call, adj: str, ctx: str, shape: tuple) -> None:
         if e.func == "dot":
@@ -598,10 +758,12 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
     for p in params:
         d = _Differentiator(builder, p.name)
         d.run()
-        if not d.contributions:
+        if not d.contributions and not d.products:
             constant.append(p.name)
             continue
-        builder.gradient_kernels(p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions)
+        builder.gradient_kernels(
+            p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions, d.products
+        )
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
     if source:

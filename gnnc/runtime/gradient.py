@@ -7,6 +7,13 @@ gradient or of an intermediate (`st0__`: a softmax's weights, an argmax's
 edge ids, a vertex value's adjoint) that later kernels take as an input;
 parts of one target are summed.
 
+A weight's gradient (W of `a @ W`) comes as dense products: a kernel gives
+G, its adjoints summed per vertex ([V, .., N], the size of an input's
+gradient), and names its factor F ([V, .., K]: the input `a` reads, or an
+intermediate); the part is F^T G, one matrix product, so no kernel writes
+a [K, N] partial per destination. Other parameter parts (`reduce`) are
+still one partial per destination, the size of the value they scale.
+
 On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
 may read it only where the forward kernel read destinations (at `u` of the
@@ -25,6 +32,8 @@ from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import vertex_rows
 
+#: The suffix of an input's destination rows, `NAME_dst__` (lang.autodiff's dst_view_name).
+_DST = "_dst__"
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
 _F32_EXACT = 2**24
 
@@ -42,7 +51,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple[str, str, bool, bool, tuple[str, ...]]],
+        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str]],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -70,9 +79,11 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs in reversed(self.kernels):
+        for _, wrt, _, _, inputs, factor in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
+                if factor:
+                    needed.add(factor)
         pruned = copy.copy(self)
         pruned.kernels = [k for k in self.kernels if k[1] in needed]
         pruned.constant = [c for c in self.constant if c in wanted]
@@ -141,13 +152,15 @@ class Gradient:
         if unknown:
             raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
         values.update(saved or {})
-        for name, wrt, reverse, reduce, inputs in self.kernels:
+        for name, wrt, reverse, reduce, inputs, factor in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
             g = graph.reversed() if reverse else graph
             call = dict(named)
             # the reference module returns float64 whatever the kernel's type: intermediates take it back
-            call.update({n: values[n].astype(dtype, copy=False) for n in inputs})
+            call.update({n: values[n].astype(dtype, copy=False) for n in inputs if n in values})
+            # an input read at both ends by a reversed kernel: its reads at forward destinations
+            call.update({n: _destination_rows(named, n[: -len(_DST)], graph) for n in inputs if n not in values})
             kernel = getattr(self.module, name)
             if graph.bipartite:
                 call = _leading_rows(kernel, g, call)
@@ -155,6 +168,9 @@ class Gradient:
             if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
                 lead = tuple(range(part.ndim - np.ndim(named[wrt])))
                 part = np.asarray(part.sum(axis=lead, dtype=part.dtype))
+            if factor:
+                # an intermediate's name ends in `__`; an input's part of values is its gradient
+                part = _product(values[factor] if factor.endswith("__") else named[factor], part)
             values[wrt] = part if wrt not in values else _add_parts(values[wrt], part)
         grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
@@ -167,6 +183,25 @@ class Gradient:
         for name in self.constant:
             grads[name] = np.zeros_like(np.asarray(named[name]))
         return grads
+
+
+def _product(factor: Any, summed: np.ndarray) -> np.ndarray:
+    """F^T G over the vertex (and leading) axes: F [V, .., K], G [V, .., N] -> [K, N].
+
+    On a bipartite graph a factor read at `v` of an input with num_src rows
+    (the block convention) pairs its leading rows with G's num_dst."""
+    f = np.asarray(factor)[: summed.shape[0]].astype(summed.dtype, copy=False)
+    if f.shape[:-1] != summed.shape[:-1]:
+        raise ArgumentError(f"a weight gradient's factor has shape {f.shape}, its adjoint sum {summed.shape}")
+    return np.ascontiguousarray(f.reshape(-1, f.shape[-1]).T @ summed.reshape(-1, summed.shape[-1]))
+
+
+def _destination_rows(named: dict, name: str, graph: Graph) -> Any:
+    """Input `name`'s rows of the forward graph's destinations: the leading num_dst (a view)."""
+    if name not in named:
+        raise ArgumentError(f"input '{name}' is missing")
+    value = named[name]
+    return value[: graph.num_dst] if graph.bipartite else value
 
 
 def _add_parts(total: np.ndarray, part: np.ndarray) -> np.ndarray:
