@@ -194,8 +194,6 @@ def test_a_cpu_kernel_given_a_device_array_says_so():
         module.gcn(GRAPH, x=FakeDeviceArray((3, 4)), w=np.ones(4, np.float32))
 
 
-
-
 @pytest.mark.parametrize(
     "name, mapping, dims",
     [

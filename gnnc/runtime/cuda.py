@@ -688,7 +688,9 @@ class CudaKernel:
                         ),
                         "cuLaunchKernel",
                     )
-            copied = [(name, r) for name, r in zip(self._names[abi.Group.RESULTS], results) if isinstance(r, np.ndarray)]
+            copied = [
+                (name, r) for name, r in zip(self._names[abi.Group.RESULTS], results) if isinstance(r, np.ndarray)
+            ]
             if stream is None:
                 _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
             elif copied:
