@@ -639,7 +639,11 @@ class CudaKernel:
         for r, o in zip(self.signature.results, call.outputs):
             if o is ON_DEVICE:
                 shape = _result_shape(r, graph, call.dims)
-                o = allocate(shape, self._dtype) if allocate else _allocate_like(cu, call.template, shape, self._dtype)
+                o = (
+                    allocate(shape, np.dtype(self._dtype))
+                    if allocate
+                    else _allocate_like(cu, call.template, shape, self._dtype)
+                )
             results.append(o)
         for view in [*call.inputs, *call.outputs]:
             if isinstance(view, DeviceView) and view.stream not in (None, 1, 2, stream):  # not one launches follow

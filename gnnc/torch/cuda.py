@@ -44,7 +44,7 @@ from gnnc.runtime.gradient import HostArrays
 #: the runtime's default mapping per call).
 CUDA_OPTIONS = ("opt_level", "disable_passes", "fusion")
 
-_NUMPY = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+_NUMPY: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
 _TORCH = {d: t for t, d in _NUMPY.items()}
 
 
