@@ -33,6 +33,8 @@ class FakeDriver:
         #: (kind, bytes) of every allocation
         self.allocations: list[tuple[str, int]] = []
         self.synchronised: list[str] = []
+        #: the context stack of the (one) calling thread
+        self.context: list[str] = []
 
     def _declare(self, ptx: str) -> None:
         for m in re.finditer(r"\.entry (\w+)\(\n(.*?)\)", ptx, re.S):
@@ -45,7 +47,15 @@ class FakeDriver:
         return self.ok, f"ctx{device}"
 
     def cuCtxSetCurrent(self, ctx):
+        self.context = [ctx]
         return (self.ok,)
+
+    def cuCtxPushCurrent(self, ctx):
+        self.context.append(ctx)
+        return (self.ok,)
+
+    def cuCtxPopCurrent(self):
+        return self.ok, self.context.pop()
 
     def cuModuleLoadData(self, data):
         self._declare(data.rstrip(b"\0").decode())
@@ -94,6 +104,7 @@ class FakeDriver:
         values = [ctypes.c_uint64.from_address(slots[i]).value for i in range(n)]
         self.launches.append(
             {
+                "context": self.context[-1] if self.context else None,
                 "function": function,
                 "blocks": gx,
                 "threads": bx,

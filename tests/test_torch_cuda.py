@@ -159,6 +159,20 @@ def test_forward_borrows_the_tensors_and_launches_on_the_stream(fake):
     fake.copies.clear()
     gcn.ops.cuda_forward(_call(graph), [x, w])
     assert fake.copies == []
+    # launched in the module's context, the caller's current one given back
+    assert {launch["context"] for launch in fake.launches} == {"ctx0"} and fake.context == ["ctx0"]
+
+
+def test_a_second_gpu_gets_its_own_module_and_graph_copy(fake):
+    gcn = _kernel("gcn")
+    graph = gnnc.Graph.from_edge_index(EDGE_INDEX, shape=(V, V))
+    x, w = torch.rand(V, 5), torch.rand(E)
+    gcn.ops.cuda_forward(_call(graph), [x, w])
+    fake.launches.clear()
+    on_one = ops.CudaCall(graph, "f32", torch.device("cpu"), 1, STREAM, "sm_80")
+    gcn.ops.cuda_forward(on_one, [x, w])
+    assert {launch["context"] for launch in fake.launches} == {"ctx1"}
+    assert cuda_runtime.graph_bytes_on_device(graph, 1) == cuda_runtime.graph_bytes_on_device(graph, 0) > 0
 
 
 def test_a_host_scalar_is_copied_in_stream_order_and_freed_there(fake):

@@ -158,10 +158,13 @@ class _GraphBuffers:
     def release(cu: Any, context: Any, buffers: dict[int, tuple[np.ndarray, _DeviceBuffer]]) -> None:
         """Frees them once the device is idle (a kernel in flight may still read them)."""
         try:
-            cu.cuCtxSetCurrent(context)
-            cu.cuCtxSynchronize()
-            for _, buffer in buffers.values():
-                cu.cuMemFree(buffer.ptr)
+            cu.cuCtxPushCurrent(context)
+            try:
+                cu.cuCtxSynchronize()
+                for _, buffer in buffers.values():
+                    cu.cuMemFree(buffer.ptr)
+            finally:
+                cu.cuCtxPopCurrent()
         except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
             pass
         buffers.clear()
@@ -626,9 +629,17 @@ class CudaKernel:
         arrays from their device copies, host inputs copied, device ones borrowed; copies host
         results back (waiting for the stream), else waits for the device only on the default stream."""
         cu = self._module.cu
+        # this module's context for the call (the thread may hold another GPU's, or none: torch's
+        # autograd threads), the caller's back afterwards (torch reads its current device from it)
+        _check(cu, cu.cuCtxPushCurrent(self._module.context), "cuCtxPushCurrent")
+        try:
+            return self._launch_in_context(graph, call, decided, arguments)
+        finally:
+            cu.cuCtxPopCurrent()
+
+    def _launch_in_context(self, graph: Graph, call: BoundCall, decided: Decision, arguments: Mapping[str, Any]) -> Any:
+        cu = self._module.cu
         stream, allocate = _SETTINGS.stream, _SETTINGS.allocate
-        # the thread may run in another context (torch's autograd threads): this module's, for its functions
-        _check(cu, cu.cuCtxSetCurrent(self._module.context), "cuCtxSetCurrent")
         itemsize = np.dtype(self._dtype).itemsize
         hybrid = decided.plans.hybrid
         shared_bytes = hybrid.shared_bytes(arguments["hybrid_hot"]) if hybrid else [0] * len(decided.launches)
