@@ -11,6 +11,7 @@ import pytest
 import gnnc
 from gnnc.driver import compiler
 from gnnc.runtime import cuda as cuda_runtime
+from tests.fake_cuda import FakeDriver
 from tests.helpers import assert_matches
 from tests.strategies import random_inputs
 
@@ -191,85 +192,6 @@ def test_a_cpu_kernel_given_a_device_array_says_so():
     module = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda-emulation")
     with pytest.raises(gnnc.ArgumentError, match="runs on the CPU but got a CUDA device array"):
         module.gcn(GRAPH, x=FakeDeviceArray((3, 4)), w=np.ones(4, np.float32))
-
-
-class FakeDriver:
-    """The driver calls CudaModule / CudaKernel make, on host memory: allocations are
-    real buffers, launches are recorded with their arguments read back through
-    the parameter array (as many as the PTX entry declares)."""
-
-    class CUresult:
-        class CUDA_SUCCESS:
-            name = "CUDA_SUCCESS"
-
-    def __init__(self, ptx: str):
-        import re
-
-        ok = self.CUresult.CUDA_SUCCESS
-        self.ok = ok
-        self.params = {
-            m.group(1): len(re.findall(r"\.param ", m.group(2)))
-            for m in re.finditer(r"\.entry (\w+)\(\n(.*?)\)", ptx, re.S)
-        }
-        self.memory: dict[int, ctypes.Array] = {}
-        self.launches: list[dict] = []
-
-    def cuDeviceGet(self, i):
-        return self.ok, 0
-
-    def cuDevicePrimaryCtxRetain(self, device):
-        return self.ok, "ctx"
-
-    def cuCtxSetCurrent(self, ctx):
-        return (self.ok,)
-
-    def cuModuleLoadData(self, data):
-        return self.ok, "module"
-
-    def cuModuleGetFunction(self, module, name):
-        return self.ok, name.decode()
-
-    def cuMemAlloc(self, n):
-        buf = ctypes.create_string_buffer(n)
-        self.memory[ctypes.addressof(buf)] = buf
-        return self.ok, ctypes.addressof(buf)
-
-    def cuMemcpyHtoD(self, dst, src, n):
-        ctypes.memmove(dst, src, n)
-        return (self.ok,)
-
-    def cuMemcpyDtoH(self, dst, src, n):
-        ctypes.memmove(dst, src, n)
-        return (self.ok,)
-
-    def cuMemFree(self, ptr):
-        self.memory.pop(int(ptr), None)
-        return (self.ok,)
-
-    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        n = self.params[function]
-        slots = (ctypes.c_void_p * n).from_address(params)
-        values = [ctypes.c_uint64.from_address(slots[i]).value for i in range(n)]
-        self.launches.append(
-            {
-                "function": function,
-                "blocks": gx,
-                "threads": bx,
-                "shared": shared,
-                "values": values,
-                "live": set(self.memory),
-            }
-        )
-        return (self.ok,)
-
-    def cuCtxSynchronize(self):
-        return (self.ok,)
-
-    def cuStreamSynchronize(self, stream):
-        return (self.ok,)
-
-
-import ctypes  # noqa: E402  (beside the fake driver that uses it)
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,13 @@ class CompileOptions:
         return asdict(self)
 
 
+def cuda_archs() -> tuple[str, ...]:
+    """The GPU architectures the cuda target emits PTX for, oldest first."""
+    from gnnc.target.cuda.codegen import ARCHS
+
+    return ARCHS
+
+
 def variant_options(options: CompileOptions) -> dict:
     """The options a schedule variant of an object inherits: all but the schedule, target,
     instruction set and kernel list, which the object's metadata records apart. A variant

@@ -20,20 +20,33 @@ input's device when that input is a torch tensor, a CuPy array for CuPy,
 else a `DeviceArray` (which has `__cuda_array_interface__`, so
 `cupy.asarray` / `numba.cuda.as_cuda_array` take it, and `.copy_to_host()`).
 Host results of an all-host call stay numpy arrays. Kernels launch on the
-legacy default stream; a producer's CUDA Array Interface stream is
-synchronised first.
+legacy default stream and the call waits for them; a producer's CUDA Array
+Interface stream is synchronised first. Within `launching(stream=...)` a
+thread's launches go on that stream instead (torch's current stream, for
+`gnnc.torch`) and the call returns without waiting: the call's temporary
+buffers are then allocated and freed in stream order (cuMemAllocAsync /
+cuMemFreeAsync), and `launching(allocate=...)` lets the caller allocate the
+device results (torch's caching allocator).
+
+The graph's arrays and its plans (CSR, degrees, partitions: the read-only
+arrays `plans.build` and the decision give) are uploaded once per graph and
+device and kept there while the Graph lives, so a warm call copies no graph
+data; a call's own inputs, host scalars and workspace are per call.
 
 Like the CPU runtime this imports neither xDSL nor llvmlite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
 import mmap
 import os
-from collections.abc import Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -93,23 +106,123 @@ def read_metadata(text: str) -> dict:
 
 
 class _DeviceBuffer:
-    """Device memory for one call: a copy of `host`, or `nbytes` of workspace."""
+    """Device memory for one call: a copy of `host`, or `nbytes` of workspace.
 
-    def __init__(self, cu: Any, host: np.ndarray | None, nbytes: int = 0):
+    With a `stream` the allocation, the copy and the free are ordered on it
+    (cuMemAllocAsync, cuMemcpyHtoDAsync, cuMemFreeAsync), so the call need not
+    wait for its kernels before freeing; a pageable host array is staged by
+    the driver before cuMemcpyHtoDAsync returns, so it may go right after."""
+
+    def __init__(self, cu: Any, host: np.ndarray | None, nbytes: int = 0, stream: int | None = None):
         if host is not None:
             host = np.ascontiguousarray(host)
             nbytes = host.nbytes
-        self.cu, self.nbytes = cu, max(1, nbytes)
-        self.ptr = _check(cu, cu.cuMemAlloc(self.nbytes), "cuMemAlloc")
+        self.cu, self.nbytes, self.stream = cu, max(1, nbytes), stream
+        if stream is None:
+            self.ptr = _check(cu, cu.cuMemAlloc(self.nbytes), "cuMemAlloc")
+        else:
+            self.ptr = _check(cu, cu.cuMemAllocAsync(self.nbytes, stream), "cuMemAllocAsync")
         if host is not None and host.nbytes:
-            _check(cu, cu.cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+            if stream is None:
+                _check(cu, cu.cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+            else:
+                _check(cu, cu.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
 
     def copy_to(self, host: np.ndarray) -> None:
         if host.nbytes:
             _check(self.cu, self.cu.cuMemcpyDtoH(host.ctypes.data, self.ptr, host.nbytes), "cuMemcpyDtoH")
 
     def free(self) -> None:
-        self.cu.cuMemFree(self.ptr)
+        if self.stream is None:
+            self.cu.cuMemFree(self.ptr)
+        else:
+            self.cu.cuMemFreeAsync(self.ptr, self.stream)
+
+
+class _GraphBuffers:
+    """One graph's read-only arrays on one device, uploaded on first use, freed with the graph."""
+
+    def __init__(self, cu: Any, context: Any):
+        self.cu, self.context = cu, context
+        #: by id(array): the array (kept, so that its id stays its own) and its device copy
+        self.buffers: dict[int, tuple[np.ndarray, _DeviceBuffer]] = {}
+
+    def get(self, array: np.ndarray) -> _DeviceBuffer:
+        entry = self.buffers.get(id(array))
+        if entry is None:
+            entry = (array, _DeviceBuffer(self.cu, array))  # a synchronous copy: done before any launch reads it
+            self.buffers[id(array)] = entry
+        return entry[1]
+
+    @staticmethod
+    def release(cu: Any, context: Any, buffers: dict[int, tuple[np.ndarray, _DeviceBuffer]]) -> None:
+        """Frees them once the device is idle (a kernel in flight may still read them)."""
+        try:
+            cu.cuCtxPushCurrent(context)
+            try:
+                cu.cuCtxSynchronize()
+                for _, buffer in buffers.values():
+                    cu.cuMemFree(buffer.ptr)
+            finally:
+                cu.cuCtxPopCurrent()
+        except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
+            pass
+        buffers.clear()
+
+
+#: Per graph, per device ordinal: its arrays on that device.
+_GRAPHS_ON_DEVICE: weakref.WeakKeyDictionary[Graph, dict[int, _GraphBuffers]] = weakref.WeakKeyDictionary()
+
+
+def _graph_buffers(graph: Graph, module: CudaModule) -> _GraphBuffers:
+    per_device = _GRAPHS_ON_DEVICE.get(graph)
+    if per_device is None:
+        per_device = {}
+        _GRAPHS_ON_DEVICE[graph] = per_device
+    held = per_device.get(module.device)
+    if held is None:
+        held = _GraphBuffers(module.cu, module.context)
+        per_device[module.device] = held
+        weakref.finalize(graph, _GraphBuffers.release, module.cu, module.context, held.buffers)
+    return held
+
+
+def graph_bytes_on_device(graph: Graph, device: int = 0) -> int:
+    """How many bytes of `graph`'s arrays and plans are held on GPU `device` (0: none yet)."""
+    held = _GRAPHS_ON_DEVICE.get(graph, {}).get(device)
+    return 0 if held is None else sum(b.nbytes for _, b in held.buffers.values())
+
+
+# -------------------------------------------------------------- launch settings
+
+
+class _Settings(threading.local):
+    stream: int | None = None
+    allocate: Callable[[tuple[int, ...], np.dtype], Any] | None = None
+
+
+_SETTINGS = _Settings()
+
+
+@contextlib.contextmanager
+def launching(
+    stream: int | None = None, allocate: Callable[[tuple[int, ...], np.dtype], Any] | None = None
+) -> Iterator[None]:
+    """Within it, this thread's kernel calls launch on `stream` and do not wait for it.
+
+    `stream` is a CUstream handle as an int (`torch.cuda.current_stream().cuda_stream`;
+    0 is the legacy default stream); None keeps the default: launch on the legacy
+    default stream and wait for the device. `allocate(shape, dtype)` returns
+    the device array for a result without `out=` (anything with
+    `__cuda_array_interface__`), in place of gnnc's own allocation; results
+    copied to host arrays still wait for the stream first.
+    """
+    previous = _SETTINGS.stream, _SETTINGS.allocate
+    _SETTINGS.stream, _SETTINGS.allocate = stream, allocate
+    try:
+        yield
+    finally:
+        _SETTINGS.stream, _SETTINGS.allocate = previous
 
 
 # ------------------------------------------------------------ device arrays
@@ -415,7 +528,7 @@ def _allocate_like(cu: Any, template: Any, shape: tuple[int, ...], dtype: DTypeL
 
 
 class _Borrowed:
-    """A device array the caller owns: its pointer, nothing to copy or free."""
+    """A device array owned elsewhere (the caller, or the graph's device copies): its pointer, nothing to free."""
 
     def __init__(self, ptr: int):
         self.ptr = ptr
@@ -427,10 +540,10 @@ class _Borrowed:
         pass
 
 
-def _argument_buffer(cu: Any, value: Any) -> _DeviceBuffer | _Borrowed:
+def _argument_buffer(cu: Any, value: Any, stream: int | None) -> _DeviceBuffer | _Borrowed:
     """An input or result on the device: borrowed where it lives there, else a copy."""
     if isinstance(value, np.ndarray):
-        return _DeviceBuffer(cu, value)
+        return _DeviceBuffer(cu, value, stream=stream)
     view = value if isinstance(value, DeviceView) else device_view(value, "a device result")
     assert view is not None
     return _Borrowed(view.ptr)
@@ -512,23 +625,43 @@ class CudaKernel:
         return kernel._launch(graph, call, decided, plans.build(graph, decided.plans))
 
     def _launch(self, graph: Graph, call: BoundCall, decided: Decision, arguments: Mapping[str, Any]) -> Any:
-        """Copies the host arrays to the device, launches each phase's grid in order, copies the results back."""
+        """Launches each phase's grid in order on this thread's stream (`launching`): the graph's
+        arrays from their device copies, host inputs copied, device ones borrowed; copies host
+        results back (waiting for the stream), else waits for the device only on the default stream."""
         cu = self._module.cu
+        # this module's context for the call (the thread may hold another GPU's, or none: torch's
+        # autograd threads), the caller's back afterwards (torch reads its current device from it)
+        _check(cu, cu.cuCtxPushCurrent(self._module.context), "cuCtxPushCurrent")
+        try:
+            return self._launch_in_context(graph, call, decided, arguments)
+        finally:
+            cu.cuCtxPopCurrent()
+
+    def _launch_in_context(self, graph: Graph, call: BoundCall, decided: Decision, arguments: Mapping[str, Any]) -> Any:
+        cu = self._module.cu
+        stream, allocate = _SETTINGS.stream, _SETTINGS.allocate
         itemsize = np.dtype(self._dtype).itemsize
         hybrid = decided.plans.hybrid
         shared_bytes = hybrid.shared_bytes(arguments["hybrid_hot"]) if hybrid else [0] * len(decided.launches)
         # host values copied to the device (scalars passed as they are), and workspace sizes in elements, by name
         host = {**arguments, **decided.arguments}
         workspace = dict(decided.workspace)  # never read before written
-        results = [
-            _allocate_like(cu, call.template, _result_shape(r, graph, call.dims), self._dtype) if o is ON_DEVICE else o
-            for r, o in zip(self.signature.results, call.outputs)
-        ]
+        results = []
+        for r, o in zip(self.signature.results, call.outputs):
+            if o is ON_DEVICE:
+                shape = _result_shape(r, graph, call.dims)
+                o = (
+                    allocate(shape, np.dtype(self._dtype))
+                    if allocate
+                    else _allocate_like(cu, call.template, shape, self._dtype)
+                )
+            results.append(o)
         for view in [*call.inputs, *call.outputs]:
-            if isinstance(view, DeviceView) and view.stream not in (None, 1, 2):  # not a default stream
+            if isinstance(view, DeviceView) and view.stream not in (None, 1, 2, stream):  # not one launches follow
                 _check(cu, cu.cuStreamSynchronize(view.stream), "cuStreamSynchronize")
         given = dict(zip(self._names[abi.Group.PARAMS], call.inputs, strict=True))
         given.update(zip(self._names[abi.Group.RESULTS], results, strict=True))
+        on_device = _graph_buffers(graph, self._module)
         buffers: dict[str, _DeviceBuffer | _Borrowed] = {}
         try:
             values: list[ctypes.c_int64 | ctypes.c_void_p] = []
@@ -537,28 +670,48 @@ class CudaKernel:
                     values.append(ctypes.c_int64(host[a.name]))
                     continue
                 if a.name in given:
-                    buffers[a.name] = _argument_buffer(cu, given[a.name])
+                    buffers[a.name] = _argument_buffer(cu, given[a.name], stream)
                 elif a.name in host:
-                    buffers[a.name] = _DeviceBuffer(cu, host[a.name])
+                    array = host[a.name]
+                    if isinstance(array, np.ndarray) and not array.flags.writeable:
+                        # the graph's and its plans' arrays: read-only for the graph's life, uploaded once
+                        buffers[a.name] = _Borrowed(on_device.get(array).ptr)
+                    else:
+                        buffers[a.name] = _DeviceBuffer(cu, array, stream=stream)
                 else:
-                    buffers[a.name] = _DeviceBuffer(cu, None, workspace[a.name] * itemsize)
+                    buffers[a.name] = _DeviceBuffer(cu, None, workspace[a.name] * itemsize, stream=stream)
                 values.append(ctypes.c_void_p(int(buffers[a.name].ptr)))
             params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            # phases, in order, on the default stream; a hybrid launch with the
+            # phases, in order, on the stream; a hybrid launch with the
             # dynamic shared memory its staged rows take
             for function, n, shared in zip(self._functions, decided.launches, shared_bytes, strict=True):
                 if n:
                     _check(
                         cu,
                         cu.cuLaunchKernel(
-                            function, n, 1, 1, self._grid.block_size, 1, 1, shared, 0, ctypes.addressof(params), 0
+                            function,
+                            n,
+                            1,
+                            1,
+                            self._grid.block_size,
+                            1,
+                            1,
+                            shared,
+                            stream or 0,
+                            ctypes.addressof(params),
+                            0,
                         ),
                         "cuLaunchKernel",
                     )
-            _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
-            for name, result in zip(self._names[abi.Group.RESULTS], results):
-                if isinstance(result, np.ndarray):
-                    buffers[name].copy_to(result)
+            copied = [
+                (name, r) for name, r in zip(self._names[abi.Group.RESULTS], results) if isinstance(r, np.ndarray)
+            ]
+            if stream is None:
+                _check(cu, cu.cuCtxSynchronize(), "cuCtxSynchronize")
+            elif copied:
+                _check(cu, cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            for name, result in copied:
+                buffers[name].copy_to(result)
         finally:
             for b in buffers.values():
                 b.free()
@@ -567,9 +720,9 @@ class CudaKernel:
 
 
 class CudaModule:
-    """The kernels of a gnnc PTX file, loaded on GPU 0: `module.gat(graph, ...)`."""
+    """The kernels of a gnnc PTX file, loaded on GPU `device` (0 unless given): `module.gat(graph, ...)`."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, device: int = 0):
         self.path = Path(path)
         try:
             text = self.path.read_text()
@@ -582,8 +735,10 @@ class CudaModule:
                 f"this runtime speaks {abi.ABI_VERSION}: recompile it with this gnnc"
             )
         self.cu = cu = driver()
-        device = _check(cu, cu.cuDeviceGet(0), "cuDeviceGet")
-        self.context = _check(cu, cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        #: the device ordinal; its primary context (the one PyTorch and the runtime API use)
+        self.device = device
+        handle = _check(cu, cu.cuDeviceGet(device), f"cuDeviceGet({device})")
+        self.context = _check(cu, cu.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
         _check(cu, cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.handle = _check(cu, cu.cuModuleLoadData(text.encode() + b"\0"), "cuModuleLoadData")
         self.kernels = {r["name"]: CudaKernel(self, r) for r in self.metadata["kernels"]}

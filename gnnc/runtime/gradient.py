@@ -19,6 +19,11 @@ sources) an input read at both sides has num_src rows, yet a gradient kernel
 may read it only where the forward kernel read destinations (at `u` of the
 reversed graph, num_dst rows): it gets the leading rows. A gradient part per
 destination (num_dst rows) of such an input adds into its leading rows.
+
+What happens to arrays between kernels (summing parts, transposing a
+weight, casting, zeros) goes through an `Arrays` object: `HostArrays`
+(numpy) by default; `gnnc.torch` gives one for CUDA tensors, so the same
+runner drives the PTX gradient kernels without leaving the device.
 """
 
 from __future__ import annotations
@@ -36,6 +41,53 @@ from gnnc.runtime.signature import vertex_rows
 _DST = "_dst__"
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
 _F32_EXACT = 2**24
+
+
+class HostArrays:
+    """How a gradient runs its kernels and treats their arrays: numpy host arrays.
+
+    Another array library subclasses it and overrides every method; `run`
+    calls one kernel and returns its result(s) as arrays of that library."""
+
+    def run(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None) -> Any:
+        return kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
+
+    def dtype(self, a: Any) -> np.dtype:
+        """The element type of an array or a Python number, as a numpy dtype."""
+        return np.asarray(a).dtype
+
+    def shape(self, a: Any) -> tuple[int, ...]:
+        return np.shape(a)
+
+    def cast(self, a: Any, dtype: np.dtype) -> Any:
+        return a.astype(dtype, copy=False)
+
+    def transposed(self, a: Any) -> Any:
+        """The first two axes swapped, contiguous."""
+        return np.ascontiguousarray(np.swapaxes(np.asarray(a), 0, 1))
+
+    def sum_leading(self, a: Any, axes: int) -> Any:
+        """The sum over the first `axes` axes, in the array's type."""
+        return np.asarray(a.sum(axis=tuple(range(axes)), dtype=a.dtype))
+
+    def add_parts(self, total: Any, part: Any) -> Any:
+        return _add_parts(total, part)
+
+    def padded(self, a: Any, rows: int) -> Any:
+        """`a` with zero rows appended up to `rows`."""
+        padded = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
+        padded[: a.shape[0]] = a
+        return padded
+
+    def zeros_like(self, a: Any) -> Any:
+        return np.zeros_like(np.asarray(a))
+
+    def product(self, factor: Any, summed: Any) -> Any:
+        """F^T G over the vertex (and leading) axes (see `_product`)."""
+        return _product(factor, summed)
+
+
+HOST = HostArrays()
 
 
 class Gradient:
@@ -73,6 +125,14 @@ class Gradient:
         self.transposes = transposes or []
         #: intermediates `forward` also returns (they need no gout), so a training step computes them once
         self.saved = saved or []
+        #: how kernels are called and their arrays treated (`with_arrays`)
+        self.arrays = HOST
+
+    def with_arrays(self, arrays: HostArrays) -> Gradient:
+        """A copy that calls its kernels and treats their arrays through `arrays`."""
+        other = copy.copy(self)
+        other.arrays = arrays
+        return other
 
     def restricted_to(self, wanted: tuple[str, ...]) -> Gradient:
         """A copy that runs only the kernels computing a `wanted` input's gradient, or an
@@ -108,8 +168,7 @@ class Gradient:
             raise ArgumentError(
                 f"{self.name}: its gradient reuses nothing from the forward pass; run the kernel itself"
             )
-        kernel = getattr(self.module, f"{self.name}__forward")
-        out = kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
+        out = self.arrays.run(getattr(self.module, f"{self.name}__forward"), graph, named, threads)
         saved = {n: out.pop(n) for n in self.saved}
         return (out[self.results[0]] if len(self.results) == 1 else out), saved
 
@@ -136,12 +195,13 @@ class Gradient:
                 f"{self.name}: no gout for result {', '.join(missing)} (pass zeros for a result the loss does not use)"
             )
         named.update(gouts)
+        arrays = self.arrays
         for w in self.transposes:  # `a @ W` backwards is `adj @ W^T`
             if w not in named:
                 raise ArgumentError(f"{self.name}: input '{w}' is missing")
-            named[f"{w}_T__"] = np.ascontiguousarray(np.swapaxes(np.asarray(named[w]), 0, 1))
+            named[f"{w}_T__"] = arrays.transposed(named[w])
         # the kernels' type: the incoming gradients have it (a scalar input may be a Python float)
-        dtype = np.asarray(gouts[self.gouts[0]]).dtype
+        dtype = arrays.dtype(gouts[self.gouts[0]])
         if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
             raise ArgumentError(
                 f"{self.name}: the gradient of max/min compares edge ids as float32, exact only "
@@ -158,30 +218,27 @@ class Gradient:
             g = graph.reversed() if reverse else graph
             call = dict(named)
             # the reference module returns float64 whatever the kernel's type: intermediates take it back
-            call.update({n: values[n].astype(dtype, copy=False) for n in inputs if n in values})
+            call.update({n: arrays.cast(values[n], dtype) for n in inputs if n in values})
             # an input read at both ends by a reversed kernel: its reads at forward destinations
             call.update({n: _destination_rows(named, n[: -len(_DST)], graph) for n in inputs if n not in values})
             kernel = getattr(self.module, name)
             if graph.bipartite:
                 call = _leading_rows(kernel, g, call)
-            part = kernel(g, threads=threads, **call) if threads is not None else kernel(g, **call)
+            part = arrays.run(kernel, g, call, threads)
             if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
-                lead = tuple(range(part.ndim - np.ndim(named[wrt])))
-                part = np.asarray(part.sum(axis=lead, dtype=part.dtype))
+                part = arrays.sum_leading(part, len(arrays.shape(part)) - len(arrays.shape(named[wrt])))
             if factor:
                 # an intermediate's name ends in `__`; an input's part of values is its gradient
-                part = _product(values[factor] if factor.endswith("__") else named[factor], part)
-            values[wrt] = part if wrt not in values else _add_parts(values[wrt], part)
+                part = arrays.product(values[factor] if factor.endswith("__") else named[factor], part)
+            values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
         grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
             for wrt, grad in grads.items():
-                given = np.asarray(named[wrt]) if wrt in named else None
-                if given is not None and given.ndim and grad.ndim and grad.shape[0] < given.shape[0]:
-                    padded = np.zeros((given.shape[0],) + grad.shape[1:], dtype=grad.dtype)
-                    padded[: grad.shape[0]] = grad
-                    grads[wrt] = padded
+                given = arrays.shape(named[wrt]) if wrt in named else ()
+                if given and arrays.shape(grad) and arrays.shape(grad)[0] < given[0]:
+                    grads[wrt] = arrays.padded(grad, given[0])
         for name in self.constant:
-            grads[name] = np.zeros_like(np.asarray(named[name]))
+            grads[name] = arrays.zeros_like(named[name])
         return grads
 
 

@@ -13,7 +13,9 @@ contiguous first); float64 inputs run an f64 variant, so gradcheck works.
 An edge_index tensor is turned into a `gnnc.Graph` once and cached until it
 is edited in place (`graphs.py`). The thread count follows
 `torch.get_num_threads()` unless `threads=` is given. A kernel object
-pickles as its source, name and options (`kernels.py`).
+pickles as its source, name and options (`kernels.py`). CUDA tensors run
+the same ops' CUDA implementation: the kernel's PTX through gnnc's CUDA
+runtime, on torch's current stream, the tensors borrowed (`cuda.py`).
 """
 
 from gnnc.torch.graphs import as_graph

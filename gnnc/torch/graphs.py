@@ -10,6 +10,10 @@ reference, so a new tensor that reuses a dead one's id is a miss) and is
 valid while the tensor's `_version` (bumped by every in-place edit through
 torch), data pointer, shape and strides are those it was converted at.
 Edits that bypass torch (through `.numpy()`) cannot be seen.
+
+An edge_index on a CUDA device is copied to the host once to build the
+Graph (the CSR is built by the host code all graphs go through), cached as a
+CPU one is; the CUDA runtime then keeps the Graph's arrays on the device.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ class _Entry:
 
 
 _ENTRIES: dict[int, _Entry] = {}
-#: The edge_index tensor each Graph travels into the ops as.
-_EDGE_INDEX: weakref.WeakKeyDictionary[Graph, torch.Tensor] = weakref.WeakKeyDictionary()
+#: The edge_index tensors each Graph travels into the ops as, by device.
+_EDGE_INDEX: weakref.WeakKeyDictionary[Graph, dict[torch.device, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
 def _state(t: torch.Tensor) -> tuple:
@@ -103,9 +107,10 @@ def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
     entry = _entry(edge_index)
     graph = entry.get(sizes)
     if graph is None:
-        if edge_index.device.type != "cpu":
-            raise ArgumentError(f"edge_index is on {edge_index.device}; gnnc.torch runs CPU tensors for now")
-        graph = Graph.from_edge_index(edge_index.detach(), shape=sizes)
+        if edge_index.device.type not in ("cpu", "cuda"):
+            raise ArgumentError(f"edge_index is on {edge_index.device}; gnnc.torch runs CPU and CUDA tensors")
+        # a CUDA edge_index is copied to the host once, here: the CSR is built there
+        graph = Graph.from_edge_index(edge_index.detach().cpu(), shape=sizes)
         entry.graphs[sizes] = graph
         if sizes is None:  # the same graph, asked for by its sizes
             entry.graphs.setdefault((graph.num_src, graph.num_dst), graph)
@@ -143,16 +148,20 @@ def as_graph(graph: Any, num_vertices: int | None = None, size: Any = None) -> G
     raise ArgumentError(f"expected a gnnc.Graph or an edge_index tensor, got {type(graph).__name__}")
 
 
-def edge_index_of(graph: Graph) -> torch.Tensor:
-    """The 2 x E int64 tensor a Graph travels into the ops as (columns in edge id order), made once.
+def edge_index_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The 2 x E int64 tensor a Graph travels into the ops as (columns in edge id order),
+    made once per device (on a GPU: one host-to-device copy).
 
     Its cache entry points back at the Graph, so the ops use the Graph
     itself (its plans included) instead of converting the tensor again.
     """
-    t = _EDGE_INDEX.get(graph)
+    device = torch.device(device)
+    per_device = _EDGE_INDEX.setdefault(graph, {})
+    t = per_device.get(device)
     if t is None:
         t = torch.from_numpy(np.stack([graph.src, graph.dst]))
-        _EDGE_INDEX[graph] = t
+        t = t if device.type == "cpu" else t.to(device)
+        per_device[device] = t
     entry = _entry(t)
     entry.graphs[(graph.num_src, graph.num_dst)] = weakref.ref(graph)
     return t

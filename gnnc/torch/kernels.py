@@ -3,7 +3,8 @@
 The object binds a call's arguments (inputs by position or keyword, Python
 numbers and one-element tensors for scalar parameters), checks dtypes and
 devices, turns the graph into op arguments (`edge_index`, `num_src`,
-`num_dst`) and calls the op (`ops.py`). What it does before the op is plain
+`num_dst`) and calls the op (`ops.py`). It is target-neutral: CPU tensors
+run the kernel's .so, CUDA tensors its PTX, through the same op. What it does before the op is plain
 tensor code, so torch.compile traces through it without a break; only a
 `gnnc.Graph` argument, turned into its edge_index, is left out of the graph.
 
@@ -24,12 +25,14 @@ import torch
 
 from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
-from gnnc.torch import graphs, ops
+from gnnc.torch import cuda, graphs, ops
 
 #: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
 _jit_tracing = torch.jit.is_tracing  # type: ignore[attr-defined]
 
-#: gnnc.compile's options a kernel may carry (target: "cpu" only, for now).
+#: gnnc.compile's options a kernel may carry. The target follows the tensors'
+#: device (target="cpu" is accepted and means the same); `cpu` and `schedule`
+#: apply to the CPU code only (the PTX follows the source's `for cuda` schedule).
 OPTIONS = ("target", "cpu", "opt_level", "schedule", "disable_passes", "fusion")
 
 
@@ -69,7 +72,8 @@ class Kernel:
         target = options.get("target", "cpu")
         if target != "cpu":
             raise ArgumentError(
-                f"gnnc.torch compiles for target='cpu' for now, not {target!r} (the CUDA path comes later)"
+                f"gnnc.torch kernels take no target={target!r}: the tensors' device picks it "
+                "(CPU tensors run the CPU code, CUDA tensors the PTX)"
             )
         self.source, self.name, self.options, self.file = source, name, dict(options), file
         self.ops = ops.kernel_ops(source, name, self.options, file)
@@ -113,7 +117,7 @@ class Kernel:
         """The result, or a named tuple of the results in signature order for a kernel with several."""
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
-        tensors = self._tensors(self._bind(inputs, named))
+        tensors = self._tensors(self._bind(inputs, named), graph)
         edge_index, num_src, num_dst = self._graph(graph, num_vertices, size, tensors)
         n = len(self.results)
         saving = self.ops.forward_saving
@@ -140,33 +144,44 @@ class Kernel:
             raise ArgumentError(f"{listing}, got {len(bound)}: missing {', '.join(missing)}")
         return [bound[p] for p in self.params]
 
-    def _tensors(self, values: list[Any]) -> list[torch.Tensor]:
-        """The inputs as tensors of one dtype; scalar parameters as 0-d tensors."""
+    def _tensors(self, values: list[Any], graph: Any) -> list[torch.Tensor]:
+        """The inputs as tensors of one dtype; scalar parameters as 0-d tensors (a number
+        on the inputs' device, so that a CUDA call holds no CPU tensor)."""
         for p, v in zip(self.params, values):
             if isinstance(v, torch.Tensor):
                 _check_tensor(v, f"input '{p}' of {self.name}")
         dtype = ops.dtype_name([v for v in values if isinstance(v, torch.Tensor)], self.ops.signature.dtype)
         torch_dtype = torch.float32 if dtype == "f32" else torch.float64
+        device = self._device(values, graph)
+        if device.type == "cuda":
+            cuda.require_torch_cuda()
         tensors = []
         for p, v, scalar in zip(self.params, values, self._scalars):
             if scalar:
-                v = _scalar(v, f"input '{p}' of {self.name}", torch_dtype)
+                v = _scalar(v, f"input '{p}' of {self.name}", torch_dtype, device)
             elif not isinstance(v, torch.Tensor):
                 raise ArgumentError(f"input '{p}' of {self.name} must be a tensor, got {type(v).__name__}")
             tensors.append(v)
         return tensors
 
+    def _device(self, values: list[Any], graph: Any) -> torch.device:
+        """The one device of the call's tensors (edge_index and the inputs; a 0-d CPU tensor
+        may stand beside CUDA ones), checked before anything is made on it."""
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        return ops.call_device(self.name, [graph, *tensors] if isinstance(graph, torch.Tensor) else tensors)
+
     def _graph(self, graph: Any, num_vertices: Any, size: Any, tensors: list[torch.Tensor]) -> tuple:
         """(edge_index, num_src, num_dst) for the op."""
         if isinstance(graph, Graph):
-            return _graph_arguments(graph, num_vertices, size)
+            device = next((t.device for t in tensors if t.dim()), tensors[0].device if tensors else torch.device("cpu"))
+            return _graph_arguments(graph, num_vertices, size, device)
         if not isinstance(graph, torch.Tensor):
             raise ArgumentError(f"expected a gnnc.Graph or an edge_index tensor, got {type(graph).__name__}")
         if graph.layout != torch.strided:
             raise ArgumentError(
                 f"{self.name}: a sparse adjacency ({graph.layout}) is not supported yet: pass edge_index"
             )
-        if graph.device.type not in ("cpu", "meta"):
+        if graph.device.type not in _DEVICES:
             raise ArgumentError(_device_message(f"edge_index of {self.name}", graph))
         if size is not None:
             if num_vertices is not None:
@@ -201,11 +216,11 @@ class Kernel:
 @torch.compiler.disable(
     reason="a gnnc.Graph is converted to its edge_index outside the graph: pass edge_index to torch.compile"
 )
-def _graph_arguments(graph: Graph, num_vertices: Any, size: Any) -> tuple:
-    """A Graph's op arguments (its edge_index, made once, and its sizes). Not traced: a
-    compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
+def _graph_arguments(graph: Graph, num_vertices: Any, size: Any, device: torch.device) -> tuple:
+    """A Graph's op arguments (its edge_index on the inputs' device, made once, and its sizes).
+    Not traced: a compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
     graphs.as_graph(graph, num_vertices, size)  # checks that they agree
-    return graphs.edge_index_of(graph), graph.num_src, graph.num_dst
+    return graphs.edge_index_of(graph, device), graph.num_src, graph.num_dst
 
 
 def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:
@@ -218,22 +233,27 @@ def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+#: Devices a call's tensors may be on (meta: tracing with fake tensors).
+_DEVICES = ("cpu", "cuda", "meta")
+
+
 def _device_message(what: str, t: torch.Tensor) -> str:
-    return (
-        f"{what} is on {t.device}: gnnc.torch runs CPU tensors for now (the CUDA path, "
-        "through gnnc's CUDA backend, comes later); move it with .cpu()"
-    )
+    return f"{what} is on {t.device}: gnnc.torch runs CPU and CUDA tensors; move it with .cpu() or .cuda()"
 
 
 def _check_tensor(t: torch.Tensor, what: str) -> None:
-    if t.device.type not in ("cpu", "meta"):
+    if t.device.type not in _DEVICES:
         raise ArgumentError(_device_message(what, t))
     if t.dtype not in ops.DTYPES:
-        hint = " (half precision is not supported yet)" if t.dtype in (torch.float16, torch.bfloat16) else ""
+        hint = (
+            " (half precision is not supported yet, on CPU or CUDA)"
+            if t.dtype in (torch.float16, torch.bfloat16)
+            else ""
+        )
         raise ArgumentError(f"{what} is {t.dtype}: gnnc kernels take float32 or float64 tensors{hint}")
 
 
-def _scalar(value: Any, what: str, dtype: torch.dtype) -> torch.Tensor:
+def _scalar(value: Any, what: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A scalar parameter as a 0-d tensor: a Python number, or a 0-d or one-element 1-d tensor."""
     if isinstance(value, torch.Tensor):
         # a traced shape is a tensor: jit.trace would warn about the comparison (reshape still checks)
@@ -242,7 +262,7 @@ def _scalar(value: Any, what: str, dtype: torch.dtype) -> torch.Tensor:
         return value.reshape(())
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ArgumentError(f"{what} is a scalar: expected a number or a tensor, got {type(value).__name__}")
-    return torch.tensor(value, dtype=dtype)
+    return torch.tensor(value, dtype=dtype, device=device)
 
 
 def _restore(source: str, name: str, options: dict[str, Any], file: str) -> Kernel:

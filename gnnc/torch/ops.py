@@ -23,6 +23,12 @@ max's winning edges): the caller picks it when an input needs a gradient.
 `wanted` lists the inputs whose gradient is asked for; the others come back
 as empty tensors and their gradient kernels do not run.
 
+CUDA tensors take the same ops: a CUDA implementation (`torch/cuda.py`)
+compiles the kernel and its gradient kernels for target='cuda' and launches
+the PTX through gnnc's CUDA runtime on torch's current stream, borrowing the
+tensors' memory; all tensors of a call must be on one device (a 0-d CPU
+tensor may stand beside CUDA ones, as in torch).
+
 Ops live as long as the process; they are registered once per kernel (a
 second `gnnc.torch.kernel` of the same source, name and options reuses them).
 """
@@ -35,6 +41,7 @@ import keyword
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,8 +49,9 @@ import torch
 
 from gnnc import api
 from gnnc.errors import ArgumentError, CompileError, GnncError
+from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
-from gnnc.torch import graphs
+from gnnc.torch import cuda, graphs
 
 NAMESPACE = "gnnc"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -134,6 +142,34 @@ def _check_edge_index(edge_index: torch.Tensor) -> None:
         raise ArgumentError(f"edge_index holds vertex ids: an integer tensor, got {edge_index.dtype}")
 
 
+def call_device(name: str, tensors: Sequence[torch.Tensor]) -> torch.device:
+    """The one device a call's tensors (edge_index, inputs) are on, the CPU without any; a
+    0-d CPU tensor (a scalar) may stand beside tensors on another device, as in torch."""
+    devices = {t.device for t in tensors if not (t.device.type == "cpu" and t.dim() == 0)}
+    if not devices:
+        return torch.device("cpu")
+    if len(devices) > 1:
+        listed = ", ".join(sorted(str(d) for d in devices))
+        raise ArgumentError(
+            f"{name}: the tensors of a call (edge_index and the inputs) are on several devices ({listed}); "
+            "gnnc runs a call on one device: move them with .to(device)"
+        )
+    return next(iter(devices))
+
+
+@dataclass(frozen=True)
+class CudaCall:
+    """Where a CUDA call runs: its graph, element type, the device its results are
+    allocated on, the GPU ordinal its PTX is loaded on, the stream, the architecture."""
+
+    graph: Graph
+    dtype: str
+    device: torch.device
+    ordinal: int
+    stream: int | None
+    arch: str
+
+
 class KernelOps:
     """The custom ops of one kernel, their fake and CPU implementations, and its compiled variants."""
 
@@ -168,6 +204,7 @@ class KernelOps:
         self._lock = threading.Lock()
         self._forward_kernels: dict[str, Any] = {}
         self._gradients: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.cuda = cuda.CudaVariants(source, name, options)
         self._register()
 
     # ------------------------------------------------------------ registration
@@ -179,7 +216,7 @@ class KernelOps:
         # no defaults: the dispatcher drops trailing arguments equal to their default
         self._define(self.base, f"({graph}{inputs}, int? threads) -> {_returns(len(self.results))}")
         self.forward = self._overload(self.base)
-        self._implement(self.base, self._forward_impl, self._forward_fake)
+        self._implement(self.base, self._forward_impl, self._cuda_forward_impl, self._forward_fake)
         self.forward_saving = None
         self.backward = None
         if self.grad_error is None:
@@ -187,14 +224,14 @@ class KernelOps:
                 n = len(self.results) + len(self.saved)
                 self._define(f"{self.base}_forward", f"({graph}{inputs}, int? threads) -> {_returns(n)}")
                 self.forward_saving = self._overload(f"{self.base}_forward")
-                self._implement(f"{self.base}_forward", self._saving_impl, self._saving_fake)
+                self._implement(f"{self.base}_forward", self._saving_impl, self._cuda_saving_impl, self._saving_fake)
             gouts = "".join(f", Tensor gout_{r.name}" for r in self.results)
             self._define(
                 f"{self.base}_backward",
                 f"({graph}{inputs}{gouts}, Tensor[] saved, bool[] wanted, int? threads) -> {_returns(len(self.params))}",
             )
             self.backward = self._overload(f"{self.base}_backward")
-            self._implement(f"{self.base}_backward", self._backward_impl, self._backward_fake)
+            self._implement(f"{self.base}_backward", self._backward_impl, self._cuda_backward_impl, self._backward_fake)
             torch.library.register_autograd(
                 f"{NAMESPACE}::{self.base}_backward",
                 self._no_double_backward,
@@ -218,16 +255,10 @@ class KernelOps:
     def _overload(self, op: str) -> Any:
         return getattr(getattr(torch.ops, NAMESPACE), op).default
 
-    def _implement(self, op: str, impl: Any, fake: Any) -> None:
+    def _implement(self, op: str, impl: Any, cuda_impl: Any, fake: Any) -> None:
         _LIBRARY.impl(op, impl, "CPU")
-        _LIBRARY.impl(op, self._cuda_impl, "CUDA")
+        _LIBRARY.impl(op, cuda_impl, "CUDA")
         torch.library.register_fake(f"{NAMESPACE}::{op}", fake, lib=_LIBRARY)
-
-    def _cuda_impl(self, *args: Any) -> Any:
-        raise ArgumentError(
-            f"{self.name}: gnnc.torch runs CPU tensors for now; the CUDA path (these ops launching "
-            "gnnc's PTX through its CUDA runtime) comes later: move the tensors with .cpu()"
-        )
 
     # ------------------------------------------------------------------ shapes
 
@@ -321,6 +352,7 @@ class KernelOps:
 
     def _call_arrays(self, args: tuple) -> tuple[Any, str, list[np.ndarray], int, tuple]:
         edge_index, num_src, num_dst, params, rest = self._split(args)
+        call_device(self.name, [edge_index, *params])
         graph = graphs.graph_of(edge_index, (int(num_src), int(num_dst)))
         dtype = dtype_name(params, self.signature.dtype)
         return graph, dtype, [_array(t) for t in params], _threads(rest[-1] if rest else None), rest
@@ -360,6 +392,84 @@ class KernelOps:
             ]
         )
 
+    # ---------------------------------------------------- CUDA implementations
+
+    def _cuda_call(self, args: tuple) -> tuple[CudaCall, tuple[torch.Tensor, ...], tuple]:
+        """Where a call dispatched to CUDA runs (checks the devices; builds or fetches the graph)."""
+        cuda.require_torch_cuda()
+        edge_index, num_src, num_dst, params, rest = self._split(args)
+        device = call_device(self.name, [edge_index, *params])
+        if device.type != "cuda":  # pragma: no cover - the dispatcher sends CUDA calls only
+            raise ArgumentError(f"{self.name}: the CUDA implementation got tensors on {device}")
+        graph = graphs.graph_of(edge_index, (int(num_src), int(num_dst)))  # a device-to-host copy, once
+        call = CudaCall(
+            graph,
+            dtype_name(params, self.signature.dtype),
+            device,
+            device.index if device.index is not None else torch.cuda.current_device(),
+            torch.cuda.current_stream(device).cuda_stream,
+            cuda.arch_for(torch.cuda.get_device_capability(device)),
+        )
+        return call, params, rest
+
+    def _cuda_forward_impl(self, *args: Any) -> Any:
+        call, params, _ = self._cuda_call(args)
+        return self._packed(self.cuda_forward(call, params))
+
+    def _cuda_saving_impl(self, *args: Any) -> Any:
+        call, params, _ = self._cuda_call(args)
+        return self._packed(self.cuda_saving(call, params))
+
+    def _cuda_backward_impl(self, *args: Any) -> Any:
+        call, params, rest = self._cuda_call(args)
+        n = len(self.results)
+        return self._packed(self.cuda_backward(call, params, rest[:n], rest[n], rest[n + 1]))
+
+    def _named_results(self, out: Any, sigs: Sequence[TensorSig]) -> list[torch.Tensor]:
+        named = out if isinstance(out, dict) else {self.results[0].name: out}
+        return [named[r.name] for r in sigs]
+
+    def cuda_forward(self, call: CudaCall, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The results of the forward kernel's PTX on `call`'s GPU and stream, the inputs borrowed."""
+        source = variant_source(self.source, self.signature.dtype, call.dtype)
+        kernel = self.cuda.forward_kernel(source, call.dtype, call.ordinal, call.arch)
+        arrays = cuda.TorchArrays(call.device, call.stream)
+        out = arrays.run(kernel, call.graph, {p.name: t for p, t in zip(self.params, params)}, None)
+        return self._named_results(out, self.results)
+
+    def _cuda_gradient(self, call: CudaCall, wanted: tuple[str, ...]) -> Any:
+        if self.grad_error is not None:
+            raise self.grad_error
+        source = variant_source(self.source, self.signature.dtype, call.dtype)
+        names = [p.name for p in self.params]
+        grad = self.cuda.gradient(source, call.dtype, call.ordinal, call.arch, names, wanted)
+        return grad.with_arrays(cuda.TorchArrays(call.device, call.stream))
+
+    def cuda_saving(self, call: CudaCall, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The forward results, then what the gradient reuses, computed by the PTX."""
+        grad = self._cuda_gradient(call, tuple(p.name for p in self.params))
+        out, saved = grad.forward(call.graph, *params)
+        return self._named_results(out, self.results) + [saved[s.name] for s in self.saved]
+
+    def cuda_backward(
+        self,
+        call: CudaCall,
+        params: Sequence[torch.Tensor],
+        gouts: Sequence[torch.Tensor],
+        saved: Sequence[torch.Tensor],
+        wanted: Sequence[bool],
+    ) -> list[torch.Tensor]:
+        """The gradients of the `wanted` inputs by the PTX gradient kernels (empty tensors for the others)."""
+        names = tuple(p.name for p, w in zip(self.params, wanted) if w)
+        if not names:
+            return [t.new_empty(0) for t in params]
+        gout: Any = {r.name: g.contiguous() for r, g in zip(self.results, gouts)}
+        if len(self.results) == 1:
+            gout = gout[self.results[0].name]
+        kept = {s.name: t for s, t in zip(self.saved, saved)} if saved else None
+        grads = self._cuda_gradient(call, names)(call.graph, *params, gout=gout, saved=kept)
+        return [grads[p.name].contiguous() if w else t.new_empty(0) for p, t, w in zip(self.params, params, wanted)]
+
     # ---------------------------------------------------------------- autograd
 
     def _setup(self, ctx: Any, inputs: tuple, output: Any, saving: bool) -> None:
@@ -370,7 +480,7 @@ class KernelOps:
             ctx.mark_non_differentiable(*saved)
         ctx.save_for_backward(edge_index, *params, *saved)
         ctx.gnnc_call = (num_src, num_dst, rest[0] if rest else None)
-        ctx.gnnc_results = [(o.shape, o.dtype) for o in outputs[: len(self.results)]]
+        ctx.gnnc_results = [(o.shape, o.dtype, o.device) for o in outputs[: len(self.results)]]
 
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
         self._setup(ctx, inputs, output, saving=False)
@@ -391,8 +501,8 @@ class KernelOps:
         num_src, num_dst, threads = ctx.gnnc_call
         # a result the loss does not use may come as None: its gradient is zero
         gouts = [
-            g if g is not None else torch.zeros(shape, dtype=dtype)
-            for g, (shape, dtype) in zip(grads, ctx.gnnc_results)
+            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
         ]
         out = self.backward(edge_index, num_src, num_dst, *params, *gouts, list(saved), wanted, threads)
         out = (out,) if n == 1 else out
@@ -406,4 +516,14 @@ class KernelOps:
         )
 
 
-__all__ = ["DTYPES", "NAMESPACE", "KernelOps", "dtype_name", "kernel_ops", "op_name", "variant_source"]
+__all__ = [
+    "DTYPES",
+    "NAMESPACE",
+    "CudaCall",
+    "KernelOps",
+    "call_device",
+    "dtype_name",
+    "kernel_ops",
+    "op_name",
+    "variant_source",
+]
