@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("torch._dynamo.testing")  # CompileCounterWithBackend: `import torch` does not load it
 
 import gnnc  # noqa: E402
 import gnnc.torch as gt  # noqa: E402
