@@ -133,6 +133,20 @@ def source(c: Config) -> str:
     return "\n".join(lines) + "\n"
 
 
+def returned_weights(
+    result: Any, sparse: bool, edges: torch.Tensor, lp: Any, num_src: Any, num_dst: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GAT layers' `(edge_index, alpha)` as PyG returns them: the loops appended after
+    the edges, and for a sparse adjacency its `adj_t` with the weights as values."""
+    if lp is None:
+        edges_out, alpha = edges, result.alpha
+    else:
+        edges_out, alpha = weights_with_loops(edges, lp, result.alpha, result.alpha_loop)
+    if sparse:
+        return torch.sparse_coo_tensor(edges_out.flip(0), alpha, (num_dst, num_src)), alpha
+    return edges_out, alpha
+
+
 def compiled(c: Config) -> Kernel:
     """The configuration's kernel as a torch op (made once per process)."""
     return kernel(source(c), c.name)

@@ -181,14 +181,7 @@ class GATConv(nn.Module):
             out = out + self.bias
         if not return_attention_weights:
             return out
-        if lp is None:
-            edges_out, alpha = edges, result.alpha
-        else:
-            edges_out, alpha = attention.weights_with_loops(edges, lp, result.alpha, result.alpha_loop)
-        if adj.sparse:  # as PyG: the adjacency (adj_t) with the weights as its values
-            adj_t = torch.sparse_coo_tensor(edges_out.flip(0), alpha, (num_dst, num_src))
-            return out, (adj_t, alpha)
-        return out, (edges_out, alpha)
+        return out, attention.returned_weights(result, adj.sparse, edges, lp, num_src, num_dst)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
