@@ -148,8 +148,8 @@ def test_attention_sparse_adjacency(layout):
 
 
 def test_attention_refuses_bad_input():
-    with pytest.raises(ArgumentError, match="lazy"):
-        gnn.GATConv(-1, 4)
+    with pytest.raises(ArgumentError, match="positive, or -1"):
+        gnn.GATConv(0, 4)
     with pytest.raises(ArgumentError, match="heads must be a positive integer"):
         gnn.GATv2Conv(4, 4, heads=0)
     with pytest.raises(ArgumentError, match="dropout must be a probability"):
