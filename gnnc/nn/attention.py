@@ -32,10 +32,18 @@ num_src destinations get a loop (PyG's rule): `has[v]` says which, and the
 others take the plain maximum of their in-edge scores as their shift.
 
 Dropout in training mode is a mask input (`mask[e]`, and `mloop[v]` for the
-loops), drawn in torch as PyG draws it: `F.dropout` on an [E', H] tensor
-whose rows are PyG's edges in PyG's order (the graph's non-loop edges,
-then the loops), so one seed gives both the same mask; the kernel stays
-deterministic, and in eval mode it has no mask input at all.
+loops), drawn in torch as PyG draws it: `F.dropout` of ones whose rows are
+PyG's edges in PyG's order (an edge_index's non-loop edges, then the loops;
+a sparse adjacency's entries merged in row-major order), so one seed gives
+both the same mask (`dropout_masks`); the kernel stays deterministic, and in
+eval mode it has no mask input at all.
+
+Every kernel variant a layer may call (loop kind x mask x weights x edge
+features, `variants`) is made in its constructor: making one (parsing,
+registering its ops) cannot be traced, so torch.compile would break the
+graph there. No shape in a layer's forward depends on the data, except the
+attention weights returned with self loops (PyG's count of edges without
+the graph's own loops), so a model compiles with `fullgraph=True`.
 """
 
 from __future__ import annotations
