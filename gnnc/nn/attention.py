@@ -274,11 +274,6 @@ class Loops:
     #: Destinations of the call.
     num_dst: Any
 
-    @property
-    def some(self) -> bool:
-        """Whether only part of the destinations get a loop (fewer sources than destinations)."""
-        return bool(self.count < self.num_dst)
-
     def pad(self, t: torch.Tensor) -> torch.Tensor:
         """A per-loop tensor ([count, ...]) as a per-destination one, zero past the loops."""
         if t.shape[0] == self.num_dst:

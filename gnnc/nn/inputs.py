@@ -9,7 +9,10 @@ one tensor or a bipartite pair `(x_src, x_dst)` (x_dst may be None), and
 
 A sparse adjacency becomes an edge_index once per tensor (cached with the
 tensor, `gnnc.torch.graphs.derived`); its edge ids are its entries in
-row-major order (COO coalesced), and its values are the edge weights.
+storage order (row-major; a COO tensor coalesced first). Its values are the
+edge weights (`edge_values`) and, for a SparseTensor, the edge features
+when none are given (`edge_attributes`), as PyG's `propagate` has them;
+`Adjacency.layout` keeps the form, where PyG's layers treat them apart.
 """
 
 from __future__ import annotations
