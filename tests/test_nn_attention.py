@@ -152,7 +152,7 @@ def test_attention_sparse_adjacency(layout):
 
 
 def test_attention_refuses_bad_input():
-    with pytest.raises(ArgumentError, match="positive, or -1"):
+    with pytest.raises(ArgumentError, match="positive integer, -1"):
         gnn.GATConv(0, 4)
     with pytest.raises(ArgumentError, match="heads must be a positive integer"):
         gnn.GATv2Conv(4, 4, heads=0)

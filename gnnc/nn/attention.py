@@ -225,22 +225,6 @@ def check_heads(heads: Any, out_channels: Any) -> None:
             raise ArgumentError(f"{what} must be a positive integer, got {value!r}")
 
 
-def channels(in_channels: Any, layer: str) -> tuple[int, int]:
-    """(source, destination) input channels of `in_channels` (an int or a pair; -1: lazy, as PyG)."""
-    pair = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
-    if (
-        not isinstance(pair, (tuple, list))
-        or len(pair) != 2
-        or any(isinstance(c, bool) or not isinstance(c, int) for c in pair)
-    ):
-        raise ArgumentError(f"{layer}: in_channels must be an int or a pair of ints, got {in_channels!r}")
-    if any(c < 1 and c != -1 for c in pair):
-        raise ArgumentError(
-            f"{layer}: in_channels must be positive, or -1 to size the layer by its first input, got {in_channels!r}"
-        )
-    return int(pair[0]), int(pair[1])
-
-
 def edge_features(edge_attr: Any, num_edges: int, edge_dim: int, layer: str) -> torch.Tensor:
     """`edge_attr` as an [E, edge_dim] tensor (PyG takes [E] for edge_dim 1)."""
     if not isinstance(edge_attr, torch.Tensor):
@@ -409,7 +393,6 @@ __all__ = [
     "check_dropout",
     "check_fill_value",
     "check_heads",
-    "channels",
     "compiled",
     "dropout_masks",
     "edge_features",

@@ -148,6 +148,22 @@ def pair(x: Any, layer: str = "", what: str = "x") -> tuple[torch.Tensor, torch.
     raise ArgumentError(f"{what} must be a tensor or a pair (x_src, x_dst), got {type(x).__name__}")
 
 
+def channels(in_channels: Any, layer: str) -> tuple[int, int]:
+    """(source, destination) input channels of an int or a pair; -1 sizes a side by its first input
+    (PyG's lazy initialisation)."""
+    pair = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
+    if (
+        not isinstance(pair, (tuple, list))
+        or len(pair) != 2
+        or any(isinstance(c, bool) or not isinstance(c, int) or (c < 1 and c != -1) for c in pair)
+    ):
+        raise ArgumentError(
+            f"{layer}: in_channels must be a positive integer, -1 (sized by the first input) or a pair of them, "
+            f"got {in_channels!r}"
+        )
+    return int(pair[0]), int(pair[1])
+
+
 def sizes(
     adj: Adjacency, x_src: torch.Tensor, x_dst: torch.Tensor | None, size: Any, bipartite: bool
 ) -> tuple[Any, Any]:
@@ -213,6 +229,7 @@ __all__ = [
     "Adjacency",
     "Layout",
     "adjacency",
+    "channels",
     "check_features",
     "edge_attributes",
     "edge_values",

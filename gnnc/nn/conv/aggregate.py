@@ -47,21 +47,6 @@ def aggregate(
     return pair[1](edge_index, x, weight.to(x.dtype), size=size)
 
 
-def channel_pair(in_channels: Any, layer: str) -> tuple[int, int]:
-    """(source, destination) input channels of an int or a pair; -1 sizes a side by its first input."""
-    pair = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
-    if (
-        not isinstance(pair, (tuple, list))
-        or len(pair) != 2
-        or any(isinstance(c, bool) or not isinstance(c, int) or (c < 1 and c != -1) for c in pair)
-    ):
-        raise ArgumentError(
-            f"{layer}: in_channels must be a positive integer, -1 (sized by the first input) or a pair of them, "
-            f"got {in_channels!r}"
-        )
-    return int(pair[0]), int(pair[1])
-
-
 def sparse_weights(adj: inputs.Adjacency) -> torch.Tensor | None:
     """The edge weights of SAGEConv's and GINConv's aggregation, as PyG's `spmm`: a torch.sparse
     adjacency's values; none for a SparseTensor (PyG drops its values: `set_value(None)`)."""
@@ -72,4 +57,4 @@ def sparse_weights(adj: inputs.Adjacency) -> torch.Tensor | None:
 LINEAR = ("sum", "mean")
 
 
-__all__ = ["LINEAR", "aggregate", "aggregation", "channel_pair", "kernels", "sparse_weights"]
+__all__ = ["LINEAR", "aggregate", "aggregation", "kernels", "sparse_weights"]

@@ -65,7 +65,7 @@ class GATv2Conv(nn.Module):
     ):
         super().__init__()
         check_options(LAYER, kwargs, node_dim=False)
-        src_channels, dst_channels = attention.channels(in_channels, LAYER)
+        src_channels, dst_channels = inputs.channels(in_channels, LAYER)
         attention.check_heads(heads, out_channels)
         attention.check_fill_value(fill_value, LAYER)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, channel_pair, kernels
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
 
@@ -39,7 +39,7 @@ class GraphConv(nn.Module):
         self.aggr = aggr
         self._aggr = aggregation(aggr, LAYER)
         self._kernels = kernels(self._aggr)
-        src, dst = channel_pair(in_channels, LAYER)
+        src, dst = inputs.channels(in_channels, LAYER)
         self.lin_rel = Linear(src, out_channels, bias=bias)
         self.lin_root = Linear(dst, out_channels, bias=False)
         self.reset_parameters()

@@ -15,7 +15,7 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, channel_pair, kernels, sparse_weights
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels, sparse_weights
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
 
@@ -50,7 +50,7 @@ class SAGEConv(nn.Module):
         self._aggr = aggregation(aggr, LAYER)
         self._kernels = kernels(self._aggr)
         self.normalize, self.root_weight, self.project = normalize, root_weight, project
-        src, dst = channel_pair(in_channels, LAYER)
+        src, dst = inputs.channels(in_channels, LAYER)
         if project:
             if src <= 0:
                 raise ArgumentError(f"'{LAYER}' does not support lazy initialization with `project=True`")

@@ -59,7 +59,7 @@ class TransformerConv(nn.Module):
     ):
         super().__init__()
         check_options(LAYER, kwargs, node_dim=False)
-        src_channels, dst_channels = attention.channels(in_channels, LAYER)
+        src_channels, dst_channels = inputs.channels(in_channels, LAYER)
         attention.check_heads(heads, out_channels)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.beta = beta and root_weight
