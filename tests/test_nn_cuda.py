@@ -14,6 +14,9 @@ from tests.nn_oracle import features
 pytest.importorskip("torch_geometric")
 import gnnc.nn as gnn  # noqa: E402
 from gnnc.errors import ArgumentError  # noqa: E402
+from gnnc.torch import ops  # noqa: E402
+
+CUDA_FORWARD = ops.KernelOps.cuda_forward
 
 N = 9
 EDGE_INDEX = torch.tensor([[0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 4, 2], [1, 2, 0, 3, 3, 5, 6, 7, 8, 0, 1, 2]])
@@ -125,3 +128,27 @@ def test_half_precision_gets_a_clear_error(name, dtype):
         _call(name, layer, x, EDGE_INDEX, torch.randn(EDGE_INDEX.shape[1], 2, dtype=dtype))
     with pytest.raises(ArgumentError, match=r"float32 or float64.*half precision"):
         gnn.SAGEConv((4, 4), 3)((torch.randn(N, 4), torch.randn(N, 4, dtype=dtype)), EDGE_INDEX)
+
+
+@pytest.mark.parametrize("name", ["GCNConv", "GATConv-dropout"])
+def test_layers_launch_their_ptx_through_the_driver(monkeypatch, name):
+    """The whole CUDA path, PTX and launches, through the fake driver (which runs nothing:
+    the values are not checked, where the launches go and what they read is)."""
+    from gnnc.runtime import cuda as cuda_runtime
+    from tests.fake_cuda import FakeDriver
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: driver)
+    mode = stand_in_cuda(monkeypatch, [])
+    monkeypatch.setattr(ops.KernelOps, "cuda_forward", CUDA_FORWARD)  # the real one, not the CPU stand-in
+    torch.manual_seed(0)
+    layer = LAYERS[name]().train()
+    with torch.no_grad(), mode:
+        x, edge_index, edge_attr = _inputs(name, _on_gpu)
+        out = _call(name, on_gpu(layer), x, edge_index, edge_attr)
+    assert isinstance(out, OnGpu) and out.shape == (N, 6 if name.startswith("GAT") else 3)
+    functions = {launch["function"] for launch in driver.launches}
+    assert functions and all(f.startswith("gnnc_") for f in functions)
+    assert {launch["stream"] for launch in driver.launches} == {7}  # torch's current stream
+    # the graph went over once; nothing else the layer made was copied
+    assert {kind for kind, _, _ in driver.copies} <= {"sync"} and mode.uploads == []
