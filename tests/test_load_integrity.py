@@ -316,3 +316,19 @@ def test_the_loader_runs_no_compiler():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_loads_and_unloads_never_mix_up_kernels(tmp_path):
+    """Each load's name is new among the libraries loaded (their descriptors are closed once
+    mapped, so numbers come back): loads of two sources, interleaved with unloads, each run
+    their own kernel."""
+    paths = {source: build(tmp_path, f"{i}.so", source) for i, source in enumerate((SOURCE, SOURCE_B))}
+    alive: list[tuple[str, gnnc.Module]] = []
+    for step in range(8):
+        source = (SOURCE, SOURCE_B)[step % 2]
+        alive.append((source, gnnc.load(paths[source])))
+        if step % 3 == 2:
+            del alive[0]
+            gc.collect()
+        for want, module in alive:
+            check_computes(module, want)

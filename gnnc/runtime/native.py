@@ -129,67 +129,80 @@ def _check_elf_complete(path: Path, data: bytes) -> None:
             raise ToolchainError(corrupt)
 
 
-_MODE = getattr(os, "RTLD_LOCAL", 0) | getattr(
-    os, "RTLD_NOW", 0
-)  # the kernels' symbols stay out of the global namespace
+#: The kernels' symbols stay out of the global namespace.
+_MODE = getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0)
 
 
 def _load_copy(path: Path, data: bytes) -> ctypes.CDLL:
     """dlopen of a private copy of `data`: a sealed memfd, else a file in a private temporary
-    directory (a system whose memfds may not be executed). Each load is a copy of its own, so
-    the name dlopen sees is new every time (dlopen returns the handle it has for a name)."""
-    failures = []
-    for copy in (_memfd_copy, _file_copy):
+    directory (where memfds may not be executed, or there is no /proc). Each load is a copy of
+    its own under a name no loaded library has (dlopen returns the handle it has for a name)."""
+    try:
+        library, release = _load_memfd(path, data)
+    except OSError:
         try:
-            name, release = copy(path, data)
+            library, release = _load_file_copy(path, data)
         except OSError as exc:
-            failures.append(f"{copy.__name__}: {exc}")
-            continue
-        try:
-            library = ctypes.CDLL(name, mode=_MODE)
-        except OSError as exc:
-            release()
-            failures.append(str(exc).replace(name, str(path)))
-            continue
-        finally:
-            if copy is _file_copy:
-                release()  # mapped: the file itself can go
-        finalizer = weakref.finalize(library, _unload, library._handle, release if copy is _memfd_copy else None)
-        finalizer.atexit = False  # at exit nothing is unloaded: another thread may still be in a kernel
-        _keep_openmp_loaded()
-        return library
-    raise ToolchainError(f"{path}: cannot load shared object: {failures[-1]}")
+            raise ToolchainError(f"{path}: cannot load shared object: {exc}") from None
+    finalizer = weakref.finalize(library, _unload, library._handle, release)
+    finalizer.atexit = False  # at exit nothing is unloaded: another thread may still be in a kernel
+    _keep_openmp_loaded()
+    return library
 
 
-def _memfd_copy(path: Path, data: bytes) -> tuple[str, Callable[[], None]]:
-    """A memfd holding `data`, sealed against any change; its descriptor stays open (so its
-    /proc name is not reused) until the library is unloaded."""
+#: The descriptor numbers in the names (/proc/self/fd/N) of the libraries loaded from memfds.
+#: Their descriptors are closed once loaded (a process may load thousands), so a new load
+#: picks a number none of them has.
+_memfd_names: set[int] = set()
+
+
+def _load_memfd(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], None]]:
     fd = os.memfd_create(f"gnnc:{path.name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    opened = [fd]
     try:
         with open(fd, "wb", closefd=False) as f:
             f.write(data)
         seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-    except BaseException:
-        os.close(fd)
-        raise
-    return f"/proc/self/fd/{fd}", functools.partial(os.close, fd)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # what was checked cannot change
+        while opened[-1] in _memfd_names:
+            opened.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, opened[-1] + 1))
+        number = opened[-1]
+        name = f"/proc/self/fd/{number}"
+        try:
+            library = ctypes.CDLL(name, mode=_MODE)
+        except OSError as exc:
+            raise OSError(str(exc).replace(name, str(path))) from None
+        _memfd_names.add(number)
+    finally:
+        for n in opened:
+            os.close(n)  # the mapping keeps the memfd
+    return library, functools.partial(_memfd_names.discard, number)
 
 
-def _file_copy(path: Path, data: bytes) -> tuple[str, Callable[[], None]]:
+def _load_file_copy(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], None]]:
     directory = tempfile.mkdtemp(prefix="gnnc-load-")  # 0700, a new name
-    name = os.path.join(directory, path.name)
-    with open(name, "wb") as f:
-        f.write(data)
-    return name, functools.partial(shutil.rmtree, directory, ignore_errors=True)
+    try:
+        name = os.path.join(directory, path.name)
+        with open(name, "wb") as f:
+            f.write(data)
+        try:
+            library = ctypes.CDLL(name, mode=_MODE)
+        except OSError as exc:
+            raise OSError(str(exc).replace(name, str(path))) from None
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)  # mapped, the file can go
+    return library, _nothing
 
 
-def _unload(handle: int, release: Callable[[], None] | None) -> None:
+def _nothing() -> None:
+    pass
+
+
+def _unload(handle: int, release: Callable[[], None]) -> None:
     """dlclose once the library object is collected: every ctypes function pointer into it held
     the library, so no Python code can call into it any more."""
     _ctypes.dlclose(handle)
-    if release is not None:
-        release()
+    release()
 
 
 #: libgomp, kept loaded for the process's life once a kernel brought it in.
