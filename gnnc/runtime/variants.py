@@ -6,7 +6,8 @@ heuristic's pick for a graph and sizes, which compiles the feature sizes in
 (`specialize F 64`), so that every new feature size makes one. A module
 keeps the `MAX_VARIANTS` it used last, across its kernels; an evicted
 variant is dropped, and its shared object closed (`runtime/native.py`) as
-soon as no running call holds it. Decisions cached on graphs refer to their
+soon as no running call holds it (a CUDA variant's module stays loaded in
+the driver: it is not unloaded). Decisions cached on graphs refer to their
 variant weakly (`autotune/decision.py`): a call whose variant was evicted
 decides again and compiles the variant again, which the compile cache makes
 a load of a few milliseconds.
