@@ -19,11 +19,11 @@ training data of the predictor (`gnnc tune --retrain`).
 Files live in `$GNNC_TUNE_DIR`, else `~/.cache/gnnc/tuning`, a private
 directory (`gnnc/cachedir.py`: made 0700, files 0600; one that others may
 write or that another user owns is a CacheError, since its entries pick the
-code that runs). Several processes may tune at once: every read-modify-write of `cache.json` holds an
-exclusive `flock` on a lock file and replaces the file atomically (write a
-temporary file in the same folder, then `os.replace`), so a reader sees the
-old file or the new one, never half of one; records are appended under the
-same lock.
+code that runs). Several processes may tune at once: every
+read-modify-write of `cache.json` holds an exclusive `flock` on a lock
+file and replaces the file atomically (write a temporary file in the same
+folder, then `os.replace`), so a reader sees the old file or the new one,
+never half of one; records are appended under the same lock.
 """
 
 from __future__ import annotations
