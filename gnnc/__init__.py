@@ -15,6 +15,7 @@ from typing import Any
 
 from gnnc.errors import (
     ArgumentError,
+    CacheError,
     CompileError,
     GnncError,
     GraphError,
@@ -47,6 +48,7 @@ compile_hook.install_compiler(compile)
 
 __all__ = [
     "ArgumentError",
+    "CacheError",
     "CompileError",
     "GnncError",
     "Graph",

@@ -60,3 +60,12 @@ class ToolchainError(GnncError):
 
 class CompileError(GnncError):
     """The compiler could not compile a kernel that passed the frontend's checks."""
+
+
+class CacheError(GnncError):
+    """A cache directory gnnc will not use: writable by other users, or owned by another.
+
+    Whoever can write the compile cache can run code in every process that
+    compiles (docs/guide/security.md); the message names the directory and
+    the fix (`chmod 700 DIR`, or another `$GNNC_CACHE_DIR` / `$GNNC_TUNE_DIR`).
+    """

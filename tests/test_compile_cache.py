@@ -1,10 +1,13 @@
 """The compile cache (GNNC_CACHE_DIR) and loading of broken or foreign shared objects.
 
-A note on the order of operations here: glibc's dlopen returns the handle of an
-already loaded library when given the same path again, and a library mapped in
-this process must not be truncated in place (its pages past the new end would
-fault). So every test that corrupts a cache entry builds it with
-`compiler.compile_cached` (which does not load it) and loads it only afterwards.
+A cache hit is an entry whose record binds its bytes to the full key of the
+source and options (`gnnc/cachedir.py`); everything else found at an entry's
+name (a damaged file, another source's entry, a planted pair, a link, a FIFO,
+a directory) is rebuilt, never loaded. Most tests build an entry with
+`compiler.compile_cached` (which does not load it), break it, and compile
+again. The cache directory's own checks (mode, owner, umask) are in
+tests/test_cache_dirs.py; what `gnnc.load` checks of a file in
+tests/test_load_integrity.py.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -21,8 +25,10 @@ import numpy as np
 import pytest
 
 import gnnc
+from gnnc.cachedir import EntryStore
 from gnnc.driver import compiler
 from gnnc.errors import ToolchainError
+from gnnc.ir import abi
 from gnnc.runtime import native
 from tests.helpers import assert_matches
 
@@ -75,12 +81,19 @@ def build_entry() -> Path:
     return so
 
 
+def entry_is_valid(so: Path, source: str = SOURCE) -> bool:
+    """Whether the cache would take `so` as source's entry."""
+    key = compiler.full_cache_key(source, compiler.CompileOptions())
+    with EntryStore(so.parent, compiler.CACHE_NAME, compiler.CACHE_SETTING) as store:
+        return store.lookup(so.name, key, 1 << 30) is not None
+
+
 def assert_rebuilt(so: Path, calls: list) -> None:
     calls.clear()
     module = gnnc.compile(SOURCE)
     assert len(calls) == 1, "the broken entry was compiled again"
     assert module.path == so, "in the same place"
-    assert so.with_suffix(".sha256").read_text().strip() == compiler._sha256_file(so)
+    assert entry_is_valid(so) and stat.S_ISREG(so.lstat().st_mode)
     check_runs(module)
     calls.clear()
     again = gnnc.compile(SOURCE)
@@ -109,8 +122,9 @@ def test_second_compile_reuses_the_cached_object(cache):
     assert (after.st_mtime_ns, after.st_ino) == (stat.st_mtime_ns, stat.st_ino)
     assert entries(directory) == [first.path]
     check_runs(second)
-    # no temporary files are left behind
-    assert sorted(p.suffix for p in directory.iterdir()) == [".sha256", ".so"]
+    # no temporary files are left behind: the entry, its record and the directory's key
+    key = first.path.stem
+    assert sorted(p.name for p in directory.iterdir()) == [".key", f"{key}.sha256", f"{key}.so"]
 
 
 def test_different_source_or_options_different_entries(cache):
@@ -197,7 +211,7 @@ def test_failed_compile_leaves_no_entry(cache):
     directory, calls = cache
     with pytest.raises(gnnc.SourceError):
         gnnc.compile(SOURCE.replace("w[e]", "y[e]"))
-    assert not directory.exists() or list(directory.iterdir()) == []
+    assert not directory.exists() or [p.name for p in directory.iterdir()] in ([], [".key"])
 
 
 # ---------------------------------------------------------------- loading foreign or broken objects
@@ -302,3 +316,241 @@ def test_missing_cpu_feature_refused_before_any_call(cache, tmp_path, monkeypatc
     # the same object through the cache
     with pytest.raises(ToolchainError, match="avx9000"):
         gnnc.compile(SOURCE)
+
+
+# ---------------------------------------------------------------- entries that are not this cache's
+
+OTHER_SOURCE = SOURCE.replace("cached_gcn", "other_gcn").replace("+ x[v]", "- x[v]")
+
+
+def _constructor_so(tmp_path: Path, mark: Path) -> bytes:
+    """A shared object whose constructor creates `mark`, with a valid gnnc integrity trailer:
+    what someone who can write the cache directory would plant."""
+    source = (
+        "#include <stdio.h>\n"
+        f'__attribute__((constructor)) static void planted(void) {{ FILE *f = fopen("{mark}", "w"); '
+        "if (f) fclose(f); }\n"
+        "void gnnc_cached_gcn(void) {}\n"
+    )
+    return abi.with_integrity(_build_c_so(tmp_path, "planted", source).read_bytes())
+
+
+@needs_cc
+def test_a_planted_entry_is_never_loaded(cache, tmp_path):
+    """A planted KEY.so with a KEY.sha256 that matches its bytes (the old record), or with a
+    record in the new format signed with any key but this directory's: rebuilt, its
+    constructor never runs."""
+    import hashlib
+    import hmac
+
+    _, calls = cache
+    so = build_entry()
+    mark = tmp_path / "constructor-ran"
+    planted = _constructor_so(tmp_path, mark)
+    key = compiler.full_cache_key(SOURCE, compiler.CompileOptions())
+    digest = hashlib.sha256(planted).hexdigest()
+    forged_mac = hmac.new(b"\0" * 32, f"gnnc-cache-entry-v1 {so.name} {key} {digest}".encode(), "sha256").hexdigest()
+    for record in (digest + "\n", f"gnnc-cache-entry-v1 {key} {digest} {forged_mac}\n"):
+        so.write_bytes(planted)
+        so.with_suffix(".sha256").write_text(record)
+        assert_rebuilt(so, calls)
+        assert not mark.exists(), "the planted constructor ran"
+    # the control: loaded, the planted object does run its constructor
+    control = tmp_path / "control.so"
+    control.write_bytes(planted)
+    subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(control)!r})"], check=True)
+    assert mark.exists()
+
+
+def test_another_sources_entry_is_never_loaded(cache):
+    """Another source's entry, consistent in itself (its bytes, its record, this directory's key),
+    renamed to this source's key: its record names the other key, so it is rebuilt."""
+    _, calls = cache
+    so = build_entry()
+    other = compiler.compile_cached(OTHER_SOURCE, "<string>", compiler.CompileOptions())
+    assert entry_is_valid(other, OTHER_SOURCE)
+    shutil.copyfile(other, so)
+    shutil.copyfile(other.with_suffix(".sha256"), so.with_suffix(".sha256"))
+    assert not entry_is_valid(so)
+    assert_rebuilt(so, calls)
+
+
+def test_binary_or_directory_shaped_records_are_rebuilt(cache):
+    _, calls = cache
+    so = build_entry()
+    record = so.with_suffix(".sha256")
+    record.write_bytes(bytes(range(256)) * 4)
+    assert_rebuilt(so, calls)
+    record.unlink()
+    record.mkdir()
+    (record / "inside").write_text("x")
+    assert_rebuilt(so, calls)
+    assert record.is_file()
+
+
+def test_a_directory_in_place_of_the_entry_is_rebuilt(cache):
+    _, calls = cache
+    so = build_entry()
+    so.unlink()
+    so.mkdir()
+    (so / "nested").mkdir()
+    assert_rebuilt(so, calls)
+
+
+def test_links_at_entry_names_are_replaced_not_followed(cache, tmp_path):
+    """A link planted at an entry's name (to a valid entry elsewhere, or to a file of the user's):
+    never read through, never written through."""
+    directory, calls = cache
+    so = build_entry()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in (so.name, so.with_suffix(".sha256").name):
+        shutil.copyfile(directory / name, elsewhere / name)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    for target in (elsewhere / so.name, precious):
+        so.unlink()
+        so.symlink_to(target)
+        assert_rebuilt(so, calls)
+        assert not so.is_symlink()
+    record = so.with_suffix(".sha256")
+    record.unlink()
+    record.symlink_to(precious)
+    assert_rebuilt(so, calls)
+    assert precious.read_text() == "keep me" and not record.is_symlink()
+    # the directory's key too: a link in its place is replaced, and the entries signed with it rebuilt
+    key = directory / ".key"
+    key.unlink()
+    key.symlink_to(precious)
+    assert_rebuilt(so, calls)
+    assert precious.read_text() == "keep me" and not key.is_symlink() and key.stat().st_size == 32
+
+
+def test_fifos_and_devices_at_entry_names_never_hang(cache, tmp_path):
+    """FIFOs (and a device node) named like the entry, its record or the directory's key: a compile
+    opens none of them (a FIFO would block forever) and rebuilds. In a child with a timeout."""
+    directory, _ = cache
+    so = build_entry()
+    script = textwrap.dedent(
+        f"""
+        import os, stat
+        from pathlib import Path
+        import gnnc
+        directory = Path({str(directory)!r})
+        so = directory / {so.name!r}
+        for name in (so.name, so.with_suffix(".sha256").name, ".key"):
+            for kind in ("fifo", "device"):
+                path = directory / name
+                path.unlink()
+                if kind == "fifo":
+                    os.mkfifo(path, 0o600)
+                elif os.geteuid() == 0:
+                    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+                else:
+                    continue
+                module = gnnc.compile({SOURCE!r})
+                assert module.path == so and stat.S_ISREG(path.lstat().st_mode), (name, kind)
+                print(name, kind, "rebuilt", flush=True)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "GNNC_CACHE_DIR": str(directory)},
+        cwd=Path(__file__).parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("rebuilt") >= 3, proc.stdout
+
+
+# ---------------------------------------------------------------- a cache that cannot be used
+
+
+def _compiles_uncached(calls: list, expected_warnings: int = 1) -> gnnc.Module:
+    with pytest.warns(RuntimeWarning, match="cannot be used") as warned:
+        first = gnnc.compile(SOURCE)
+        second = gnnc.compile(SOURCE)
+    assert len([w for w in warned if "cannot be used" in str(w.message)]) == expected_warnings, "one warning"
+    assert len(calls) == 2, "every compile from scratch"
+    check_runs(first)
+    check_runs(second)
+    return first
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """The cache's warn-once memory, empty for this test."""
+    from gnnc import cachedir
+
+    monkeypatch.setattr(cachedir, "_warned", set())
+
+
+def test_a_file_in_place_of_the_cache_directory(tmp_path, monkeypatch, cache, fresh_warnings):
+    _, calls = cache
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file")
+    for directory in (blocker, blocker / "below"):
+        calls.clear()
+        monkeypatch.setenv("GNNC_CACHE_DIR", str(directory))
+        module = _compiles_uncached(calls)
+        assert not module.path.is_relative_to(blocker)
+        assert blocker.read_text() == "a file"
+
+
+def test_a_read_only_cache_directory(cache, monkeypatch, fresh_warnings):
+    """Entries made before still load; new ones compile without the cache, after one warning.
+    (Root writes through a mode of 0500, so for root the refusal is simulated.)"""
+    from gnnc import cachedir
+
+    directory, calls = cache
+    so = build_entry()
+    if os.geteuid() == 0:
+
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(cachedir, "_write_temporary", refuse)
+    else:
+        directory.chmod(0o500)
+    try:
+        calls.clear()
+        assert gnnc.compile(SOURCE).path == so and calls == [], "a hit needs no write"
+        with pytest.warns(RuntimeWarning, match="cannot be used") as warned:
+            other = gnnc.compile(OTHER_SOURCE)
+            again = gnnc.compile(OTHER_SOURCE.replace("- x[v]", "* x[v]"))
+        assert len([w for w in warned if "cannot be used" in str(w.message)]) == 1, "one warning"
+        assert len(calls) == 2 and not other.path.is_relative_to(directory)
+        assert "other_gcn" in other.kernels and "other_gcn" in again.kernels
+    finally:
+        directory.chmod(0o700)
+
+
+# ---------------------------------------------------------------- the PTX cache
+
+
+def test_ptx_entries_are_checked_like_objects(cache):
+    """The PTX cache took any existing file; now a damaged, planted or foreign .ptx is rebuilt."""
+    directory, calls = cache
+    options = compiler.CompileOptions(target="cuda")
+    ptx = compiler.compile_cached_ptx(SOURCE, "<string>", options)
+    good = ptx.read_text()
+    assert good.startswith(abi.PTX_METADATA_PREFIX) and len(calls) == 1
+    calls.clear()
+    assert compiler.compile_cached_ptx(SOURCE, "<string>", options) == ptx and calls == []
+    other = compiler.compile_cached_ptx(OTHER_SOURCE, "<string>", options)
+    breakages = [
+        lambda: ptx.write_text(good.replace("cached_gcn", "cached_gcm", 1)),  # an edit
+        lambda: ptx.with_suffix(".sha256").unlink(),  # a planted file without a record
+        lambda: (
+            shutil.copyfile(other, ptx),
+            shutil.copyfile(other.with_suffix(".sha256"), ptx.with_suffix(".sha256")),
+        ),
+        lambda: (ptx.unlink(), os.mkfifo(ptx)),
+    ]
+    for breakage in breakages:
+        breakage()
+        calls.clear()
+        assert compiler.compile_cached_ptx(SOURCE, "<string>", options) == ptx
+        assert len(calls) == 1 and ptx.read_text() == good

@@ -18,8 +18,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gnnc"
 
-#: Leaves every layer may import: the error family, gnnc's version, the host CPU's features.
-LEAVES = {"errors", "version", "host"}
+#: Leaves every layer may import: the error family, gnnc's version, the host CPU's features,
+#: the caches' private directory.
+LEAVES = {"errors", "version", "host", "cachedir"}
 
 #: What each layer may import besides itself and the leaves. `gnnc` is the
 #: package's own __init__ (the public API).
@@ -27,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "version": set(),
     "host": {"errors"},
+    "cachedir": {"errors"},
     "ir": {"errors"},
     "lang": {"errors", "ir"},
     "transforms": {"errors", "ir"},
@@ -74,7 +76,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 #: Layers that run where the compiler may be absent: no xDSL, no llvmlite.
-COMPILER_FREE = {"errors", "version", "host", "graph", "autotune", "runtime"}
+COMPILER_FREE = {"errors", "version", "host", "cachedir", "graph", "autotune", "runtime"}
 #: Modules of the ir layer that the runtime reads (plain Python records).
 COMPILER_FREE_MODULES = {"gnnc.ir.abi", "gnnc.ir.schedule", "gnnc.ir.signature"}
 

@@ -16,12 +16,14 @@ An entry is keyed by
 (`store`) and appends each tuning run's measurements to `records.jsonl`, the
 training data of the predictor (`gnnc tune --retrain`).
 
-Files live in `$GNNC_TUNE_DIR`, else `~/.cache/gnnc/tuning`. Several
-processes may tune at once: every read-modify-write of `cache.json` holds an
-exclusive `flock` on a lock file and replaces the file atomically (write a
-temporary file in the same folder, then `os.replace`), so a reader sees the
-old file or the new one, never half of one; records are appended under the
-same lock.
+Files live in `$GNNC_TUNE_DIR`, else `~/.cache/gnnc/tuning`, a private
+directory (`gnnc/cachedir.py`: made 0700, files 0600; one that others may
+write or that another user owns is a CacheError, since its entries pick the
+code that runs). Several processes may tune at once: every
+read-modify-write of `cache.json` holds an exclusive `flock` on a lock
+file and replaces the file atomically (write a temporary file in the same
+folder, then `os.replace`), so a reader sees the old file or the new one,
+never half of one; records are appended under the same lock.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gnnc.cachedir import FILE_MODE, existing_private_directory, private_directory, warn_unusable
+from gnnc.errors import GnncError
+
+#: The tuning cache, as messages name it, and the variable that moves it.
+NAME = "tuning cache"
+SETTING = "$GNNC_TUNE_DIR"
 CACHE_FILE = "cache.json"
 RECORDS_FILE = "records.jsonl"
 LOCK_FILE = ".lock"
@@ -120,10 +128,34 @@ class TuningCache:
     def records_path(self) -> Path:
         return self.directory / RECORDS_FILE
 
+    def make_directory(self) -> None:
+        """Creates the directory (0700) if it is missing; CacheError if others may write it,
+        GnncError if it cannot be made."""
+        try:
+            os.close(private_directory(self.directory, NAME, SETTING))
+        except OSError as exc:
+            raise GnncError(
+                f"cannot write the {NAME} in {self.directory}: {exc.strerror or exc}; set {SETTING} to a "
+                "writable directory"
+            ) from None
+
+    def _check_directory(self) -> bool:
+        """Whether there is a directory to read: CacheError if others may write it; one warning,
+        and False, where it cannot be read (a file in its place)."""
+        try:
+            fd = existing_private_directory(self.directory, NAME, SETTING)
+        except OSError as exc:
+            warn_unusable(self.directory, NAME, exc)
+            return False
+        if fd is None:
+            return False
+        os.close(fd)
+        return True
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / LOCK_FILE, "a") as lock:
+        self.make_directory()
+        with open(self.directory / LOCK_FILE, "a", opener=_private) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -147,6 +179,8 @@ class TuningCache:
         return entries
 
     def lookup(self, key: str) -> dict | None:
+        if not self._check_directory():
+            return None
         entry = self._read().get(key)
         return entry if isinstance(entry, dict) and isinstance(entry.get("schedule"), str) else None
 
@@ -159,10 +193,12 @@ class TuningCache:
 
     def append_record(self, record: dict) -> None:
         with self._locked():
-            with open(self.records_path, "a") as f:
+            with open(self.records_path, "a", opener=_private) as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
     def records(self) -> list[dict]:
+        if not self._check_directory():
+            return []
         return read_records(self.records_path)
 
 
@@ -183,10 +219,20 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     return out
 
 
+def _private(path: str, flags: int) -> int:
+    """An `open` opener: a file created 0600, whatever the umask."""
+    fd = os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, FILE_MODE)  # a file of ours made before: private from now on
+    return fd
+
+
 def _write_atomically(path: Path, text: str) -> None:
+    # the rename replaces a link planted at `path`, never follows it
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), FILE_MODE)  # mkstemp's 0600 less the umask
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

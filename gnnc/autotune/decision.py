@@ -20,14 +20,18 @@ threads asked for, the default thread count (OMP_NUM_THREADS, else the
 cores this process may use) and the schedule asked for. A later call of
 the same shape reads it and enters neither the heuristic nor the tuner.
 
-Invalidated when: never; it goes with the graph. A Graph is immutable, and
-a change of the default thread count is a new key. What else a decision
+Invalidated when: never, but for a decision whose variant is gone (see
+below); it goes with the graph. A Graph is immutable, and a change of the
+default thread count is a new key. What else a decision
 reads, it reads once: the heuristic's inputs (the graph, the sizes, the
 host's caches), the tuning cache and the predictor's model for `"auto"` (a
 schedule tuned later serves graphs built later), and the compiler's answers
 (a schedule the compiler refused is remembered on the kernel, and not asked
 for again). The decision refers to the kernel that runs weakly, and the
-variants live on their kernel, so a graph keeps no compiled code alive.
+variants live in their module's bounded LRU (runtime/variants.py), so a
+graph keeps no compiled code alive; a call whose variant was evicted makes
+its decision again (which compiles the variant again, from the compile
+cache).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.autotune import heuristic
-from gnnc.errors import ArgumentError, CompileError, SourceError
+from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
 from gnnc.graph import plans
 from gnnc.graph.plans import PlanSpec
 from gnnc.ir import abi
@@ -127,10 +131,30 @@ def decide(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None = 
     request = schedule if schedule is None or isinstance(schedule, (str, Request)) else directives_text(schedule)
     key = ("decision", kernel._serial, tuple(dims.items()), threads, resolved, request)
     decided = graph.plans.get(key)
-    if decided is None:
+    if decided is None or decided.kernel() is None:  # new, or its variant was evicted
         decided = _decide(kernel, graph, dims, threads, resolved, request)
         graph.plans[key] = decided
     return decided
+
+
+#: How often `decide_and_hold` decides again when the variant it decided for is evicted at once.
+_HOLD_ATTEMPTS = 4
+
+
+def decide_and_hold(
+    kernel: Any, graph: Any, dims: dict[str, int], threads: int | None = None, schedule: Any = None
+) -> tuple[Decision, Any]:
+    """`decide`, and the kernel that runs, held for the call: a variant another thread's call
+    evicted between the decision and the call is decided (compiled) again."""
+    for _ in range(_HOLD_ATTEMPTS):
+        decided = decide(kernel, graph, dims, threads, schedule)
+        runner = decided.kernel()
+        if runner is not None:
+            return decided, runner
+    raise ToolchainError(
+        f"{kernel.name}: the variant this call runs was evicted {_HOLD_ATTEMPTS} times before it could run: "
+        "other threads' calls need more variants at once than a module keeps (gnnc.runtime.variants.MAX_VARIANTS)"
+    )
 
 
 def resolve_threads(threads: int | None) -> int:

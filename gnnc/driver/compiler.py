@@ -3,24 +3,30 @@
 It runs the frontend, the xDSL pipeline of `driver/pipeline.py` and the CPU
 backend, shows or dumps the IR after each stage on request, and writes a
 `.so` whose embedded metadata record lets the runtime load it without the
-source. `compile_cached` keeps built objects in a cache keyed by source,
-options and versions; an entry whose checksum does not match is rebuilt.
+source. `compile_cached` keeps built objects in a private cache directory
+(`gnnc/cachedir.py`) keyed by source, options, versions and CPU; an entry
+whose record does not bind its bytes to that key is rebuilt, never loaded,
+and a directory that cannot be used means compiling without the cache.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from gnnc.cachedir import FILE_MODE, EntryStore, warn_unusable
 from gnnc.errors import CompileError, GnncError
 from gnnc.ir import abi
 from gnnc.version import __version__
@@ -369,6 +375,13 @@ def write_shared_object(result: CompileResult, out_path: str | os.PathLike) -> N
 # ---------------------------------------------------------------- the cache
 
 
+#: The compile cache, as messages name it, and the variable that moves it.
+CACHE_NAME = "compile cache"
+CACHE_SETTING = "$GNNC_CACHE_DIR"
+#: An entry longer than this is not read (an object of a few kernels is tens of KiB).
+_MAX_ENTRY_BYTES = 1 << 30
+
+
 def cache_dir() -> Path:
     base = os.environ.get("GNNC_CACHE_DIR")
     if base:
@@ -377,6 +390,14 @@ def cache_dir() -> Path:
 
 
 def cache_key(source: str, options: CompileOptions) -> str:
+    """The name of source's entry in the cache: the start of `full_cache_key`."""
+    return full_cache_key(source, options)[:32]
+
+
+def full_cache_key(source: str, options: CompileOptions) -> str:
+    """SHA-256 of everything that changes what the compiler produces from source: the options,
+    this CPU (for `native`), gnnc's, llvmlite's and xDSL's versions, and the compiler's own code.
+    An entry's record holds it whole (`cachedir.EntryStore`), so an entry is never taken for another."""
     import llvmlite
     import xdsl
 
@@ -392,7 +413,7 @@ def cache_key(source: str, options: CompileOptions) -> str:
         "xdsl": str(getattr(xdsl, "__version__", "?")),
         "compiler": _compiler_fingerprint(),
     }
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def _host_cpu() -> list[str]:
@@ -419,57 +440,92 @@ def _describe(file: str, options: CompileOptions) -> str:
     return f"{file} ({kernels}{schedule}, {options.target})"
 
 
-def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+@contextlib.contextmanager
+def _cache() -> Iterator[EntryStore | None]:
+    """The compile cache's entries, held open; None (after one warning) where the directory
+    cannot be used: compiles go on without it. A directory others may write is a CacheError."""
+    directory = cache_dir()
+    try:
+        store = EntryStore(directory, CACHE_NAME, CACHE_SETTING)
+    except OSError as exc:
+        warn_unusable(directory, CACHE_NAME, exc)
+        yield None
+        return
+    with store:
+        yield store
+
+
+def _keep(store: EntryStore | None, name: str, key: str, data: bytes) -> Path:
+    """Stores a built entry and returns its path; where the cache cannot take it (read-only,
+    full), one warning, and the path of a private copy that lives as long as this process."""
+    if store is not None:
+        try:
+            return store.store(name, key, data)
+        except OSError as exc:
+            warn_unusable(store.path, CACHE_NAME, exc)
+    return _uncached(name, data)
+
+
+_uncached_dir: Path | None = None
+
+
+def _uncached(name: str, data: bytes) -> Path:
+    global _uncached_dir
+    if _uncached_dir is None:
+        _uncached_dir = Path(tempfile.mkdtemp(prefix="gnnc-uncached-"))  # 0700
+        atexit.register(_remove_uncached, _uncached_dir, os.getpid())
+    path = _uncached_dir / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        with open(fd, "wb") as f:
+            os.fchmod(f.fileno(), FILE_MODE)
+            f.write(data)
+    except OSError as exc:
+        raise GnncError(f"cannot write the compiled object to {_uncached_dir}: {exc.strerror or exc}") from exc
+    return path
+
+
+def _remove_uncached(directory: Path, pid: int) -> None:
+    if os.getpid() == pid:  # not a forked child's: the parent's modules were loaded from it
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def compile_cached(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
-    """The path of a shared object for source, built or taken from the cache."""
+    """The path of a shared object for source, built or taken from the cache.
+
+    A hit is an entry whose record binds its bytes to this source's full key
+    (`cachedir.EntryStore`); anything else at its name is rebuilt.
+    """
+    from gnnc.target.cpu import codegen
+
     options = options or CompileOptions()
-    directory = cache_dir()
-    key = cache_key(source, options)
-    so_path = directory / f"{key}.so"
-    digest_path = directory / f"{key}.sha256"
-    if so_path.exists() and digest_path.exists():
-        try:
-            if digest_path.read_text().strip() == _sha256_file(so_path):
-                _log.debug("%s: from the compile cache, %s", _describe(file, options), so_path)
-                return so_path
-        except OSError:
-            pass
-    start = time.perf_counter()
-    result = compile_source(source, file, options)
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        tmp_so = Path(tmp) / "kernel.so"
-        write_shared_object(result, tmp_so)
-        digest = _sha256_file(tmp_so)
-        # The .so lands first, its digest second: a reader that sees the
-        # digest sees a complete object; a crash in between leaves a
-        # mismatch, which is rebuilt.
-        os.replace(tmp_so, so_path)
-        tmp_digest = Path(tmp) / "digest"
-        tmp_digest.write_text(digest + "\n")
-        os.replace(tmp_digest, digest_path)
-    _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, so_path)
-    return so_path
+    key = full_cache_key(source, options)
+    name = f"{key[:32]}.so"
+    with _cache() as store:
+        if store is not None and store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
+            _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
+            return store.path / name
+        start = time.perf_counter()
+        result = compile_source(source, file, options)
+        assert result.object_code is not None
+        path = _keep(store, name, key, codegen.shared_object_bytes(result.object_code))
+    _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
+    return path
 
 
 def compile_cached_ptx(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
-    """The path of a PTX file for source (target cuda), built or taken from the cache."""
+    """The path of a PTX file for source (target cuda), built or taken from the cache as `compile_cached`'s."""
     options = options or CompileOptions(target="cuda")
-    directory = cache_dir()
-    path = directory / f"{cache_key(source, options)}.ptx"
-    if path.exists():
-        _log.debug("%s: from the compile cache, %s", _describe(file, options), path)
-        return path
-    start = time.perf_counter()
-    result = compile_source(source, file, options)
-    assert result.ptx is not None
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False) as tmp:
-        tmp.write(result.ptx)
-    os.replace(tmp.name, path)  # whole files only: a reader never sees a partial PTX
+    key = full_cache_key(source, options)
+    name = f"{key[:32]}.ptx"
+    with _cache() as store:
+        if store is not None and store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
+            _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
+            return store.path / name
+        start = time.perf_counter()
+        result = compile_source(source, file, options)
+        assert result.ptx is not None
+        path = _keep(store, name, key, result.ptx.encode())
     _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
     return path
 

@@ -35,6 +35,7 @@ The rules every caller keeps:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,8 +44,10 @@ from typing import Any
 
 Dim = int | str
 
-#: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 6
+#: Bump when the argument order or the metadata layout changes. 7: every
+#: shared object ends with an integrity trailer and exports each kernel's
+#: argument count (`arity_symbol`), which the runtime requires.
+ABI_VERSION = 7
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.ir.abi"
@@ -82,6 +85,38 @@ METADATA_SYMBOL = "gnnc_metadata"
 
 #: Prefix of every kernel's C symbol.
 SYMBOL_PREFIX = "gnnc_"
+
+
+def arity_symbol(symbol: str) -> str:
+    """The exported `int64_t` that holds how many arguments the function `symbol` takes, as
+    compiled: the runtime checks it against `kernel_arguments` of the metadata's record before
+    any call. The dot keeps it out of C's namespace (no kernel symbol can have one)."""
+    return f"{symbol}.nargs"
+
+
+#: The last bytes of every gnnc shared object, written at link time
+#: (`target/cpu/codegen.link_shared_object`): this marker, then the SHA-256 of
+#: every byte before the marker. The dynamic linker maps what the ELF program
+#: headers name and never reads past the section headers, so dlopen from C
+#: ignores it; `gnnc.load` refuses a file whose digest does not match (a bit
+#: flipped anywhere, an edit, a truncation) before it maps any of it.
+INTEGRITY_MARKER = b"\0gnnc-sha256-v1\0"
+INTEGRITY_TRAILER_BYTES = len(INTEGRITY_MARKER) + hashlib.sha256().digest_size
+
+
+def with_integrity(body: bytes) -> bytes:
+    """A shared object's bytes with its integrity trailer appended."""
+    return body + INTEGRITY_MARKER + hashlib.sha256(body).digest()
+
+
+def integrity_problem(data: bytes) -> str | None:
+    """What is wrong with a file's integrity trailer (None: the digest matches its bytes)."""
+    if len(data) < INTEGRITY_TRAILER_BYTES or not data.endswith(INTEGRITY_MARKER, 0, -hashlib.sha256().digest_size):
+        return "it has no gnnc integrity trailer (not written by this gnnc, stripped, or cut short)"
+    body, digest = data[:-INTEGRITY_TRAILER_BYTES], data[-hashlib.sha256().digest_size :]
+    if hashlib.sha256(body).digest() != digest:
+        return "its bytes do not match the digest gnnc wrote (corrupted or modified)"
+    return None
 
 
 #: Bytes between two workers' scratch slices at least: a cache line, plus one

@@ -44,6 +44,7 @@ import json
 import logging
 import mmap
 import os
+import stat
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -55,15 +56,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from gnnc.autotune.decision import Decision, decide, next_serial
+from gnnc.autotune.decision import Decision, decide, decide_and_hold, next_serial
 from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
 from gnnc.graph.graph import Graph
 from gnnc.ir import abi
 from gnnc.ir.schedule import directives_text
 from gnnc.ir.signature import KernelSignature
-from gnnc.runtime import compile_hook
+from gnnc.runtime import compile_hook, records
 from gnnc.runtime.signature import _bind_args, _given_outputs, pack_results, prepare_call
+from gnnc.runtime.variants import Variants
 
 _log = logging.getLogger(__name__)
 
@@ -102,7 +104,13 @@ def read_metadata(text: str) -> dict:
     first = text.split("\n", 1)[0]
     if not first.startswith(abi.PTX_METADATA_PREFIX):
         raise ToolchainError("not a gnnc PTX file: its first line is not the gnnc metadata comment")
-    return json.loads(first[len(abi.PTX_METADATA_PREFIX) :])
+    try:
+        metadata = json.loads(first[len(abi.PTX_METADATA_PREFIX) :])
+    except ValueError as exc:
+        raise ToolchainError(f"not a gnnc PTX file: its metadata is not valid JSON ({exc})") from None
+    if not isinstance(metadata, dict):
+        raise ToolchainError("not a gnnc PTX file: its metadata is not a JSON object")
+    return metadata
 
 
 class _DeviceBuffer:
@@ -586,8 +594,8 @@ class CudaKernel:
             _check(cu, cu.cuModuleGetFunction(module.handle, name.encode()), f"cuModuleGetFunction({name})")
             for name in self._phases
         ]
-        #: this kernel compiled with other mappings, by directive text (`_variant`)
-        self._variants: dict[str, CudaKernel] = {}
+        #: its module's compiled variants (`_variant`), shared by the module's kernels
+        self._variant_cache: Variants = module._variant_cache
         #: mappings the compiler refused for this kernel: not asked for again
         self._refused: set[str] = set()
         #: this kernel's part of the key of its decisions (autotune/decision.py)
@@ -596,12 +604,19 @@ class CudaKernel:
     def _variant(self, schedule: str) -> CudaKernel:
         """This kernel compiled with another `for cuda` schedule (needs the compiler; cached)."""
         key = directives_text(schedule)
-        if key not in self._variants:
+        variant = self._variant_cache.get(self.name, key)
+        if variant is None:
             module = compile_hook.compile_variant(
                 self._metadata["source"], target="cuda", arch=self._metadata["arch"], kernels=[self.name], schedule=key
             )
-            self._variants[key] = module.kernels[self.name]
-        return self._variants[key]
+            variant = module.kernels[self.name]
+            self._variant_cache.put(self.name, key, variant)
+        return variant
+
+    @property
+    def _variants(self) -> dict[str, CudaKernel]:
+        """This kernel's variants its module keeps now, by directive text."""
+        return self._variant_cache.of(self.name)
 
     def _default_variant(self, graph: Graph, dims: dict[str, int]) -> CudaKernel | None:
         """Without a `for cuda` schedule, the mapping the graph suggests
@@ -618,9 +633,7 @@ class CudaKernel:
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}")
         call = bind_call(self.signature, graph, args, kwargs, out=out)
-        decided = decide(self, graph, call.dims)
-        kernel = decided.kernel()
-        assert kernel is not None, "the variants a decision names live on this kernel"
+        decided, kernel = decide_and_hold(self, graph, call.dims)
         _log.debug("%s", decided.reason)
         return kernel._launch(graph, call, decided, plans.build(graph, decided.plans))
 
@@ -725,15 +738,20 @@ class CudaModule:
     def __init__(self, path: str | os.PathLike, device: int = 0):
         self.path = Path(path)
         try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):  # a FIFO would block the read
+                raise ToolchainError(f"cannot read {self.path}: not a regular file")
             text = self.path.read_text()
         except OSError as exc:
             raise ToolchainError(f"cannot read {self.path}: {exc.strerror}") from exc
+        except UnicodeDecodeError:
+            raise ToolchainError(f"{self.path} is not a gnnc PTX file: it is not text") from None
         self.metadata = read_metadata(text)
         if self.metadata.get("abi_version") != abi.ABI_VERSION:
             raise ToolchainError(
                 f"{self.path} uses gnnc ABI {self.metadata.get('abi_version')}, "
                 f"this runtime speaks {abi.ABI_VERSION}: recompile it with this gnnc"
             )
+        records.check_records(self.metadata, self.path)
         self.cu = cu = driver()
         #: the device ordinal; its primary context (the one PyTorch and the runtime API use)
         self.device = device
@@ -741,6 +759,8 @@ class CudaModule:
         self.context = _check(cu, cu.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
         _check(cu, cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.handle = _check(cu, cu.cuModuleLoadData(text.encode() + b"\0"), "cuModuleLoadData")
+        #: the compiled variants of this module's kernels (runtime/variants.py)
+        self._variant_cache = Variants()
         self.kernels = {r["name"]: CudaKernel(self, r) for r in self.metadata["kernels"]}
 
     def __getattr__(self, name: str) -> CudaKernel:

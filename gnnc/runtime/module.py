@@ -19,15 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from gnnc.autotune.decision import Request, decide, next_serial
+from gnnc.autotune.decision import Request, decide, decide_and_hold, next_serial
 from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
 from gnnc.graph.graph import Graph
 from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
-from gnnc.runtime import compile_hook, memory, native
+from gnnc.runtime import compile_hook, memory, native, records
 from gnnc.runtime.cuda import is_device_array
 from gnnc.runtime.signature import pack_results, prepare_call
+from gnnc.runtime.variants import Variants
 
 _log = logging.getLogger(__name__)
 
@@ -57,10 +58,12 @@ def _refuse_device_arrays(sig: KernelSignature, args: tuple, kwargs: dict, out: 
 class Kernel:
     """One compiled kernel: `kernel(graph, *inputs, out=None, **named_inputs)`."""
 
-    def __init__(self, library: ctypes.CDLL, record: dict, metadata: dict | None = None):
+    def __init__(
+        self, library: ctypes.CDLL, record: dict, metadata: dict | None = None, variants: Variants | None = None
+    ):
         self._metadata = metadata or {}
-        #: this kernel compiled with other schedules, by directive text (`_variant`)
-        self._variants: dict[str, Kernel] = {}
+        #: its module's compiled variants (`_variant`), shared by the module's kernels
+        self._variant_cache = variants if variants is not None else Variants()
         #: schedules the compiler refused for this kernel: not asked for again
         self._refused: set[str] = set()
         #: this kernel's part of the key of its decisions (autotune/decision.py)
@@ -111,9 +114,7 @@ class Kernel:
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         results = pack_results(self.signature, outputs)
         # a child forked after libgomp's pool started runs on one thread (runtime/native.py)
-        decided = decide(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
-        kernel = decided.kernel()
-        assert kernel is not None, "the variants a decision names live on this kernel"
+        decided, kernel = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
         _log.debug("%s", decided.reason)
         arguments = plans.build(graph, decided.plans)
         workspace = {name: memory.empty(n, self._dtype) for name, n in decided.workspace}
@@ -140,7 +141,8 @@ class Kernel:
         from gnnc.ir.schedule import directives_text
 
         key = directives_text(schedule)
-        if key not in self._variants:
+        variant = self._variant_cache.get(self.name, key)
+        if variant is None:
             source = self._metadata.get("source")
             if source is None:
                 raise ArgumentError(f"{self.name}: this shared object carries no source to recompile with schedule=")
@@ -155,8 +157,14 @@ class Kernel:
                 disable_passes=tuple(options.get("disable_passes", ())),
                 fusion=options.get("fusion", True),
             )
-            self._variants[key] = module.kernels[self.name]
-        return self._variants[key]
+            variant = module.kernels[self.name]
+            self._variant_cache.put(self.name, key, variant)
+        return variant
+
+    @property
+    def _variants(self) -> dict[str, Kernel]:
+        """This kernel's variants its module keeps now, by directive text."""
+        return self._variant_cache.of(self.name)
 
 
 class Module:
@@ -171,11 +179,14 @@ class Module:
                 f"{self.path} uses gnnc ABI {metadata.get('abi_version')}, this runtime speaks "
                 f"{abi.ABI_VERSION}: recompile it with this gnnc"
             )
+        records.check_records(metadata, self.path)
+        records.check_symbols(library, metadata, self.path)
         self.metadata = metadata
         self._library = library
         self.kernels: dict[str, Kernel] = {}
+        variants = Variants()
         for record in metadata["kernels"]:
-            self.kernels[record["name"]] = Kernel(library, record, metadata)
+            self.kernels[record["name"]] = Kernel(library, record, metadata, variants)
 
     def __getattr__(self, name: str) -> Kernel:
         kernels = self.__dict__.get("kernels", {})

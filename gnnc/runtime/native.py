@@ -10,18 +10,34 @@ Every gnnc `.so` exports `gnnc_metadata` (null-terminated JSON) and
 `gnnc.target.cpu.codegen.embed_metadata`. The metadata's `cpu` record lists the
 /proc/cpuinfo flags the code needs, so a `.so` built for AVX-512 on another
 machine fails with a message naming the missing features instead of SIGILL.
-dlopen runs no code of ours (gnnc emits no constructors), so loading the
-library to read its metadata is safe.
+
+Loading a shared object runs code: dlopen runs whatever constructors the
+file has (gnnc emits none), and a kernel is machine code. So a `.so` is
+trusted as a pickle is: load only files you or your own gnnc wrote
+(docs/guide/security.md). What `open_shared_object` checks guards against
+damage, not malice: the file's integrity trailer must match its bytes and
+its ELF headers must lie within it before anything is mapped, and what is
+mapped is the checked copy (a sealed memfd), so the file changing on disk
+afterwards changes nothing, and loading a path again loads what is there
+now (dlopen alone would return its handle of the old file by the path).
+A library is closed (dlclose) once nothing in Python can call into it.
 """
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
+import fcntl
+import functools
 import json
 import os
+import shutil
+import stat
 import struct
 import sys
+import tempfile
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,61 +54,170 @@ METADATA_FORMAT = "gnnc-shared-object"
 _MAX_METADATA = 1 << 26  # a sanity bound: a size beyond this means the symbol is not ours
 
 
+#: A shared object longer than this is refused unread (gnnc's are tens of KiB).
+_MAX_OBJECT_BYTES = 1 << 30
+
+
 def open_shared_object(path: str | os.PathLike) -> tuple[ctypes.CDLL, dict]:
     """Loads a gnnc shared object and returns it with its metadata record.
 
-    Raises ToolchainError if the file is missing, cannot be loaded, or is not a
-    gnnc shared object (no or garbled metadata).
+    Raises ToolchainError if the file is missing, is not a regular file, is
+    damaged (its integrity trailer does not match), cannot be loaded, or is not
+    a gnnc shared object (no or garbled metadata).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ToolchainError(f"{path}: no such shared object")
-    _check_elf_complete(path)
-    try:
-        # RTLD_LOCAL: the kernels' symbols stay out of the global namespace.
-        library = ctypes.CDLL(str(path.resolve()), mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0))
-    except OSError as exc:
-        raise ToolchainError(f"{path}: cannot load shared object: {exc}") from exc
+    data = _read_object(path)
+    problem = abi.integrity_problem(data)
+    if problem is not None:
+        raise ToolchainError(
+            f"cannot load {path}: it is not a gnnc shared object or it is damaged: {problem}; recompile it"
+        )
+    _check_elf_complete(path, data)
+    library = _load_copy(path, data)
     return library, read_metadata(library, path)
 
 
-def _check_elf_complete(path: Path) -> None:
+def _read_object(path: Path) -> bytes:
+    """The file's bytes; never opens what is not a regular file (a FIFO would block)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ToolchainError(f"{path}: no such shared object (not a regular file)")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ToolchainError(f"{path}: no such shared object (not a regular file)")
+            data = f.read(_MAX_OBJECT_BYTES + 1)
+    except FileNotFoundError:
+        raise ToolchainError(f"{path}: no such shared object") from None
+    except OSError as exc:
+        raise ToolchainError(f"{path}: cannot read shared object: {exc.strerror or exc}") from None
+    if len(data) > _MAX_OBJECT_BYTES:
+        raise ToolchainError(f"{path}: not a gnnc shared object (longer than {_MAX_OBJECT_BYTES >> 20} MiB)")
+    return data
+
+
+def _check_elf_complete(path: Path, data: bytes) -> None:
     """Refuses an ELF file whose headers or segments reach past its end.
 
     dlopen maps segments without checking the file's size, so a truncated
     object is mapped beyond its end and the dynamic linker dies with SIGBUS
     while relocating it; a size check first turns that into an error.
     """
+    size = len(data)
+    head = data[:64]
+    if not head.startswith(b"\x7fELF"):
+        return  # not ELF: dlopen gives its own error
+    corrupt = f"{path}: cannot load shared object: the ELF file is truncated or corrupt"
+    if len(head) < 6 or head[4] not in (1, 2) or head[5] not in (1, 2):
+        raise ToolchainError(corrupt)
+    end = "<" if head[5] == 1 else ">"
+    wide = head[4] == 2
+    fmt = end + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH")
+    if len(head) < 16 + struct.calcsize(fmt):
+        raise ToolchainError(corrupt)
+    fields = struct.unpack_from(fmt, head, 16)
+    phoff, shoff, phentsize, phnum, shentsize, shnum = fields[4], fields[5], *fields[8:12]
+    if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
+        raise ToolchainError(corrupt)
+    ph_fmt = end + ("IIQQQQQQ" if wide else "IIIIIIII")
+    if phnum and phentsize < struct.calcsize(ph_fmt):
+        raise ToolchainError(corrupt)
+    for i in range(phnum):
+        fields = struct.unpack_from(ph_fmt, data, phoff + i * phentsize)
+        offset, filesz = (fields[2], fields[5]) if wide else (fields[1], fields[4])
+        if offset + filesz > size:
+            raise ToolchainError(corrupt)
+
+
+#: The kernels' symbols stay out of the global namespace.
+_MODE = getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0)
+
+
+def _load_copy(path: Path, data: bytes) -> ctypes.CDLL:
+    """dlopen of a private copy of `data`: a sealed memfd, else a file in a private temporary
+    directory (where memfds may not be executed, or there is no /proc). Each load is a copy of
+    its own under a name no loaded library has (dlopen returns the handle it has for a name)."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if not head.startswith(b"\x7fELF"):
-                return  # not ELF: dlopen gives its own error
-            corrupt = f"{path}: cannot load shared object: the ELF file is truncated or corrupt"
-            if len(head) < 6 or head[4] not in (1, 2) or head[5] not in (1, 2):
-                raise ToolchainError(corrupt)
-            end = "<" if head[5] == 1 else ">"
-            wide = head[4] == 2
-            fmt = end + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH")
-            if len(head) < 16 + struct.calcsize(fmt):
-                raise ToolchainError(corrupt)
-            fields = struct.unpack_from(fmt, head, 16)
-            phoff, shoff, phentsize, phnum, shentsize, shnum = fields[4], fields[5], *fields[8:12]
-            if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
-                raise ToolchainError(corrupt)
-            ph_fmt = end + ("IIQQQQQQ" if wide else "IIIIIIII")
-            if phnum and phentsize < struct.calcsize(ph_fmt):
-                raise ToolchainError(corrupt)
-            f.seek(phoff)
-            table = f.read(phnum * phentsize)
-            for i in range(phnum):
-                fields = struct.unpack_from(ph_fmt, table, i * phentsize)
-                offset, filesz = (fields[2], fields[5]) if wide else (fields[1], fields[4])
-                if offset + filesz > size:
-                    raise ToolchainError(corrupt)
-    except OSError as exc:
-        raise ToolchainError(f"{path}: cannot read shared object: {exc.strerror}") from exc
+        library, release = _load_memfd(path, data)
+    except OSError:
+        try:
+            library, release = _load_file_copy(path, data)
+        except OSError as exc:
+            raise ToolchainError(f"{path}: cannot load shared object: {exc}") from None
+    finalizer = weakref.finalize(library, _unload, library._handle, release)
+    finalizer.atexit = False  # at exit nothing is unloaded: another thread may still be in a kernel
+    _keep_openmp_loaded()
+    return library
+
+
+#: The descriptor numbers in the names (/proc/self/fd/N) of the libraries loaded from memfds.
+#: Their descriptors are closed once loaded (a process may load thousands), so a new load
+#: picks a number none of them has.
+_memfd_names: set[int] = set()
+
+
+def _load_memfd(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], None]]:
+    fd = os.memfd_create(f"gnnc:{path.name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    opened = [fd]
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(data)
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # what was checked cannot change
+        while opened[-1] in _memfd_names:
+            opened.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, opened[-1] + 1))
+        number = opened[-1]
+        name = f"/proc/self/fd/{number}"
+        try:
+            library = ctypes.CDLL(name, mode=_MODE)
+        except OSError as exc:
+            raise OSError(str(exc).replace(name, str(path))) from None
+        _memfd_names.add(number)
+    finally:
+        for n in opened:
+            os.close(n)  # the mapping keeps the memfd
+    return library, functools.partial(_memfd_names.discard, number)
+
+
+def _load_file_copy(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], None]]:
+    directory = tempfile.mkdtemp(prefix="gnnc-load-")  # 0700, a new name
+    try:
+        name = os.path.join(directory, path.name)
+        with open(name, "wb") as f:
+            f.write(data)
+        try:
+            library = ctypes.CDLL(name, mode=_MODE)
+        except OSError as exc:
+            raise OSError(str(exc).replace(name, str(path))) from None
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)  # mapped, the file can go
+    return library, _nothing
+
+
+def _nothing() -> None:
+    pass
+
+
+def _unload(handle: int, release: Callable[[], None]) -> None:
+    """dlclose once the library object is collected: every ctypes function pointer into it held
+    the library, so no Python code can call into it any more."""
+    _ctypes.dlclose(handle)
+    release()
+
+
+#: libgomp, kept loaded for the process's life once a kernel brought it in.
+_openmp: list[ctypes.CDLL] = []
+
+
+def _keep_openmp_loaded() -> None:
+    """Unloading the last kernel that needs libgomp would unload libgomp under its idle worker
+    threads; marked NODELETE (and held), it stays."""
+    if _openmp or not hasattr(os, "RTLD_NOLOAD"):
+        return
+    try:
+        _openmp.append(ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NODELETE | os.RTLD_NOW))
+    except OSError:
+        pass  # not loaded (a kernel without threads): nothing to keep
 
 
 def read_metadata(library: ctypes.CDLL, path: str | os.PathLike = "<library>") -> dict:
@@ -199,7 +324,8 @@ class Function:
 
     def __init__(self, library: ctypes.CDLL, symbol: str, arguments: Sequence[abi.Argument]):
         try:
-            self._function = getattr(library, symbol)
+            # by item, not attribute: CDLL caches attributes, and the cycle would delay the unload
+            self._function = library[symbol]
         except AttributeError as exc:
             raise ToolchainError(f"the shared object lacks the symbol {symbol}") from exc
         self._function.argtypes = [ctypes.c_void_p if a.pointer else ctypes.c_int64 for a in arguments]

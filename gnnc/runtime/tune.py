@@ -572,7 +572,7 @@ def retrain(cache: TuningCache | None = None, *, include_shipped: bool = True) -
         if shipped is not None:
             model = predictor.Model(shipped.cases + model.cases, model.machine)
     path = cache.directory / predictor.LOCAL_MODEL
-    path.parent.mkdir(parents=True, exist_ok=True)
+    cache.make_directory()
     from gnnc.autotune.cache import _write_atomically
 
     _write_atomically(path, model.to_json())

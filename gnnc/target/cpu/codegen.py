@@ -13,6 +13,7 @@ code, so a `.so` built for AVX-512 fails with a message instead of SIGILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -29,8 +30,9 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from gnnc.errors import CompileError, ToolchainError
+from gnnc.errors import CompileError, GnncError, ToolchainError
 from gnnc.host import host_cpu_flags
+from gnnc.ir import abi
 
 #: The symbols every gnnc shared object exports; `gnnc.runtime.native` reads them.
 METADATA_SYMBOL = "gnnc_metadata"
@@ -132,7 +134,8 @@ def resolve_cpu(level: str) -> CpuTarget:
 
 def embed_metadata(ir_module: ir.Module, metadata: dict) -> None:
     """Exports `gnnc_metadata` (null-terminated JSON, i8 array) and `gnnc_metadata_size`
-    (i64, the JSON's length without the terminator) from the module."""
+    (i64, the JSON's length without the terminator) from the module, and for each kernel
+    the metadata lists, its argument count (`abi.arity_symbol`)."""
     if METADATA_SYMBOL in ir_module.globals:
         raise CompileError("the module already carries gnnc metadata")
     data = json.dumps(metadata, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -145,6 +148,23 @@ def embed_metadata(ir_module: ir.Module, metadata: dict) -> None:
     size = ir.GlobalVariable(ir_module, ir.IntType(64), name=METADATA_SIZE_SYMBOL)
     size.initializer = ir.Constant(ir.IntType(64), len(data))
     size.global_constant = True
+    for kernel in metadata.get("kernels", []):
+        if isinstance(kernel, dict) and "symbol" in kernel:
+            _export_arity(ir_module, kernel["symbol"])
+
+
+def _export_arity(ir_module: ir.Module, symbol: str) -> None:
+    """Exports `abi.arity_symbol(symbol)`: the argument count of the function as compiled,
+    taken from the function itself, not from the metadata the runtime checks it against."""
+    try:
+        function = ir_module.get_global(symbol)
+    except KeyError:
+        raise CompileError(f"internal error: the metadata names {symbol}, which the module does not define") from None
+    if not isinstance(function, ir.Function):
+        raise CompileError(f"internal error: the metadata names {symbol}, which is not a function")
+    arity = ir.GlobalVariable(ir_module, ir.IntType(64), name=abi.arity_symbol(symbol))
+    arity.initializer = ir.Constant(ir.IntType(64), len(function.args))
+    arity.global_constant = True
 
 
 # ---------------------------------------------------------------- optimise and emit
@@ -198,47 +218,67 @@ def _references_openmp(object_bytes: bytes) -> bool:
     return re.search(rb"\0(GOMP_|omp_)", object_bytes) is not None
 
 
-def link_shared_object(
-    object_bytes: bytes, out_path: str | os.PathLike, *, extra_libs: tuple[str, ...] = ("gomp",)
-) -> None:
-    """Links an object into a shared object with the system C compiler.
+def shared_object_bytes(object_bytes: bytes, *, extra_libs: tuple[str, ...] = ("gomp",)) -> bytes:
+    """Links an object into a shared object with the system C compiler; returns its bytes,
+    the integrity trailer (`abi.with_integrity`) appended.
 
-    The result appears at `out_path` whole or not at all (temp file + rename). A
-    missing libgomp is tolerated when the object calls no GOMP_ / omp_ symbol.
+    A missing libgomp is tolerated when the object calls no GOMP_ / omp_ symbol.
     """
-    out_path = Path(out_path)
     cc = _compiler()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gnnc-link-") as tmp:
         obj = Path(tmp) / "kernels.o"
         obj.write_bytes(object_bytes)
-        # Beside the result, so the rename is atomic; the linker creates it (umask applies).
-        partial = str(out_path.parent / f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        out = Path(tmp) / "kernels.so"
+        libs = list(extra_libs)
+        while True:
+            cmd = [*cc, "-shared", "-fPIC", "-o", str(out), str(obj)]
+            if sys.platform.startswith("linux"):
+                cmd.append("-Wl,--as-needed")  # no NEEDED entry for an unused libgomp
+            cmd += [f"-l{lib}" for lib in libs] + ["-lm"]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ToolchainError(f"linking failed: {shlex.join(cmd)}: {exc}") from exc
+            if proc.returncode == 0:
+                break
+            missing_gomp = "gomp" in libs and re.search(r"(cannot find|not found).*gomp", proc.stderr)
+            if missing_gomp and not _references_openmp(object_bytes):
+                libs.remove("gomp")
+                continue
+            hint = " (libgomp is needed by parallel kernels: install gcc's libgomp)" if missing_gomp else ""
+            raise ToolchainError(
+                f"linking failed{hint}: {shlex.join(cmd)}\n{proc.stderr.strip() or proc.stdout.strip()}"
+            )
         try:
-            libs = list(extra_libs)
-            while True:
-                cmd = [*cc, "-shared", "-fPIC", "-o", partial, str(obj)]
-                if sys.platform.startswith("linux"):
-                    cmd.append("-Wl,--as-needed")  # no NEEDED entry for an unused libgomp
-                cmd += [f"-l{lib}" for lib in libs] + ["-lm"]
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-                except (OSError, subprocess.TimeoutExpired) as exc:
-                    raise ToolchainError(f"linking failed: {shlex.join(cmd)}: {exc}") from exc
-                if proc.returncode == 0:
-                    break
-                missing_gomp = "gomp" in libs and re.search(r"(cannot find|not found).*gomp", proc.stderr)
-                if missing_gomp and not _references_openmp(object_bytes):
-                    libs.remove("gomp")
-                    continue
-                hint = " (libgomp is needed by parallel kernels: install gcc's libgomp)" if missing_gomp else ""
-                raise ToolchainError(
-                    f"linking failed{hint}: {shlex.join(cmd)}\n{proc.stderr.strip() or proc.stdout.strip()}"
-                )
-            os.replace(partial, out_path)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+            return abi.with_integrity(out.read_bytes())
+        except OSError as exc:
+            raise ToolchainError(f"linking failed: {shlex.join(cmd)} wrote no readable {out.name}: {exc}") from exc
+
+
+def link_shared_object(
+    object_bytes: bytes, out_path: str | os.PathLike, *, extra_libs: tuple[str, ...] = ("gomp",)
+) -> None:
+    """Links an object into a shared object at `out_path` (`shared_object_bytes`).
+
+    The result appears whole or not at all (temp file + rename), with the mode
+    the linker would give it (0777 less the umask).
+    """
+    data = shared_object_bytes(object_bytes, extra_libs=extra_libs)
+    out_path = Path(out_path)
+    # beside the result, so the rename is atomic
+    partial = out_path.parent / f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o777)
+        with open(fd, "wb") as f:
+            f.write(data)
+        os.replace(partial, out_path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise GnncError(f"cannot write {out_path}: {exc.strerror or exc}") from exc
+        raise
 
 
 __all__ = [
@@ -251,4 +291,5 @@ __all__ = [
     "link_shared_object",
     "optimize_and_emit",
     "resolve_cpu",
+    "shared_object_bytes",
 ]
