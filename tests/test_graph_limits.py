@@ -13,7 +13,6 @@ import gzip
 import io
 import struct
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,4 +278,3 @@ def test_integer_tokens_are_digits_only(tmp_path):
     with pytest.raises(GraphError, match="does not fit in int64"):
         read_edges(p)
     assert MAX_INT_TOKEN == 64
-
