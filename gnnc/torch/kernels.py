@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from gnnc.autotune.decision import check_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.torch import cuda, graphs, ops
@@ -115,8 +116,8 @@ class Kernel:
         **named: Any,
     ) -> Any:
         """The result, or a named tuple of the results in signature order for a kernel with several."""
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        if threads is not None:
+            threads = check_threads(threads)  # 1 .. max_threads(), before any native code
         tensors = self._tensors(self._bind(inputs, named), graph)
         edge_index, num_src, num_dst = self._graph(graph, num_vertices, size, tensors)
         n = len(self.results)
