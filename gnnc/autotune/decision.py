@@ -193,7 +193,9 @@ def _clamped_env_threads(value: int) -> int:
     """OMP_NUM_THREADS within max_threads(), warned about once per value."""
     if value <= max_threads():
         return value
-    _log.warning("OMP_NUM_THREADS=%d is more than gnnc runs (at most %d): using %d", value, max_threads(), max_threads())
+    _log.warning(
+        "OMP_NUM_THREADS=%d is more than gnnc runs (at most %d): using %d", value, max_threads(), max_threads()
+    )
     return max_threads()
 
 
@@ -311,7 +313,9 @@ def _auto(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None) ->
         except ArgumentError as exc:
             # a stale tuning entry (`specialize F 999` for a call with F = 4): the
             # variant is sound, for other calls; this one takes the next choice
-            _log.warning("%s: %s schedule %r cannot run this call: %s", kernel.name, choice.origin, choice.schedule, exc)
+            _log.warning(
+                "%s: %s schedule %r cannot run this call: %s", kernel.name, choice.origin, choice.schedule, exc
+            )
             failed.add(choice.schedule)
             runner = kernel
     assert choice is not None, "AUTO_ATTEMPTS is at least 1"
