@@ -214,3 +214,30 @@ def test_malformed_tuning_records_are_skipped_by_retraining(private_tuning_dir):
         f.write(b"\xff\xfe not json\n")
     model = predictor.Model.fit(cache.records())
     assert len(model.cases) == 1
+
+
+# ------------------------------------------------------------------ the graph argument
+
+
+def test_the_graph_is_positional_or_graph_but_not_both(gcn, graph, reference):
+    # `kernel(g, x, w, graph=h)` ended in Python's TypeError "got multiple values for argument 'graph'"
+    inputs = _inputs(gcn, graph)
+    for call in (gcn, reference):
+        with pytest.raises(ArgumentError, match="the graph is given twice"):
+            call(graph, **inputs, graph=graph)
+        with pytest.raises(ArgumentError, match="needs the graph as its first argument"):
+            call(**inputs)
+    assert_matches(gcn(graph=graph, **inputs), reference(graph, **inputs), graph, np.float32)
+    assert np.array_equal(reference(graph=graph, **inputs), reference(graph, **inputs))
+
+
+def test_torch_kernels_take_the_graph_alike():
+    torch = pytest.importorskip("torch")
+    import gnnc.torch
+
+    conv = gnnc.torch.kernel(EXAMPLES / "gcn.gnn", "gcn")
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    x, w = torch.ones(3, 4), torch.ones(3)
+    with pytest.raises(ArgumentError, match="given twice"):
+        conv(edge_index, x, w, graph=edge_index)
+    assert torch.equal(conv(graph=edge_index, x=x, w=w), conv(edge_index, x, w))

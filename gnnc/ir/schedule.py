@@ -78,8 +78,7 @@ EXCLUSIVE_DIRECTIVES: dict[str, tuple[tuple[str, ...], str]] = {
     "sort": (("reorder",), "both choose the order destinations run in"),
     "order": (
         ("partition", "group", "sort", "reorder"),
-        "the Hilbert edge list fixes the whole traversal: no destination's walk is left to partition, "
-        "split or reorder",
+        "the Hilbert edge list fixes the whole traversal: no destination's walk is left to partition, split or reorder",
     ),
     "group": (("partition",), "both split each destination's in-edges, each its own way"),
 }

@@ -27,7 +27,7 @@ from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook, memory, native
 from gnnc.runtime.cuda import is_device_array
-from gnnc.runtime.signature import pack_results, prepare_call
+from gnnc.runtime.signature import NO_GRAPH, pack_results, prepare_call, take_graph
 
 _log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ class Kernel:
 
     def __call__(
         self,
-        graph: Graph,
+        graph: Any = NO_GRAPH,
+        /,
         *args: Any,
         out: Any = None,
         threads: int | None = None,
@@ -106,7 +107,7 @@ class Kernel:
         """
         if not isinstance(deterministic, bool):
             raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
-        graph = _as_graph(graph)
+        graph = _as_graph(take_graph(graph, kwargs))
         _refuse_device_arrays(self.signature, args, kwargs, out)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         results = pack_results(self.signature, outputs)

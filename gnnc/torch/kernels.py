@@ -26,6 +26,7 @@ import torch
 from gnnc.autotune.decision import check_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
+from gnnc.runtime.signature import NO_GRAPH, take_graph
 from gnnc.torch import cuda, graphs, ops
 
 #: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
@@ -108,7 +109,8 @@ class Kernel:
 
     def __call__(
         self,
-        graph: Any,
+        graph: Any = NO_GRAPH,
+        /,
         *inputs: Any,
         num_vertices: int | None = None,
         size: Any = None,
@@ -116,6 +118,7 @@ class Kernel:
         **named: Any,
     ) -> Any:
         """The result, or a named tuple of the results in signature order for a kernel with several."""
+        graph = take_graph(graph, named)
         if threads is not None:
             threads = check_threads(threads)  # 1 .. max_threads(), before any native code
         tensors = self._tensors(self._bind(inputs, named), graph)
