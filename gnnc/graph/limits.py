@@ -41,10 +41,10 @@ __all__ = [
 FILE_VERTICES_PER_BYTE = 8
 #: Vertices any graph file may declare, however small (2^22: 32 MiB per offset array).
 MIN_FILE_VERTICES = 1 << 22
-#: Bytes of working arrays the text tokenizer needs per byte of text, at most
-#: (line starts, token starts and lines, masks); a text file may take
-#: 1 / TEXT_AMPLIFICATION of memory.
-TEXT_AMPLIFICATION = 32
+#: Bytes of working arrays the text tokenizer and parsers need per byte of
+#: text, at most (line starts; token starts, lengths and lines; masks; the
+#: ids); a text file may take 1 / TEXT_AMPLIFICATION of memory.
+TEXT_AMPLIFICATION = 48
 #: Bytes per vertex and per edge of a Graph's arrays: offsets and degrees per
 #: vertex (in- and out-CSR, a bincount); src, dst, in_src, in_eid, out_dst,
 #: out_eid and the sort's packed keys per edge.
