@@ -19,6 +19,7 @@ import pytest
 import gnnc
 from gnnc.autotune import autoschedule, decision, predictor
 from gnnc.autotune.cache import TuningCache
+from gnnc.autotune.threads import max_threads
 from gnnc.errors import ArgumentError
 from gnnc.runtime import tune
 
@@ -62,7 +63,7 @@ def _inputs(gcn, graph, f=4):
 
 
 def test_the_thread_limit_is_four_per_core_and_at_least_64():
-    assert decision.max_threads() == max(64, 4 * (os.cpu_count() or 1))
+    assert max_threads() == max(64, 4 * (os.cpu_count() or 1))
 
 
 @pytest.mark.parametrize("threads", [100_000, 0, -3, 2.0, "4", True])
@@ -74,7 +75,7 @@ def test_out_of_range_threads_are_refused_before_native_code(gcn, graph, threads
 
 def test_the_largest_thread_count_runs(gcn, graph, reference):
     inputs = _inputs(gcn, graph)
-    got = gcn(graph, **inputs, threads=decision.max_threads())
+    got = gcn(graph, **inputs, threads=max_threads())
     assert_matches(got, reference(graph, **inputs), graph, np.float32)
     assert_matches(gcn(graph, **inputs, threads=np.int64(2)), reference(graph, **inputs), graph, np.float32)
 
@@ -83,7 +84,7 @@ def test_omp_num_threads_above_the_limit_is_clamped_with_a_warning(monkeypatch, 
     decision._clamped_env_threads.cache_clear()
     monkeypatch.setenv("OMP_NUM_THREADS", "100000")
     with caplog.at_level(logging.WARNING, logger="gnnc.autotune.decision"):
-        assert decision.resolve_threads(None) == decision.max_threads()
+        assert decision.resolve_threads(None) == max_threads()
     assert "OMP_NUM_THREADS=100000 is more than gnnc runs" in caplog.text
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert decision.resolve_threads(None) == 3
@@ -100,7 +101,7 @@ def test_torch_threads_are_checked():
         conv(edge_index, x, w, threads=100_000)
     torch_threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(decision.max_threads() + 5)  # PyTorch's own count is clamped, not refused
+        torch.set_num_threads(max_threads() + 5)  # PyTorch's own count is clamped, not refused
         assert torch.allclose(conv(edge_index, x, w), conv(edge_index, x, w, threads=1))
     finally:
         torch.set_num_threads(torch_threads)

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from gnnc.autotune import decision, heuristic, predictor
+from gnnc.autotune import heuristic, predictor
 from gnnc.autotune.cache import TuningCache, entry_key, kernel_key
+from gnnc.autotune.threads import thread_count_problem
 
 _CACHE = TuningCache()
 _log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def choose(
         if entry is not None:
             schedule = heuristic.fit_edge_ids(entry["schedule"], graph)
             threads = entry.get("threads")
-            problem = None if threads is None else decision.thread_count_problem(threads)
+            problem = None if threads is None else thread_count_problem(threads)
             if problem is not None:
                 _log.warning("%s: tuning cache entry %r ignored: %s", kernel.name, entry["schedule"], problem)
             elif schedule in kernel._refused or schedule in skip:
@@ -60,7 +61,7 @@ def choose(
         traits = predictor.kernel_traits(kernel._abi, kernel.signature.params, kernel.signature.results, dims, itemsize)
         for rank in model.rank(signature, traits):
             directives, threads = predictor.split_threads(rank.key)
-            if threads is not None and decision.thread_count_problem(threads) is not None:
+            if threads is not None and thread_count_problem(threads) is not None:
                 continue
             concrete = predictor.concrete_schedule(directives, traits["row"], traits["sizes"])
             if concrete is None or concrete in kernel._refused:

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.autotune import heuristic
+from gnnc.autotune.threads import check_threads, max_threads
 from gnnc.errors import ArgumentError, CompileError, SourceError
 from gnnc.graph import plans
 from gnnc.graph.plans import PlanSpec
@@ -134,43 +135,6 @@ def decide(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None = 
         decided = _decide(kernel, graph, dims, threads, resolved, request)
         graph.plans[key] = decided
     return decided
-
-
-#: The fewest workers `max_threads()` allows, however few cores: oversubscribing a
-#: small machine a little is a user's choice, not a danger.
-MIN_THREAD_LIMIT = 64
-#: `max_threads()` allows this many workers per core.
-THREADS_PER_CORE = 4
-
-
-def max_threads() -> int:
-    """The most workers a call may ask for: THREADS_PER_CORE x os.cpu_count(), at least MIN_THREAD_LIMIT.
-
-    libgomp creates every worker a call asks for: `threads=100_000` ended in a
-    SIGSEGV in GOMP_parallel (or "Thread creation failed"), so the count is
-    checked before any native code runs.
-    """
-    return max(MIN_THREAD_LIMIT, THREADS_PER_CORE * (os.cpu_count() or 1))
-
-
-def thread_count_problem(threads: Any) -> str | None:
-    """Why `threads` is not a worker count a call may ask for (an int in 1 .. max_threads()), or None."""
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        return f"threads must be a positive integer, got {threads!r}"
-    if threads > max_threads():
-        return (
-            f"threads={threads} is more than this machine allows: at most {max_threads()} "
-            f"({THREADS_PER_CORE} per core, at least {MIN_THREAD_LIMIT})"
-        )
-    return None
-
-
-def check_threads(threads: Any) -> int:
-    """`threads` as an int, or ArgumentError (see thread_count_problem)."""
-    problem = thread_count_problem(threads)
-    if problem is not None:
-        raise ArgumentError(problem)
-    return int(threads)
 
 
 def resolve_threads(threads: int | None) -> int:

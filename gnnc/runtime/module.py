@@ -97,7 +97,7 @@ class Kernel:
         without it a kernel compiled without a schedule runs the default
         heuristic's pick for the graph and sizes. `threads=` sets the workers
         (default: OMP_NUM_THREADS, else every core this process may use): at
-        most `decision.max_threads()`, 4 a core and at least 64, or an
+        most `autotune.threads.max_threads()`, 4 a core and at least 64, or an
         ArgumentError before any native code runs. The graph may be given as
         `graph=` instead of first.
 

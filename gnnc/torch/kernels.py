@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from gnnc.autotune.decision import check_threads
+from gnnc.autotune.threads import check_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import NO_GRAPH, take_graph

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from gnnc import api
-from gnnc.autotune.decision import check_threads, max_threads
+from gnnc.autotune.threads import check_threads, max_threads
 from gnnc.errors import ArgumentError, CompileError, GnncError
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
