@@ -60,8 +60,8 @@ def test_call_arguments(batch):
     _run("call", batch, timeout=400)
 
 
-@_settings(quick=2, thorough=40)
-@given(batch=_batch(strategies.file_cases(), quick=60, thorough=150))
+@_settings(quick=2, thorough=100)
+@given(batch=_batch(strategies.file_cases(), quick=60, thorough=60))
 def test_graph_files(batch):
     _run("file", batch, timeout=300)
 
