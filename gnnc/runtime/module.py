@@ -110,7 +110,9 @@ class Kernel:
         """
         if not isinstance(deterministic, bool):
             raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
-        graph = _as_graph(take_graph(graph, kwargs))
+        if graph is NO_GRAPH or "graph" in kwargs:  # a warm call's path stays in this module
+            graph = take_graph(graph, kwargs)
+        graph = _as_graph(graph)
         _refuse_device_arrays(self.signature, args, kwargs, out)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         results = pack_results(self.signature, outputs)
