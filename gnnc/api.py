@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gnnc.errors import ArgumentError
 from gnnc.runtime.module import Module
+from gnnc.runtime.signature import NO_GRAPH, take_graph
 
 if TYPE_CHECKING:
     from gnnc.runtime.gradient import Gradient
@@ -23,9 +24,10 @@ class ReferenceKernel:
         self.name = kernel.name
         self.signature = kernel_signature(kernel)
 
-    def __call__(self, graph: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, graph: Any = NO_GRAPH, /, *args: Any, **kwargs: Any) -> Any:
         from gnnc import reference
 
+        graph = take_graph(graph, kwargs)
         for option in ("threads", "schedule", "out"):
             kwargs.pop(option, None)
         return reference.evaluate(self.kernel, graph, *args, **kwargs)

@@ -71,6 +71,29 @@ def _align(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _matvec(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``a @ w`` (`w` a `[K, N]` matrix), each row summed in the order k = 0, 1, ..., K-1.
+
+    BLAS (np.matmul) blocks and vectorises a product by where a row sits in
+    memory, so two equal rows could differ in their last bit, and a tie of
+    `argmax` / `argmin` (and the edge a max's gradient goes to) would fall to
+    rounding instead of the lowest edge id. Elementwise numpy does every row's
+    arithmetic alike: equal inputs give equal outputs.
+    """
+    acc = np.zeros(a.shape[:-1] + w.shape[1:])
+    for k in range(w.shape[0]):
+        acc = acc + a[..., k : k + 1] * w[k]
+    return acc
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sum over the last axis of ``a * b``, in index order for every row (see `_matvec`)."""
+    acc = np.zeros(np.broadcast_shapes(a.shape, b.shape)[:-1])
+    for k in range(a.shape[-1]):
+        acc = acc + a[..., k] * b[..., k]
+    return acc
+
+
 class _Evaluator:
     def __init__(self, kernel: Any, graph: Graph, params: dict[str, tuple[str | None, np.ndarray]]):
         self.kernel = kernel
@@ -165,7 +188,7 @@ class _Evaluator:
             w = b[0]
             if a.ndim < 2 or a.shape[-1] != w.shape[0]:
                 raise _ReferenceError(f"'@' of shapes {list(a.shape[1:])} and {list(w.shape)}")
-            return np.matmul(a, w)
+            return _matvec(a, w)
         a, b = _align(a, b)
         if e.op == "+":
             return a + b
@@ -194,7 +217,7 @@ class _Evaluator:
             a, b = self.expr(e.args[0], mode), self.expr(e.args[1], mode)
             if a.shape[1:] != b.shape[1:] or a.ndim < 2:
                 raise _ReferenceError(f"dot of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
-            return np.sum(a * b, axis=-1)
+            return _dot(a, b)
         if f == "outer":
             a, b = self.expr(e.args[0], mode), self.expr(e.args[1], mode)
             if a.ndim < 2 or b.ndim < 2 or a.shape[1:-1] != b.shape[1:-1]:

@@ -127,3 +127,30 @@ kernel o(x: f64[V, H, K], y: f64[V, H, N], w: f64[E]) -> f64[V, H, K, N] {
     np.add.at(by_hand, GRAPH.dst, np.einsum("ehk,ehn->ehkn", x[GRAPH.src] * w[:, None, None], y[GRAPH.dst]))
     np.testing.assert_allclose(want, by_hand, rtol=1e-12)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("k, n", [(64, 2), (16, 2), (65, 3), (37, 19)])
+def test_the_reference_breaks_ties_through_matvecs_by_edge_id_not_rounding(k, n):
+    """Equal rows through `@` and `dot` give bit-equal values in the oracle (BLAS could differ by an ulp
+    with a row's alignment), so argmax / argmin follow the lowest-edge-id rule exactly."""
+    source = """
+    kernel m(x: f64[V, K], W: f64[K, N]) -> (hi: f64[V, N], lo: f64[V, N], y: f64[E, N], d: f64[E]) {
+        y[e] = x[u] @ W
+        d[e] = dot(x[u] @ W, x[v] @ W)
+        hi[v] = argmax(x[u] @ W)
+        lo[v] = argmin(tanh(x[u] @ W))
+    }
+    """
+    rng = np.random.default_rng(7)
+    v = 40  # 699 edges: BLAS's last rows (past its blocks of 4 or 8) differ from equal ones by an ulp
+    x = np.tile(rng.standard_normal(k), (v, 1))  # every vertex alike: every in-edge ties
+    W = rng.standard_normal((k, n))
+    src, dst = rng.integers(0, v, 699), rng.integers(0, v, 699)
+    graph = gnnc.Graph.from_coo(src, dst, num_vertices=v)
+    got = gnnc.compile(source, target="reference").m(graph, x, W)
+    assert np.all(got["y"] == got["y"][0]) and np.all(got["d"] == got["d"][0])
+    first = np.full(v, -1.0)
+    for e in range(graph.num_edges - 1, -1, -1):
+        first[dst[e]] = e
+    for name in ("hi", "lo"):
+        np.testing.assert_array_equal(got[name], np.repeat(first[:, None], n, axis=1))

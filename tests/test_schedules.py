@@ -336,3 +336,22 @@ def test_simd_takes_register_widths_only():
     source = (EXAMPLES / "gcn.gnn").read_text() + "\nschedule gcn for cpu { simd 384 }\n"
     with pytest.raises(SourceError, match="expected '128', '256' or '512' after 'simd', found '384'"):
         compiler.compile_source(source, stop_after="graph")
+
+
+@pytest.mark.parametrize("order", ["sort degree", "reorder locality", "reorder rcm"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "kernel k(x: f32[V, F], w: f32[E]) -> f32[E, F] {\n    out[e] = w[e] * x[u]\n}\n",
+        "kernel k(x: f32[V]) -> f32[E] {\n    out[e] = x[u]\n}\n",
+    ],
+)
+def test_partitioned_edge_kernels_with_a_destination_order_match_reference(source, order):
+    # an edge-result kernel's destination lookup was read only by the partitioned walk: it moved
+    # into the first partition's guard ("internal error: IR after 'convert-loop-to-scf' does not verify")
+    module = gnnc.compile(source, schedule=f"{order}; partition src 2")
+    rng = np.random.default_rng(8)
+    graph = gnnc.Graph.from_coo(rng.integers(0, 40, 300), rng.integers(0, 40, 300), num_vertices=40)
+    inputs = random_inputs(module.k.signature, graph, {"F": 3}, np.float32, seed=9)
+    want = gnnc.compile(source, target="reference").k(graph, **inputs)
+    assert_matches(module.k(graph, **inputs), want, graph, np.float32)

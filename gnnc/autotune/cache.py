@@ -33,6 +33,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import platform
 import tempfile
@@ -52,6 +53,8 @@ RECORDS_FILE = "records.jsonl"
 LOCK_FILE = ".lock"
 #: Bump when the meaning of an entry changes; older files are ignored, not misread.
 FORMAT_VERSION = 1
+
+_log = logging.getLogger(__name__)
 
 
 def tuning_dir() -> Path:
@@ -163,22 +166,22 @@ class TuningCache:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read(self) -> dict:
-        """The entries; an unreadable or foreign file counts as empty (tuning is an optimisation)."""
+        """The entries; an unreadable, malformed or foreign file counts as empty (tuning is an
+        optimisation), with a warning for a malformed one (once per version of the file)."""
         try:
             stamp = self.cache_path.stat().st_mtime_ns
         except OSError:
             return {}
         if self._memo is not None and self._memo[0] == stamp:
             return self._memo[1]
-        try:
-            data = json.loads(self.cache_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        entries = data.get("entries", {}) if isinstance(data, dict) and data.get("version") == FORMAT_VERSION else {}
+        entries, problem = _parse_cache(self.cache_path)
+        if problem is not None:
+            _log.warning("tuning cache %s ignored: %s", self.cache_path, problem)
         self._memo = (stamp, entries)
         return entries
 
     def lookup(self, key: str) -> dict | None:
+        """The entry for `key` if it has a schedule (text); what else it says, the caller checks."""
         if not self._check_directory():
             return None
         entry = self._read().get(key)
@@ -202,11 +205,30 @@ class TuningCache:
         return read_records(self.records_path)
 
 
+def _parse_cache(path: Path) -> tuple[dict, str | None]:
+    """(the entries of `cache.json`, or {}; what is wrong with it, or None). A file of another
+    FORMAT_VERSION is no problem: it is ignored, not misread."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return {}, f"cannot read it ({exc.strerror or exc})"
+    except ValueError as exc:  # UnicodeDecodeError too
+        return {}, f"not JSON text ({exc})"
+    if not isinstance(data, dict):
+        return {}, f"a JSON {type(data).__name__}, not an object"
+    if data.get("version") != FORMAT_VERSION:
+        return {}, None
+    entries = data.get("entries", {})
+    if not isinstance(entries, dict):
+        return {}, f"its 'entries' is a JSON {type(entries).__name__}, not an object"
+    return entries, None
+
+
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Tuning records from a JSON-lines file; lines that do not parse are skipped."""
     out: list[dict] = []
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return out
     for line in lines:

@@ -36,7 +36,9 @@ cache).
 
 from __future__ import annotations
 
+import functools
 import itertools
+import logging
 import os
 import weakref
 from collections.abc import Mapping
@@ -48,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.autotune import heuristic
+from gnnc.autotune.threads import check_threads, max_threads
 from gnnc.errors import ArgumentError, CompileError, SourceError, ToolchainError
 from gnnc.graph import plans
 from gnnc.graph.plans import PlanSpec
@@ -58,6 +61,7 @@ from gnnc.ir.schedule import directives_text
 AUTO_ATTEMPTS = 8
 
 _serials = itertools.count()
+_log = logging.getLogger(__name__)
 
 
 def next_serial() -> int:
@@ -158,18 +162,29 @@ def decide_and_hold(
 
 
 def resolve_threads(threads: int | None) -> int:
-    """`threads=` on the call, else OMP_NUM_THREADS, else every core this process may use."""
+    """`threads=` on the call (checked: ArgumentError outside 1 .. max_threads()), else
+    OMP_NUM_THREADS (a value above the maximum is clamped to it: the environment is shared
+    with other libraries), else every core this process may use."""
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
-        return threads
+        return check_threads(threads)
     env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if env.isdigit() and int(env) > 0:
-        return int(env)
+        return _clamped_env_threads(int(env))
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _clamped_env_threads(value: int) -> int:
+    """OMP_NUM_THREADS within max_threads(), warned about once per value."""
+    if value <= max_threads():
+        return value
+    _log.warning(
+        "OMP_NUM_THREADS=%d is more than gnnc runs (at most %d): using %d", value, max_threads(), max_threads()
+    )
+    return max_threads()
 
 
 # ------------------------------------------------------------- the choice
@@ -264,28 +279,41 @@ def _auto(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None) ->
     from gnnc.autotune import autoschedule  # the tuning cache and the predictor: only "auto" reads them
 
     runner, choice = kernel, None
+    failed: set[str] = set()  # schedules that cannot run this call: the next choice
     for _ in range(AUTO_ATTEMPTS):
-        choice = autoschedule.choose(kernel, graph, dims)
+        choice = autoschedule.choose(kernel, graph, dims, skip=failed)
         if choice.schedule in kernel._refused or (not choice.schedule and not kernel._abi.schedule_given):
             # the kernel as compiled: nothing to pick, or the pick was refused before
             runner = kernel
             break
         try:
             runner = kernel._variant(choice.schedule)
-            break
-        except (CompileError, SourceError):
+        except (CompileError, SourceError) as exc:
             # a prediction this kernel cannot take (partitioning a softmax), or a
             # cache entry that does not parse (edited by hand): the next one
+            _log.debug("%s: %s schedule %r refused: %s", kernel.name, choice.origin, choice.schedule, exc)
             kernel._refused.add(choice.schedule)
             runner = kernel
+            continue
+        try:
+            _check_runs(runner.name, runner._abi, graph, dims)
+            break
+        except ArgumentError as exc:
+            # a stale tuning entry (`specialize F 999` for a call with F = 4): the
+            # variant is sound, for other calls; this one takes the next choice
+            _log.warning(
+                "%s: %s schedule %r cannot run this call: %s", kernel.name, choice.origin, choice.schedule, exc
+            )
+            failed.add(choice.schedule)
+            runner = kernel
     assert choice is not None, "AUTO_ATTEMPTS is at least 1"
-    n_threads = resolve_threads(threads if threads is not None else choice.threads)
+    picked = runner is not kernel or not choice.schedule  # else every pick failed: the kernel as compiled
+    origin = Origin(choice.origin) if picked else Origin.AS_COMPILED
+    n_threads = resolve_threads(threads if threads is not None else choice.threads if picked else None)
     runs = choice.schedule if runner is not kernel else "as compiled"
-    reason = (
-        f"{kernel.name}: schedule='auto' runs {runs!r} ({choice.origin}, threads={n_threads}) for {_shape(graph, dims)}"
-    )
+    reason = f"{kernel.name}: schedule='auto' runs {runs!r} ({origin}, threads={n_threads}) for {_shape(graph, dims)}"
     schedule = choice.schedule if runner is not kernel else None
-    return _made(runner, graph, dims, n_threads, schedule, Origin(choice.origin), reason)
+    return _made(runner, graph, dims, n_threads, schedule, origin, reason)
 
 
 # ------------------------------------------------------------- what it runs

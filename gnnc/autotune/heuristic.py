@@ -275,7 +275,7 @@ def fit_edge_ids(directives: str, graph: Any) -> str:
     """A schedule (`; `-separated) with `edges sorted` kept or added only where this graph's
     edge ids are sorted: a tuned or predicted schedule may come from another graph with the
     same statistics, and the runtime refuses `edges sorted` on a graph whose ids are not."""
-    lines = [line for line in directives.split("; ") if line and line != EDGES_SORTED]
+    lines = [line.strip() for line in directives.split(";") if line.strip() and line.strip() != EDGES_SORTED]
     reorders = any(line.split()[0] in REORDERING_DIRECTIVES for line in lines)
     if lines and getattr(graph, "edges_sorted", False) and not reorders:
         lines.append(EDGES_SORTED)
@@ -287,7 +287,7 @@ def fit_reorder(directives: str, kernel: Any, graph: Any, dims: dict[str, int]) 
     outputs` added where the default takes them and the prediction chose no order, partition,
     groups or streaming of its own: the predictor's cases were tuned before these existed, and
     without them a prediction runs slower than the default where the default takes them."""
-    lines = [line for line in directives.split("; ") if line]
+    lines = [line.strip() for line in directives.split(";") if line.strip()]
     chosen = {line.split()[0] for line in lines}
     if not lines or chosen & {*REORDERING_DIRECTIVES, "partition", "group", "stream"}:
         return directives

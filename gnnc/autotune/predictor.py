@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ NEIGHBOURS = 5
 MIN_SUPPORT = 2
 
 THREADS_SUFFIX = "; threads "
+
+_log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------ names
@@ -112,12 +115,16 @@ def concrete_schedule(canonical: str, row: int, sizes: str = "") -> str | None:
 
 
 def split_threads(key: str) -> tuple[str, int | None]:
-    """`"vectorize row; threads 1"` -> `("vectorize row", 1)`."""
+    """`"vectorize row; threads 1"` -> `("vectorize row", 1)`; ValueError for a `threads` part
+    that is not a positive integer."""
     if THREADS_SUFFIX.lstrip("; ") in key:
         parts = [p.strip() for p in key.split(";")]
         threads = [p for p in parts if p.startswith("threads ")]
         rest = [p for p in parts if not p.startswith("threads ") and p]
-        return "; ".join(rest), int(threads[-1].split()[1])
+        words = threads[-1].split() if threads else []
+        if len(words) != 2 or not words[1].isdigit() or int(words[1]) < 1:
+            raise ValueError(f"candidate {key!r}: 'threads' needs a positive integer")
+        return "; ".join(rest), int(words[1])
     return key, None
 
 
@@ -191,6 +198,27 @@ class Prediction:
     support: int
 
 
+def _case_of(r: dict) -> tuple[str, dict | None]:
+    """(the case's id, the case) of one tuning record; None without a measured baseline.
+    A malformed record raises KeyError, TypeError or ValueError."""
+    times = r.get("times", {})
+    base = times.get(r.get("baseline", ""))
+    if not _finite(base) or base <= 0:
+        return "", None
+    row = int(r["traits"]["row"])
+    ratios = {}
+    for key, t in times.items():
+        if _finite(t) and t > 0:
+            sched, threads = split_threads(key)
+            ratios[join_threads(canonical_schedule(sched, row), threads)] = math.log(t / base)
+    features = case_features(r["graph"], r["traits"])
+    if not np.all(np.isfinite(features)):
+        raise ValueError("features that are not finite")
+    case_id = json.dumps([r.get("kernel"), r["graph"], r["dims"]], sort_keys=True)
+    label = f"{r.get('kernel', '?')} on {r.get('graph_name', '?')} {r['dims']}"
+    return case_id, {"features": features.tolist(), "ratios": ratios, "label": label}
+
+
 class Model:
     """The nearest-neighbour model: records' features and their candidates' log time ratios."""
 
@@ -210,22 +238,13 @@ class Model:
         """One case per record with a measured unscheduled time; later records of a case win."""
         by_case: dict[str, dict] = {}
         for r in records:
-            times = r.get("times", {})
-            base = times.get(r.get("baseline", ""))
-            if not base or base <= 0:
+            try:
+                case_id, case = _case_of(r)
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                _log.debug("tuning record skipped: malformed (%.200r)", r)
                 continue
-            row = r["traits"]["row"]
-            ratios = {}
-            for key, t in times.items():
-                if t and t > 0:
-                    sched, threads = split_threads(key)
-                    ratios[join_threads(canonical_schedule(sched, row), threads)] = math.log(t / base)
-            case_id = json.dumps([r.get("kernel"), r["graph"], r["dims"]], sort_keys=True)
-            by_case[case_id] = {
-                "features": case_features(r["graph"], r["traits"]).tolist(),
-                "ratios": ratios,
-                "label": f"{r.get('kernel', '?')} on {r.get('graph_name', '?')} {r['dims']}",
-            }
+            if case is not None:
+                by_case[case_id] = case
         return cls(list(by_case.values()), machine)
 
     def to_json(self) -> str:
@@ -236,17 +255,28 @@ class Model:
 
     @classmethod
     def from_json(cls, text: str) -> Model | None:
+        """The model, or None for text that is not one (`parse` says why)."""
         try:
-            data = json.loads(text)
+            return cls.parse(text)
         except ValueError:
             return None
-        if (
-            not isinstance(data, dict)
-            or data.get("version") != MODEL_VERSION
-            or list(data.get("features", [])) != list(FEATURE_NAMES)
-        ):
+
+    @classmethod
+    def parse(cls, text: str) -> Model | None:
+        """The model, or None for text of another version or feature set (ignored, not misread);
+        raises ValueError naming what is wrong with malformed text."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        features = data.get("features", [])
+        if data.get("version") != MODEL_VERSION or not isinstance(features, list) or features != list(FEATURE_NAMES):
             return None
-        return cls(data.get("cases", []), data.get("machine", ""))
+        cases = data.get("cases", [])
+        problem = _cases_problem(cases)
+        if problem is not None:
+            raise ValueError(problem)
+        machine = data.get("machine", "")
+        return cls(cases, machine if isinstance(machine, str) else "")
 
     def rank(self, graph_signature: dict, traits: dict, keys: list[str] | None = None) -> list[Prediction]:
         """Candidates by predicted time, fastest first (canonical keys)."""
@@ -293,6 +323,30 @@ class Model:
         return None
 
 
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _cases_problem(cases: Any) -> str | None:
+    """What makes a model's cases unusable (the first problem), or None."""
+    if not isinstance(cases, list):
+        return f"'cases' is a JSON {type(cases).__name__}, not a list"
+    for i, case in enumerate(cases):
+        if not isinstance(case, dict):
+            return f"case {i} is not an object"
+        features, ratios = case.get("features"), case.get("ratios")
+        if not isinstance(features, list) or len(features) != len(FEATURE_NAMES) or not all(map(_finite, features)):
+            return f"case {i} has no list of {len(FEATURE_NAMES)} finite features"
+        if not isinstance(ratios, dict) or not all(isinstance(k, str) and _finite(r) for k, r in ratios.items()):
+            return f"case {i} has no object of finite ratios"
+        for key in ratios:
+            try:
+                split_threads(key)
+            except ValueError as exc:
+                return f"case {i}: {exc}"
+    return None
+
+
 def local_model_path() -> Path:
     from gnnc.autotune.cache import tuning_dir
 
@@ -320,10 +374,12 @@ def _load(path: str, mtime: int) -> Model | None:
     if mtime < 0:
         return None
     try:
-        text = Path(path).read_text()
+        return Model.parse(Path(path).read_text(encoding="utf-8"))
     except OSError:
         return None
-    return Model.from_json(text)
+    except ValueError as exc:  # not JSON, not UTF-8, or malformed cases
+        _log.warning("schedule model %s ignored: %s", path, exc)
+        return None
 
 
 def model_source() -> str:

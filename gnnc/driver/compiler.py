@@ -535,9 +535,8 @@ def read_source(source_or_path: str | os.PathLike) -> tuple[str, str]:
     if isinstance(source_or_path, os.PathLike) or (
         isinstance(source_or_path, str) and "\n" not in source_or_path and source_or_path.endswith(".gnn")
     ):
+        from gnnc.lang import read_source_file
+
         path = Path(source_or_path)
-        try:
-            return path.read_text(), str(path)
-        except OSError as exc:
-            raise GnncError(f"cannot read {path}: {exc.strerror}") from exc
+        return read_source_file(path), str(path)  # SourceError at a byte that is not UTF-8
     return str(source_or_path), "<string>"

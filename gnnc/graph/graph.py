@@ -21,8 +21,10 @@ CSR grouped by destination (``in_indptr``, ``in_src``, ``in_eid``), within a
 destination in increasing edge id, and map positions back to edge ids through
 ``in_eid``.
 
-Every invariant (integer ids, equal lengths, ids in range, well-formed CSR) is
-checked here, once; the arrays are then read-only, so per call only shapes,
+Every invariant (integer ids, equal lengths, ids in range, well-formed CSR,
+a size this machine's memory can hold: ``limits.py``) is checked here, once,
+before anything reads the arrays (a scipy matrix's too, before any of scipy's
+own conversions runs on them); the arrays are then read-only, so per call only shapes,
 dtypes and aliasing need checking. Building is vectorised numpy: a stable
 argsort and a bincount.
 """
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.errors import ArgumentError, GraphError
-from gnnc.graph import reorder
+from gnnc.graph import limits, reorder
 from gnnc.graph.tensors import is_torch_tensor
 
 __all__ = ["Graph"]
@@ -223,6 +225,7 @@ class Graph:
 
     def _build(self, src: np.ndarray, dst: np.ndarray, n_src: int, n_dst: int, checked: bool = False) -> None:
         if not checked:
+            limits.check_graph_size(n_src, n_dst, src.shape[0])
             square = n_src == n_dst
             _check_range(src, n_src, "source id src", "num_vertices" if square else "num_src")
             _check_range(dst, n_dst, "destination id dst", "num_vertices" if square else "num_dst")
@@ -434,26 +437,31 @@ def _coo_from_edge_index(
     return _with_sizes(s, d, sizes)
 
 
+def _check_indptr(ptr: np.ndarray, owner: str = "", nnz: int | None = None) -> None:
+    """Offsets that start at 0, never decrease and (with `nnz`) end at nnz, or a GraphError
+    naming the first break; `owner` prefixes the array's name ("the csr matrix's ")."""
+    if ptr.shape[0] == 0:
+        raise GraphError(f"{owner}indptr must have at least one entry (indptr[0] == 0)")
+    if ptr[0] != 0:
+        raise GraphError(f"{owner}indptr[0] must be 0, got {int(ptr[0])}")
+    bad = np.flatnonzero(ptr[1:] < ptr[:-1])
+    if bad.size:
+        i = int(bad[0])
+        raise GraphError(
+            f"{owner}indptr must be non-decreasing, but it decreases at position {i + 1}: "
+            f"indptr[{i}] = {int(ptr[i])} > indptr[{i + 1}] = {int(ptr[i + 1])}"
+        )
+    if nnz is not None and ptr[-1] != nnz:
+        raise GraphError(f"{owner}indptr[-1] = {int(ptr[-1])} must equal len(indices) = {nnz}")
+
+
 def _coo_from_csr(
     indptr: Any, indices: Any, num_vertices: Any, shape: Any = None
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
     sizes = _sizes(num_vertices, shape)
     ptr = _ids(indptr, "indptr", 1)
     idx = _ids(indices, "indices", 1)
-    if ptr.shape[0] == 0:
-        raise GraphError("indptr must have at least one entry (indptr[0] == 0)")
-    if ptr[0] != 0:
-        raise GraphError(f"indptr[0] must be 0, got {int(ptr[0])}")
-    steps = np.diff(ptr)
-    bad = np.flatnonzero(steps < 0)
-    if bad.size:
-        i = int(bad[0])
-        raise GraphError(
-            f"indptr must be non-decreasing, but it decreases at position {i + 1}: "
-            f"indptr[{i}] = {int(ptr[i])} > indptr[{i + 1}] = {int(ptr[i + 1])}"
-        )
-    if ptr[-1] != idx.shape[0]:
-        raise GraphError(f"indptr[-1] = {int(ptr[-1])} must equal len(indices) = {idx.shape[0]}")
+    _check_indptr(ptr, nnz=idx.shape[0])
     rows = ptr.shape[0] - 1
     if sizes is None:
         n = max(rows, int(idx.max()) + 1 if idx.size else 0)
@@ -461,24 +469,151 @@ def _coo_from_csr(
     elif sizes[0] < rows:
         what = "num_vertices" if sizes[0] == sizes[1] else "num_src"
         raise GraphError(f"{what} = {sizes[0]} is less than the {rows} rows of indptr (len(indptr) - 1)")
-    src = np.repeat(np.arange(rows, dtype=np.int64), steps)
+    src = np.repeat(np.arange(rows, dtype=np.int64), np.diff(ptr))
     _check_range(idx, sizes[1], "indices", "num_vertices" if sizes[0] == sizes[1] else "num_dst")
     return src, idx, sizes[0], sizes[1]
+
+
+# ------------------------------------------------------------ scipy -> COO
+#
+# scipy's constructors accept index arrays they never check (a decreasing
+# indptr, indices past the shape, arrays of different lengths), and its
+# compiled conversions (tocoo, tocsr) then read and write past their buffers.
+# So nothing of scipy's runs on a matrix before its arrays are checked here:
+# csr, csc, coo, dia and lil are expanded with numpy, in A.tocoo()'s order;
+# bsr and dok are converted by scipy's numpy / Python code once checked.
 
 
 def _coo_from_scipy(matrix: Any) -> tuple[np.ndarray, np.ndarray, int, int]:
     if not _is_scipy_sparse(matrix):
         raise GraphError(f"from_scipy needs a scipy sparse matrix or array, got {type(matrix).__name__}")
-    shape = matrix.shape
-    if len(shape) != 2:
-        raise GraphError(f"the adjacency matrix must be 2-D (num_src x num_dst), got shape {shape}")
-    coo = matrix.tocoo()
-    data = np.asarray(coo.data)
-    keep = data != 0
-    row = np.asarray(coo.row)
-    col = np.asarray(coo.col)
-    if not keep.all():
-        row, col = row[keep], col[keep]
+    n_rows, n_cols = _scipy_shape(matrix)
+    fmt = getattr(matrix, "format", None)
+    if fmt in ("csr", "csc"):
+        row, col, data = _scipy_compressed(matrix, fmt, n_rows, n_cols)
+    elif fmt == "coo":
+        row, col, data = _scipy_attr(matrix, "row", 1), _scipy_attr(matrix, "col", 1), _scipy_data(matrix, 1)
+    elif fmt == "dia":
+        row, col, data = _scipy_dia(matrix, n_rows, n_cols)
+    elif fmt == "lil":
+        row, col, data = _scipy_lil(matrix, n_rows)
+    elif fmt in ("bsr", "dok"):
+        if fmt == "bsr":
+            _check_bsr(matrix, n_rows, n_cols)
+        try:
+            coo = matrix.tocoo()
+        except (ValueError, TypeError, IndexError, OverflowError, AttributeError) as exc:
+            raise GraphError(f"cannot read the {fmt} matrix: {exc}") from None
+        row, col, data = np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data)
+    else:
+        raise GraphError(f"unknown scipy sparse format {fmt!r} of {type(matrix).__name__}")
+    if not (row.shape[0] == col.shape[0] == data.shape[0]):
+        raise GraphError(
+            f"the {fmt} matrix's arrays disagree in length: {row.shape[0]} rows, {col.shape[0]} columns, "
+            f"{data.shape[0]} values"
+        )
     src = _ids(row, "row", 1)
     dst = _ids(col, "col", 1)
-    return src, dst, int(shape[0]), int(shape[1])
+    keep = data != 0
+    if not np.all(keep):
+        src, dst = src[keep], dst[keep]
+    _check_range(src, n_rows, f"the {fmt} matrix's row", "the number of rows")
+    _check_range(dst, n_cols, f"the {fmt} matrix's column", "the number of columns")
+    return src, dst, n_rows, n_cols
+
+
+def _scipy_shape(matrix: Any) -> tuple[int, int]:
+    try:
+        shape = tuple(matrix.shape)
+    except (TypeError, AttributeError) as exc:
+        raise GraphError(f"the scipy matrix has no valid shape: {exc}") from None
+    if len(shape) != 2:
+        raise GraphError(f"the adjacency matrix must be 2-D (num_src x num_dst), got shape {shape}")
+    n_rows, n_cols = _count(shape[0], "the matrix's rows"), _count(shape[1], "the matrix's columns")
+    assert n_rows is not None and n_cols is not None, "_count returns None only for None"
+    return n_rows, n_cols
+
+
+def _scipy_attr(matrix: Any, name: str, ndim: int) -> np.ndarray:
+    try:
+        value = getattr(matrix, name)
+    except (AttributeError, ValueError, TypeError) as exc:
+        raise GraphError(f"the {matrix.format} matrix has no valid {name!r}: {exc}") from None
+    return _ids(value, f"the {matrix.format} matrix's {name}", ndim)
+
+
+def _scipy_data(matrix: Any, ndim: int) -> np.ndarray:
+    data = _to_numpy(getattr(matrix, "data", None), f"the {matrix.format} matrix's data")
+    if data.ndim != ndim:
+        raise GraphError(f"the {matrix.format} matrix's data must be {ndim}-D, got shape {data.shape}")
+    return data
+
+
+def _scipy_compressed(matrix: Any, fmt: str, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A csr / csc matrix's (row, col, data), in storage order (A.tocoo()'s)."""
+    major, minor = (n_rows, n_cols) if fmt == "csr" else (n_cols, n_rows)
+    ptr = _scipy_attr(matrix, "indptr", 1)
+    idx = _scipy_attr(matrix, "indices", 1)
+    data = _scipy_data(matrix, 1)
+    owner = f"the {fmt} matrix's "
+    if ptr.shape[0] != major + 1:
+        lines = "rows" if fmt == "csr" else "columns"
+        raise GraphError(f"{owner}indptr has {ptr.shape[0]} entries, but {major} {lines} need {major + 1}")
+    if idx.shape[0] != data.shape[0]:
+        raise GraphError(f"the {fmt} matrix has {idx.shape[0]} indices but {data.shape[0]} values")
+    _check_indptr(ptr, owner)
+    nnz = int(ptr[-1])
+    if nnz > idx.shape[0]:
+        raise GraphError(f"{owner}indptr[-1] = {nnz} is past the {idx.shape[0]} stored indices")
+    # entries past indptr[-1] are spare capacity: no row holds them
+    idx, data = idx[:nnz], data[:nnz]
+    _check_range(idx, minor, f"the {fmt} matrix's indices", "the number of " + ("columns" if fmt == "csr" else "rows"))
+    lead = np.repeat(np.arange(major, dtype=np.int64), np.diff(ptr))
+    return (lead, idx, data) if fmt == "csr" else (idx, lead, data)
+
+
+def _scipy_dia(matrix: Any, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A dia matrix's (row, col, data) in row-major order (A.tocoo()'s, which goes through tocsr)."""
+    offsets = _scipy_attr(matrix, "offsets", 1)
+    data = _scipy_data(matrix, 2)
+    if data.shape[0] != offsets.shape[0]:
+        raise GraphError(f"the dia matrix has {offsets.shape[0]} offsets but {data.shape[0]} rows of diagonals")
+    width = min(data.shape[1], n_cols)
+    col = np.broadcast_to(np.arange(width, dtype=np.int64), (offsets.shape[0], width))
+    row = col - offsets[:, None]
+    inside = (row >= 0) & (row < n_rows)
+    row, col, values = row[inside], col[inside], data[:, :width][inside]
+    order = np.lexsort((col, row))
+    return row[order], col[order], values[order]
+
+
+def _scipy_lil(matrix: Any, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A lil matrix's (row, col, data): row by row, each row's entries as stored."""
+    rows, values = getattr(matrix, "rows", None), getattr(matrix, "data", None)
+    if rows is None or values is None or len(rows) != n_rows or len(values) != n_rows:
+        raise GraphError(f"the lil matrix must hold {n_rows} lists of columns and of values, one per row")
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    if not np.array_equal(lengths, [len(v) for v in values]):
+        raise GraphError("the lil matrix's lists of columns and of values differ in length")
+    col = _ids([c for r in rows for c in r], "the lil matrix's rows", 1)
+    data = _to_numpy([x for v in values for x in v], "the lil matrix's data").reshape(-1)
+    return np.repeat(np.arange(n_rows, dtype=np.int64), lengths), col, data
+
+
+def _check_bsr(matrix: Any, n_rows: int, n_cols: int) -> None:
+    """A bsr matrix's blocks, offsets and block columns, checked before scipy's tocoo reads them."""
+    try:
+        r, c = (int(b) for b in matrix.blocksize)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise GraphError(f"the bsr matrix has no valid blocksize: {exc}") from None
+    if r < 1 or c < 1 or n_rows % r or n_cols % c:
+        raise GraphError(f"the bsr matrix's blocksize {(r, c)} does not divide its shape {(n_rows, n_cols)}")
+    ptr = _scipy_attr(matrix, "indptr", 1)
+    idx = _scipy_attr(matrix, "indices", 1)
+    data = _scipy_data(matrix, 3)
+    if ptr.shape[0] != n_rows // r + 1:
+        raise GraphError(f"the bsr matrix's indptr has {ptr.shape[0]} entries, its block rows need {n_rows // r + 1}")
+    _check_indptr(ptr, "the bsr matrix's ", idx.shape[0])
+    if data.shape != (idx.shape[0], r, c):
+        raise GraphError(f"the bsr matrix's data has shape {data.shape}, expected {(idx.shape[0], r, c)}")
+    _check_range(idx, n_cols // c, "the bsr matrix's indices", "the number of block columns")

@@ -38,7 +38,18 @@ loads with ``load_graph`` as a bipartite ``Graph``; ``read_edges``, whose
 ``symmetric=True``, as the two sides' ids name different vertices.
 
 Text formats are tokenised with numpy over the whole file (no per-line Python
-loop), so a file of a million edges loads in about a second.
+loop), so a file of a million edges loads in about a second. Lines end at LF,
+CR LF or a lone CR. Integers are an optional sign and digits, at most
+``MAX_INT_TOKEN`` bytes.
+
+Nothing in a file is trusted for a size (``limits.py``): a text file, or a
+``.gz`` once decompressed, is read only up to ``limits.text_bytes_limit()``
+bytes (a gzip bomb stops there); a file may declare, or imply by its largest
+id, at most ``max(limits.MIN_FILE_VERTICES, limits.FILE_VERTICES_PER_BYTE x
+its bytes)`` vertices unless ``max_vertices=`` says more; a ``.gt`` count or
+degree, a ``.npz`` array header, or a Matrix Market entry count that claims
+more than the file holds is a ``GraphError`` before anything is allocated for
+it. Every failure is a ``GraphError`` naming the file (and the line, for text).
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ import os
 import re
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -55,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from gnnc.errors import GraphError
+from gnnc.graph import limits
 
 if TYPE_CHECKING:  # the runtime's Graph is imported only when a Graph is built
     from gnnc.graph.graph import Graph
@@ -78,9 +91,17 @@ _METIS_EXTS = {".graph", ".metis", ".mgraph"}
 # --------------------------------------------------------------------------- API
 
 
-def read_edges(path: str | os.PathLike[str], *, symmetric: bool | None = None) -> EdgeArrays:
-    """Read a graph file into ``(src, dst, num_vertices)``, int64 arrays, edge ``i`` is ``src[i] -> dst[i]``."""
-    src, dst, sides = _read(Path(path), symmetric)
+def read_edges(
+    path: str | os.PathLike[str], *, symmetric: bool | None = None, max_vertices: int | None = None
+) -> EdgeArrays:
+    """Read a graph file into ``(src, dst, num_vertices)``, int64 arrays, edge ``i`` is ``src[i] -> dst[i]``.
+
+    A file may declare (or imply by its largest id) at most
+    ``limits.MIN_FILE_VERTICES`` vertices or ``limits.FILE_VERTICES_PER_BYTE``
+    per byte of its data, whichever is more; ``max_vertices=N`` replaces that
+    bound for a file that truly holds so many isolated vertices.
+    """
+    src, dst, sides = _read(Path(path), symmetric, max_vertices)
     if isinstance(sides, tuple):
         raise GraphError(
             f"{path}: a bipartite graph ({sides[0]} sources, {sides[1]} destinations) has no single vertex "
@@ -89,21 +110,28 @@ def read_edges(path: str | os.PathLike[str], *, symmetric: bool | None = None) -
     return src, dst, sides
 
 
-def _read(p: Path, symmetric: bool | None) -> tuple[np.ndarray, np.ndarray, Sides]:
+def _read(p: Path, symmetric: bool | None, max_vertices: int | None) -> tuple[np.ndarray, np.ndarray, Sides]:
+    if max_vertices is not None and (
+        isinstance(max_vertices, bool) or not isinstance(max_vertices, (int, np.integer)) or max_vertices < 0
+    ):
+        raise GraphError(f"max_vertices must be a non-negative integer, got {max_vertices!r}")
     kind = _format_of(p)
     if kind == "npz":
-        src, dst, sides = _read_npz(p)
+        src, dst, sides, size = _read_npz(p)
+        _check_sides(sides, size, p, max_vertices)
         if isinstance(sides, tuple):
             return _finish_bipartite(src, dst, sides, symmetric, p)
         n = sides
         undirected = False
     elif kind == "gt":
+        # every vertex takes at least 8 bytes of a .gt file: no count to check
         gt = _parse_gt(_read_bytes(p), p, want_props=False)
         src, dst, n, undirected = gt.src, gt.dst, gt.num_vertices, not gt.directed
     else:
-        data = _read_bytes(p)
+        data = _unify_line_ends(_read_bytes(p))
         if kind == "mtx":
             src, dst, sides, undirected = _parse_mtx(data, p)
+            _check_sides(sides, len(data), p, max_vertices)
             if isinstance(sides, tuple):
                 return _finish_bipartite(src, dst, sides, symmetric, p)
             n = sides
@@ -116,17 +144,26 @@ def _read(p: Path, symmetric: bool | None) -> tuple[np.ndarray, np.ndarray, Side
             return _finish(src, dst, n, None if symmetric is False else symmetric)
         else:
             src, dst, n = _parse_edge_list(data, p)
+            _check_sides(n, len(data), p, max_vertices)
             undirected = False
     if undirected and symmetric is None:
         src, dst = _mirror(src, dst)
     return _finish(src, dst, n, symmetric)
 
 
-def load_graph(path: str | os.PathLike[str], *, symmetric: bool | None = None) -> Graph:
-    """Read a graph file (see ``read_edges``) and build a runtime ``Graph`` from it."""
+def _check_sides(sides: Sides, data_bytes: int, p: Path, max_vertices: int | None) -> None:
+    """The vertex counts a file declares against what its data can fill (limits.check_file_vertices)."""
+    for count in sides if isinstance(sides, tuple) else (sides,):
+        limits.check_file_vertices(count, data_bytes, str(p), max_vertices)
+
+
+def load_graph(
+    path: str | os.PathLike[str], *, symmetric: bool | None = None, max_vertices: int | None = None
+) -> Graph:
+    """Read a graph file (see ``read_edges``, which says what ``max_vertices`` is) and build a runtime ``Graph``."""
     from gnnc.graph.graph import Graph  # lazy: graph_io is usable without the runtime's Graph
 
-    src, dst, sides = _read(Path(path), symmetric)
+    src, dst, sides = _read(Path(path), symmetric, max_vertices)
     if isinstance(sides, tuple):
         return Graph.from_coo(src, dst, shape=sides)
     return Graph.from_coo(src, dst, num_vertices=sides)
@@ -175,17 +212,35 @@ def _format_of(p: Path) -> str:
 
 
 def _read_bytes(p: Path) -> bytes:
+    """The file's bytes (decompressed for .gz), at most `limits.text_bytes_limit()` of them."""
+    limit = limits.text_bytes_limit()
+    gz = p.name.lower().endswith(".gz")
     try:
-        if p.name.lower().endswith(".gz"):
-            with gzip.open(p, "rb") as f:
-                return f.read()
-        return p.read_bytes()
+        with gzip.open(p, "rb") if gz else open(p, "rb") as f:
+            if not gz and os.fstat(f.fileno()).st_size > limit:
+                data = b""
+            else:
+                # read one byte past the limit: a gzip bomb stops there, not at its end
+                data = f.read(limit + 1)
     except FileNotFoundError:
         raise GraphError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise GraphError(f"{p}: is a directory") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise GraphError(f"{p}: cannot read: {exc}") from None
+    if len(data) > limit or (not data and not gz and _size(p) > limit):
+        raise GraphError(
+            f"{p}: the file is larger than {limit} bytes{' once decompressed' if gz else ''}, the most a graph "
+            f"file may take on this machine (1/{limits.TEXT_AMPLIFICATION} of its memory, for the parser's arrays)"
+        )
+    return data
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
 
 
 def _finish(src: np.ndarray, dst: np.ndarray, n: int, symmetric: bool | None) -> EdgeArrays:
@@ -225,15 +280,90 @@ def _mirror(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 11, 12, 13, 32]] = True  # exactly the bytes that bytes.split() splits on
+#: The longest integer token read (leading zeros and a sign included); an int64 needs 20.
+MAX_INT_TOKEN = 64
+#: Digits an int64 always holds (10^18 - 1 < 2^63): longer tokens are checked one by one.
+_SAFE_DIGITS = 18
+
+
+def _unify_line_ends(data: bytes) -> bytes:
+    """CR LF and a lone CR (old Mac files) end a line as LF does."""
+    if b"\r" not in data:
+        return data
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 @dataclass
 class _Tokens:
-    """Whitespace-separated tokens of a text file, with the 0-based line of each."""
+    """Whitespace-separated tokens of a text file: where each starts, its length and 0-based line.
 
-    text: np.ndarray  # dtype S: the tokens
+    Tokens stay positions in the buffer; only the ones a parser reads as
+    integers are copied out (`ints`), so an ignored column (a weight, a
+    comment-free label) costs no memory however long its tokens are.
+    """
+
+    buf: np.ndarray  # uint8: the file's bytes, comments blanked
+    start: np.ndarray  # int64
+    length: np.ndarray  # int64
     line: np.ndarray  # int64: 0-based line number of each token
     num_lines: int
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def sub(self, idx: np.ndarray | slice) -> _Tokens:
+        return _Tokens(self.buf, self.start[idx], self.length[idx], self.line[idx], self.num_lines)
+
+    def word(self, i: int) -> bytes:
+        return self.buf[self.start[i] : self.start[i] + self.length[i]].tobytes()
+
+    def ints(self, idx: np.ndarray | slice, p: Path, what: str) -> np.ndarray:
+        """The selected tokens as int64 (an optional sign, then digits), or a GraphError at the first bad one."""
+        toks = self.sub(idx)
+        n = len(toks)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        long_ = np.flatnonzero(toks.length > MAX_INT_TOKEN)
+        if long_.size:
+            i = int(long_[0])
+            raise GraphError(
+                f"{p}:{toks.line[i] + 1}: expected an integer {what}, found a token of {toks.length[i]} bytes"
+            )
+        # right-aligned in `width` columns, padded with '0': Horner's rule then needs no mask
+        width = int(toks.length.max())
+        chars = np.full((n, width), ord("0"), dtype=np.uint8)
+        end = toks.start + toks.length
+        for j in range(width):
+            back = width - j
+            has = toks.length >= back
+            if has.all():
+                chars[:, j] = toks.buf[end - back]
+            else:
+                rows = np.flatnonzero(has)
+                chars[rows, j] = toks.buf[end[rows] - back]
+        first = toks.buf[toks.start]
+        negative = first == ord("-")
+        signed = negative | (first == ord("+"))
+        rows = np.flatnonzero(signed)
+        chars[rows, width - toks.length[rows]] = ord("0")
+        digits = chars - np.uint8(ord("0"))  # wraps below '0': anything but a digit is > 9
+        bad = np.flatnonzero(~np.all(digits <= 9, axis=1) | (toks.length <= signed))
+        if bad.size:
+            i = int(bad[0])
+            raise GraphError(
+                f"{p}:{toks.line[i] + 1}: expected an integer {what}, found {toks.word(i).decode(errors='replace')!r}"
+            )
+        value = np.zeros(n, dtype=np.int64)
+        for j in range(width):
+            value *= 10
+            value += digits[:, j]
+        value[negative] *= -1
+        for i in np.flatnonzero(toks.length - signed > _SAFE_DIGITS).tolist():
+            exact = int(toks.word(i))  # a few tokens at most: where the vectorised sum may have wrapped
+            if not -(1 << 63) <= exact < 1 << 63:
+                raise GraphError(f"{p}:{toks.line[i] + 1}: {what} {toks.word(i).decode()} does not fit in int64")
+            value[i] = exact
+        return value
 
 
 def _tokenize(data: bytes, comment: bytes) -> tuple[_Tokens, np.ndarray]:
@@ -241,6 +371,7 @@ def _tokenize(data: bytes, comment: bytes) -> tuple[_Tokens, np.ndarray]:
 
     Returns the tokens and a boolean mask over lines: True where a line was a
     whole-line comment (its first non-blank byte is a comment character).
+    Lines end at LF; `_read_text` turned CR LF and lone CRs into LF.
     """
     buf = np.frombuffer(data, dtype=np.uint8)
     newlines = np.flatnonzero(buf == 10)
@@ -262,37 +393,22 @@ def _tokenize(data: bytes, comment: bytes) -> tuple[_Tokens, np.ndarray]:
         lengths = ends[line] - pos
         blank = np.repeat(pos - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths) + np.arange(lengths.sum())
         # is anything but whitespace before the comment character on its line?
-        nonblank = np.cumsum(~_WS[buf], dtype=np.int32)
+        nonblank = np.cumsum(~_WS[buf], dtype=np.int32 if len(buf) < 1 << 31 else np.int64)
         before = nonblank[pos] - 1 - np.where(starts[line] > 0, nonblank[starts[line] - 1], 0)
         comment_line[line[before == 0]] = True
         buf[blank] = 32
-        data = buf.tobytes()
+    del marks
     ws = _WS[buf]
     is_start = ~ws
     is_start[1:] &= ws[:-1]
     tok_pos = np.flatnonzero(is_start)
-    tokens = np.array(data.split(), dtype=np.bytes_) if len(tok_pos) else np.zeros(0, dtype="S1")
+    del is_start
+    is_end = ~ws
+    is_end[:-1] &= ws[1:]
+    tok_len = np.flatnonzero(is_end) + 1 - tok_pos
+    del is_end, ws
     tok_line = np.searchsorted(newlines, tok_pos).astype(np.int64)
-    return _Tokens(tokens, tok_line, num_lines), comment_line
-
-
-def _to_int(tok: _Tokens, idx: np.ndarray | slice, p: Path, what: str) -> np.ndarray:
-    """Convert the selected tokens to int64, reporting the first bad one with its line."""
-    sel = tok.text[idx]
-    try:
-        return sel.astype(np.int64)
-    except (ValueError, OverflowError):
-        lines = tok.line[idx]
-        for t, ln in zip(sel.tolist(), lines.tolist()):
-            if not re.fullmatch(rb"[+-]?[0-9]+", t):
-                raise GraphError(
-                    f"{p}:{ln + 1}: expected an integer {what}, found {t.decode(errors='replace')!r}"
-                ) from None
-            try:
-                np.int64(int(t))
-            except OverflowError:
-                raise GraphError(f"{p}:{ln + 1}: {what} {t.decode()} does not fit in int64") from None
-        raise GraphError(f"{p}: bad integer {what}") from None
+    return _Tokens(buf, tok_pos.astype(np.int64), tok_len.astype(np.int64), tok_line, num_lines), comment_line
 
 
 def _check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, p: Path, what: str) -> None:
@@ -307,7 +423,7 @@ def _check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, p: Path, 
 
 def _parse_edge_list(data: bytes, p: Path) -> EdgeArrays:
     tok, _ = _tokenize(data, b"#%")
-    if len(tok.text) == 0:
+    if len(tok) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
     counts = np.bincount(tok.line, minlength=tok.num_lines)
     used = np.flatnonzero(counts)
@@ -318,8 +434,8 @@ def _parse_edge_list(data: bytes, p: Path) -> EdgeArrays:
     bad = used[counts[used] != k]
     if len(bad):
         raise GraphError(f"{p}:{bad[0] + 1}: expected {k} values as on line {used[0] + 1}, found {counts[bad[0]]}")
-    src = _to_int(tok, slice(0, None, k), p, "vertex id")
-    dst = _to_int(tok, slice(1, None, k), p, "vertex id")
+    src = tok.ints(slice(0, None, k), p, "vertex id")
+    dst = tok.ints(slice(1, None, k), p, "vertex id")
     line = tok.line[::k]
     neg = np.flatnonzero((src < 0) | (dst < 0))
     if len(neg):
@@ -336,7 +452,7 @@ _MM_HEADER = re.compile(rb"%%MatrixMarket\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", re.I
 
 
 def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, Sides, bool]:
-    first = data.split(b"\n", 1)[0]
+    first = data[:4096].split(b"\n", 1)[0]  # a header is one short line
     m = _MM_HEADER.match(first)
     if not m:
         raise GraphError(f"{p}:1: not a Matrix Market file (expected a '%%MatrixMarket matrix coordinate ...' header)")
@@ -351,15 +467,15 @@ def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, Sides, boo
     if sym not in ("general", "symmetric", "skew-symmetric", "hermitian"):
         raise GraphError(f"{p}:1: unknown Matrix Market symmetry {sym!r}")
     tok, _ = _tokenize(data, b"%")
-    if len(tok.text) == 0:
+    if len(tok) == 0:
         raise GraphError(f"{p}: Matrix Market file has no size line")
     size_line = tok.line[0]
-    if len(tok.text) < 3 or tok.line[2] != size_line or (len(tok.text) > 3 and tok.line[3] == size_line):
+    if len(tok) < 3 or tok.line[2] != size_line or (len(tok) > 3 and tok.line[3] == size_line):
         raise GraphError(f"{p}:{size_line + 1}: the size line must be 'rows columns entries'")
-    rows, cols, nnz = (int(v) for v in _to_int(tok, slice(0, 3), p, "size"))
+    rows, cols, nnz = (int(v) for v in tok.ints(slice(0, 3), p, "size"))
     if rows < 0 or cols < 0 or nnz < 0:
         raise GraphError(f"{p}:{size_line + 1}: negative size")
-    body = _Tokens(tok.text[3:], tok.line[3:], tok.num_lines)
+    body = tok.sub(slice(3, None))
     counts = np.bincount(body.line, minlength=tok.num_lines)
     used = np.flatnonzero(counts)
     bad = used[counts[used] != width]
@@ -369,8 +485,8 @@ def _parse_mtx(data: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, Sides, boo
         )
     if len(used) != nnz:
         raise GraphError(f"{p}: the size line announces {nnz} entries, the file has {len(used)}")
-    src = _to_int(body, slice(0, None, width), p, "row index")
-    dst = _to_int(body, slice(1, None, width), p, "column index")
+    src = body.ints(slice(0, None, width), p, "row index")
+    dst = body.ints(slice(1, None, width), p, "column index")
     line = body.line[::width]
     _check_range(src, 1, rows, line, p, "row index")
     _check_range(dst, 1, cols, line, p, "column index")
@@ -394,14 +510,13 @@ def _parse_metis(data: bytes, p: Path) -> EdgeArrays:
     hlen = int(counts[header])
     if not 2 <= hlen <= 4:
         raise GraphError(f"{p}:{header + 1}: METIS header must be 'n m [fmt [ncon]]', found {hlen} values")
-    head_text = tok.text[:hlen]
-    n, m = (int(v) for v in _to_int(tok, slice(0, 2), p, "header value"))
-    fmt = head_text[2].decode(errors="replace") if hlen >= 3 else "0"
+    n, m = (int(v) for v in tok.ints(slice(0, 2), p, "header value"))
+    fmt = tok.word(2).decode(errors="replace")[:16] if hlen >= 3 else "0"
     if not re.fullmatch(r"[01]{1,3}", fmt):
         raise GraphError(f"{p}:{header + 1}: METIS fmt must be up to three 0/1 digits, found {fmt!r}")
     fmt = fmt.rjust(3, "0")
     has_vsize, has_vwgt, has_ewgt = fmt[0] == "1", fmt[1] == "1", fmt[2] == "1"
-    ncon = int(_to_int(tok, slice(3, 4), p, "ncon")[0]) if hlen == 4 else 1
+    ncon = int(tok.ints(slice(3, 4), p, "ncon")[0]) if hlen == 4 else 1
     if hlen == 4 and not has_vwgt:
         raise GraphError(f"{p}:{header + 1}: ncon given but fmt {fmt} has no vertex weights")
     if n < 0 or m < 0 or ncon < 1:
@@ -435,7 +550,7 @@ def _parse_metis(data: bytes, p: Path) -> EdgeArrays:
     offset = np.arange(len(line)) - first_tok[vertex]
     is_nbr = (offset >= prefix) & ((offset - prefix) % step == 0)
     idx = np.flatnonzero(is_nbr) + hlen
-    dst = _to_int(tok, idx, p, "neighbour")
+    dst = tok.ints(idx, p, "neighbour")
     src = vertex[is_nbr]
     _check_range(dst, 1, n, tok.line[idx], p, "neighbour")
     dst = dst - 1
@@ -450,46 +565,100 @@ def _parse_metis(data: bytes, p: Path) -> EdgeArrays:
 # ------------------------------------------------------------------ npz
 
 
-def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
-    try:
-        if p.name.lower().endswith(".gz"):
-            import io
+def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides, int]:
+    """(src, dst, sides, the bytes of its arrays) of a .npz (or .npz.gz) graph."""
+    import io
 
-            z = np.load(io.BytesIO(_read_bytes(p)), allow_pickle=False)
-        else:
-            z = np.load(p, allow_pickle=False)
+    try:
+        source: Any = io.BytesIO(_read_bytes(p)) if p.name.lower().endswith(".gz") else p
+        size = _npz_members_size(source, p)
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        z = np.load(source, allow_pickle=False)
     except FileNotFoundError:
         raise GraphError(f"{p}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise GraphError(f"{p}: not a readable .npz file: {exc}") from None
-    with z:
-        keys = set(z.files)
-        n_given = None
-        for k in ("num_vertices", "num_nodes"):
-            if k in keys:
-                n_given = int(np.asarray(z[k]).reshape(()))
-        sides = None
-        if "num_src" in keys or "num_dst" in keys:
-            if not {"num_src", "num_dst"} <= keys or n_given is not None:
-                raise GraphError(f"{p}: a bipartite graph needs both 'num_src' and 'num_dst' (and no 'num_vertices')")
-            sides = (int(np.asarray(z["num_src"]).reshape(())), int(np.asarray(z["num_dst"]).reshape(())))
-        if {"src", "dst"} <= keys:
-            src, dst = np.asarray(z["src"]), np.asarray(z["dst"])
-        elif "edge_index" in keys:
-            ei = np.asarray(z["edge_index"])
-            if ei.ndim != 2 or ei.shape[0] != 2:
-                raise GraphError(f"{p}: edge_index must have shape (2, E), has {ei.shape}")
-            src, dst = ei[0], ei[1]
-        elif "format" in keys and "shape" in keys:
-            return _read_scipy_npz(p)
-        else:
-            raise GraphError(
-                f"{p}: .npz needs 'src' and 'dst', or 'edge_index', or a scipy sparse matrix; has {sorted(keys)}"
-            )
+    try:
+        with z:
+            src, dst, sides = _npz_edges(z, p)
+    except GraphError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error, KeyError) as exc:
+        raise GraphError(f"{p}: not a readable .npz file: {exc}") from None
+    if sides is None:
+        return _read_scipy_npz(source, p) + (size,)
+    return src, dst, sides, size
+
+
+def _npz_members_size(source: Any, p: Path) -> int:
+    """The bytes a .npz's arrays hold, after checking that each array's header claims no more than its
+    member holds (numpy allocates what the header says before reading) and that they fit the limit."""
+    total = 0
+    limit = limits.text_bytes_limit()
+    with zipfile.ZipFile(source) as zf:
+        for info in zf.infolist():
+            total += info.file_size
+            if total > limit:
+                raise GraphError(f"{p}: its arrays take more than {limit} bytes, the most a graph file may take here")
+            if not info.filename.endswith(".npy"):
+                continue
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = header(f)
+                count = 1
+                for d in shape:
+                    count *= int(d)
+                if count * dtype.itemsize > info.file_size:
+                    raise GraphError(
+                        f"{p}: array {info.filename[:-4]!r} claims shape {shape} of {dtype} "
+                        f"({count * dtype.itemsize} bytes) but holds {info.file_size} bytes"
+                    )
+    return total
+
+
+def _npz_count(z: Any, key: str, p: Path) -> int:
+    value = np.asarray(z[key])
+    if value.size != 1 or value.dtype.kind not in "iu" or int(value.reshape(())) < 0:
+        raise GraphError(f"{p}: {key!r} must be one non-negative integer, has {value.dtype} of shape {value.shape}")
+    return int(value.reshape(()))
+
+
+def _npz_edges(z: Any, p: Path) -> tuple[np.ndarray, np.ndarray, Sides | None]:
+    """src, dst and sides of an npz of arrays; sides None for a scipy matrix (read by _read_scipy_npz)."""
+    keys = set(z.files)
+    n_given = None
+    for k in ("num_vertices", "num_nodes"):
+        if k in keys:
+            n_given = _npz_count(z, k, p)
+    sides = None
+    if "num_src" in keys or "num_dst" in keys:
+        if not {"num_src", "num_dst"} <= keys or n_given is not None:
+            raise GraphError(f"{p}: a bipartite graph needs both 'num_src' and 'num_dst' (and no 'num_vertices')")
+        sides = (_npz_count(z, "num_src", p), _npz_count(z, "num_dst", p))
+    if {"src", "dst"} <= keys:
+        src, dst = np.asarray(z["src"]), np.asarray(z["dst"])
+    elif "edge_index" in keys:
+        ei = np.asarray(z["edge_index"])
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise GraphError(f"{p}: edge_index must have shape (2, E), has {ei.shape}")
+        src, dst = ei[0], ei[1]
+    elif "format" in keys and "shape" in keys:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), None
+    else:
+        raise GraphError(
+            f"{p}: .npz needs 'src' and 'dst', or 'edge_index', or a scipy sparse matrix; has {sorted(keys)}"
+        )
     if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
         raise GraphError(f"{p}: src and dst must be 1-D arrays of one length, have {src.shape} and {dst.shape}")
     if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":
         raise GraphError(f"{p}: vertex ids must be integers, have {src.dtype} and {dst.dtype}")
+    for ids in (src, dst):
+        if ids.dtype == np.uint64 and len(ids) and int(ids.max()) >= 1 << 63:
+            raise GraphError(f"{p}: vertex id {int(ids.max())} does not fit in int64")
     src, dst = src.astype(np.int64), dst.astype(np.int64)
     if len(src) and (src.min() < 0 or dst.min() < 0):
         raise GraphError(f"{p}: negative vertex id")
@@ -506,16 +675,23 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
     return src, dst, n_given
 
 
-def _read_scipy_npz(p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
+def _read_scipy_npz(source: Any, p: Path) -> tuple[np.ndarray, np.ndarray, Sides]:
+    """A matrix saved by scipy.sparse.save_npz, its arrays checked before scipy converts it (Graph.from_scipy's rules)."""
     import scipy.sparse as sp
 
+    from gnnc.graph.graph import _coo_from_scipy  # lazy, as load_graph's Graph
+
+    if not isinstance(source, Path):
+        source.seek(0)
     try:
-        a = sp.load_npz(p)
-    except (OSError, ValueError, KeyError) as exc:
+        a = sp.load_npz(source)
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise GraphError(f"{p}: not a scipy sparse .npz: {exc}") from None
-    coo = a.tocoo()
-    rows, cols = int(a.shape[0]), int(a.shape[1])
-    return coo.row.astype(np.int64), coo.col.astype(np.int64), rows if rows == cols else (rows, cols)
+    try:
+        src, dst, rows, cols = _coo_from_scipy(a)
+    except GraphError as exc:
+        raise GraphError(f"{p}: {exc}") from None
+    return src, dst, rows if rows == cols else (rows, cols)
 
 
 # ------------------------------------------------------------------ graph-tool .gt
@@ -600,6 +776,8 @@ def _parse_gt(data: bytes, p: Path, *, want_props: bool) -> GtFile:
         if pos + 8 > size:
             raise GraphError(f"{p}: truncated .gt file in the adjacency list of vertex {v}")
         (d,) = unpack(buf, pos)
+        if d > (size - pos - 8) // width:  # also keeps d within int64
+            raise GraphError(f"{p}: truncated .gt file: vertex {v} announces {d} neighbours, the file holds fewer")
         starts[v] = pos + 8
         degrees[v] = d
         pos += 8 + d * width

@@ -76,6 +76,11 @@ EXCLUSIVE_DIRECTIVES: dict[str, tuple[tuple[str, ...], str]] = {
         "and a streamed row is written once, whole",
     ),
     "sort": (("reorder",), "both choose the order destinations run in"),
+    "order": (
+        ("partition", "group", "sort", "reorder"),
+        "the Hilbert edge list fixes the whole traversal: no destination's walk is left to partition, split or reorder",
+    ),
+    "group": (("partition",), "both split each destination's in-edges, each its own way"),
 }
 
 

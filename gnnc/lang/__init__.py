@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gnnc.errors import GnncError
+from gnnc.errors import GnncError, SourceError, SourceLocation
 from gnnc.lang import ast
 from gnnc.lang.parser import parse
 
@@ -41,14 +41,36 @@ def load_program(path_or_source: str | os.PathLike) -> ast.Program:
         and (Path(path_or_source).is_file() or "{" not in path_or_source)
     ):
         path = Path(path_or_source)
-        try:
-            source = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise GnncError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise GnncError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-        return parse_and_check(source, str(path))
+        return parse_and_check(read_source_file(path), str(path))
     return parse_and_check(str(path_or_source), "<string>")
 
 
-__all__ = ["ast", "load_program", "parse", "parse_and_check"]
+def read_source_file(path: str | os.PathLike) -> str:
+    """The text of a `.gnn` file: UTF-8 (a byte-order mark dropped).
+
+    Raises ``GnncError`` if the file cannot be read, and ``SourceError`` at the
+    first byte that is not UTF-8 (line and column as the lexer counts them).
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise GnncError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return decode_source(data, str(path))
+
+
+def decode_source(data: bytes, file: str) -> str:
+    """`data` as UTF-8 source text, or a ``SourceError`` pointing at its first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        # lines as the lexer and SourceError.render count them (str.splitlines)
+        before = data[: exc.start].decode("utf-8-sig", errors="replace")
+        lines = (before + "?").splitlines()
+        loc = SourceLocation(file, len(lines), len(lines[-1]))
+        byte = data[exc.start]
+        message = f"the file is not UTF-8 text: byte 0x{byte:02x} ({exc.reason}); save it as UTF-8"
+        raise SourceError(message, loc, data.decode("utf-8-sig", errors="replace")) from None
+
+
+__all__ = ["ast", "decode_source", "load_program", "parse", "parse_and_check", "read_source_file"]

@@ -489,6 +489,9 @@ class _Differentiator:
         # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
         self.softmax_adjoints: dict[int, list[str]] = {}
         self._depends: dict[str, bool] = {}
+        # in statement order, so each `depends` walks one expression (earlier values are memoised)
+        for d in self.kernel.body:
+            self._depends[d.name] = self.depends(d.value)
 
     def text(self, e: ast.Expr) -> str:
         return self.builder.text(e)
@@ -741,6 +744,45 @@ class _Differentiator:
         return f"({slope!r} + {1.0 - slope!r} * step({t}))"
 
 
+#: The most expression nodes the gradient may inline into one statement. Edge
+#: values are recomputed (inlined) where they are read, so a chain whose every
+#: value reads the previous one twice (`s2[e] = s1[e] * s1[e]`) doubles at each
+#: step: 14 steps took minutes and 20 would not finish. Real kernels inline a few
+#: dozen (gat: 11).
+MAX_INLINED_NODES = 1000
+
+
+def _check_inlining(kernel: ast.Kernel) -> None:
+    """Refuses, before any text is built, a kernel whose gradient would inline edge values deeper
+    than the parser accepts (parser.MAX_NESTING) or into more than MAX_INLINED_NODES nodes."""
+    from gnnc.lang.parser import MAX_NESTING
+
+    depth: dict[str, int] = {}
+    size: dict[str, int] = {}
+
+    def measure(e: ast.Expr) -> tuple[int, int]:
+        # one expression's nesting (the parser's bound); edge values read come from the dicts
+        if isinstance(e, ast.Index) and e.name in depth:
+            return depth[e.name] + 1, size[e.name] + 1
+        parts = [measure(c) for c in ast.children(e)]
+        return 1 + max((d for d, _ in parts), default=0), 1 + sum(n for _, n in parts)
+
+    for d in kernel.body:
+        nesting, nodes = measure(d.value)
+        if nesting > MAX_NESTING or nodes > MAX_INLINED_NODES:
+            what = (
+                f"nests {nesting} operations deep (at most {MAX_NESTING})"
+                if nesting > MAX_NESTING
+                else f"has {nodes} operations (at most {MAX_INLINED_NODES})"
+            )
+            raise CompileError(
+                f"{kernel.name}: its gradient is not expressible as kernels yet: '{d.name}' (line {d.loc.line}), "
+                f"with the edge values it reads recomputed in place as gradient kernels do, {what}"
+            )
+        if d.index == "e":
+            depth[d.name], size[d.name] = nesting, nodes
+
+
 def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradProgram:
     """Gradient kernels (as checked source text) of one forward kernel."""
     clash = [p.name for p in kernel.params if p.name.endswith("__")] + [
@@ -751,6 +793,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
             f"{kernel.name}: names ending in '__' are kept for generated gradient kernels "
             f"(gout__, st0__, W_T__); rename {', '.join(clash)}"
         )
+    _check_inlining(kernel)
     builder = _Builder(kernel)
     params = [p for p in kernel.params if wrt is None or p.name in wrt]
     constant: list[str] = []

@@ -52,6 +52,16 @@ SUPPORTED_DIRECTIVES: dict[str, set[str]] = {
 
 _F32_MAX = 3.4028234663852886e38
 
+#: The most operations a value may be computed through, counting (as if
+#: inlined) those of the values it reads: `a1[v] = a0[v] * 2` one deeper than
+#: `a0`. The compiler's walks over a kernel (fusion analysis, lowering,
+#: gradients) recurse once or twice per operation, so the checker refuses what
+#: they could not walk within Python's recursion limit: `gnnc check` and
+#: `gnnc.compile` agree. docs/reference/errors.md lists the limits.
+MAX_DEPTH = 200
+#: The most axes of a tensor, declared or computed, its V or E axis included.
+MAX_RANK = 16
+
 Mode = Literal["edge", "vertex", "aggregate"]
 
 
@@ -208,6 +218,8 @@ class _KernelChecker:
         self.defined: dict[str, ast.Definition] = {}
         #: every definition by name (the first), to say "used before defined"
         self.all_defs: dict[str, ast.Definition] = {}
+        #: name -> the operations its value is computed through (MAX_DEPTH)
+        self.depths: dict[str, int] = {}
         self.current: ast.Definition | None = None
         self.dtype: ast.DType = "f32"
 
@@ -232,6 +244,7 @@ class _KernelChecker:
                     p.loc,
                 )
             self.params[p.name] = p
+            self.check_rank(p.type, p.loc)
         bound = {d for p in k.params for d in p.type.shape if isinstance(d, str)}
         for r in k.results:
             if r.name in ast.INDEX_NAMES:
@@ -254,6 +267,7 @@ class _KernelChecker:
                         r.type.loc,
                     )
             self.results[r.name] = r
+            self.check_rank(r.type, r.loc)
         self.check_dtype()
         for stmt in k.body:
             self.all_defs.setdefault(stmt.name, stmt)
@@ -303,6 +317,7 @@ class _KernelChecker:
         self.current = d
         self.expr(d.value, "edge" if d.index == "e" else "vertex")
         self.current = None
+        self.check_depth_and_ranks(d)
         if result is not None and d.value.shape != result.type.shape:
             raise self.error(
                 f"result '{d.name}' is declared {_fmt_type(result.type)} (value shape "
@@ -310,6 +325,40 @@ class _KernelChecker:
                 d.loc,
             )
         self.defined[d.name] = d
+
+    def check_rank(self, t: ast.TensorType, loc: SourceLocation) -> None:
+        rank = len(t.shape) + (t.domain is not None)
+        if rank > MAX_RANK:
+            raise self.error(f"{_fmt_type(t)} has {rank} axes; gnnc takes tensors of at most {MAX_RANK}", t.loc)
+
+    def check_depth_and_ranks(self, d: ast.Definition) -> None:
+        """The value's depth (MAX_DEPTH, through the values it reads) and every shape in it (MAX_RANK)."""
+        depth = self.flow_depth(d.value)
+        if depth > MAX_DEPTH:
+            raise self.error(
+                f"'{d.name}' is computed through {depth} nested operations, counting those of the values it "
+                f"reads; gnnc compiles at most {MAX_DEPTH}: split the kernel in two, the second reading the "
+                "first's result",
+                d.loc,
+            )
+        self.depths[d.name] = depth
+        stack = [d.value]
+        while stack:
+            e = stack.pop()
+            rank = len(e.shape or ()) + (e.gtype != "P")
+            if rank > MAX_RANK:
+                raise self.error(
+                    f"this value has {rank} axes ({_fmt_shape(e.shape or ())} per vertex or edge); gnnc takes "
+                    f"tensors of at most {MAX_RANK}",
+                    e.loc,
+                )
+            stack.extend(ast.children(e))
+
+    def flow_depth(self, e: ast.Expr) -> int:
+        """Operations on the longest path from a leaf to `e`, a read of a value counting as its own depth."""
+        if isinstance(e, ast.Index) and e.name in self.depths:
+            return self.depths[e.name] + 1
+        return 1 + max((self.flow_depth(c) for c in ast.children(e)), default=0)
 
     # ------------------------------------------------------------ expressions
 
@@ -558,4 +607,4 @@ def check(program: ast.Program) -> ast.Program:
     return program
 
 
-__all__ = ["CPU_DIRECTIVES", "DIRECTIVES", "MAP_STRATEGIES", "SUPPORTED_DIRECTIVES", "check"]
+__all__ = ["CPU_DIRECTIVES", "DIRECTIVES", "MAP_STRATEGIES", "MAX_DEPTH", "MAX_RANK", "SUPPORTED_DIRECTIVES", "check"]

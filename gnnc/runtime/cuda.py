@@ -64,7 +64,7 @@ from gnnc.ir import abi
 from gnnc.ir.schedule import directives_text
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook, records
-from gnnc.runtime.signature import _bind_args, _given_outputs, pack_results, prepare_call
+from gnnc.runtime.signature import NO_GRAPH, _bind_args, _given_outputs, pack_results, prepare_call, take_graph
 from gnnc.runtime.variants import Variants
 
 _log = logging.getLogger(__name__)
@@ -627,9 +627,10 @@ class CudaKernel:
         _log.debug("%s", decided.reason)
         return None if decided.kernel() is self else decided.kernel()
 
-    def __call__(self, graph: Graph, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+    def __call__(self, graph: Any = NO_GRAPH, /, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Checks the call, takes the decision for this graph and these sizes (the mapping
         that runs), builds or fetches its plans, and launches it."""
+        graph = take_graph(graph, kwargs)
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument of a kernel must be a gnnc.Graph, got {type(graph).__name__}")
         call = bind_call(self.signature, graph, args, kwargs, out=out)

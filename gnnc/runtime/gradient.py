@@ -35,7 +35,7 @@ import numpy as np
 
 from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
-from gnnc.runtime.signature import vertex_rows
+from gnnc.runtime.signature import NO_GRAPH, take_graph, vertex_rows
 
 #: The suffix of an input's destination rows, `NAME_dst__` (lang.autodiff's dst_view_name).
 _DST = "_dst__"
@@ -161,8 +161,11 @@ class Gradient:
             raise ArgumentError(f"{self.name}: gout names unknown results {', '.join(unknown)}")
         return {g: gout.get(r) for r, g in zip(self.results, self.gouts)}
 
-    def forward(self, graph: Graph, *args: Any, threads: int | None = None, **kwargs: Any) -> tuple[Any, dict]:
+    def forward(
+        self, graph: Any = NO_GRAPH, /, *args: Any, threads: int | None = None, **kwargs: Any
+    ) -> tuple[Any, dict]:
         """The forward kernel's results (as the kernel returns them) and the intermediates to pass as `saved=`."""
+        graph = take_graph(graph, kwargs)
         named = self._named(args, kwargs)
         if not self.saved:
             raise ArgumentError(
@@ -183,8 +186,16 @@ class Gradient:
         return named
 
     def __call__(
-        self, graph: Graph, *args: Any, gout: Any, threads: int | None = None, saved: dict | None = None, **kwargs: Any
+        self,
+        graph: Any = NO_GRAPH,
+        /,
+        *args: Any,
+        gout: Any,
+        threads: int | None = None,
+        saved: dict | None = None,
+        **kwargs: Any,
     ) -> dict:
+        graph = take_graph(graph, kwargs)
         if not isinstance(graph, Graph):
             raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
         named = self._named(args, kwargs)

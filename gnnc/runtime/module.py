@@ -27,7 +27,7 @@ from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook, memory, native, records
 from gnnc.runtime.cuda import is_device_array
-from gnnc.runtime.signature import pack_results, prepare_call
+from gnnc.runtime.signature import NO_GRAPH, pack_results, prepare_call, take_graph
 from gnnc.runtime.variants import Variants
 
 _log = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ class Kernel:
 
     def __call__(
         self,
-        graph: Graph,
+        graph: Any = NO_GRAPH,
+        /,
         *args: Any,
         out: Any = None,
         threads: int | None = None,
@@ -98,7 +99,10 @@ class Kernel:
         dict), or with `"auto"` the tuned, else predicted, else default ones;
         without it a kernel compiled without a schedule runs the default
         heuristic's pick for the graph and sizes. `threads=` sets the workers
-        (default: OMP_NUM_THREADS, else every core this process may use).
+        (default: OMP_NUM_THREADS, else every core this process may use): at
+        most `autotune.threads.max_threads()`, 4 a core and at least 64, or an
+        ArgumentError before any native code runs. The graph may be given as
+        `graph=` instead of first.
 
         `deterministic=True` asks for results that are bit-identical for any
         thread count. Every CPU schedule gnnc implements already gives that
@@ -109,6 +113,8 @@ class Kernel:
         """
         if not isinstance(deterministic, bool):
             raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
+        if graph is NO_GRAPH or "graph" in kwargs:  # a warm call's path stays in this module
+            graph = take_graph(graph, kwargs)
         graph = _as_graph(graph)
         _refuse_device_arrays(self.signature, args, kwargs, out)
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)

@@ -24,6 +24,25 @@ __all__ = ["KernelSignature", "TensorSig", "pack_results", "prepare_call"]
 #: Call options: never the name of an input (the frontend rejects such parameters).
 CALL_OPTIONS = ("out", "threads", "schedule", "graph")
 
+#: The default of a call's positional-only graph: none was given positionally.
+NO_GRAPH: Any = object()
+
+
+def take_graph(graph: Any, kwargs: dict) -> Any:
+    """A call's graph: its first argument, or `graph=` (taken out of `kwargs`); one of them.
+
+    Kernels take the graph positional-only, so `kernel(g, x, graph=h)` reaches
+    here rather than ending in Python's TypeError of a doubled argument."""
+    given = kwargs.pop("graph", NO_GRAPH)
+    if graph is NO_GRAPH:
+        if given is NO_GRAPH:
+            raise ArgumentError("a kernel call needs the graph as its first argument: kernel(graph, *inputs)")
+        return given
+    if given is not NO_GRAPH:
+        raise ArgumentError("the graph is given twice: as the first argument and as graph=")
+    return graph
+
+
 # ------------------------------------------------------------------ arguments
 
 

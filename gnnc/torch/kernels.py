@@ -23,8 +23,10 @@ from typing import Any
 
 import torch
 
+from gnnc.autotune.threads import check_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
+from gnnc.runtime.signature import NO_GRAPH, take_graph
 from gnnc.torch import cuda, graphs, ops
 
 #: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
@@ -107,7 +109,8 @@ class Kernel:
 
     def __call__(
         self,
-        graph: Any,
+        graph: Any = NO_GRAPH,
+        /,
         *inputs: Any,
         num_vertices: int | None = None,
         size: Any = None,
@@ -115,8 +118,9 @@ class Kernel:
         **named: Any,
     ) -> Any:
         """The result, or a named tuple of the results in signature order for a kernel with several."""
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        graph = take_graph(graph, named)
+        if threads is not None:
+            threads = check_threads(threads)  # 1 .. max_threads(), before any native code
         tensors = self._tensors(self._bind(inputs, named), graph)
         edge_index, num_src, num_dst = self._graph(graph, num_vertices, size, tensors)
         n = len(self.results)

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from gnnc import api
+from gnnc.autotune.threads import check_threads, max_threads
 from gnnc.errors import ArgumentError, CompileError, GnncError
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
@@ -112,8 +113,11 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 
 def _threads(threads: int | None) -> int:
-    """`threads=` when given, else PyTorch's intra-op thread count (`torch.set_num_threads`)."""
-    return threads if threads is not None else torch.get_num_threads()
+    """`threads=` when given (checked: 1 .. max_threads()), else PyTorch's intra-op thread count
+    (`torch.set_num_threads`), at most max_threads()."""
+    if threads is not None:
+        return check_threads(threads)
+    return min(torch.get_num_threads(), max_threads())
 
 
 def _schema_names(params: Sequence[TensorSig]) -> list[str]:

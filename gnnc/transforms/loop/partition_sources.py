@@ -121,6 +121,9 @@ def _partition(fn: func.FuncOp, for_dst: loop.ForDstOp, k: int) -> bool:
             for operand in owner.operands:
                 need(operand)
 
+    # the partition's row reads the destination: with `sort degree` a
+    # `loop.dst_at` before the walk, which nothing else may read
+    need(v)
     for op in later:
         for inner in op.walk():
             for operand in inner.operands:

@@ -92,3 +92,39 @@ builtin.module {
 }
 
 // CHECK: partition src 2: the kernel walks no in-edges
+
+// -----
+
+// `sort degree` with an edge result (out[e] = x[u]): the destination comes
+// from loop.dst_at and only the partitioned walk's row reads it. It stays
+// outside the first partition's guard (it was moved into it, and the IR
+// failed to verify after convert-loop-to-scf).
+
+builtin.module {
+  func.func @gnnc_copy(%num_vertices: index, %num_edges: index, %num_threads: index, %num_blocks: index, %dst_blocks: memref<?xi64> {llvm.noalias, llvm.readonly}, %dst_order: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_indptr: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_src: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_eid: memref<?xi64> {llvm.noalias, llvm.readonly}, %deg_in: memref<?xf32> {llvm.noalias, llvm.readonly}, %deg_out: memref<?xf32> {llvm.noalias, llvm.readonly}, %dims: memref<?xi64> {llvm.noalias, llvm.readonly}, %scratch: memref<?xf32> {llvm.noalias}, %x: memref<?xf32> {llvm.noalias, llvm.readonly}, %out: memref<?xf32> {llvm.noalias}, %acc_rows: memref<?xf32> {llvm.noalias}, %part_indptr: memref<?xi64> {llvm.noalias, llvm.readonly}, %part_src: memref<?xi64> {llvm.noalias, llvm.readonly}, %part_eid: memref<?xi64> {llvm.noalias, llvm.readonly}) attributes {gnnc.ir.abi = "{\22acc_rows\22: [], \22dims\22: [], \22edge_order\22: null, \22groups\22: null, \22order\22: \22degree\22, \22partitions\22: 2, \22phases\22: [{\22edge_walks\22: 1, \22row_dim\22: \22F\22}], \22schedule_given\22: true, \22scratch\22: [], \22source_sweep\22: false, \22stream\22: false, \22temps\22: []}"} {
+    %c1 = arith.constant 1 : index
+    loop.for_dst %num_vertices blocks %dst_blocks[%num_blocks] threads %num_threads schedule {parallel = "dst", partition = 2 : i64} : memref<?xi64> {
+    ^bb0(%i: index, %worker: index):
+      %v = loop.dst_at %dst_order[%i] : memref<?xi64>
+      loop.for_in_edges %v in %in_indptr, %in_src, %in_eid : memref<?xi64>, memref<?xi64>, memref<?xi64> {
+      ^bb0(%pos: index, %u: index, %e: index):
+        %e_row = arith.muli %e, %c1 : index
+        %u_row = arith.muli %u, %c1 : index
+        %xu = memref.load %x[%u_row] : memref<?xf32>
+        memref.store %xu, %out[%e_row] : memref<?xf32>
+        loop.yield
+      }
+      loop.yield
+    }
+    func.return
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_copy(
+// CHECK:         loop.for_partition 2 {
+// CHECK:           loop.for_dst
+// CHECK-NEXT:      ^bb0(%i: index, %worker: index):
+// CHECK-NEXT:        %v = loop.dst_at %dst_order[%i] : memref<?xi64>
+// CHECK:             [[AT:%.*]] = arith.addi {{%.*}}, %v : index
+// CHECK-NOT:         scf.if
+// CHECK:             loop.for_in_edges [[AT]] in %part_indptr, %part_src, %part_eid
