@@ -102,6 +102,11 @@ class APPNP(nn.Module):
             raise ArgumentError("APPNP: x must be one tensor")
         inputs.check_features(x, LAYER)
         adj = inputs.adjacency(edge_index)
+        if adj.block:
+            raise ArgumentError(
+                "APPNP propagates K times over one graph; a sampled block is one hop: pass the batch's "
+                "edge_index (its square subgraph) instead"
+            )
         num_nodes = x.shape[0]
         inputs.sizes(adj, x, x, None, bipartite=False)
         edges = adj.edge_index

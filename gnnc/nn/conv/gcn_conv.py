@@ -116,7 +116,7 @@ class GCNConv(nn.Module):
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("GCNConv does not support bipartite message passing: x must be one tensor")
         inputs.check_features(x, LAYER)
-        adj = inputs.adjacency(edge_index)
+        adj, keep = inputs.square(inputs.adjacency(edge_index), x, LAYER)
         num_nodes = x.shape[0]
         inputs.sizes(adj, x, x, None, bipartite=False)
         # the product runs on the narrower side of the aggregation: the same result, fewer flops
@@ -139,6 +139,8 @@ class GCNConv(nn.Module):
                 out = self._plain(adj.edge_index, x, num_vertices=num_nodes)
             else:
                 out = self._weighted(adj.edge_index, x, weight.to(x.dtype), num_vertices=num_nodes)
+        if keep is not None:  # a block: the rows of its destinations
+            out = out[:keep]
         if widen:
             out = self.lin(out)
         if self.bias is not None:

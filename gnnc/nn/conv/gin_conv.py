@@ -115,8 +115,9 @@ class GINConv(_GIN):
         self.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, "GINConv")
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, "GINConv")
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         eps = self.eps.to(x_src.dtype)
         w = sparse_weights(adj)
@@ -169,8 +170,9 @@ class GINEConv(_GIN):
             self.lin.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, edge_attr: torch.Tensor | None = None, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, "GINEConv")
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, "GINEConv")
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         edge_attr = inputs.edge_attributes(adj, edge_attr)
         if edge_attr is None:

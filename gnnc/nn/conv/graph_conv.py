@@ -51,8 +51,9 @@ class GraphConv(nn.Module):
     def forward(
         self, x: Any, edge_index: Any, edge_weight: torch.Tensor | None = None, size: Any = None
     ) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, LAYER)
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, LAYER)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = inputs.edge_values(adj, edge_weight)
         if self._aggr in LINEAR and not self.lin_rel.lazy and self.out_channels < x_src.shape[1]:

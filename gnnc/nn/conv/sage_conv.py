@@ -66,8 +66,9 @@ class SAGEConv(nn.Module):
                 getattr(self, name).reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, LAYER)
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, LAYER)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = sparse_weights(adj)
         if self.project:

@@ -108,6 +108,7 @@ class TransformerConv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
         if x_dst is None:
             raise ArgumentError(f"{LAYER}: x must be a tensor or a pair of tensors (x_src, x_dst), not (x_src, None)")
