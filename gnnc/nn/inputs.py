@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
-from gnnc.nn.blocks import as_block
+from gnnc.nn.sampled import as_block
 from gnnc.torch import graphs
 
 #: torch.sparse layouts an adjacency may have.

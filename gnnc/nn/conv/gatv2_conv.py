@@ -31,11 +31,12 @@ from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "GATv2Conv"
 
 
-class GATv2Conv(nn.Module):
+class GATv2Conv(WarmUp, nn.Module):
     """PyG's `GATv2Conv(in_channels, out_channels, heads, concat, negative_slope, dropout,
     add_self_loops, edge_dim, fill_value, bias, share_weights, residual, **kwargs)`.
 

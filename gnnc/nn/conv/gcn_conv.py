@@ -28,6 +28,7 @@ from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 NORMALIZED = """
 kernel gcn_conv(x: f32[V, F], w: f32[E], loop: f32[V]) -> f32[V, F] {
@@ -50,7 +51,7 @@ kernel gcn_conv_plain(x: f32[V, F]) -> f32[V, F] {
 """
 
 
-class GCNConv(nn.Module):
+class GCNConv(WarmUp, nn.Module):
     """PyG's `GCNConv(in_channels, out_channels, improved, cached, add_self_loops, normalize, bias, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; `edge_index` may be a

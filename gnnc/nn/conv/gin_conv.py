@@ -26,6 +26,7 @@ from gnnc.nn.init import reset
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 GIN = """
 kernel gin_conv(x: f32[V, F], eps: f32) -> f32[V, F] {
@@ -70,7 +71,7 @@ kernel gine_conv_no_root(xs: f32[V, F], ea: f32[E, F]) -> f32[V, F] {
 """
 
 
-class _GIN(nn.Module):
+class _GIN(WarmUp, nn.Module):
     """What GINConv and GINEConv share: `nn`, `eps` (a buffer, or a parameter with train_eps)."""
 
     def __init__(self, nn_module: Any, eps: float, train_eps: bool, layer: str, options: dict[str, Any]):

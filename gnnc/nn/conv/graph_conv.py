@@ -18,11 +18,12 @@ from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "GraphConv"
 
 
-class GraphConv(nn.Module):
+class GraphConv(WarmUp, nn.Module):
     """PyG's `GraphConv(in_channels, out_channels, aggr="add", bias=True, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None, size=None)`; a sparse

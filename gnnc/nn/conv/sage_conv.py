@@ -18,11 +18,12 @@ from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels, sparse_weights
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "SAGEConv"
 
 
-class SAGEConv(nn.Module):
+class SAGEConv(WarmUp, nn.Module):
     """PyG's `SAGEConv(in_channels, out_channels, aggr="mean", normalize, root_weight, project, bias, **kwargs)`.
 
     `forward(x, edge_index, size=None)`; x may be a pair `(x_src, x_dst)`

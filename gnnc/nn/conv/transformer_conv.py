@@ -28,11 +28,12 @@ from gnnc.nn import attention, inputs
 from gnnc.nn.attention import LoopKind
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "TransformerConv"
 
 
-class TransformerConv(nn.Module):
+class TransformerConv(WarmUp, nn.Module):
     """PyG's `TransformerConv(in_channels, out_channels, heads, concat, beta, dropout,
     edge_dim, bias, root_weight, **kwargs)`.
 
