@@ -52,6 +52,7 @@ from gnnc.errors import ArgumentError, CompileError, GnncError
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.torch import cuda, graphs
+from gnnc.torch.threads import default_threads
 
 NAMESPACE = "gnnc"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -112,8 +113,9 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 
 def _threads(threads: int | None) -> int:
-    """`threads=` when given, else PyTorch's intra-op thread count (`torch.set_num_threads`)."""
-    return threads if threads is not None else torch.get_num_threads()
+    """`threads=` when given, else PyTorch's intra-op thread count (`torch.set_num_threads`),
+    capped at this rank's share of the cores under a distributed launcher (`threads.py`)."""
+    return threads if threads is not None else default_threads()
 
 
 def _schema_names(params: Sequence[TensorSig]) -> list[str]:
