@@ -49,6 +49,15 @@ class NeighborSampler:
         self.fanouts = list(fanouts)
         self._local = torch.full((num_nodes,), -1, dtype=torch.int64)
 
+    @classmethod
+    def from_csc(cls, indptr: torch.Tensor, indices: torch.Tensor, fanouts: Sequence[int]) -> NeighborSampler:
+        """From an in-CSR (indices: each vertex's in-neighbours, grouped by vertex), used as it is:
+        no sort, no copy (a memory-mapped one stays mapped)."""
+        sampler = cls.__new__(cls)
+        sampler.sources, sampler.indptr, sampler.fanouts = indices, indptr, list(fanouts)
+        sampler._local = torch.full((indptr.shape[0] - 1,), -1, dtype=torch.int64)
+        return sampler
+
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledBatch:
         local = self._local
         n_id = [seeds]
