@@ -286,6 +286,19 @@ class Graph:
             self._dst = _readonly(np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr)))
         return self._dst
 
+    def edge_index(self) -> np.ndarray:
+        """A new ``2 x E`` int64 array, sources then destinations by edge id (the caller's to
+        keep or edit). A graph whose `dst` is not made yet (`from_csc`) fills that row without
+        making it: the array is the only copy of the destinations."""
+        out = np.empty((2, self.num_edges), dtype=np.int64)
+        out[0] = self.src
+        out[1] = (
+            self._dst
+            if self._dst is not None
+            else np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr))
+        )
+        return out
+
     @property
     def in_eid(self) -> np.ndarray:
         """The user's edge id of the in-edge at each in-CSR position (the identity for `from_csc`)."""

@@ -81,7 +81,10 @@ class SAGEConv(WarmUp, nn.Module):
         else:
             out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if self.root_weight and x_dst is not None:
-            out = out + self.lin_r(x_dst)
+            if self.lin_r.lazy or x_dst.dim() != 2:
+                out = out + self.lin_r(x_dst)
+            else:  # the root product added as it is made: no [num_dst, out] temporary beside `out`
+                out = torch.addmm(out, x_dst, self.lin_r.weight.t())
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
