@@ -20,19 +20,21 @@ is mdual: 258K vertices, 1M directed edges). Features are random
 
 Mini-batch (`--parts minibatch`, one subprocess per graph): one sampler for
 all, DGL's `NeighborSampler` (`--fanouts`): each batch is sampled once and
-every framework trains on it, in an order that rotates per batch, after two
-warm-up batches each. An epoch is `--batches` batches of `--batch-size`
-seeds (the seeds are a random 1% of the vertices unless --batches says);
+every framework trains on it, in an order that rotates per batch, after a
+warm-up pass over the same batches (each framework alone: compiles and first
+calls; gnnc compiles each variant once per process, and a batch whose blocks
+cross 16K edges may call another). An epoch is `--batches` batches of
+`--batch-size` seeds (the seeds are a random 1% of the vertices unless --batches says);
 its time is the sum of its phases: *sampling* (DGL's sampler and the feature
 rows' gather, the same batches for all), *conversion* (the framework's graph
 from the block: gnnc's `gnnc.nn.blocks` and its CSR build, PyG's edge_index;
 DGL takes its own block), *kernels* and *dense* (the training step, split by
-torch.profiler over `--profile-batches` further batches: the message
+torch.profiler over the epoch's first `--profile-batches` batches: the message
 passing is gnnc's ops, DGL's GSpMM / GSDDMM / EdgeSoftmax functions, and
 what PyG's `propagate` and `edge_updater` run, with the backward of each
 found by its autograd sequence number; the rest of the step is dense).
 Peak: the process's resident high-water mark over a framework's warm-up
-batches, above the RSS before them (the graph and features are shared).
+pass, above the RSS before it (the graph, features and batches are shared).
 
 Full-batch (`--parts fullbatch`): one subprocess per (graph, model,
 framework), so that each peak is its own: the whole process's VmHWM,
@@ -53,6 +55,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -373,10 +376,14 @@ def convert(fw: str, dgl_blocks: list) -> Any:
         return [
             (torch.stack(b.edges(order="eid")), (int(b.num_src_nodes()), int(b.num_dst_nodes()))) for b in dgl_blocks
         ]
-    import gnnc.nn
+    from gnnc.nn import Block
     from gnnc.torch import graphs as gnnc_graphs
 
-    blocks = gnnc.nn.blocks(dgl_blocks)
+    # what gnnc.nn.blocks(dgl_blocks) does, without its cache per block object: a new batch's cost
+    blocks = [
+        Block(torch.stack(b.edges(order="eid")).to(torch.int64), int(b.num_src_nodes()), int(b.num_dst_nodes()))
+        for b in dgl_blocks
+    ]
     for b in blocks:  # the CSR build a first kernel call would do, here, to time it apart
         gnnc_graphs.graph_of(b.edge_index, b.size)
     return blocks
@@ -397,9 +404,8 @@ def minibatch(args: argparse.Namespace, graph_name: str) -> list[MiniBatchCell]:
     rng = torch.Generator().manual_seed(1)
     seeds = torch.randperm(n, generator=rng)
     num_batches = args.batches or max(1, n // 100 // args.batch_size)
-    warm, profiled = 2, args.profile_batches
-    needed = (warm + num_batches + profiled) * args.batch_size
-    seeds = seeds[:needed]
+    profiled = min(args.profile_batches, num_batches)
+    seeds = seeds[: num_batches * args.batch_size]
     batches = seeds.split(args.batch_size)
     frameworks = [f for f in args.frameworks if f in FRAMEWORKS]
     cells = []
@@ -422,21 +428,26 @@ def minibatch(args: argparse.Namespace, graph_name: str) -> list[MiniBatchCell]:
             loss.backward()
             opts[fw].step()
 
-        # warm-up batches, each framework alone: compiles, first calls, and its transient peak
+        # the epoch's batches, sampled once: every framework trains on the same ones
+        epoch, sampled = [], []
+        for b in range(num_batches):
+            start = time.perf_counter()
+            epoch.append(sample(batches[b]))
+            sampled.append(time.perf_counter() - start)
+        # a warm-up pass over the epoch, each framework alone: compiles (gnnc compiles a variant once
+        # per process, which a batch past 16K edges may need), first calls, and the transient peak
+        compiles = _CompileCount()
         for fw in frameworks:
             base = reset_peak()
-            for b in range(warm):
-                x, y, blocks = sample(batches[b])
+            for x, y, blocks in epoch:
                 step(fw, x, y, convert(fw, blocks))
             peaks[fw] = (status("VmHWM") - base) / (1 << 20)
+        compiles.stop()
         progress = _progress(num_batches, f"{graph_name} {model} mini-batch", args)
-        for b in range(warm, warm + num_batches):
-            start = time.perf_counter()
-            x, y, blocks = sample(batches[b])
-            sampled = time.perf_counter() - start
+        for b, (x, y, blocks) in enumerate(epoch):
             order = frameworks[b % len(frameworks) :] + frameworks[: b % len(frameworks)]
             for fw in order:
-                phases[fw].sampling += sampled
+                phases[fw].sampling += sampled[b]
                 start = time.perf_counter()
                 converted = convert(fw, blocks)
                 phases[fw].conversion += time.perf_counter() - start
@@ -448,8 +459,7 @@ def minibatch(args: argparse.Namespace, graph_name: str) -> list[MiniBatchCell]:
         # the message passing's share of the step, from profiled batches
         for fw in frameworks:
             mp, step_total = 0.0, 0.0
-            for b in range(warm + num_batches, warm + num_batches + profiled):
-                x, y, blocks = sample(batches[b])
+            for x, y, blocks in epoch[:profiled]:
                 converted = convert(fw, blocks)
                 scopes = pyg_scopes(nets[fw]) if fw == "pyg" else contextlib.nullcontext()
                 with scopes, profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -472,9 +482,30 @@ def minibatch(args: argparse.Namespace, graph_name: str) -> list[MiniBatchCell]:
                     },
                     phases[fw].total,
                     peaks[fw],
+                    f"{compiles.count} gnnc compiles in the warm-up pass" if fw == "gnnc" else "",
                 )
             )
     return cells
+
+
+class _CompileCount(logging.Handler):
+    """Counts gnnc's compiles (the compiler's INFO lines) until stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+        self.logger = logging.getLogger("gnnc.driver.compiler")
+        self.level_before = self.logger.level
+        self.logger.setLevel(logging.INFO)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "compiled in" in record.getMessage():
+            self.count += 1
+
+    def stop(self) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level_before)
 
 
 def _dgl_graph(dgl: Any, files: GraphFiles, sampling: bool = True) -> Any:
@@ -839,6 +870,8 @@ def plot(path: str, mini: list[MiniBatchCell], full: list[FullBatchCell]) -> Non
     axes[0].set_title("mini-batch epoch, by phase")
     axes[0].legend()
     done = [c for c in full if c.peak_gib is not None]
+    if not done:
+        axes[1].text(0.5, 0.5, "no full-batch run in this report", ha="center", va="center")
     axes[1].bar(range(len(done)), [c.peak_gib for c in done], color="#1976d2")
     axes[1].set_xticks(range(len(done)), [f"{c.graph}\n{c.model}\n{c.framework}" for c in done], fontsize=7)
     axes[1].axhline(12 / 1.073741824, color="red", linestyle="--", label="12 GB")
