@@ -222,7 +222,7 @@ def sizes(
     """
     if size is not None and adj.block:
         if not isinstance(size, (tuple, list, torch.Size)) or tuple(size) != adj.size:
-            raise ArgumentError(f"size={tuple(size)} disagrees with the block's (num_src, num_dst) = {adj.size}")
+            raise ArgumentError(f"size={size!r} disagrees with the block's (num_src, num_dst) = {adj.size}")
         size = None
     if size is not None:
         if not isinstance(size, (tuple, list, torch.Size)) or len(size) != 2:
