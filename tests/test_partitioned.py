@@ -57,6 +57,6 @@ def test_parts_with_halos_give_the_full_batch_gradient(tmp_path, source):
     graph = torch.from_numpy(np.stack([np.asarray(data["indices"]), np.repeat(np.arange(n), np.diff(data["indptr"]))]))
     train = torch.from_numpy(np.array(data["train"]))
     out = model(torch.from_numpy(np.array(data["x"])), [graph, graph])
-    F.cross_entropy(out[train], torch.from_numpy(np.asarray(data["labels"]))[train]).backward()
+    F.cross_entropy(out[train], torch.from_numpy(np.array(data["labels"]))[train]).backward()
     for name, p in model.named_parameters():
         close(parted[name], p.grad, f"{name}: parts against the whole graph", rtol=1e-5)
