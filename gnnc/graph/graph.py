@@ -3,6 +3,7 @@
     graph = gnnc.Graph(edge_index)            # 2 x E, numpy or torch
     graph = gnnc.Graph.from_coo(src, dst, num_vertices=5)
     graph = gnnc.Graph.from_csr(indptr, indices)   # CSR by source, as DGL's ('csr', ...)
+    graph = gnnc.Graph.from_csc(indptr, indices)   # by destination: no copy of read-only arrays (memmaps)
     graph = gnnc.Graph.from_scipy(A)          # A[u, v] != 0 is the edge u -> v
     block = gnnc.Graph(edge_index, shape=(num_src, num_dst))   # bipartite
 
@@ -27,6 +28,13 @@ before anything reads the arrays (a scipy matrix's too, before any of scipy's
 own conversions runs on them); the arrays are then read-only, so per call only shapes,
 dtypes and aliasing need checking. Building is vectorised numpy: a stable
 argsort and a bincount.
+
+Graphs past memory: `from_csc` takes the in-CSR itself (grouped by
+destination, edge ids its positions) and keeps int64 arrays that are already
+read-only, such as `np.load(..., mmap_mode="r")` or `np.memmap(..., mode="r")`,
+without copying them: the kernels read the edges from the file's pages. It
+adds `in_eid` (the identity, 8 bytes per edge) on the first call, and `dst`
+only when something asks for it.
 """
 
 from __future__ import annotations
@@ -155,10 +163,10 @@ class Graph:
     num_dst: int
     num_edges: int
     src: np.ndarray
-    dst: np.ndarray
     in_indptr: np.ndarray
     in_src: np.ndarray
-    in_eid: np.ndarray
+    _dst: np.ndarray | None
+    _in_eid: np.ndarray | None
     #: Per-graph preprocessing data (partitions, permutations, ...), by plan name.
     plans: dict
 
@@ -207,6 +215,37 @@ class Graph:
         return cls._new(*_coo_from_csr(indptr, indices, num_vertices, shape))
 
     @classmethod
+    def from_csc(cls, indptr: Any, indices: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
+        """From a CSR grouped by destination, the in-CSR the kernels walk (as DGL's ``('csc', ...)``).
+
+        Row ``v`` lists the sources of ``v``'s in-edges, ``indices[indptr[v]:indptr[v+1]]``;
+        an edge's id is its position in ``indices`` (so ``edges_sorted`` holds).
+        With ``shape=(num_src, num_dst)`` indptr has ``num_dst + 1`` entries.
+        Read-only C-contiguous int64 arrays (memory-mapped files) are kept as
+        they are, not copied: the graph's ``in_indptr`` and ``in_src`` are them.
+        """
+        sizes = _sizes(num_vertices, shape)
+        ptr, idx = _shared_ids(indptr, "indptr"), _shared_ids(indices, "indices")
+        _check_indptr(ptr, nnz=idx.shape[0])
+        rows = ptr.shape[0] - 1
+        if sizes is None:
+            n = max(rows, int(idx.max()) + 1 if idx.size else 0)
+            sizes = (n, n)
+        elif sizes[1] != rows:
+            what = "num_vertices" if sizes[0] == sizes[1] else "num_dst"
+            raise GraphError(f"{what} = {sizes[1]} but indptr has {rows} rows (len(indptr) - 1)")
+        square = sizes[0] == sizes[1]
+        _check_range(idx, sizes[0], "indices", "num_vertices" if square else "num_src")
+        graph = cls.__new__(cls)
+        graph.num_src, graph.num_dst, graph.num_edges = sizes[0], sizes[1], int(idx.shape[0])
+        graph.src = graph.in_src = _readonly(idx)
+        graph.in_indptr = _readonly(ptr)
+        graph._dst = None
+        graph._in_eid = None
+        graph._init_caches(edges_sorted=True)
+        return graph
+
+    @classmethod
     def from_scipy(cls, matrix: Any) -> Graph:
         """From a scipy sparse matrix: ``A[u, v] != 0`` is the edge ``u -> v``.
 
@@ -233,13 +272,43 @@ class Graph:
         self.num_dst = int(n_dst)
         self.num_edges = int(src.shape[0])
         self.src = _readonly(src)
-        self.dst = _readonly(dst)
-        self.in_indptr, self.in_src, self.in_eid = _csr_by(self.dst, self.src, self.num_dst)
+        self._dst = _readonly(dst)
+        self.in_indptr, self.in_src, self._in_eid = _csr_by(self._dst, self.src, self.num_dst)
+        self._init_caches()
+
+    def _init_caches(self, edges_sorted: bool | None = None) -> None:
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._reversed: Graph | None = None
         self._degrees: dict[tuple[str, np.dtype, bool], np.ndarray] = {}
-        self._edges_sorted: bool | None = None
+        self._edges_sorted: bool | None = edges_sorted
         self.plans = {}
+
+    @property
+    def dst(self) -> np.ndarray:
+        """The destination of each edge, by edge id (a `from_csc` graph makes it on first use)."""
+        if self._dst is None:
+            self._dst = _readonly(np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr)))
+        return self._dst
+
+    def edge_index(self) -> np.ndarray:
+        """A new ``2 x E`` int64 array, sources then destinations by edge id (the caller's to
+        keep or edit). A graph whose `dst` is not made yet (`from_csc`) fills that row without
+        making it: the array is the only copy of the destinations."""
+        out = np.empty((2, self.num_edges), dtype=np.int64)
+        out[0] = self.src
+        out[1] = (
+            self._dst
+            if self._dst is not None
+            else np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr))
+        )
+        return out
+
+    @property
+    def in_eid(self) -> np.ndarray:
+        """The user's edge id of the in-edge at each in-CSR position (the identity for `from_csc`)."""
+        if self._in_eid is None:
+            self._in_eid = _readonly(np.arange(self.num_edges, dtype=np.int64))
+        return self._in_eid
 
     @property
     def num_vertices(self) -> int:
@@ -453,6 +522,15 @@ def _check_indptr(ptr: np.ndarray, owner: str = "", nnz: int | None = None) -> N
         )
     if nnz is not None and ptr[-1] != nnz:
         raise GraphError(f"{owner}indptr[-1] = {int(ptr[-1])} must equal len(indices) = {nnz}")
+
+
+def _shared_ids(obj: Any, what: str) -> np.ndarray:
+    """A 1-D id array kept as it is when it is read-only, C-contiguous int64 (a memory-mapped
+    file: nobody can change it after the checks), else an owned copy as `_ids` makes."""
+    if isinstance(obj, np.ndarray) and obj.ndim == 1 and obj.dtype == np.int64 and not obj.flags.writeable:
+        if obj.flags.c_contiguous:
+            return obj
+    return _ids(obj, what, 1)
 
 
 def _coo_from_csr(

@@ -7,6 +7,10 @@ PyG's parameter names and shapes, so a PyG layer's `state_dict()` loads
 into the gnnc layer of the same name. The message passing of a layer is
 one fused gnnc kernel (its module docstring shows it); the dense
 transforms are torch's.
+
+Mini-batches: a layer takes a sampled block (`gnnc.nn.blocks` of a PyG
+NeighborLoader batch, DGL blocks, `(edge_index, size)` pairs) as its graph;
+`gnnc.nn.warm_up(model)` compiles the kernels before the first batch.
 """
 
 from gnnc.nn.conv import (
@@ -20,9 +24,12 @@ from gnnc.nn.conv import (
     SAGEConv,
     TransformerConv,
 )
+from gnnc.nn.precompile import warm_up
+from gnnc.nn.sampled import Block, blocks
 
 __all__ = [
     "APPNP",
+    "Block",
     "GATConv",
     "GATv2Conv",
     "GCNConv",
@@ -31,4 +38,6 @@ __all__ = [
     "GraphConv",
     "SAGEConv",
     "TransformerConv",
+    "blocks",
+    "warm_up",
 ]

@@ -13,6 +13,11 @@ storage order (row-major; a COO tensor coalesced first). Its values are the
 edge weights (`edge_values`) and, for a SparseTensor, the edge features
 when none are given (`edge_attributes`), as PyG's `propagate` has them;
 `Adjacency.layout` keeps the form, where PyG's layers treat them apart.
+
+A sampled block (`gnnc.nn.blocks`: a `Block`, a DGL block, an
+`(edge_index, size)` pair) is an edge_index with its sizes; given one feature
+tensor, a layer reads its first `num_dst` rows as the destinations'
+(`on_block`), as DGL's layers do.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
+from gnnc.nn.sampled import as_block
 from gnnc.torch import graphs
 
 #: torch.sparse layouts an adjacency may have.
@@ -54,6 +60,8 @@ class Adjacency:
     layout: Layout = Layout.EDGE_INDEX
     #: The argument as given (a SparseTensor's attention weights come back in its class).
     given: Any = None
+    #: A sampled block: its destinations are its first `num_dst` sources.
+    block: bool = False
 
     @property
     def sparse(self) -> bool:
@@ -110,9 +118,12 @@ def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
         return Adjacency(index, values, (int(adj.shape[1]), int(adj.shape[0])), Layout.TORCH_SPARSE, adj)
     if _is_sparse_tensor(edge_index):
         return _from_sparse_tensor(edge_index)
+    block = as_block(edge_index)
+    if block is not None:
+        return Adjacency(block.edge_index, None, block.size, Layout.EDGE_INDEX, edge_index, block=True)
     if not isinstance(edge_index, torch.Tensor):
         raise ArgumentError(
-            f"{what} must be a [2, E] tensor, a torch.sparse adjacency or a SparseTensor, "
+            f"{what} must be a [2, E] tensor, a torch.sparse adjacency, a SparseTensor or a sampled block, "
             f"got {type(edge_index).__name__}"
         )
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
@@ -120,6 +131,43 @@ def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise ArgumentError(f"{what} must hold int64 (or int32) vertex ids, got {edge_index.dtype}")
     return Adjacency(edge_index, None, None, Layout.EDGE_INDEX, edge_index)
+
+
+def on_block(x: Any, adj: Adjacency) -> Any:
+    """`x` as the layer reads it: on a block, one tensor of `num_src` rows is the pair
+    `(x, x[:num_dst])` (the destinations are the first sources, DGL's convention)."""
+    if adj.block and isinstance(x, torch.Tensor):
+        assert adj.size is not None
+        if x.shape[0] != adj.size[0]:
+            raise ArgumentError(f"x has {x.shape[0]} rows but the block has {adj.size[0]} sources")
+        return x, x[: adj.size[1]]
+    return x
+
+
+def prefix_rows(x_dst: torch.Tensor | None, x_src: torch.Tensor) -> bool:
+    """Whether x_dst is x_src's first rows (a block's `x[:num_dst]`): a product of x_src
+    then serves both sides, sliced."""
+    if x_dst is None or torch.compiler.is_compiling():
+        return False
+    return (
+        x_dst.data_ptr() == x_src.data_ptr()
+        and x_dst.stride() == x_src.stride()
+        and x_dst.shape[1:] == x_src.shape[1:]
+        and x_dst.shape[0] <= x_src.shape[0]
+        and x_dst.dtype == x_src.dtype
+        and x_dst.device == x_src.device
+    )
+
+
+def square(adj: Adjacency, x: torch.Tensor, layer: str) -> tuple[Adjacency, int | None]:
+    """A block as the square graph of its `num_src` vertices, for layers that take one vertex set
+    (GCNConv), and the destinations to keep of the result (None for other graphs)."""
+    if not adj.block:
+        return adj, None
+    assert adj.size is not None
+    if x.shape[0] != adj.size[0]:
+        raise ArgumentError(f"{layer}: x has {x.shape[0]} rows but the block has {adj.size[0]} sources")
+    return Adjacency(adj.edge_index, None, None, Layout.EDGE_INDEX, adj.given), adj.size[1]
 
 
 def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
@@ -172,6 +220,10 @@ def sizes(
     A pair without x_dst and without `size=` has as many destinations as sources
     (PyG's rule: it takes the sizes it knows, and x_src's rows for the rest).
     """
+    if size is not None and adj.block:
+        if not isinstance(size, (tuple, list, torch.Size)) or tuple(size) != adj.size:
+            raise ArgumentError(f"size={size!r} disagrees with the block's (num_src, num_dst) = {adj.size}")
+        size = None
     if size is not None:
         if not isinstance(size, (tuple, list, torch.Size)) or len(size) != 2:
             raise ArgumentError(f"size must be a pair (num_src, num_dst), got {size!r}")
@@ -233,6 +285,9 @@ __all__ = [
     "check_features",
     "edge_attributes",
     "edge_values",
+    "on_block",
     "pair",
+    "prefix_rows",
     "sizes",
+    "square",
 ]

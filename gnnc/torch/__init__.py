@@ -12,7 +12,8 @@ cross into the kernels without copies (non-contiguous ones are made
 contiguous first); float64 inputs run an f64 variant, so gradcheck works.
 An edge_index tensor is turned into a `gnnc.Graph` once and cached until it
 is edited in place (`graphs.py`). The thread count follows
-`torch.get_num_threads()` unless `threads=` is given. A kernel object
+`torch.get_num_threads()` unless `threads=` is given (capped at a rank's
+share of the cores under torchrun: `threads.py`). A kernel object
 pickles as its source, name and options (`kernels.py`). CUDA tensors run
 the same ops' CUDA implementation: the kernel's PTX through gnnc's CUDA
 runtime, on torch's current stream, the tensors borrowed (`cuda.py`).

@@ -22,7 +22,6 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from gnnc.errors import ArgumentError
@@ -159,7 +158,7 @@ def edge_index_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Ten
     per_device = _EDGE_INDEX.setdefault(graph, {})
     t = per_device.get(device)
     if t is None:
-        t = torch.from_numpy(np.stack([graph.src, graph.dst]))
+        t = torch.from_numpy(graph.edge_index())
         t = t if device.type == "cpu" else t.to(device)
         per_device[device] = t
     entry = _entry(t)

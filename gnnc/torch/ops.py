@@ -53,6 +53,7 @@ from gnnc.errors import ArgumentError, CompileError, GnncError
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.torch import cuda, graphs
+from gnnc.torch.threads import default_threads
 
 NAMESPACE = "gnnc"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -114,10 +115,11 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 def _threads(threads: int | None) -> int:
     """`threads=` when given (checked: 1 .. max_threads()), else PyTorch's intra-op thread count
-    (`torch.set_num_threads`), at most max_threads()."""
+    (`torch.set_num_threads`) capped at this rank's share of the cores under a distributed
+    launcher (`threads.py`), at most max_threads()."""
     if threads is not None:
         return check_threads(threads)
-    return min(torch.get_num_threads(), max_threads())
+    return min(default_threads(), max_threads())
 
 
 def _schema_names(params: Sequence[TensorSig]) -> list[str]:

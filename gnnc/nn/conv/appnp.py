@@ -26,6 +26,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import inputs, self_loops
 from gnnc.nn.kernels import kernel
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "APPNP"
 
@@ -58,7 +59,7 @@ def dropout_order(adj: inputs.Adjacency, add_loops: bool) -> self_loops.Order:
     return self_loops.Order.ROW_MAJOR if adj.sparse_tensor else self_loops.Order.COALESCED
 
 
-class APPNP(nn.Module):
+class APPNP(WarmUp, nn.Module):
     """PyG's `APPNP(K, alpha, dropout=0.0, cached=False, add_self_loops=True, normalize=True, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; no parameters. A sparse
@@ -102,6 +103,11 @@ class APPNP(nn.Module):
             raise ArgumentError("APPNP: x must be one tensor")
         inputs.check_features(x, LAYER)
         adj = inputs.adjacency(edge_index)
+        if adj.block:
+            raise ArgumentError(
+                "APPNP propagates K times over one graph; a sampled block is one hop: pass the batch's "
+                "edge_index (its square subgraph) instead"
+            )
         num_nodes = x.shape[0]
         inputs.sizes(adj, x, x, None, bipartite=False)
         edges = adj.edge_index

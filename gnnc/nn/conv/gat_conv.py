@@ -31,11 +31,12 @@ from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "GATConv"
 
 
-class GATConv(nn.Module):
+class GATConv(WarmUp, nn.Module):
     """PyG's `GATConv(in_channels, out_channels, heads, concat, negative_slope, dropout,
     add_self_loops, edge_dim, fill_value, bias, residual, **kwargs)`.
 
@@ -135,6 +136,8 @@ class GATConv(nn.Module):
         h_src = lin_src(x_src).view(-1, H, C)
         if not bipartite and self.lin is not None:
             return h_src, h_src, res
+        if self.lin is not None and x_dst is not None and inputs.prefix_rows(x_dst, x_src):
+            return h_src, h_src[: x_dst.shape[0]], res  # a block's x[:num_dst]: one product serves both
         h_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
         return h_src, h_dst, res
 
@@ -148,6 +151,7 @@ class GATConv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
         bipartite = not isinstance(x, torch.Tensor)
         h_src, h_dst, res = self._project(x_src, x_dst, bipartite)

@@ -31,11 +31,12 @@ from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "GATv2Conv"
 
 
-class GATv2Conv(nn.Module):
+class GATv2Conv(WarmUp, nn.Module):
     """PyG's `GATv2Conv(in_channels, out_channels, heads, concat, negative_slope, dropout,
     add_self_loops, edge_dim, fill_value, bias, share_weights, residual, **kwargs)`.
 
@@ -124,6 +125,7 @@ class GATv2Conv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
         if x_dst is None:
             raise ArgumentError(f"{LAYER}: x must be a tensor or a pair of tensors (x_src, x_dst), not (x_src, None)")
@@ -132,7 +134,12 @@ class GATv2Conv(nn.Module):
         bipartite = not isinstance(x, torch.Tensor)
         res = self.res(x_dst) if self.res is not None else None
         xl = self.lin_l(x_src).view(-1, H, C)
-        xr = xl if self.share_weights and not bipartite else self.lin_r(x_dst).view(-1, H, C)
+        if self.share_weights and not bipartite:
+            xr = xl
+        elif self.share_weights and inputs.prefix_rows(x_dst, x_src):
+            xr = xl[: x_dst.shape[0]]  # a block's x[:num_dst]: one product serves both
+        else:
+            xr = self.lin_r(x_dst).view(-1, H, C)
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, None, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]

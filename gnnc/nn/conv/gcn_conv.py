@@ -28,6 +28,7 @@ from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 NORMALIZED = """
 kernel gcn_conv(x: f32[V, F], w: f32[E], loop: f32[V]) -> f32[V, F] {
@@ -50,7 +51,7 @@ kernel gcn_conv_plain(x: f32[V, F]) -> f32[V, F] {
 """
 
 
-class GCNConv(nn.Module):
+class GCNConv(WarmUp, nn.Module):
     """PyG's `GCNConv(in_channels, out_channels, improved, cached, add_self_loops, normalize, bias, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; `edge_index` may be a
@@ -116,7 +117,7 @@ class GCNConv(nn.Module):
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("GCNConv does not support bipartite message passing: x must be one tensor")
         inputs.check_features(x, LAYER)
-        adj = inputs.adjacency(edge_index)
+        adj, keep = inputs.square(inputs.adjacency(edge_index), x, LAYER)
         num_nodes = x.shape[0]
         inputs.sizes(adj, x, x, None, bipartite=False)
         # the product runs on the narrower side of the aggregation: the same result, fewer flops
@@ -139,6 +140,8 @@ class GCNConv(nn.Module):
                 out = self._plain(adj.edge_index, x, num_vertices=num_nodes)
             else:
                 out = self._weighted(adj.edge_index, x, weight.to(x.dtype), num_vertices=num_nodes)
+        if keep is not None:  # a block: the rows of its destinations
+            out = out[:keep]
         if widen:
             out = self.lin(out)
         if self.bias is not None:

@@ -26,6 +26,7 @@ from gnnc.nn.init import reset
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 GIN = """
 kernel gin_conv(x: f32[V, F], eps: f32) -> f32[V, F] {
@@ -70,7 +71,7 @@ kernel gine_conv_no_root(xs: f32[V, F], ea: f32[E, F]) -> f32[V, F] {
 """
 
 
-class _GIN(nn.Module):
+class _GIN(WarmUp, nn.Module):
     """What GINConv and GINEConv share: `nn`, `eps` (a buffer, or a parameter with train_eps)."""
 
     def __init__(self, nn_module: Any, eps: float, train_eps: bool, layer: str, options: dict[str, Any]):
@@ -115,8 +116,9 @@ class GINConv(_GIN):
         self.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, "GINConv")
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, "GINConv")
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         eps = self.eps.to(x_src.dtype)
         w = sparse_weights(adj)
@@ -169,8 +171,9 @@ class GINEConv(_GIN):
             self.lin.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, edge_attr: torch.Tensor | None = None, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, "GINEConv")
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, "GINEConv")
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         edge_attr = inputs.edge_attributes(adj, edge_attr)
         if edge_attr is None:

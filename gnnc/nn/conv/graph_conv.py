@@ -18,11 +18,12 @@ from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "GraphConv"
 
 
-class GraphConv(nn.Module):
+class GraphConv(WarmUp, nn.Module):
     """PyG's `GraphConv(in_channels, out_channels, aggr="add", bias=True, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None, size=None)`; a sparse
@@ -51,8 +52,9 @@ class GraphConv(nn.Module):
     def forward(
         self, x: Any, edge_index: Any, edge_weight: torch.Tensor | None = None, size: Any = None
     ) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, LAYER)
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, LAYER)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = inputs.edge_values(adj, edge_weight)
         if self._aggr in LINEAR and not self.lin_rel.lazy and self.out_channels < x_src.shape[1]:

@@ -18,11 +18,12 @@ from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels, sparse_weights
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "SAGEConv"
 
 
-class SAGEConv(nn.Module):
+class SAGEConv(WarmUp, nn.Module):
     """PyG's `SAGEConv(in_channels, out_channels, aggr="mean", normalize, root_weight, project, bias, **kwargs)`.
 
     `forward(x, edge_index, size=None)`; x may be a pair `(x_src, x_dst)`
@@ -66,8 +67,9 @@ class SAGEConv(nn.Module):
                 getattr(self, name).reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x, LAYER)
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
+        x_src, x_dst = inputs.pair(x, LAYER)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = sparse_weights(adj)
         if self.project:
@@ -79,7 +81,10 @@ class SAGEConv(nn.Module):
         else:
             out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if self.root_weight and x_dst is not None:
-            out = out + self.lin_r(x_dst)
+            if self.lin_r.lazy or x_dst.dim() != 2:
+                out = out + self.lin_r(x_dst)
+            else:  # the root product added as it is made: no [num_dst, out] temporary beside `out`
+                out = torch.addmm(out, x_dst, self.lin_r.weight.t())
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out

@@ -28,11 +28,12 @@ from gnnc.nn import attention, inputs
 from gnnc.nn.attention import LoopKind
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
+from gnnc.nn.precompile import WarmUp
 
 LAYER = "TransformerConv"
 
 
-class TransformerConv(nn.Module):
+class TransformerConv(WarmUp, nn.Module):
     """PyG's `TransformerConv(in_channels, out_channels, heads, concat, beta, dropout,
     edge_dim, bias, root_weight, **kwargs)`.
 
@@ -108,6 +109,7 @@ class TransformerConv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
+        x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
         if x_dst is None:
             raise ArgumentError(f"{LAYER}: x must be a tensor or a pair of tensors (x_src, x_dst), not (x_src, None)")
