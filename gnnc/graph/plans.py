@@ -47,6 +47,9 @@ __all__ = [
     "degree_order",
     "default_partition_count",
     "edges_in_long_walks",
+    "RelationPairs",
+    "relation_degrees",
+    "relation_pairs",
     "gather_reuse_share",
     "group_offsets_by_dst",
     "group_blocks",
@@ -694,6 +697,82 @@ def _hybrid_sources(graph: Any, hybrid: Hybrid) -> tuple[np.ndarray, np.ndarray]
         return hybrid_sources(graph, hybrid.sources, widest, abi.SHARED_MEMORY_BYTES)
     except ArgumentError as exc:
         raise ArgumentError(f"map {hybrid.mapping} hybrid {hybrid.sources}: {exc}") from None
+
+
+# ---------------------------------------------------------- relation types
+
+
+@dataclass(frozen=True)
+class RelationPairs:
+    """The distinct (vertex, relation) pairs of a graph's edges at one side, grouped by relation.
+
+    Pair ``p`` is vertex ``vertex[p]`` (the source of its edges for side
+    ``"src"``, the destination for ``"dst"``) with relation ``rel[p]``; it
+    stands for ``count[p]`` edges. Pairs are sorted by relation, then vertex,
+    so relation ``r``'s are the contiguous run ``offsets[r] .. offsets[r + 1]``
+    (a relation's transform is one dense product over them: Hector's compact
+    materialisation, docs/design/heterogeneous.md). ``edge_pair[e]`` is the
+    pair of edge ``e`` (by edge id). All int64 and read-only.
+    """
+
+    vertex: np.ndarray
+    rel: np.ndarray
+    count: np.ndarray
+    offsets: np.ndarray
+    edge_pair: np.ndarray
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.vertex.shape[0])
+
+
+def _require_relations(graph: Any) -> None:
+    if graph.edge_type is None:
+        raise ArgumentError("this plan needs a graph with relation types (gnnc.Graph(..., edge_type=...))")
+
+
+def relation_pairs(graph: Any, side: str) -> RelationPairs:
+    """The (source, relation) pairs (``side="src"``) or (destination, relation) pairs
+    (``side="dst"``) of a graph with relation types; computed once per graph (a sort)."""
+    _require_relations(graph)
+    if side not in ("src", "dst"):
+        raise ArgumentError(f"relation pairs are per 'src' or 'dst', not {side!r}")
+
+    def compute() -> RelationPairs:
+        vertices = graph.src if side == "src" else graph.dst
+        n = max(1, graph.num_src if side == "src" else graph.num_dst)
+        key = graph.edge_type * n + vertices
+        unique, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        rel = unique // n
+        offsets = np.searchsorted(rel, np.arange(graph.num_relations + 1, dtype=np.int64), side="left")
+        return RelationPairs(
+            vertex=_readonly(unique % n),
+            rel=_readonly(rel),
+            count=_readonly(counts),
+            offsets=_readonly(offsets),
+            edge_pair=_readonly(inverse.reshape(-1)),
+        )
+
+    return _cached(graph, ("relation_pairs", side), compute)
+
+
+def relation_degrees(graph: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per edge id, as floats of ``dtype`` ("f32" / "f64"): the edges sharing its (destination,
+    relation) pair (``deg_in(v, rel(e))``, R-GCN's c_{v,r}) and its (source, relation) pair
+    (``deg_out(u, rel(e))``)."""
+    _require_relations(graph)
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        degrees = []
+        for side in ("dst", "src"):
+            pairs = relation_pairs(graph, side)
+            deg = pairs.count[pairs.edge_pair].astype(np_dtype)
+            deg.flags.writeable = False
+            degrees.append(deg)
+        return degrees[0], degrees[1]
+
+    return _cached(graph, ("relation_degrees", dtype), compute)
 
 
 # ------------------------------------------------------ the plans of a call

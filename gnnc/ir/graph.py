@@ -57,7 +57,8 @@ SINGLE_RESULT = "graph.single_result"
 SCHEDULE = "graph.schedule"
 
 GRAPH_TYPES = ("S", "D", "E", "P", "A")
-DOMAINS = ("V", "E", "P")
+#: A tensor's rows: per vertex, per edge, a parameter, per relation type (`W[rel(e)]`).
+DOMAINS = ("V", "E", "P", "R")
 
 
 def _dims_to_attr(shape: Sequence[Dim]) -> ArrayAttr[StringAttr]:
@@ -96,7 +97,7 @@ def _parse_shaped(parser: AttrParser, kinds: Sequence[str]) -> tuple[StringAttr,
 
 @irdl_attr_definition
 class TensorType(ParametrizedAttribute, TypeAttribute):
-    """An array argument: `V` (per vertex), `E` (per edge) or `P` (parameter)."""
+    """An array argument: `V` (per vertex), `E` (per edge), `P` (parameter) or `R` (per relation type)."""
 
     name = "graph.tensor"
 
@@ -265,12 +266,13 @@ def _check_elem(op: IRDLOperation, *values: SSAValue) -> None:
 
 # ------------------------------------------------------------------------ ops
 
-GATHER_SITES = {"src": ("V", "S"), "dst": ("V", "D"), "edge": ("E", "E"), "param": ("P", "P")}
+GATHER_SITES = {"src": ("V", "S"), "dst": ("V", "D"), "edge": ("E", "E"), "param": ("P", "P"), "rel": ("R", "E")}
 
 
 @irdl_op_definition
 class GatherOp(IRDLOperation):
-    """Reads a tensor argument: `x[u]` (src), `x[v]` (dst), `w[e]` (edge), `W` (param)."""
+    """Reads a tensor argument: `x[u]` (src), `x[v]` (dst), `w[e]` (edge), `W` (param),
+    `W[rel(e)]` (rel: the row of the edge's relation type, an edge value)."""
 
     name = "graph.gather"
 
@@ -334,22 +336,33 @@ class ConstantOp(IRDLOperation):
 
 @irdl_op_definition
 class DegreeOp(IRDLOperation):
-    """`deg_in(v)`, `deg_out(u)`, ...: a vertex's degree as a float."""
+    """`deg_in(v)`, `deg_out(u)`, ...: a vertex's degree as a float.
+
+    With `relation` (`deg_in(v, rel(e))`, `deg_out(u, rel(e))`), the edges of
+    the edge's relation type only (R-GCN's c_{v,r}): an edge value.
+    """
 
     name = "graph.degree"
 
     direction = prop_def(StringAttr)
     site = prop_def(StringAttr)
+    relation = opt_prop_def(UnitAttr)
     result = result_def(ValueType)
 
     assembly_format = "$direction $site attr-dict `:` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, direction: str, site: str, element_type: Attribute):
-        super().__init__(
-            properties={"direction": StringAttr(direction), "site": StringAttr(site)},
-            result_types=[ValueType("S" if site == "src" else "D", element_type, ())],
-        )
+    def __init__(self, direction: str, site: str, element_type: Attribute, relation: bool = False):
+        props: dict[str, Attribute] = {"direction": StringAttr(direction), "site": StringAttr(site)}
+        if relation:
+            props["relation"] = UnitAttr()
+        kind = "E" if relation else "S" if site == "src" else "D"
+        super().__init__(properties=props, result_types=[ValueType(kind, element_type, ())])
+
+    @property
+    def per_relation(self) -> bool:
+        return self.relation is not None
 
     def verify_(self) -> None:
         if self.direction.data not in ("in", "out"):
@@ -357,6 +370,12 @@ class DegreeOp(IRDLOperation):
         if self.site.data not in ("src", "dst"):
             raise VerifyException("graph.degree site must be 'src' or 'dst'")
         rtype = _value_type(self.result)
+        if self.per_relation:
+            if (self.direction.data, self.site.data) not in (("in", "dst"), ("out", "src")):
+                raise VerifyException("graph.degree per relation counts 'in' edges at 'dst' or 'out' edges at 'src'")
+            if rtype.kind != "E" or rtype.shape != ():
+                raise VerifyException("graph.degree per relation gives a scalar E value")
+            return
         expected = "S" if self.site.data == "src" else "D"
         if rtype.kind != expected or rtype.shape != ():
             raise VerifyException(f"graph.degree at {self.site.data} gives a scalar {expected} value")
@@ -545,7 +564,12 @@ class TransposeOp(IRDLOperation):
 
 @irdl_op_definition
 class MatVecOp(IRDLOperation):
-    """`a @ W`: `a` of shape [..., K] times a parameter matrix [K, N] gives [..., N]."""
+    """`a @ W`: `a` of shape [..., K] times a matrix [K, N] gives [..., N].
+
+    The matrix is a parameter (P) or an edge value (E: a relation's matrix
+    `W[rel(e)]`, a per-edge `theta[e]`), and the result is of the operands'
+    joined graph type.
+    """
 
     name = "graph.matvec"
 
@@ -558,20 +582,29 @@ class MatVecOp(IRDLOperation):
 
     def __init__(self, vector: SSAValue, matrix: SSAValue):
         a, w = _value_type(vector), _value_type(matrix)
+        kind = join_graph_types(a.kind, w.kind) or "E"
         super().__init__(
             operands=[vector, matrix],
-            result_types=[ValueType(a.kind, a.element_type, a.shape[:-1] + w.shape[1:])],
+            result_types=[ValueType(kind, a.element_type, a.shape[:-1] + w.shape[1:])],
         )
+
+    @property
+    def per_edge_matrix(self) -> bool:
+        """Whether the matrix is an edge value (`W[rel(e)]`, `theta[e]`) rather than a parameter."""
+        return _value_type(self.matrix).kind != "P"
 
     def verify_(self) -> None:
         _check_elem(self, self.vector, self.matrix)
         a, w, r = _value_type(self.vector), _value_type(self.matrix), _value_type(self.result)
-        if w.kind != "P" or len(w.shape) != 2:
-            raise VerifyException("graph.matvec needs a 2-D parameter matrix")
+        if w.kind not in ("P", "E") or len(w.shape) != 2:
+            raise VerifyException("graph.matvec needs a 2-D matrix: a parameter or an edge value")
+        if a.kind == "A" and w.kind == "E":
+            raise VerifyException("graph.matvec cannot take an aggregate times a per-edge matrix")
         if not a.shape or a.shape[-1] != w.shape[0]:
             raise VerifyException(f"graph.matvec: last axis of {list(a.shape)} must equal K of {list(w.shape)}")
-        if (r.kind, r.shape) != (a.kind, a.shape[:-1] + w.shape[1:]):
-            raise VerifyException("graph.matvec result must be [..., N] of the vector's graph type")
+        kind = join_graph_types(a.kind, w.kind)
+        if (r.kind, r.shape) != (kind, a.shape[:-1] + w.shape[1:]):
+            raise VerifyException("graph.matvec result must be [..., N] of the operands' joined graph type")
 
 
 @irdl_op_definition

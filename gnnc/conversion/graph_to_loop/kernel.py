@@ -59,6 +59,13 @@ class KernelLowering(PhaseEmission):
         return temps
 
     def build(self) -> func.FuncOp:
+        if any(
+            (isinstance(op, graph.GatherOp) and op.site.data == "rel")
+            or (isinstance(op, graph.DegreeOp) and op.per_relation)
+            or (isinstance(op, graph.MatVecOp) and op.per_edge_matrix)
+            for op in self.src_fn.body.walk()
+        ):
+            raise CompileError(f"{self.src_fn.sym_name.data}: relation types and per-edge matrices are not lowered yet")
         self._read_schedule()
         self.arguments = abi.kernel_arguments(self.record, self.param_names, self.result_names)
         arg_types = kernel_abi.signature(self.arguments, self.elem)
