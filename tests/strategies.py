@@ -94,6 +94,14 @@ def relation_graphs(draw, max_relations: int = 6, **kwargs):
     return gnnc.Graph.from_coo(src, dst, num_vertices=v, edge_type=types.astype(np.int64), num_relations=r)
 
 
+def with_relations(graph: gnnc.Graph, seed: int, max_relations: int = 5) -> gnnc.Graph:
+    """The same edges with random relation types, some relations without edges."""
+    rng = np.random.default_rng(seed)
+    r = int(rng.integers(1, max_relations + 1))
+    types = rng.integers(0, max(1, r - 1), graph.num_edges)
+    return gnnc.Graph(graph, edge_type=types, num_relations=r)
+
+
 def random_inputs(signature, graph, dims: dict[str, int], dtype, seed: int) -> dict[str, np.ndarray]:
     """Arrays for every parameter of a kernel signature, values in [-1, 1]."""
     rng = np.random.default_rng(seed)

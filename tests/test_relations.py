@@ -6,12 +6,18 @@ against PyG's RGCNConv; the source errors point at the offending token.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gnnc
 from gnnc.lang import parse_and_check
 from gnnc.lang.signature import kernel_signature
+from tests.helpers import assert_matches
+from tests.strategies import graphs, random_inputs, relation_graphs
 
 RGCN = """kernel rgcn(x: f32[V, K], W: f32[R, K, N], root: f32[K, N]) -> f32[V, N] {
     out[v] = x[v] @ root + sum((x[u] @ W[rel(e)]) / deg_in(v, rel(e)))
@@ -200,3 +206,49 @@ def test_relation_values_are_edge_values():
     nnconv = program.kernels[1].body[0].value.operand
     assert nnconv.gtype == "E" and nnconv.shape == ("N",)
     assert program.kernels[2].body[0].value.shape == ("H",)
+
+
+# ------------------------------------------------------------- compiled kernels
+
+
+KERNELS = {"rgcn": RGCN, "nnconv": NNCONV, "rel_attention": ATTENTION}
+KERNEL_DIMS = {"K": 5, "N": 17, "H": 2, "F": 3}
+
+
+@functools.cache
+def _compiled(name: str, schedule: str | None = None, target: str = "cpu"):
+    return gnnc.compile(KERNELS[name], schedule=schedule, target=target)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@given(graph=relation_graphs(), threads=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15)
+def test_compiled_relation_kernels_match_the_reference(name, graph, threads, seed):
+    kernel = getattr(_compiled(name), name)
+    inputs = random_inputs(kernel.signature, graph, KERNEL_DIMS, np.float32, seed)
+    got = kernel(graph, threads=threads, **inputs)
+    want = getattr(gnnc.compile(KERNELS[name], target="reference"), name)(graph, **inputs)
+    assert_matches(got, want, graph, np.float32)
+
+
+@given(graph=graphs(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_one_relation_is_the_homogeneous_kernel(graph, seed):
+    """With R = 1, R-GCN is a mean aggregation of x[u] @ W plus the root term."""
+    typed = gnnc.Graph(graph, edge_type=np.zeros(graph.num_edges, np.int64), num_relations=1)
+    homogeneous = gnnc.compile(
+        "kernel k(x: f32[V, K], W: f32[K, N], root: f32[K, N]) -> f32[V, N] {\n"
+        "    out[v] = x[v] @ root + mean(x[u] @ W)\n}\n"
+    ).k
+    rng = np.random.default_rng(seed)
+    x, w, root = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((graph.num_vertices, 5), (1, 5, 17), (5, 17)))
+    got = _compiled("rgcn").rgcn(typed, x, w, root)
+    assert_matches(got, homogeneous(graph, x, w[0], root).astype(np.float64), graph, np.float32)
+
+
+def test_compiled_kernels_refuse_graphs_without_types():
+    graph = _graph()
+    untyped = gnnc.Graph.from_coo(graph.src, graph.dst, num_vertices=7)
+    x, w, root = _arrays(1, (7, 3), (4, 3, 5), (3, 5))
+    with pytest.raises(gnnc.ArgumentError, match="relation types"):
+        _compiled("rgcn").rgcn(untyped, x, w, root)

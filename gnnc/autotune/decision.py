@@ -310,6 +310,11 @@ def _check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, in
                 f"{name}: compiled for {dim} = {size} (specialize {dim} {size}), "
                 f"but this call has {dim} = {dims.get(dim)}"
             )
+    if (record.relations or record.relation_degrees) and not graph.has_relations:
+        raise ArgumentError(
+            f"{name}: this compiled kernel reads the edges' relation types, but the graph has none: "
+            "build it with gnnc.Graph(edge_index, edge_type=..., num_relations=...)"
+        )
     if record.edges_sorted and not graph.edges_sorted:
         # the native code would read and write edge rows at in-CSR positions, not at the ids
         raise ArgumentError(
@@ -345,6 +350,8 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         hilbert=not record.partitions and record.edge_order == "hilbert",
         groups=record.groups or None,
         hybrid=hybrid,
+        relations=record.relations,
+        relation_degrees=record.relation_degrees,
     )
 
 

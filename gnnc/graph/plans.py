@@ -834,6 +834,10 @@ class PlanSpec:
     #: `group neighbors G`: G (`split_neighbor_groups`, `group_blocks`)
     groups: int | None = None
     hybrid: Hybrid | None = None
+    #: the edges' relation types (`edge_rel`)
+    relations: bool = False
+    #: the edges per (vertex, relation) pair, by edge id (`relation_degrees`)
+    relation_degrees: bool = False
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -897,4 +901,11 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
         values["group_offsets"] = group_offsets
     if spec.hybrid is not None:
         values["hybrid_hot"], values["hybrid_slot"] = _hybrid_sources(graph, spec.hybrid)
+    if spec.relations or spec.relation_degrees:
+        _require_relations(graph)
+    if spec.relations:
+        values["edge_rel"] = _nonempty(graph.edge_type)
+    if spec.relation_degrees:
+        deg_in, deg_out = relation_degrees(graph, spec.dtype)
+        values["rel_deg_in"], values["rel_deg_out"] = _nonempty(deg_in), _nonempty(deg_out)
     return values

@@ -44,7 +44,7 @@ from typing import Any
 Dim = int | str
 
 #: Bump when the argument order or the metadata layout changes.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.ir.abi"
@@ -328,6 +328,10 @@ class AbiRecord:
     #: the in-CSR arguments are laid out by position in `order` (`plans.ordered_in_csr`)
     ordered_edges: bool = False
     grid: Grid | None = None
+    #: the kernel reads edges' relation types (`W[rel(e)]`): `edge_rel`
+    relations: bool = False
+    #: it counts edges per (vertex, relation) (`deg_in(v, rel(e))`): `rel_deg_in`, `rel_deg_out`
+    relation_degrees: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -354,6 +358,10 @@ class AbiRecord:
             record["ordered_edges"] = True
         if self.grid is not None:
             record["grid"] = self.grid.to_dict()
+        if self.relations:
+            record["relations"] = True
+        if self.relation_degrees:
+            record["relation_degrees"] = True
         return record
 
     @classmethod
@@ -377,6 +385,8 @@ class AbiRecord:
             edges_sorted=bool(record.get("edges_sorted", False)),
             ordered_edges=bool(record.get("ordered_edges", False)),
             grid=None if grid is None else Grid.from_dict(grid),
+            relations=bool(record.get("relations", False)),
+            relation_degrees=bool(record.get("relation_degrees", False)),
         )
 
     def to_json(self) -> str:
@@ -415,6 +425,8 @@ class Group(StrEnum):
     NEIGHBOR_GROUPS = "neighbor_groups"
     DST_SCRATCH = "dst_scratch"
     HYBRID = "hybrid"
+    RELATIONS = "relations"
+    RELATION_DEGREES = "relation_degrees"
 
 
 @dataclass(frozen=True)
@@ -597,6 +609,31 @@ ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
         (
             _array("hybrid_hot", Group.HYBRID, _I64, "1 + K': K', then the sources staged in shared memory"),
             _array("hybrid_slot", Group.HYBRID, _I64, "num_src: each source's slot, or -1"),
+        ),
+    ),
+    ArgumentGroup(
+        Group.RELATIONS,
+        "reading relation types, `W[rel(e)]` (record relations)",
+        lambda r: r.relations,
+        (_array("edge_rel", Group.RELATIONS, _I64, "E: each edge's relation type, by edge id, in [0, R)"),),
+    ),
+    ArgumentGroup(
+        Group.RELATION_DEGREES,
+        "counting edges per relation, `deg_in(v, rel(e))` (record relation_degrees)",
+        lambda r: r.relation_degrees,
+        (
+            _array(
+                "rel_deg_in",
+                Group.RELATION_DEGREES,
+                _T,
+                "E: per edge id, the edges of its (destination, relation) pair, as floats",
+            ),
+            _array(
+                "rel_deg_out",
+                Group.RELATION_DEGREES,
+                _T,
+                "E: per edge id, the edges of its (source, relation) pair, as floats",
+            ),
         ),
     ),
 )

@@ -59,13 +59,6 @@ class KernelLowering(PhaseEmission):
         return temps
 
     def build(self) -> func.FuncOp:
-        if any(
-            (isinstance(op, graph.GatherOp) and op.site.data == "rel")
-            or (isinstance(op, graph.DegreeOp) and op.per_relation)
-            or (isinstance(op, graph.MatVecOp) and op.per_edge_matrix)
-            for op in self.src_fn.body.walk()
-        ):
-            raise CompileError(f"{self.src_fn.sym_name.data}: relation types and per-edge matrices are not lowered yet")
         self._read_schedule()
         self.arguments = abi.kernel_arguments(self.record, self.param_names, self.result_names)
         arg_types = kernel_abi.signature(self.arguments, self.elem)
@@ -124,6 +117,8 @@ class KernelLowering(PhaseEmission):
             # False: nobody wrote a CPU schedule, so the runtime's default
             # heuristic may pick one per call (autotune/heuristic.py)
             schedule_given=any(k.startswith("cpu.") for k in schedule_entries(self.src_fn)),
+            relations=any(isinstance(op, graph.GatherOp) and op.site.data == "rel" for op in self.src_fn.body.walk()),
+            relation_degrees=any(isinstance(op, graph.DegreeOp) and op.per_relation for op in self.src_fn.body.walk()),
         )
 
     def _bind_arguments(self, entry: Block) -> None:
@@ -146,6 +141,8 @@ class KernelLowering(PhaseEmission):
         if self.swept:
             self.src_meta, self.src_blocks = named["src_meta"], named["src_blocks"]
         self.acc_rows = named.get("acc_rows")
+        self.edge_rel = named.get("edge_rel")
+        self.rel_deg_in, self.rel_deg_out = named.get("rel_deg_in"), named.get("rel_deg_out")
         if self.group_size is not None:
             self.group_meta, self.group_blocks, self.group_dst, self.group_bounds, self.group_offsets = (
                 named[n] for n in ("group_meta", "group_blocks", "group_dst", "group_bounds", "group_offsets")

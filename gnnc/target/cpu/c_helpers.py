@@ -56,6 +56,8 @@ typedef struct gnnc_graph {
     int64_t *in_src;     /* num_edges: the source of the in-edge at each position */
     int64_t *in_eid;     /* num_edges: its id (a destination's in-edges in increasing id) */
     int64_t *out_degree; /* num_src */
+    int64_t num_relations; /* relation types (gnnc_graph_set_relations), 0 without */
+    int64_t *edge_type;    /* num_edges: each edge's relation type by id, or NULL */
 } gnnc_graph;
 
 /* count elements of `size` bytes, zeroed; at least one, so that no pointer a kernel gets is NULL */
@@ -72,7 +74,30 @@ static inline void gnnc_graph_free(gnnc_graph *g)
     free(g->in_src);
     free(g->in_eid);
     free(g->out_degree);
+    free(g->edge_type);
     memset(g, 0, sizeof *g);
+}
+
+/* Gives g's edges relation types (for kernels reading rel(e)): edge_type[e] in [0, num_relations)
+ * for each edge id e, copied. num_relations may exceed the largest type + 1 (relations without
+ * edges); a relation tensor's leading axis must be num_relations. */
+static inline int gnnc_graph_set_relations(gnnc_graph *g, int64_t num_relations, const int64_t *edge_type)
+{
+    int64_t e, *types;
+    if (num_relations < 0 || (num_relations == 0 && g->num_edges > 0))
+        return GNNC_ERROR_ARGUMENT;
+    for (e = 0; e < g->num_edges; e++)
+        if (edge_type[e] < 0 || edge_type[e] >= num_relations)
+            return GNNC_ERROR_ARGUMENT;
+    types = (int64_t *)gnnc__alloc(g->num_edges, sizeof(int64_t));
+    if (!types)
+        return GNNC_ERROR_MEMORY;
+    for (e = 0; e < g->num_edges; e++)
+        types[e] = edge_type[e];
+    free(g->edge_type);
+    g->edge_type = types;
+    g->num_relations = num_relations;
+    return GNNC_OK;
 }
 
 /* The graph of num_edges edges src[e] -> dst[e]; ids must lie in [0, num_src) and [0, num_dst). */
@@ -388,6 +413,50 @@ static inline int gnnc__neighbor_groups(const gnnc_graph *g, int64_t group_size,
     return GNNC_OK;
 }
 
+/* Per edge id, the edges sharing its (destination, relation) pair (deg_in) and its (source,
+ * relation) pair (deg_out): each destination's, then each source's, edges counted by relation in
+ * a num_relations array that is cleared again after the vertex. */
+static inline int gnnc__relation_degrees(const gnnc_graph *g, int64_t *deg_in, int64_t *deg_out)
+{
+    int64_t v, u, k, *count = (int64_t *)gnnc__alloc(g->num_relations, sizeof(int64_t));
+    int64_t *out_ptr = (int64_t *)gnnc__alloc(g->num_src + 1, sizeof(int64_t));
+    int64_t *out_eid = (int64_t *)gnnc__alloc(g->num_edges, sizeof(int64_t));
+    if (!count || !out_ptr || !out_eid) {
+        free(count);
+        free(out_ptr);
+        free(out_eid);
+        return GNNC_ERROR_MEMORY;
+    }
+    for (v = 0; v < g->num_dst; v++) {
+        for (k = g->in_indptr[v]; k < g->in_indptr[v + 1]; k++)
+            count[g->edge_type[g->in_eid[k]]]++;
+        for (k = g->in_indptr[v]; k < g->in_indptr[v + 1]; k++)
+            deg_in[g->in_eid[k]] = count[g->edge_type[g->in_eid[k]]];
+        for (k = g->in_indptr[v]; k < g->in_indptr[v + 1]; k++)
+            count[g->edge_type[g->in_eid[k]]] = 0;
+    }
+    /* the edges grouped by source (a counting sort), then the same */
+    for (u = 0; u < g->num_src; u++)
+        out_ptr[u + 1] = out_ptr[u] + g->out_degree[u];
+    for (k = 0; k < g->num_edges; k++)
+        out_eid[out_ptr[g->src[k]]++] = k;
+    for (u = g->num_src; u > 0; u--)
+        out_ptr[u] = out_ptr[u - 1];
+    out_ptr[0] = 0;
+    for (u = 0; u < g->num_src; u++) {
+        for (k = out_ptr[u]; k < out_ptr[u + 1]; k++)
+            count[g->edge_type[out_eid[k]]]++;
+        for (k = out_ptr[u]; k < out_ptr[u + 1]; k++)
+            deg_out[out_eid[k]] = count[g->edge_type[out_eid[k]]];
+        for (k = out_ptr[u]; k < out_ptr[u + 1]; k++)
+            count[g->edge_type[out_eid[k]]] = 0;
+    }
+    free(count);
+    free(out_ptr);
+    free(out_eid);
+    return GNNC_OK;
+}
+
 /* Elements of one worker's scratch slice: whole cache lines plus one (abi.scratch_slice_elements) */
 static inline int64_t gnnc__scratch_slice(int64_t elements, int64_t item_size)
 {
@@ -420,7 +489,7 @@ def kernel_helpers(kernel: dict, arguments: Sequence[abi.Argument], float_type: 
     t = float_type
     plan = f"gnnc_{name}_plan"
     own = [a for a in arguments if a.group not in (abi.Group.PARAMS, abi.Group.RESULTS) and a.pointer]
-    borrowed = ("in_indptr", "in_src", "in_eid")  # the graph's, or the ordered copies
+    borrowed = ("in_indptr", "in_src", "in_eid", "edge_rel")  # the graph's, or the ordered copies
     fields = ["    const gnnc_graph *graph; /* borrowed: it must outlive the plan */"]
     fields.append("    int64_t num_threads, num_blocks;")
     for a in own:
@@ -579,6 +648,36 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
             f"gnnc__neighbor_groups(g, {record.groups}, num_threads, &p->group_meta, &p->group_blocks, "
             "&p->group_dst, &p->group_bounds, &p->group_offsets)"
         )
+    if "edge_rel" in present or "rel_deg_in" in present:
+        lines += [
+            "    if (!g->edge_type) { /* the kernel reads relation types: gnnc_graph_set_relations */",
+            "        status = GNNC_ERROR_ARGUMENT;",
+            "        goto fail;",
+            "    }",
+        ]
+    if "edge_rel" in present:
+        lines.append("    p->edge_rel = g->edge_type;")
+    if "rel_deg_in" in present:
+        alloc("rel_deg_in", "E", t)
+        alloc("rel_deg_out", "E", t)
+        lines += [
+            "    {",
+            "        int64_t *count_in = (int64_t *)gnnc__alloc(E, sizeof(int64_t));",
+            "        int64_t *count_out = (int64_t *)gnnc__alloc(E, sizeof(int64_t));",
+            "        status = GNNC_ERROR_MEMORY;",
+            "        if (count_in && count_out)",
+            "            status = gnnc__relation_degrees(g, count_in, count_out);",
+            "        for (i = 0; status == GNNC_OK && i < E; i++) {",
+            f"            p->rel_deg_in[i] = ({t})count_in[i];",
+            f"            p->rel_deg_out[i] = ({t})count_out[i];",
+            "        }",
+            "        free(count_in);",
+            "        free(count_out);",
+            "        if (status != GNNC_OK)",
+            "            goto fail;",
+            "        status = GNNC_ERROR_MEMORY;",
+            "    }",
+        ]
     if "acc_rows" in present:
         # one row per destination (partitions), per split neighbour group, or per worker (stream)
         rows = (
