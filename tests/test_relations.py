@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gnnc
+from gnnc.api import compile_grad
 from gnnc.lang import parse_and_check
+from gnnc.lang.autodiff import gradient_program
 from gnnc.lang.signature import kernel_signature
-from tests.helpers import assert_matches
+from tests.helpers import EXAMPLES, assert_matches, numeric_grad, slow_except
 from tests.strategies import graphs, random_inputs, relation_graphs
 
 RGCN = """kernel rgcn(x: f32[V, K], W: f32[R, K, N], root: f32[K, N]) -> f32[V, N] {
@@ -252,3 +254,120 @@ def test_compiled_kernels_refuse_graphs_without_types():
     x, w, root = _arrays(1, (7, 3), (4, 3, 5), (3, 5))
     with pytest.raises(gnnc.ArgumentError, match="relation types"):
         _compiled("rgcn").rgcn(untyped, x, w, root)
+
+
+# -------------------------------------------------------------------- gradients
+
+RGAT = (EXAMPLES / "rgat.gnn").read_text()
+GRAD_KERNELS = {"rgcn": RGCN, "rgat": RGAT, "nnconv": NNCONV, "rel_attention": ATTENTION}
+GRAD_DIMS = {"K": 3, "N": 4, "H": 2, "F": 3}
+
+
+def _f64(source: str) -> str:
+    return source.replace("f32", "f64")
+
+
+def _inputs(kernel, graph: gnnc.Graph, dtype, seed: int, scale: float = 0.5) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = {"V": [graph.num_vertices], "E": [graph.num_edges], "R": [graph.num_relations], None: []}
+    return {
+        p.name: (rng.standard_normal(rows[p.domain] + [GRAD_DIMS[d] for d in p.shape]) * scale).astype(dtype)
+        for p in kernel.signature.params
+    }
+
+
+@pytest.mark.parametrize("name", slow_except(sorted(GRAD_KERNELS), "rgcn", "rgat"))
+def test_gradients_match_finite_differences(name):
+    source = _f64(GRAD_KERNELS[name])
+    graph = _graph(11, v=9, e=40)
+    forward = getattr(gnnc.compile(source, target="reference"), name)
+    args = _inputs(forward, graph, np.float64, 0)
+    gout = np.random.default_rng(1).standard_normal(forward(graph, **args).shape)
+    compiled = compile_grad(source, name)(graph, gout=gout, **args)
+    reference = compile_grad(source, name, target="reference")(graph, gout=gout, **args)
+    assert set(compiled) == set(reference) == set(args)
+    for p in args:
+        want = numeric_grad(lambda **a: forward(graph, **a), args, p, gout)
+        np.testing.assert_allclose(reference[p], want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(compiled[p], reference[p], rtol=1e-10, atol=1e-12)
+
+
+def test_relation_weight_gradient_is_one_product_per_relation():
+    """dW of x[u] @ W[rel(e)]: an edge kernel of adjoints and the factor x at the sources, no
+    [K, N] partial per destination or edge."""
+    program = gradient_program(parse_and_check(RGCN).kernels[0])
+    (w_kernel,) = [k for k in program.kernels if k.wrt == "W"]
+    assert (w_kernel.relation, w_kernel.factor, w_kernel.reverse) == ("u", "x", False)
+    assert "-> f32[E, N]" in program.source and "outer" not in program.source
+    assert program.relation_transposes == ["W"]
+    assert "W_T__: f32[R, N, K]" in program.source
+    # the input gradient on the reversed graph reads the count of the same (vertex, relation) pair
+    assert "sum(((((gout__[u]) / deg_out(u, rel(e)))) @ W_T__[rel(e)]))" in program.source
+
+
+@given(graph=relation_graphs(max_vertices=15, max_edges=60), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8)
+def test_f32_gradients_match_the_reference_on_random_graphs(graph, seed):
+    for name in ("rgcn", "rgat"):
+        forward = getattr(gnnc.compile(GRAD_KERNELS[name], target="reference"), name)
+        args = _inputs(forward, graph, np.float32, seed)
+        gout = np.random.default_rng(seed).uniform(-1, 1, forward(graph, **args).shape).astype(np.float32)
+        got = compile_grad(GRAD_KERNELS[name], name)(graph, gout=gout, **args)
+        want = compile_grad(GRAD_KERNELS[name], name, target="reference")(graph, gout=gout, **args)
+        for p in args:
+            assert got[p].dtype == np.float32 and got[p].shape == args[p].shape
+            assert_matches(got[p], want[p], graph, np.float32)
+
+
+def test_gradient_of_a_relation_matrix_reading_both_ends_is_refused():
+    source = "kernel k(x: f32[V, K], W: f32[R, K, N]) -> f32[V, N] {\n    out[v] = sum((x[u] * x[v]) @ W[rel(e)])\n}\n"
+    with pytest.raises(gnnc.CompileError, match="the gradient of the relation tensor 'W'"):
+        compile_grad(source, "k")
+
+
+# ---------------------------------------------------------------- PyTorch and PyG
+
+
+def test_torch_kernel_matches_pyg_rgcnconv_forward_and_backward():
+    """gnnc.torch's rgcn with PyG's RGCNConv(aggr="mean") weights: the same outputs and gradients."""
+    torch = pytest.importorskip("torch")
+    pyg = pytest.importorskip("torch_geometric.nn")
+    import gnnc.torch as gt
+
+    graph = _graph(7, v=15, e=90, r=5)
+    torch.manual_seed(0)
+    conv = pyg.RGCNConv(6, 4, num_relations=5, aggr="mean", bias=False).double()
+    x = torch.randn(15, 6, dtype=torch.float64, requires_grad=True)
+    edge_index, edge_type = torch.tensor(np.stack([graph.src, graph.dst])), torch.tensor(graph.edge_type)
+    want = conv(x, edge_index, edge_type)
+    gout = torch.randn_like(want)
+    want_grads = torch.autograd.grad(want, (x, conv.weight, conv.root), gout)
+
+    kernel = gt.kernel(EXAMPLES / "rgcn.gnn", "rgcn")
+    weight, root = (conv.weight.detach().clone().requires_grad_(), conv.root.detach().clone().requires_grad_())
+    x2 = x.detach().clone().requires_grad_()
+    got = kernel(edge_index, x2, weight, root, edge_type=edge_type)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    got_grads = torch.autograd.grad(got, (x2, weight, root), gout)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+    # a typed gnnc.Graph brings its own types
+    torch.testing.assert_close(kernel(graph, x2, weight, root), want, rtol=1e-10, atol=1e-10)
+
+
+def test_torch_kernel_relation_arguments_are_checked():
+    torch = pytest.importorskip("torch")
+    import gnnc.torch as gt
+
+    graph = _graph()
+    rgcn, gcn = gt.kernel(EXAMPLES / "rgcn.gnn", "rgcn"), gt.kernel(EXAMPLES / "gcn.gnn", "gcn")
+    edge_index = torch.tensor(np.stack([graph.src, graph.dst]))
+    x, w, root = (torch.tensor(a) for a in _arrays(1, (7, 3), (4, 3, 5), (3, 5)))
+    with pytest.raises(gnnc.ArgumentError, match=r"reads the edges' relation types \(rel\(e\)\): pass edge_type="):
+        rgcn(edge_index, x, w, root)
+    with pytest.raises(gnnc.ArgumentError, match="does not read relation types"):
+        gcn(edge_index, x, torch.ones(30), edge_type=torch.tensor(graph.edge_type))
+    with pytest.raises(gnnc.ArgumentError, match="edge_type must have one relation type per edge"):
+        rgcn(edge_index, x, w, root, edge_type=torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(gnnc.ArgumentError, match=r"its leading axis \(R\) has 4 entries but the graph has 5"):
+        rgcn(edge_index, x, w, root, edge_type=torch.tensor(graph.edge_type), num_relations=5)

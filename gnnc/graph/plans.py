@@ -49,6 +49,7 @@ __all__ = [
     "edges_in_long_walks",
     "RelationPairs",
     "relation_degrees",
+    "relation_edges",
     "relation_pairs",
     "gather_reuse_share",
     "group_offsets_by_dst",
@@ -754,6 +755,22 @@ def relation_pairs(graph: Any, side: str) -> RelationPairs:
         )
 
     return _cached(graph, ("relation_pairs", side), compute)
+
+
+def relation_edges(graph: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The edges grouped by relation: ``(order, offsets)``, relation ``r``'s edge ids being
+    ``order[offsets[r]:offsets[r + 1]]`` in increasing id (a stable sort of ``edge_type``).
+    A relation tensor's gradient is one dense product, or one sum, over each such run."""
+    _require_relations(graph)
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(graph.edge_type, kind="stable").astype(np.int64)
+        offsets = np.searchsorted(
+            graph.edge_type[order], np.arange(graph.num_relations + 1, dtype=np.int64), side="left"
+        )
+        return _readonly(order), _readonly(offsets)
+
+    return _cached(graph, ("relation_edges",), compute)
 
 
 def relation_degrees(graph: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
