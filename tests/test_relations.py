@@ -6,7 +6,9 @@ against PyG's RGCNConv; the source errors point at the offending token.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import shutil
 
 import numpy as np
 import pytest
@@ -371,3 +373,99 @@ def test_torch_kernel_relation_arguments_are_checked():
         rgcn(edge_index, x, w, root, edge_type=torch.zeros(3, dtype=torch.int64))
     with pytest.raises(gnnc.ArgumentError, match=r"its leading axis \(R\) has 4 entries but the graph has 5"):
         rgcn(edge_index, x, w, root, edge_type=torch.tensor(graph.edge_type), num_relations=5)
+
+
+# -------------------------------------------------------------------- the cuda target
+
+#: Every cuda mapping, with grouping, tiling, lanes and hybrid staging.
+MAPPINGS = (
+    "map thread_vertex",
+    "map thread_vertex group 3",
+    "map warp_vertex",
+    "map warp_vertex group 2 tile 4",
+    "map warp_vertex lanes 8",
+    "map thread_edge",
+    "map thread_edge group 4",
+    "map warp_edge",
+    "map warp_edge lanes 4 group 2",
+    "map thread_vertex hybrid 4",
+    "map thread_edge group 2 hybrid 8",
+)
+EXAMPLE_DIMS = {"K": 5, "N": 17}
+
+
+@functools.cache
+def _example(name: str, schedule: str | None = None, target: str = "cpu"):
+    try:
+        return gnnc.compile(EXAMPLES / f"{name}.gnn", schedule=schedule, target=target)
+    except gnnc.CompileError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("mapping", slow_except(MAPPINGS, "map thread_vertex", "map warp_edge lanes 4 group 2"))
+@pytest.mark.parametrize("name", ["rgcn", "rgat"])
+@given(graph=relation_graphs(max_vertices=30, max_edges=150), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=5)
+def test_emulated_cuda_mappings_match_the_reference(name, mapping, graph, seed):
+    module = _example(name, mapping, "cuda-emulation")
+    if isinstance(module, gnnc.CompileError):
+        # rgat's scores read every column of x[u] @ W[rel(e)], which warp lanes split
+        assert name == "rgat" and "warp_" in mapping, str(module)
+        assert "read at feature indices other than the ones a lane owns" in str(module)
+        return
+    kernel = getattr(module, name)
+    inputs = random_inputs(kernel.signature, graph, EXAMPLE_DIMS, np.float32, seed)
+    want = getattr(gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference"), name)(graph, **inputs)
+    assert_matches(kernel(graph, **inputs), want, graph, np.float32)
+
+
+@pytest.mark.parametrize("mapping", slow_except(MAPPINGS, "map warp_vertex", "map thread_edge group 2 hybrid 8"))
+def test_emulated_cuda_gradients_match_the_reference(mapping):
+    graph = _graph(3, v=12, e=60)
+    forward = gnnc.compile(RGCN, target="reference").rgcn
+    args = _inputs(forward, graph, np.float32, 5)
+    gout = np.random.default_rng(2).uniform(-1, 1, forward(graph, **args).shape).astype(np.float32)
+    source = RGCN + f"schedule rgcn for cuda {{ {mapping} }}\n"
+    got = compile_grad(source, "rgcn", target="cuda-emulation")(graph, gout=gout, **args)
+    want = compile_grad(RGCN, "rgcn", target="reference")(graph, gout=gout, **args)
+    for p in args:
+        assert_matches(got[p], want[p], graph, np.float32)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
+@pytest.mark.parametrize("mapping", slow_except(MAPPINGS, "map thread_vertex", "map warp_edge"))
+def test_rgcn_and_its_gradient_assemble_for_several_architectures(mapping):
+    from gnnc.driver import compiler
+    from gnnc.target.cuda import codegen
+
+    sources = {"rgcn": RGCN, **{k.name: k.source for k in _gradient_kernels()}}
+    for name, source in sources.items():
+        options = compiler.CompileOptions(target="cuda", schedule=mapping)
+        try:
+            result = compiler.compile_source(source, f"{name}.gnn", options, stop_after="nvvm")
+        except gnnc.CompileError as exc:
+            if "hybrid" in mapping:  # the weight's edge kernel reads no source rows to stage
+                assert name == "rgcn__grad_W_rel" and "read no source rows" in str(exc), str(exc)
+                continue
+            # the input gradient's (gout[u] / c) @ W^T: a quotient's row the warp lanes split
+            assert name == "rgcn__grad_x_src" and "warp_" in mapping, str(exc)
+            continue
+        ir_text = result.stages["translate-to-nvvm"]
+        for arch in ("sm_75", "sm_80", "sm_90"):
+            _, ptx = codegen.optimize_and_emit_ptx(ir_text, arch)
+            assert ".entry gnnc_" in ptx and "call.uni" not in ptx
+            codegen.ptxas(ptx, arch)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    name: str
+    source: str
+
+
+def _gradient_kernels() -> list[_Source]:
+    """rgcn's gradient kernels, each as a source of its own (the input and weight gradients)."""
+    program = gradient_program(parse_and_check(RGCN).kernels[0])
+    pieces = program.source.split("\nkernel ")
+    texts = [pieces[0]] + ["kernel " + p for p in pieces[1:]]
+    return [_Source(t.split("(")[0].split()[-1], t) for t in texts if "rel(e)" in t]

@@ -479,7 +479,8 @@ class ArgumentGroup:
 
 _I64, _T = Element.I64, Element.FLOAT
 
-#: Every argument group, in argument order.
+#: Every argument group, in argument order. The cuda groups come last: map-threads
+#: appends them to a function the lowering made with all the others.
 ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
     ArgumentGroup(
         Group.GRAPH,
@@ -597,21 +598,6 @@ ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
         ),
     ),
     ArgumentGroup(
-        Group.DST_SCRATCH,
-        "cuda, with an edge mapping whose destinations keep accumulators (record grid.dst_scratch)",
-        lambda r: r.grid is not None and r.grid.dst_scratch,
-        (_array("dst_scratch", Group.DST_SCRATCH, _T, "V scratch slices, one per destination", written=True),),
-    ),
-    ArgumentGroup(
-        Group.HYBRID,
-        "cuda, with `map ... hybrid K` (record grid.hybrid)",
-        lambda r: r.grid is not None and r.grid.hybrid is not None,
-        (
-            _array("hybrid_hot", Group.HYBRID, _I64, "1 + K': K', then the sources staged in shared memory"),
-            _array("hybrid_slot", Group.HYBRID, _I64, "num_src: each source's slot, or -1"),
-        ),
-    ),
-    ArgumentGroup(
         Group.RELATIONS,
         "reading relation types, `W[rel(e)]` (record relations)",
         lambda r: r.relations,
@@ -634,6 +620,21 @@ ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
                 _T,
                 "E: per edge id, the edges of its (source, relation) pair, as floats",
             ),
+        ),
+    ),
+    ArgumentGroup(
+        Group.DST_SCRATCH,
+        "cuda, with an edge mapping whose destinations keep accumulators (record grid.dst_scratch)",
+        lambda r: r.grid is not None and r.grid.dst_scratch,
+        (_array("dst_scratch", Group.DST_SCRATCH, _T, "V scratch slices, one per destination", written=True),),
+    ),
+    ArgumentGroup(
+        Group.HYBRID,
+        "cuda, with `map ... hybrid K` (record grid.hybrid)",
+        lambda r: r.grid is not None and r.grid.hybrid is not None,
+        (
+            _array("hybrid_hot", Group.HYBRID, _I64, "1 + K': K', then the sources staged in shared memory"),
+            _array("hybrid_slot", Group.HYBRID, _I64, "num_src: each source's slot, or -1"),
         ),
     ),
 )
