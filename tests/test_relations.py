@@ -469,3 +469,67 @@ def _gradient_kernels() -> list[_Source]:
     pieces = program.source.split("\nkernel ")
     texts = [pieces[0]] + ["kernel " + p for p in pieces[1:]]
     return [_Source(t.split("(")[0].split()[-1], t) for t in texts if "rel(e)" in t]
+
+
+# ------------------------------------------------- pairs or edges: the runtime's decision
+
+
+def test_pairs_pay_rule():
+    from gnnc.autotune.heuristic import PAIRS_MIN_SAVING, pairs_pay
+
+    e = 1000
+    # one transform: pairs pay up to P / E = (K - 6) / (K + 6)
+    assert pairs_pay(e, [(800, 64, 32)]) and not pairs_pay(e, [(850, 64, 32)])
+    assert pairs_pay(e, [(400, 16, 32)]) and not pairs_pay(e, [(500, 16, 32)])
+    assert not pairs_pay(e, [(100, 6, 32)])
+    # several are summed: rgat's source pairs pay for its destination pairs
+    assert pairs_pay(e, [(100, 64, 32), (900, 64, 32)])
+    assert PAIRS_MIN_SAVING == 6
+
+
+def _typed(v: int, e: int, r: int, seed: int) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    return gnnc.Graph.from_coo(
+        rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v, edge_type=rng.integers(0, r, e), num_relations=r
+    )
+
+
+@pytest.mark.parametrize(
+    "v, r, k, form",
+    [
+        (500, 2, 32, "compact"),  # 16K edges on 1000 (source, relation) pairs: P / E = 0.06
+        (20000, 50, 8, "per_edge"),  # pairs as many as edges, a narrow transform
+    ],
+)
+def test_the_runtime_decides_pairs_or_edges_per_graph(v, r, k, form):
+    from gnnc.autotune.decision import decide
+    from gnnc.graph import plans
+
+    graph = _typed(v, 1 << 14, r, 0)
+    kernel = gnnc.compile(EXAMPLES / "rgcn.gnn").rgcn
+    dims = {"K": k, "N": 8}
+    decided = decide(kernel, graph, dims, 2)
+    ratio = plans.relation_pairs(graph, "src").num_pairs / graph.num_edges
+    assert (ratio < 0.1) == (form == "compact")
+    assert ("relations per_edge" in (decided.schedule or "")) == (form == "per_edge"), decided.reason
+    runs = decided.kernel()
+    assert runs._abi.pairs == (["src"] if form == "compact" else [])
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, 1)
+    want = gnnc.compile(EXAMPLES / "rgcn.gnn", target="reference").rgcn(graph, **inputs)
+    assert_matches(kernel(graph, **inputs), want, graph, np.float32)
+
+
+def test_a_given_relations_directive_is_not_second_guessed():
+    from gnnc.autotune.decision import decide
+
+    graph = _typed(20000, 50, 8, 0)
+    kernel = gnnc.compile(EXAMPLES / "rgcn.gnn", schedule="relations compact").rgcn
+    decided = decide(kernel, graph, {"K": 8, "N": 8}, 2)
+    assert decided.kernel() is kernel and kernel._abi.pairs == ["src"]
+    per_edge = gnnc.compile(EXAMPLES / "rgcn.gnn", schedule="relations per_edge").rgcn
+    assert per_edge._abi.pairs == [] and not per_edge._abi.temps
+
+
+def test_the_relations_directive_is_checked():
+    with pytest.raises(gnnc.SourceError, match="expected 'compact' or 'per_edge' after 'relations'"):
+        gnnc.compile(RGCN + "schedule rgcn for cpu { relations diagonal }\n")

@@ -48,6 +48,7 @@ __all__ = [
     "default_partition_count",
     "edges_in_long_walks",
     "RelationPairs",
+    "pair_blocks",
     "relation_degrees",
     "relation_edges",
     "relation_pairs",
@@ -757,6 +758,19 @@ def relation_pairs(graph: Any, side: str) -> RelationPairs:
     return _cached(graph, ("relation_pairs", side), compute)
 
 
+def pair_blocks(graph: Any, side: str, threads: int) -> np.ndarray:
+    """Boundaries of even blocks of a side's (vertex, relation) pairs, for the sweep that
+    computes a value per pair (every pair costs the same: a row of a transform)."""
+    threads = _positive(threads, "threads")
+    rows = relation_pairs(graph, side).num_pairs
+    n = max(1, min(rows, BLOCKS_PER_THREAD * threads, -(-(rows * 8) // MIN_BLOCK_WORK))) if rows else 0
+    return _cached(
+        graph,
+        ("pair_blocks", side, n),
+        lambda: _readonly(np.linspace(0, rows, n + 1).round().astype(np.int64)),
+    )
+
+
 def relation_edges(graph: Any) -> tuple[np.ndarray, np.ndarray]:
     """The edges grouped by relation: ``(order, offsets)``, relation ``r``'s edge ids being
     ``order[offsets[r]:offsets[r + 1]]`` in increasing id (a stable sort of ``edge_type``).
@@ -855,6 +869,8 @@ class PlanSpec:
     relations: bool = False
     #: the edges per (vertex, relation) pair, by edge id (`relation_degrees`)
     relation_degrees: bool = False
+    #: the sides whose (vertex, relation) pairs the kernel sweeps (`relation_pairs`, `pair_blocks`)
+    pairs: tuple[str, ...] = ()
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -925,4 +941,12 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
     if spec.relation_degrees:
         deg_in, deg_out = relation_degrees(graph, spec.dtype)
         values["rel_deg_in"], values["rel_deg_out"] = _nonempty(deg_in), _nonempty(deg_out)
+    for side in spec.pairs:
+        pairs = relation_pairs(graph, side)
+        blocks = pair_blocks(graph, side, spec.threads)
+        values[f"{side}_pair_meta"] = _readonly(np.array([pairs.num_pairs, blocks.shape[0] - 1]))
+        values[f"{side}_pair_blocks"] = blocks
+        values[f"{side}_pair_vertex"] = _nonempty(pairs.vertex)
+        values[f"{side}_pair_rel"] = _nonempty(pairs.rel)
+        values[f"{side}_edge_pair"] = _nonempty(pairs.edge_pair)
     return values

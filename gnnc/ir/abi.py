@@ -147,14 +147,19 @@ def _shape(value: Sequence[Any]) -> list[Dim]:
 
 @dataclass
 class Temp:
-    """A buffer between phases: a vertex value read at neighbours, V or E rows of `shape`."""
+    """A buffer between phases: a vertex value read at neighbours, V or E rows of `shape`; or a
+    value per (vertex, relation) pair, one row per pair of the source side ("RS") or of the
+    destination side ("RD", see `pair_sides`)."""
 
-    domain: str  # "V" or "E"
+    domain: str  # "V", "E", "RS" or "RD"
     shape: list[Dim]
     #: one row per source (num_src), computed by the source sweep, not per destination
     source_rows: bool = False
     #: per destination but read at sources: the kernel needs a square graph
     read_at_src: bool = False
+    #: a pair temp holding a relation's transform `a @ W[r]`: the axis it reduces (K), for the
+    #: runtime's choice between pairs and edges (`autotune/heuristic.py`)
+    reduced: Dim | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"domain": self.domain, "shape": list(self.shape)}
@@ -162,15 +167,19 @@ class Temp:
             record["rows"] = "src"
         if self.read_at_src:
             record["read_at_src"] = True
+        if self.reduced is not None:
+            record["reduced"] = self.reduced
         return record
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Temp:
+        reduced = record.get("reduced")
         return cls(
             record["domain"],
             _shape(record["shape"]),
             source_rows=record.get("rows") == "src",
             read_at_src=bool(record.get("read_at_src", False)),
+            reduced=None if reduced is None else _shape([reduced])[0],
         )
 
 
@@ -332,6 +341,8 @@ class AbiRecord:
     relations: bool = False
     #: it counts edges per (vertex, relation) (`deg_in(v, rel(e))`): `rel_deg_in`, `rel_deg_out`
     relation_degrees: bool = False
+    #: the sides whose (vertex, relation) pairs it sweeps ("src", "dst"; relation-transform-first)
+    pairs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -362,6 +373,8 @@ class AbiRecord:
             record["relations"] = True
         if self.relation_degrees:
             record["relation_degrees"] = True
+        if self.pairs:
+            record["pairs"] = list(self.pairs)
         return record
 
     @classmethod
@@ -387,6 +400,7 @@ class AbiRecord:
             grid=None if grid is None else Grid.from_dict(grid),
             relations=bool(record.get("relations", False)),
             relation_degrees=bool(record.get("relation_degrees", False)),
+            pairs=[str(side) for side in record.get("pairs", [])],
         )
 
     def to_json(self) -> str:
@@ -427,6 +441,8 @@ class Group(StrEnum):
     HYBRID = "hybrid"
     RELATIONS = "relations"
     RELATION_DEGREES = "relation_degrees"
+    SOURCE_PAIRS = "source_pairs"
+    DESTINATION_PAIRS = "destination_pairs"
 
 
 @dataclass(frozen=True)
@@ -478,6 +494,24 @@ class ArgumentGroup:
 
 
 _I64, _T = Element.I64, Element.FLOAT
+
+
+#: The pair sides and what a pair's vertex is on each.
+PAIR_SIDES = {"src": "source", "dst": "destination"}
+
+
+def _pair_arguments(side: str, group: Group) -> tuple[Argument, ...]:
+    """The arrays of one side's (vertex, relation) pairs (`plans.relation_pairs`): the pairs
+    of the edges, numbered relation by relation, each relation's a contiguous run."""
+    vertex = PAIR_SIDES[side]
+    return (
+        _array(f"{side}_pair_meta", group, _I64, "2: P (the pairs), the number of pair blocks"),
+        _array(f"{side}_pair_blocks", group, _I64, "pair blocks + 1 ascending boundaries of pairs"),
+        _array(f"{side}_pair_vertex", group, _I64, f"P: each pair's {vertex}"),
+        _array(f"{side}_pair_rel", group, _I64, "P: each pair's relation (ascending)"),
+        _array(f"{side}_edge_pair", group, _I64, f"E: per edge id, its ({vertex}, relation) pair"),
+    )
+
 
 #: Every argument group, in argument order. The cuda groups come last: map-threads
 #: appends them to a function the lowering made with all the others.
@@ -621,6 +655,18 @@ ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
                 "E: per edge id, the edges of its (source, relation) pair, as floats",
             ),
         ),
+    ),
+    ArgumentGroup(
+        Group.SOURCE_PAIRS,
+        "computing values per (source, relation) pair (record pairs has src)",
+        lambda r: "src" in r.pairs,
+        _pair_arguments("src", Group.SOURCE_PAIRS),
+    ),
+    ArgumentGroup(
+        Group.DESTINATION_PAIRS,
+        "computing values per (destination, relation) pair (record pairs has dst)",
+        lambda r: "dst" in r.pairs,
+        _pair_arguments("dst", Group.DESTINATION_PAIRS),
     ),
     ArgumentGroup(
         Group.DST_SCRATCH,

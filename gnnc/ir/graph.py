@@ -27,7 +27,16 @@ from xdsl.dialects.builtin import (
     UnitAttr,
 )
 from xdsl.dialects.utils import EnumAttribute
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
+from xdsl.ir import (
+    Attribute,
+    BlockArgument,
+    Dialect,
+    Operation,
+    ParametrizedAttribute,
+    SpacedOpaqueSyntaxAttribute,
+    SSAValue,
+    TypeAttribute,
+)
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -57,8 +66,13 @@ SINGLE_RESULT = "graph.single_result"
 SCHEDULE = "graph.schedule"
 
 GRAPH_TYPES = ("S", "D", "E", "P", "A")
-#: A tensor's rows: per vertex, per edge, a parameter, per relation type (`W[rel(e)]`).
-DOMAINS = ("V", "E", "P", "R")
+#: A tensor's rows: per vertex, per edge, a parameter, per relation type (`W[rel(e)]`),
+#: per distinct (source, relation) pair of the edges, per (destination, relation) pair.
+DOMAINS = ("V", "E", "P", "R", "RS", "RD")
+
+#: The tensor domain of the (vertex, relation) pairs of each side, and the gather site reading it.
+PAIR_DOMAINS = {"src": "RS", "dst": "RD"}
+PAIR_SITES = {"src": "src_rel", "dst": "dst_rel"}
 
 
 def _dims_to_attr(shape: Sequence[Dim]) -> ArrayAttr[StringAttr]:
@@ -266,13 +280,23 @@ def _check_elem(op: IRDLOperation, *values: SSAValue) -> None:
 
 # ------------------------------------------------------------------------ ops
 
-GATHER_SITES = {"src": ("V", "S"), "dst": ("V", "D"), "edge": ("E", "E"), "param": ("P", "P"), "rel": ("R", "E")}
+GATHER_SITES = {
+    "src": ("V", "S"),
+    "dst": ("V", "D"),
+    "edge": ("E", "E"),
+    "param": ("P", "P"),
+    "rel": ("R", "E"),
+    "src_rel": ("RS", "E"),
+    "dst_rel": ("RD", "E"),
+}
 
 
 @irdl_op_definition
 class GatherOp(IRDLOperation):
     """Reads a tensor argument: `x[u]` (src), `x[v]` (dst), `w[e]` (edge), `W` (param),
-    `W[rel(e)]` (rel: the row of the edge's relation type, an edge value)."""
+    `W[rel(e)]` (rel: the row of the edge's relation type, an edge value); or a tensor of
+    `graph.materialize_pairs` at the edge's (source, relation) pair (src_rel) or its
+    (destination, relation) pair (dst_rel)."""
 
     name = "graph.gather"
 
@@ -712,6 +736,86 @@ class MaterializeOp(IRDLOperation):
             raise VerifyException(f"graph.materialize of a {t.kind} value gives a {domain} tensor of the value's shape")
 
 
+#: The gathers a value computed per (vertex, relation) pair may read, by side: its vertex
+#: (twinned to `dst`, the pair's vertex, in the pair sweep), parameters and relation rows.
+PAIR_VALUE_SITES = ("dst", "param", "rel")
+
+
+def pair_value_error(value: SSAValue) -> str | None:
+    """Why `value` cannot be computed once per (vertex, relation) pair, or None if it can:
+    it may read inputs only at the pair's vertex (`dst` gathers), parameters and relation
+    rows, and degrees at that vertex (no edge, aggregation or value of another phase)."""
+    seen: set[SSAValue] = set()
+    todo = [value]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        op = x.owner
+        if isinstance(op, GatherOp):
+            if op.site.data not in PAIR_VALUE_SITES or not isinstance(op.tensor, BlockArgument):
+                return f"it reads {op.site.data} rows of {op.tensor.type}"
+            continue
+        if isinstance(op, DegreeOp):
+            if op.per_relation or op.site.data != "dst":
+                return "it reads a degree other than the pair vertex's"
+            continue
+        if isinstance(op, AggregateOp | EdgeSoftmaxOp | EdgeIdOp | MaterializeOp | MaterializePairsOp):
+            return f"it reads {op.name}"
+        if not isinstance(op, Operation):
+            return "it reads a block argument"
+        todo.extend(op.operands)
+    return None
+
+
+@irdl_op_definition
+class MaterializePairsOp(IRDLOperation):
+    """Computes a value once per distinct (vertex, relation) pair of the edges: rows
+    `RS` (the edges' (source, relation) pairs, `side` src) or `RD` (destination pairs).
+
+    Hector's compact materialisation: `x[u] @ W[rel(e)]` depends on the edge only
+    through its source and relation, so it is computed once per such pair (in a
+    sweep over the pairs, before the phases) and gathered per edge
+    (`graph.gather %t "src_rel"`). The operand is the value at the pair: it reads
+    inputs at `dst` (the pair's vertex, whichever side that vertex is on),
+    parameters and relation rows only (`pair_value_error`).
+    """
+
+    name = "graph.materialize_pairs"
+
+    side = prop_def(StringAttr)
+    operand = operand_def(ValueType)
+    result = result_def(TensorType)
+
+    assembly_format = "$operand $side attr-dict `:` type($operand) `->` type($result)"
+
+    def __init__(self, operand: SSAValue, side: str):
+        t = _value_type(operand)
+        super().__init__(
+            operands=[operand],
+            properties={"side": StringAttr(side)},
+            result_types=[TensorType(PAIR_DOMAINS[side], t.element_type, t.shape)],
+        )
+
+    def verify_(self) -> None:
+        side = self.side.data
+        if side not in PAIR_DOMAINS:
+            raise VerifyException(f"graph.materialize_pairs side must be one of {tuple(PAIR_DOMAINS)}, got {side}")
+        t = _value_type(self.operand)
+        r = self.result.type
+        assert isinstance(r, TensorType)
+        if (r.domain.data, r.element_type, r.shape) != (PAIR_DOMAINS[side], t.element_type, t.shape):
+            raise VerifyException(
+                f"graph.materialize_pairs at {side} gives a {PAIR_DOMAINS[side]} tensor of the value's shape"
+            )
+        why = pair_value_error(self.operand)
+        if why is not None:
+            raise VerifyException(
+                f"graph.materialize_pairs: its operand is no value of a (vertex, relation) pair: {why}"
+            )
+
+
 Graph = Dialect(
     "graph",
     [
@@ -728,6 +832,7 @@ Graph = Dialect(
         AggregateOp,
         EdgeSoftmaxOp,
         MaterializeOp,
+        MaterializePairsOp,
     ],
     [TensorType, ValueType, BinaryKindAttr, UnaryKindAttr, AggregateKindAttr],
 )

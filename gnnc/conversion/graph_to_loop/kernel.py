@@ -41,6 +41,9 @@ class KernelLowering(PhaseEmission):
         assert isinstance(ret, func.ReturnOp)
         self.ret = ret
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
+        # values per (vertex, relation) pair: computed by a sweep over each side's pairs first
+        self.pair_materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializePairsOp)]
+        self.pair_sides = sorted({op.side.data for op in self.pair_materializes}, reverse=True)
         # computed over source rows before the phases (see phases.py)
         self.swept = [m for m in self.materializes if source_sweeps and read_at_src(m) and pure_vertex_map(m.operand)]
         self.dim_names = collect_dims(fn)
@@ -56,6 +59,16 @@ class KernelLowering(PhaseEmission):
             temps.append(
                 abi.Temp(t.domain.data, list(t.shape), source_rows=swept, read_at_src=not swept and read_at_src(m))
             )
+        for p in self.pair_materializes:
+            t = p.result.type
+            assert isinstance(t, graph.TensorType)
+            transform = p.operand.owner
+            reduced = None
+            if isinstance(transform, graph.MatVecOp):
+                vector = transform.vector.type
+                assert isinstance(vector, graph.ValueType)
+                reduced = vector.shape[-1]
+            temps.append(abi.Temp(t.domain.data, list(t.shape), reduced=reduced))
         return temps
 
     def build(self) -> func.FuncOp:
@@ -69,6 +82,8 @@ class KernelLowering(PhaseEmission):
         body = Block()
         with self.em.nested(body):
             phases = self._phases()
+            for side in self.pair_sides:
+                self._emit_pair_sweep(side, [p for p in self.pair_materializes if p.side.data == side])
             if self.swept_sinks:
                 self._emit_source_sweep(self.swept_sinks)
             for phase_sinks in phases:
@@ -119,6 +134,7 @@ class KernelLowering(PhaseEmission):
             schedule_given=any(k.startswith("cpu.") for k in schedule_entries(self.src_fn)),
             relations=any(isinstance(op, graph.GatherOp) and op.site.data == "rel" for op in self.src_fn.body.walk()),
             relation_degrees=any(isinstance(op, graph.DegreeOp) and op.per_relation for op in self.src_fn.body.walk()),
+            pairs=list(self.pair_sides),
         )
 
     def _bind_arguments(self, entry: Block) -> None:
@@ -137,7 +153,13 @@ class KernelLowering(PhaseEmission):
         )
         self.param_buf = dict(zip(self.src_fn.body.block.args, group(abi.Group.PARAMS), strict=True))
         self.result_buf = group(abi.Group.RESULTS)
-        self.temp_buf = dict(zip(self.materializes, group(abi.Group.TEMPS), strict=True))
+        self.temp_buf = dict(zip([*self.materializes, *self.pair_materializes], group(abi.Group.TEMPS), strict=True))
+        self.pair_args = {
+            side: {
+                n: named[f"{side}_{n}"] for n in ("pair_meta", "pair_blocks", "pair_vertex", "pair_rel", "edge_pair")
+            }
+            for side in self.pair_sides
+        }
         if self.swept:
             self.src_meta, self.src_blocks = named["src_meta"], named["src_blocks"]
         self.acc_rows = named.get("acc_rows")
@@ -172,6 +194,10 @@ class KernelLowering(PhaseEmission):
         if self.swept:
             self.num_src = self._load_count(self.src_meta, 0)
             self.num_src_blocks = self._load_count(self.src_meta, 1)
+        self.pair_counts = {
+            side: (self._load_count(args["pair_meta"], 0), self._load_count(args["pair_meta"], 1))
+            for side, args in self.pair_args.items()
+        }
 
     def _load_count(self, meta: SSAValue, at: int) -> SSAValue:
         return self.em.pre(arith.IndexCastOp(self.em.pre(memref.LoadOp.get(meta, [self.em.index_const(at)])), index))

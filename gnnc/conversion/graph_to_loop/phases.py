@@ -23,7 +23,7 @@ from gnnc.conversion.graph_to_loop.emitter import index
 from gnnc.conversion.graph_to_loop.schedule import cpu_schedule, loop_schedule
 from gnnc.errors import CompileError
 from gnnc.ir import graph, loop
-from gnnc.ir.loop_structure import check_row_split, row_dim
+from gnnc.ir.loop_structure import SweepKind, check_row_split, row_dim
 
 #: Row slice width of a source sweep whose schedule names none (see _emit_source_sweep;
 #: the widths compared: docs/design/fusion.md).
@@ -39,6 +39,9 @@ class PhaseEmission(DestinationEmission):
     result_types: list[graph.TensorType]
     materializes: list[graph.MaterializeOp]
     swept: list[graph.MaterializeOp]
+    #: per pair side, its arrays by name (`pair_vertex`, ...) and (pair count, pair blocks)
+    pair_args: dict[str, dict[str, SSAValue]]
+    pair_counts: dict[str, tuple[SSAValue, SSAValue]]
     swept_sinks: list[Sink]
     group_size: int | None
     grouped_phases: int
@@ -114,6 +117,46 @@ class PhaseEmission(DestinationEmission):
         sweep = loop.ForDstOp(
             self.num_src, self.src_blocks, self.num_src_blocks, self.num_threads, body, DictionaryAttr(schedule)
         )
+        try:
+            check_row_split("vectorize", body, row_dim(sweep), "row slicing", "slices")
+            schedule["vectorize"] = IntegerAttr(width, i64)
+            sweep.schedule = DictionaryAttr(schedule)
+        except CompileError:
+            pass  # a dot along the row, or no row: the sweep runs unsliced
+        self.em.op(sweep)
+
+    def _emit_pair_sweep(self, side: str, pairs: list[graph.MaterializePairsOp]) -> None:
+        """The (vertex, relation) pairs of one side, in the runtime's order (relation by
+        relation), each computing its values into its row of their temps: a relation's
+        transform once per pair instead of once per edge (relation-transform-first).
+
+        The pair's vertex stands where the values read `x[v]` (the pass made them read
+        the pair's vertex so), and its relation where they read `W[rel(e)]`; the row is
+        sliced in vector registers as a source sweep's is (SOURCE_SWEEP_WIDTH).
+        """
+        args = self.pair_args[side]
+        count, blocks = self.pair_counts[side]
+        sinks = []
+        for p in pairs:
+            t = p.result.type
+            assert isinstance(t, graph.TensorType)
+            sinks.append(Sink(p.operand, self.temp_buf[p], t.domain.data, t.shape, "pairs"))
+        schedule = dict(loop_schedule(self.src_fn).data)
+        schedule["parallel"] = StringAttr(SweepKind.PAIRS)
+        schedule["order"] = StringAttr("identity")
+        width = cpu_schedule(self.src_fn).vector_width or SOURCE_SWEEP_WIDTH
+        for key in ("partition", "edges", "vectorize", "tile", "edge_ids", "vectorize_edges"):
+            schedule.pop(key, None)
+        body = Block(arg_types=[index, index])
+        row, worker = body.args
+        self.worker = worker
+        with self.em.nested(body):
+            self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
+            vertex = self.em.op(arith.IndexCastOp(self.load(args["pair_vertex"], row), index))
+            rel = self.em.op(arith.IndexCastOp(self.load(args["pair_rel"], row), index))
+            self._emit_destination(vertex, sinks, None, row=row, rel=rel)
+            self.em.op(loop.YieldOp())
+        sweep = loop.ForDstOp(count, args["pair_blocks"], blocks, self.num_threads, body, DictionaryAttr(schedule))
         try:
             check_row_split("vectorize", body, row_dim(sweep), "row slicing", "slices")
             schedule["vectorize"] = IntegerAttr(width, i64)

@@ -31,6 +31,8 @@ class ValueEmission(LoopBuilder):
     scratch: SSAValue
     #: relation types by edge id, and the edges per (vertex, relation) pair (`relations` kernels only)
     edge_rel: SSAValue | None
+    #: per pair side, its arrays by name (`edge_pair`: an edge's pair)
+    pair_args: dict[str, dict[str, SSAValue]]
     rel_deg_in: SSAValue | None
     rel_deg_out: SSAValue | None
     #: the accumulators of the destination being emitted, by (owner, role)
@@ -239,7 +241,13 @@ class ValueEmission(LoopBuilder):
         assert isinstance(t, graph.TensorType)
         shape = t.shape
         owner = op.tensor.owner
-        buf = self.temp_buf[owner] if isinstance(owner, graph.MaterializeOp) else self.param_buf[op.tensor]
+        materialized = isinstance(owner, graph.MaterializeOp | graph.MaterializePairsOp)
+        buf = self.temp_buf[owner] if materialized else self.param_buf[op.tensor]  # type: ignore[index]
+        if site in ("src_rel", "dst_rel"):
+            # the edge's row of a value per (vertex, relation) pair
+            assert ctx.e is not None, "a pair's row is read in an edge loop"
+            pair = self.em.op(arith.IndexCastOp(self.load(self.pair_args[site[:3]]["edge_pair"], ctx.e), index))
+            return self.load(buf, self.linear(self.row_base(pair, shape), shape, idx))
         if site == "param":
             return self.load(buf, self.linear(self.em.index_const(0), shape, idx))
         if site == "rel":

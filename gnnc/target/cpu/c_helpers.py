@@ -457,6 +457,55 @@ static inline int gnnc__relation_degrees(const gnnc_graph *g, int64_t *deg_in, i
     return GNNC_OK;
 }
 
+/* The distinct (vertex, relation) pairs of the edges at one side (side_of_edge: g->src or g->dst,
+ * n vertices that side), numbered relation by relation: pair_vertex / pair_rel (num_edges long at
+ * most) and, per edge id, edge_pair; returns the number of pairs in *num_pairs. A relation's
+ * edges are visited in id order, a vertex stamped with the relation it last got a pair in. */
+static inline int gnnc__relation_pairs(const gnnc_graph *g, const int64_t *side_of_edge, int64_t n,
+                                       int64_t *pair_vertex, int64_t *pair_rel, int64_t *edge_pair,
+                                       int64_t *num_pairs)
+{
+    int64_t r, k, e, count = 0;
+    int64_t *start = (int64_t *)gnnc__alloc(g->num_relations + 1, sizeof(int64_t));
+    int64_t *by_rel = (int64_t *)gnnc__alloc(g->num_edges, sizeof(int64_t));
+    int64_t *stamp = (int64_t *)gnnc__alloc(n, sizeof(int64_t));
+    int64_t *id = (int64_t *)gnnc__alloc(n, sizeof(int64_t));
+    if (!start || !by_rel || !stamp || !id) {
+        free(start);
+        free(by_rel);
+        free(stamp);
+        free(id);
+        return GNNC_ERROR_MEMORY;
+    }
+    for (e = 0; e < g->num_edges; e++)
+        start[g->edge_type[e] + 1]++;
+    for (r = 0; r < g->num_relations; r++)
+        start[r + 1] += start[r];
+    for (e = 0; e < g->num_edges; e++)
+        by_rel[start[g->edge_type[e]]++] = e;
+    for (r = g->num_relations; r > 0; r--)
+        start[r] = start[r - 1];
+    start[0] = 0;
+    for (r = 0; r < g->num_relations; r++)
+        for (k = start[r]; k < start[r + 1]; k++) {
+            int64_t w = side_of_edge[by_rel[k]];
+            if (stamp[w] != r + 1) {
+                stamp[w] = r + 1;
+                id[w] = count;
+                pair_vertex[count] = w;
+                pair_rel[count] = r;
+                count++;
+            }
+            edge_pair[by_rel[k]] = id[w];
+        }
+    *num_pairs = count;
+    free(start);
+    free(by_rel);
+    free(stamp);
+    free(id);
+    return GNNC_OK;
+}
+
 /* Elements of one worker's scratch slice: whole cache lines plus one (abi.scratch_slice_elements) */
 static inline int64_t gnnc__scratch_slice(int64_t elements, int64_t item_size)
 {
@@ -618,11 +667,36 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
         "    for (i = 0; i < g->num_src; i++)",
         f"        p->deg_out[i] = ({t})g->out_degree[i];",
     ]
+    if record.relations or record.relation_degrees or record.pairs:
+        lines += [
+            "    if (!g->edge_type) { /* the kernel reads relation types: gnnc_graph_set_relations */",
+            "        status = GNNC_ERROR_ARGUMENT;",
+            "        goto fail;",
+            "    }",
+        ]
+    # the (vertex, relation) pairs a kernel computes values of, relation by relation
+    for side in record.pairs:
+        edges, n = ("g->src", "g->num_src") if side == "src" else ("g->dst", "g->num_dst")
+        alloc(f"{side}_pair_meta", "2")
+        alloc(f"{side}_pair_vertex", "E")
+        alloc(f"{side}_pair_rel", "E")
+        alloc(f"{side}_edge_pair", "E")
+        call(
+            f"gnnc__relation_pairs(g, {edges}, {n}, p->{side}_pair_vertex, p->{side}_pair_rel, "
+            f"p->{side}_edge_pair, &p->{side}_pair_meta[0])"
+        )
+        lines.append(
+            f"    p->{side}_pair_meta[1] = gnnc__block_count(p->{side}_pair_meta[0], "
+            f"8 * p->{side}_pair_meta[0], num_threads);"
+        )
+        alloc(f"{side}_pair_blocks", f"p->{side}_pair_meta[1] + 1")
+        lines.append(f"    gnnc__even_bounds(p->{side}_pair_meta[0], p->{side}_pair_meta[1], p->{side}_pair_blocks);")
     # the workspace the kernel writes
     slice_ = f"gnnc__scratch_slice({_sum_expression(record.scratch, dims)}, (int64_t)sizeof({t}))"
     alloc("scratch", f"num_threads * {slice_}", t)
+    pair_rows = {"RS": "p->src_pair_meta[0]", "RD": "p->dst_pair_meta[0]"}
     for temp_name, temp in zip(temps, record.temps):
-        rows = "g->num_src" if temp.source_rows else {"V": "V", "E": "E"}[temp.domain]
+        rows = "g->num_src" if temp.source_rows else {"V": "V", "E": "E", **pair_rows}[temp.domain]
         alloc(temp_name, f"{rows} * ({_size_expression(temp.shape, dims)})", t)
     if "src_meta" in present:
         alloc("src_meta", "2")
@@ -648,13 +722,6 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
             f"gnnc__neighbor_groups(g, {record.groups}, num_threads, &p->group_meta, &p->group_blocks, "
             "&p->group_dst, &p->group_bounds, &p->group_offsets)"
         )
-    if "edge_rel" in present or "rel_deg_in" in present:
-        lines += [
-            "    if (!g->edge_type) { /* the kernel reads relation types: gnnc_graph_set_relations */",
-            "        status = GNNC_ERROR_ARGUMENT;",
-            "        goto fail;",
-            "    }",
-        ]
     if "edge_rel" in present:
         lines.append("    p->edge_rel = g->edge_type;")
     if "rel_deg_in" in present:
