@@ -478,13 +478,13 @@ def test_pairs_pay_rule():
     from gnnc.autotune.heuristic import PAIRS_MIN_SAVING, pairs_pay
 
     e = 1000
-    # one transform: pairs pay up to P / E = (K - 6) / (K + 6)
-    assert pairs_pay(e, [(800, 64, 32)]) and not pairs_pay(e, [(850, 64, 32)])
-    assert pairs_pay(e, [(400, 16, 32)]) and not pairs_pay(e, [(500, 16, 32)])
-    assert not pairs_pay(e, [(100, 6, 32)])
+    # one transform: pairs pay up to P / E = (K - 12) / (K + 12)
+    assert pairs_pay(e, [(680, 64, 32)]) and not pairs_pay(e, [(700, 64, 32)])
+    assert pairs_pay(e, [(450, 32, 32)]) and not pairs_pay(e, [(500, 32, 32)])
+    assert not pairs_pay(e, [(10, 12, 32)])
     # several are summed: rgat's source pairs pay for its destination pairs
-    assert pairs_pay(e, [(100, 64, 32), (900, 64, 32)])
-    assert PAIRS_MIN_SAVING == 6
+    assert pairs_pay(e, [(100, 64, 32), (800, 64, 32)])
+    assert PAIRS_MIN_SAVING == 12
 
 
 def _typed(v: int, e: int, r: int, seed: int) -> gnnc.Graph:

@@ -353,6 +353,7 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         relations=record.relations,
         relation_degrees=record.relation_degrees,
         pairs=tuple(record.pairs),
+        pair_rows=record.pair_rows,
     )
 
 

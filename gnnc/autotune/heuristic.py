@@ -31,8 +31,8 @@ SPECIALIZE_MIN_EDGES):
 - `relations per_edge` for large calls of kernels that compute a relation's
   transform per (vertex, relation) pair (relation-transform-first) where
   the pairs are not enough fewer than the edges to pay for the rows they
-  write and the edges gather: (E - P) x K < 6 (E + P), summed over the
-  transforms (`_pairs_pay`).
+  write and the edges gather: (E - P) x K < 12 (E + P), summed over the
+  transforms (`pairs_pay`).
 
 `group neighbors` is never picked. `default_cuda_mappings` is the CUDA
 counterpart. The measurements behind each rule and threshold, the machines
@@ -99,7 +99,7 @@ SIMD_512 = "simd 512"
 
 #: A relation's transform per (vertex, relation) pair pays where the multiply-adds it saves,
 #: (E - P) x K x N, are at least this many times the row elements it moves, (E + P) x N.
-PAIRS_MIN_SAVING = 6
+PAIRS_MIN_SAVING = 12
 RELATIONS_PER_EDGE = "relations per_edge"
 
 #: `specialize` the call's sizes: calls of at least this many edges ...
@@ -258,8 +258,9 @@ def pairs_pay(num_edges: int, transforms: Sequence[tuple[int, int, int]]) -> boo
     (P + E) x N row elements (written per pair, gathered per edge); per edge, fused in
     the walk, E x K x N multiply-adds. Pairs pay where the multiply-adds saved are at
     least PAIRS_MIN_SAVING times the elements moved, summed over the transforms: for
-    one transform, P / E at most (K - 6) / (K + 6), 0.83 for K = 64, 0.45 for K = 16,
-    0.14 for K = 8. Measurements: docs/design/heterogeneous.md.
+    one transform, P / E at most (K - 12) / (K + 12), 0.68 for K = 64, 0.45 for K = 32,
+    0.14 for K = 16, never for K <= 12 (with the call's sizes compiled in, the per-edge
+    product stays in registers). Measurements: docs/design/heterogeneous.md.
     """
     saved = sum((num_edges - p) * k * n for p, k, n in transforms)
     moved = sum((num_edges + p) * n for p, _, n in transforms)

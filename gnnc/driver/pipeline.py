@@ -27,6 +27,7 @@ from gnnc.transforms.graph.annotate_fusion import AnnotateFusionPass
 from gnnc.transforms.graph.deferred_division import DeferredDivisionPass
 from gnnc.transforms.graph.graph_canonicalize import GraphCanonicalizePass
 from gnnc.transforms.graph.relation_transform_first import RelationTransformFirstPass
+from gnnc.transforms.graph.segment_matmul import SegmentMatMulPass
 from gnnc.transforms.graph.transform_before_gather import TransformBeforeGatherPass
 from gnnc.transforms.graph.unfuse import UnfusePass
 from gnnc.transforms.loop.hilbert_edge_order import HilbertEdgeOrderPass
@@ -50,6 +51,7 @@ PASSES: dict[str, type[ModulePass]] = {
     for p in (
         GraphCanonicalizePass,
         RelationTransformFirstPass,
+        SegmentMatMulPass,
         TransformBeforeGatherPass,
         DeferredDivisionPass,
         CommonSubexpressionElimination,
@@ -94,6 +96,7 @@ CPU_SCHEDULE_PASSES: tuple[str, ...] = (
 CPU_PIPELINE: tuple[str, ...] = (
     "graph-canonicalize",
     "relation-transform-first",
+    "segment-matmul",
     "transform-before-gather",
     "deferred-division",
     "cse",
@@ -209,6 +212,7 @@ OPTIONAL_PASSES: frozenset[str] = frozenset(
     {
         "graph-canonicalize",
         "relation-transform-first",
+        "segment-matmul",
         "transform-before-gather",
         "deferred-division",
         "cse",

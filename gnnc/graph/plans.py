@@ -49,6 +49,8 @@ __all__ = [
     "edges_in_long_walks",
     "RelationPairs",
     "pair_blocks",
+    "pair_tiles",
+    "tile_blocks",
     "relation_degrees",
     "relation_edges",
     "relation_pairs",
@@ -771,6 +773,35 @@ def pair_blocks(graph: Any, side: str, threads: int) -> np.ndarray:
     )
 
 
+def pair_tiles(graph: Any, side: str, rows: int) -> np.ndarray:
+    """T + 1 boundaries of tiles of a side's pairs: each relation's run of pairs cut into
+    tiles of `rows` (the last one of a run shorter), never two relations in one tile, so
+    that a tile is a block of one relation's dense product (`segment-matmul`)."""
+    rows = _positive(rows, "rows")
+
+    def compute() -> np.ndarray:
+        offsets = relation_pairs(graph, side).offsets
+        lengths = np.diff(offsets)
+        counts = -(-lengths // rows)
+        within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        starts = np.repeat(offsets[:-1], counts) + within * rows
+        return _readonly(np.append(starts, offsets[-1]))
+
+    return _cached(graph, ("pair_tiles", side, rows), compute)
+
+
+def tile_blocks(graph: Any, side: str, rows: int, threads: int) -> np.ndarray:
+    """Boundaries of even blocks of a side's pair tiles (`pair_tiles`) for `threads` workers."""
+    threads = _positive(threads, "threads")
+    tiles = pair_tiles(graph, side, rows).shape[0] - 1
+    n = max(1, min(tiles, BLOCKS_PER_THREAD * threads, -(-(tiles * 8 * rows) // MIN_BLOCK_WORK))) if tiles else 0
+    return _cached(
+        graph,
+        ("tile_blocks", side, rows, n),
+        lambda: _readonly(np.linspace(0, tiles, n + 1).round().astype(np.int64)),
+    )
+
+
 def relation_edges(graph: Any) -> tuple[np.ndarray, np.ndarray]:
     """The edges grouped by relation: ``(order, offsets)``, relation ``r``'s edge ids being
     ``order[offsets[r]:offsets[r + 1]]`` in increasing id (a stable sort of ``edge_type``).
@@ -871,6 +902,8 @@ class PlanSpec:
     relation_degrees: bool = False
     #: the sides whose (vertex, relation) pairs the kernel sweeps (`relation_pairs`, `pair_blocks`)
     pairs: tuple[str, ...] = ()
+    #: `segment-matmul`: the pairs a tile holds (`pair_tiles`, `tile_blocks`); None: no tiles
+    pair_rows: int | None = None
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -944,9 +977,16 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
     for side in spec.pairs:
         pairs = relation_pairs(graph, side)
         blocks = pair_blocks(graph, side, spec.threads)
-        values[f"{side}_pair_meta"] = _readonly(np.array([pairs.num_pairs, blocks.shape[0] - 1]))
+        tiles = tiles_by = _readonly(np.zeros(1, dtype=np.int64))
+        if spec.pair_rows is not None:
+            tiles = pair_tiles(graph, side, spec.pair_rows)
+            tiles_by = tile_blocks(graph, side, spec.pair_rows, spec.threads)
+        counts = [pairs.num_pairs, blocks.shape[0] - 1, tiles.shape[0] - 1, tiles_by.shape[0] - 1]
+        values[f"{side}_pair_meta"] = _readonly(np.array(counts))
         values[f"{side}_pair_blocks"] = blocks
         values[f"{side}_pair_vertex"] = _nonempty(pairs.vertex)
         values[f"{side}_pair_rel"] = _nonempty(pairs.rel)
         values[f"{side}_edge_pair"] = _nonempty(pairs.edge_pair)
+        values[f"{side}_pair_tiles"] = tiles
+        values[f"{side}_tile_blocks"] = tiles_by
     return values

@@ -343,6 +343,8 @@ class AbiRecord:
     relation_degrees: bool = False
     #: the sides whose (vertex, relation) pairs it sweeps ("src", "dst"; relation-transform-first)
     pairs: list[str] = field(default_factory=list)
+    #: `segment-matmul`: the pairs of one relation a tile computes at once; None: no tiles
+    pair_rows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -375,6 +377,8 @@ class AbiRecord:
             record["relation_degrees"] = True
         if self.pairs:
             record["pairs"] = list(self.pairs)
+        if self.pair_rows is not None:
+            record["pair_rows"] = self.pair_rows
         return record
 
     @classmethod
@@ -401,6 +405,7 @@ class AbiRecord:
             relations=bool(record.get("relations", False)),
             relation_degrees=bool(record.get("relation_degrees", False)),
             pairs=[str(side) for side in record.get("pairs", [])],
+            pair_rows=record.get("pair_rows"),
         )
 
     def to_json(self) -> str:
@@ -505,11 +510,23 @@ def _pair_arguments(side: str, group: Group) -> tuple[Argument, ...]:
     of the edges, numbered relation by relation, each relation's a contiguous run."""
     vertex = PAIR_SIDES[side]
     return (
-        _array(f"{side}_pair_meta", group, _I64, "2: P (the pairs), the number of pair blocks"),
+        _array(
+            f"{side}_pair_meta",
+            group,
+            _I64,
+            "4: P (the pairs), pair blocks, T (the tiles of pair_rows pairs), tile blocks",
+        ),
         _array(f"{side}_pair_blocks", group, _I64, "pair blocks + 1 ascending boundaries of pairs"),
         _array(f"{side}_pair_vertex", group, _I64, f"P: each pair's {vertex}"),
         _array(f"{side}_pair_rel", group, _I64, "P: each pair's relation (ascending)"),
         _array(f"{side}_edge_pair", group, _I64, f"E: per edge id, its ({vertex}, relation) pair"),
+        _array(
+            f"{side}_pair_tiles",
+            group,
+            _I64,
+            "T + 1 ascending boundaries of pairs, each tile at most pair_rows pairs of one relation",
+        ),
+        _array(f"{side}_tile_blocks", group, _I64, "tile blocks + 1 ascending boundaries of tiles"),
     )
 
 

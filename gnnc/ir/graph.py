@@ -18,13 +18,16 @@ from collections.abc import Sequence
 from typing import cast
 
 from xdsl.dialects.builtin import (
+    I64,
     AnyFloat,
     ArrayAttr,
     Float32Type,
     Float64Type,
     FloatAttr,
+    IntegerAttr,
     StringAttr,
     UnitAttr,
+    i64,
 )
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import (
@@ -761,7 +764,9 @@ def pair_value_error(value: SSAValue) -> str | None:
             if op.per_relation or op.site.data != "dst":
                 return "it reads a degree other than the pair vertex's"
             continue
-        if isinstance(op, AggregateOp | EdgeSoftmaxOp | EdgeIdOp | MaterializeOp | MaterializePairsOp):
+        if isinstance(
+            op, AggregateOp | EdgeSoftmaxOp | EdgeIdOp | MaterializeOp | MaterializePairsOp | SegmentMatMulOp
+        ):
             return f"it reads {op.name}"
         if not isinstance(op, Operation):
             return "it reads a block argument"
@@ -816,6 +821,51 @@ class MaterializePairsOp(IRDLOperation):
             )
 
 
+@irdl_op_definition
+class SegmentMatMulOp(IRDLOperation):
+    """`x @ W[r]` for every (vertex, relation) pair of a side, relation by relation: the
+    pairs of one relation are a contiguous run of rows (the runtime numbers them so),
+    and their transform is one dense product of the run's rows of `x` by that
+    relation's matrix, computed `rows` rows at a time (each loaded row of `W` serves
+    `rows` pairs). What `graph.materialize_pairs` of `x[v] @ W[rel(e)]` computes,
+    as `segment-matmul` rewrites it.
+    """
+
+    name = "graph.segment_matmul"
+
+    x = operand_def(TensorType)
+    w = operand_def(TensorType)
+    side = prop_def(StringAttr)
+    rows = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+
+    assembly_format = "$x `,` $w $side `rows` $rows attr-dict `:` `(` type($x) `,` type($w) `)` `->` type($result)"
+
+    def __init__(self, x: SSAValue, w: SSAValue, side: str, rows: int):
+        xt, wt = x.type, w.type
+        assert isinstance(xt, TensorType) and isinstance(wt, TensorType)
+        super().__init__(
+            operands=[x, w],
+            properties={"side": StringAttr(side), "rows": IntegerAttr(rows, i64)},
+            result_types=[TensorType(PAIR_DOMAINS[side], xt.element_type, wt.shape[1:])],
+        )
+
+    def verify_(self) -> None:
+        side = self.side.data
+        if side not in PAIR_DOMAINS:
+            raise VerifyException(f"graph.segment_matmul side must be one of {tuple(PAIR_DOMAINS)}, got {side}")
+        if self.rows.value.data < 1:
+            raise VerifyException("graph.segment_matmul computes at least one row at a time")
+        xt, wt, r = self.x.type, self.w.type, self.result.type
+        assert isinstance(xt, TensorType) and isinstance(wt, TensorType) and isinstance(r, TensorType)
+        if xt.domain.data != "V" or len(xt.shape) != 1:
+            raise VerifyException("graph.segment_matmul takes rows of a vertex tensor [V, K]")
+        if wt.domain.data != "R" or len(wt.shape) != 2 or wt.shape[0] != xt.shape[0]:
+            raise VerifyException("graph.segment_matmul takes a relation tensor [R, K, N] of the rows' K")
+        if (r.domain.data, r.element_type, r.shape) != (PAIR_DOMAINS[side], xt.element_type, wt.shape[1:]):
+            raise VerifyException(f"graph.segment_matmul at {side} gives a {PAIR_DOMAINS[side]} tensor [N]")
+
+
 Graph = Dialect(
     "graph",
     [
@@ -833,6 +883,7 @@ Graph = Dialect(
         EdgeSoftmaxOp,
         MaterializeOp,
         MaterializePairsOp,
+        SegmentMatMulOp,
     ],
     [TensorType, ValueType, BinaryKindAttr, UnaryKindAttr, AggregateKindAttr],
 )

@@ -43,7 +43,10 @@ class KernelLowering(PhaseEmission):
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
         # values per (vertex, relation) pair: computed by a sweep over each side's pairs first
         self.pair_materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializePairsOp)]
-        self.pair_sides = sorted({op.side.data for op in self.pair_materializes}, reverse=True)
+        # ... or by a blocked product per relation (segment-matmul)
+        self.segment_matmuls = [op for op in fn.body.walk() if isinstance(op, graph.SegmentMatMulOp)]
+        sides = {op.side.data for op in self.pair_materializes} | {op.side.data for op in self.segment_matmuls}
+        self.pair_sides = sorted(sides, reverse=True)
         # computed over source rows before the phases (see phases.py)
         self.swept = [m for m in self.materializes if source_sweeps and read_at_src(m) and pure_vertex_map(m.operand)]
         self.dim_names = collect_dims(fn)
@@ -69,6 +72,10 @@ class KernelLowering(PhaseEmission):
                 assert isinstance(vector, graph.ValueType)
                 reduced = vector.shape[-1]
             temps.append(abi.Temp(t.domain.data, list(t.shape), reduced=reduced))
+        for s in self.segment_matmuls:
+            t, xt = s.result.type, s.x.type
+            assert isinstance(t, graph.TensorType) and isinstance(xt, graph.TensorType)
+            temps.append(abi.Temp(t.domain.data, list(t.shape), reduced=xt.shape[-1]))
         return temps
 
     def build(self) -> func.FuncOp:
@@ -83,7 +90,12 @@ class KernelLowering(PhaseEmission):
         with self.em.nested(body):
             phases = self._phases()
             for side in self.pair_sides:
-                self._emit_pair_sweep(side, [p for p in self.pair_materializes if p.side.data == side])
+                pairs = [p for p in self.pair_materializes if p.side.data == side]
+                if pairs:
+                    self._emit_pair_sweep(side, pairs)
+                for s in self.segment_matmuls:
+                    if s.side.data == side:
+                        self._emit_segment_matmul(s)
             if self.swept_sinks:
                 self._emit_source_sweep(self.swept_sinks)
             for phase_sinks in phases:
@@ -135,6 +147,7 @@ class KernelLowering(PhaseEmission):
             relations=any(isinstance(op, graph.GatherOp) and op.site.data == "rel" for op in self.src_fn.body.walk()),
             relation_degrees=any(isinstance(op, graph.DegreeOp) and op.per_relation for op in self.src_fn.body.walk()),
             pairs=list(self.pair_sides),
+            pair_rows=max((s.rows.value.data for s in self.segment_matmuls), default=None),
         )
 
     def _bind_arguments(self, entry: Block) -> None:
@@ -153,13 +166,10 @@ class KernelLowering(PhaseEmission):
         )
         self.param_buf = dict(zip(self.src_fn.body.block.args, group(abi.Group.PARAMS), strict=True))
         self.result_buf = group(abi.Group.RESULTS)
-        self.temp_buf = dict(zip([*self.materializes, *self.pair_materializes], group(abi.Group.TEMPS), strict=True))
-        self.pair_args = {
-            side: {
-                n: named[f"{side}_{n}"] for n in ("pair_meta", "pair_blocks", "pair_vertex", "pair_rel", "edge_pair")
-            }
-            for side in self.pair_sides
-        }
+        written = [*self.materializes, *self.pair_materializes, *self.segment_matmuls]
+        self.temp_buf = dict(zip(written, group(abi.Group.TEMPS), strict=True))
+        names = ("pair_meta", "pair_blocks", "pair_vertex", "pair_rel", "edge_pair", "pair_tiles", "tile_blocks")
+        self.pair_args = {side: {n: named[f"{side}_{n}"] for n in names} for side in self.pair_sides}
         if self.swept:
             self.src_meta, self.src_blocks = named["src_meta"], named["src_blocks"]
         self.acc_rows = named.get("acc_rows")
@@ -194,8 +204,9 @@ class KernelLowering(PhaseEmission):
         if self.swept:
             self.num_src = self._load_count(self.src_meta, 0)
             self.num_src_blocks = self._load_count(self.src_meta, 1)
+        # per side: pairs, pair blocks, tiles, tile blocks
         self.pair_counts = {
-            side: (self._load_count(args["pair_meta"], 0), self._load_count(args["pair_meta"], 1))
+            side: tuple(self._load_count(args["pair_meta"], i) for i in range(4))
             for side, args in self.pair_args.items()
         }
 

@@ -241,13 +241,18 @@ class ValueEmission(LoopBuilder):
         assert isinstance(t, graph.TensorType)
         shape = t.shape
         owner = op.tensor.owner
-        materialized = isinstance(owner, graph.MaterializeOp | graph.MaterializePairsOp)
+        materialized = isinstance(owner, graph.MaterializeOp | graph.MaterializePairsOp | graph.SegmentMatMulOp)
         buf = self.temp_buf[owner] if materialized else self.param_buf[op.tensor]  # type: ignore[index]
         if site in ("src_rel", "dst_rel"):
             # the edge's row of a value per (vertex, relation) pair
-            assert ctx.e is not None, "a pair's row is read in an edge loop"
-            pair = self.em.op(arith.IndexCastOp(self.load(self.pair_args[site[:3]]["edge_pair"], ctx.e), index))
-            return self.load(buf, self.linear(self.row_base(pair, shape), shape, idx))
+            side = site[:3]
+            if side not in ctx.pairs:
+                assert ctx.e is not None, "a pair's row is read in an edge loop"
+                with self.em.at_scope_of(ctx.e):
+                    ctx.pairs[side] = self.em.op(
+                        arith.IndexCastOp(self.load(self.pair_args[side]["edge_pair"], ctx.e), index)
+                    )
+            return self.load(buf, self.linear(self.row_base(ctx.pairs[side], shape), shape, idx))
         if site == "param":
             return self.load(buf, self.linear(self.em.index_const(0), shape, idx))
         if site == "rel":

@@ -506,6 +506,22 @@ static inline int gnnc__relation_pairs(const gnnc_graph *g, const int64_t *side_
     return GNNC_OK;
 }
 
+/* Tiles of at most `rows` consecutive pairs of one relation (segment-matmul): tiles + 1 boundaries
+ * of pairs in tiles (num_pairs + 1 long at most); returns the number of tiles, 0 without rows. */
+static inline int64_t gnnc__pair_tiles(const int64_t *pair_rel, int64_t num_pairs, int64_t rows, int64_t *tiles)
+{
+    int64_t p, count = 0, start = 0;
+    tiles[0] = 0;
+    if (rows < 1)
+        return 0;
+    for (p = 1; p <= num_pairs; p++)
+        if (p == num_pairs || pair_rel[p] != pair_rel[start] || p - start == rows) {
+            tiles[++count] = p;
+            start = p;
+        }
+    return count;
+}
+
 /* Elements of one worker's scratch slice: whole cache lines plus one (abi.scratch_slice_elements) */
 static inline int64_t gnnc__scratch_slice(int64_t elements, int64_t item_size)
 {
@@ -677,7 +693,7 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
     # the (vertex, relation) pairs a kernel computes values of, relation by relation
     for side in record.pairs:
         edges, n = ("g->src", "g->num_src") if side == "src" else ("g->dst", "g->num_dst")
-        alloc(f"{side}_pair_meta", "2")
+        alloc(f"{side}_pair_meta", "4")
         alloc(f"{side}_pair_vertex", "E")
         alloc(f"{side}_pair_rel", "E")
         alloc(f"{side}_edge_pair", "E")
@@ -691,6 +707,19 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
         )
         alloc(f"{side}_pair_blocks", f"p->{side}_pair_meta[1] + 1")
         lines.append(f"    gnnc__even_bounds(p->{side}_pair_meta[0], p->{side}_pair_meta[1], p->{side}_pair_blocks);")
+        # segment-matmul's tiles: each relation's run of pairs cut into tiles of pair_rows
+        tile_rows = record.pair_rows or 0
+        alloc(f"{side}_pair_tiles", "E + 1")
+        lines.append(
+            f"    p->{side}_pair_meta[2] = gnnc__pair_tiles(p->{side}_pair_rel, p->{side}_pair_meta[0], {tile_rows}, "
+            f"p->{side}_pair_tiles);"
+        )
+        lines.append(
+            f"    p->{side}_pair_meta[3] = gnnc__block_count(p->{side}_pair_meta[2], "
+            f"8 * {max(tile_rows, 1)} * p->{side}_pair_meta[2], num_threads);"
+        )
+        alloc(f"{side}_tile_blocks", f"p->{side}_pair_meta[3] + 1")
+        lines.append(f"    gnnc__even_bounds(p->{side}_pair_meta[2], p->{side}_pair_meta[3], p->{side}_tile_blocks);")
     # the workspace the kernel writes
     slice_ = f"gnnc__scratch_slice({_sum_expression(record.scratch, dims)}, (int64_t)sizeof({t}))"
     alloc("scratch", f"num_threads * {slice_}", t)
