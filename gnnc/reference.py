@@ -183,14 +183,17 @@ class _Evaluator:
         a = self.expr(e.lhs, mode)
         b = self.expr(e.rhs, mode)
         if e.op == "@":
-            if b.ndim != 3:
+            if b.ndim < 3:
                 raise _ReferenceError("the right operand of '@' must be a matrix")
-            if a.ndim < 2 or a.shape[-1] != b.shape[1]:
+            if a.ndim < 2 or a.shape[-1] != b.shape[-2]:
                 raise _ReferenceError(f"'@' of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
-            if b.shape[0] == 1:  # a parameter matrix
+            if b.shape[0] == 1 and b.ndim == 3:  # a parameter matrix
                 return np.matmul(a, b[0])
-            # a matrix per edge: row e of a (one row for a parameter vector) times b[e]
+            # a matrix per edge: row e of a (one row for a parameter vector) times b[e]; a matrix
+            # [..., K, N] per edge is one per leading index of a (block-diagonal weights)
             a = np.broadcast_to(a, (b.shape[0],) + a.shape[1:])
+            if b.ndim > 3:
+                return np.einsum("e...k,e...kn->e...n", a, b)
             return np.einsum("e...k,ekn->e...n", a, b)
         a, b = _align(a, b)
         if e.op == "+":

@@ -595,7 +595,9 @@ class MatVecOp(IRDLOperation):
 
     The matrix is a parameter (P) or an edge value (E: a relation's matrix
     `W[rel(e)]`, a per-edge `theta[e]`), and the result is of the operands'
-    joined graph type.
+    joined graph type. An edge value [..., K, N] whose leading axes are the
+    vector's is a matrix per leading index (block-diagonal weights, a block
+    per head): `a[.., k] * W[.., k, n]` summed over k.
     """
 
     name = "graph.matvec"
@@ -612,7 +614,7 @@ class MatVecOp(IRDLOperation):
         kind = join_graph_types(a.kind, w.kind) or "E"
         super().__init__(
             operands=[vector, matrix],
-            result_types=[ValueType(kind, a.element_type, a.shape[:-1] + w.shape[1:])],
+            result_types=[ValueType(kind, a.element_type, a.shape[:-1] + w.shape[-1:])],
         )
 
     @property
@@ -623,14 +625,16 @@ class MatVecOp(IRDLOperation):
     def verify_(self) -> None:
         _check_elem(self, self.vector, self.matrix)
         a, w, r = _value_type(self.vector), _value_type(self.matrix), _value_type(self.result)
-        if w.kind not in ("P", "E") or len(w.shape) != 2:
-            raise VerifyException("graph.matvec needs a 2-D matrix: a parameter or an edge value")
+        if w.kind not in ("P", "E") or len(w.shape) < 2 or (w.kind == "P" and len(w.shape) != 2):
+            raise VerifyException("graph.matvec needs a matrix: a 2-D parameter, or an edge value [..., K, N]")
         if a.kind == "A" and w.kind == "E":
             raise VerifyException("graph.matvec cannot take an aggregate times a per-edge matrix")
-        if not a.shape or a.shape[-1] != w.shape[0]:
+        if not a.shape or a.shape[-1] != w.shape[-2]:
             raise VerifyException(f"graph.matvec: last axis of {list(a.shape)} must equal K of {list(w.shape)}")
+        if len(w.shape) > 2 and w.shape[:-2] != a.shape[:-1]:
+            raise VerifyException("graph.matvec: a matrix per leading index needs the vector's leading axes")
         kind = join_graph_types(a.kind, w.kind)
-        if (r.kind, r.shape) != (kind, a.shape[:-1] + w.shape[1:]):
+        if (r.kind, r.shape) != (kind, a.shape[:-1] + w.shape[-1:]):
             raise VerifyException("graph.matvec result must be [..., N] of the operands' joined graph type")
 
 

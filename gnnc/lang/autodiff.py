@@ -273,8 +273,8 @@ class _Builder:
             }
         )
         for w in self.relation_transposes:
-            k, n = params[w].type.shape
-            self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, 'R', (n, k))}"
+            *lead, k, n = params[w].type.shape
+            self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, 'R', (*lead, n, k))}"
         self.pieces: list[str] = []
         self.kernels: list[GradKernel] = []
         self.stage_types: dict[str, str] = {}

@@ -518,8 +518,16 @@ class _KernelChecker:
             w = e.rhs
             p = self.params.get(w.name) if isinstance(w, ast.Name) else None
             named = p is not None and p.type.domain is None and len(p.type.shape) == 2
-            # an edge value [K, N] (a relation's matrix W[rel(e)], NNConv's theta[e]) is a matrix per edge
-            per_edge = w.gtype == "E" and len(rshape) == 2
+            # an edge value [K, N] (a relation's matrix W[rel(e)], NNConv's theta[e]) is a matrix per edge;
+            # one of [..., K, N] is a matrix per leading index of the left operand (a block per head)
+            per_edge = w.gtype == "E" and len(rshape) >= 2
+            if per_edge and len(rshape) > 2 and tuple(rshape[:-2]) != tuple(lshape[:-1]):
+                raise self.error(
+                    f"'@': a right operand of shape {_fmt_shape(rshape)} is a matrix per leading index of the "
+                    f"left operand, whose leading axes must then be {_fmt_shape(rshape[:-2])}; "
+                    f"it is {_fmt_shape(lshape)}",
+                    e.loc,
+                )
             if not (named or per_edge):
                 got = (
                     f"'{w.name}' has shape {_fmt_shape(rshape)}"
@@ -531,7 +539,7 @@ class _KernelChecker:
                     f"shape [K, N] (W[rel(e)], theta[e]) ({got})",
                     w.loc,
                 )
-            rows, cols = rshape
+            rows, cols = rshape[-2:]
             what = p.name if named and p is not None else "the right operand"
             if not lshape:
                 raise self.error(f"'@' needs a left operand of shape [..., {rows}]; it is {_fmt_shape(lshape)}", e.loc)

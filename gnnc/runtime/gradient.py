@@ -109,10 +109,11 @@ class HostArrays:
                 out[r] = rows[order[offsets[r] : offsets[r + 1]]].sum(axis=0, dtype=rows.dtype)
         return out
 
-    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph) -> Any:
+    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0) -> Any:
         """Per relation r, F[ends[r's edges]]^T G[r's edges] over the edge (and leading) axes:
-        [R, K, N] from F [V, .., K] and G [E, .., N] (see `_relation_products`)."""
-        return _relation_products(np.asarray(factor), np.asarray(rows), ends, graph)
+        [R, K, N] from F [V, .., K] and G [E, .., N]; with `blocks` leading axes kept, one
+        product per leading index, [R, .., K, N] (see `_relation_products`)."""
+        return _relation_products(np.asarray(factor), np.asarray(rows), ends, graph, blocks)
 
 
 HOST = HostArrays()
@@ -267,7 +268,9 @@ class Gradient:
             elif relation:
                 ends = graph.src if relation == "u" else graph.dst
                 f = values[factor] if factor.endswith("__") else named[factor]
-                part = arrays.relation_products(f, part, ends, graph)
+                # a block per leading index (W: [R, .., K, N]) or one matrix for them all ([R, K, N])
+                blocks = len(arrays.shape(named[wrt])) - 3
+                part = arrays.relation_products(f, part, ends, graph, blocks)
             elif factor:
                 # an intermediate's name ends in `__`; an input's part of values is its gradient
                 part = arrays.product(values[factor] if factor.endswith("__") else named[factor], part)
@@ -294,8 +297,12 @@ def _product(factor: Any, summed: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(f.reshape(-1, f.shape[-1]).T @ summed.reshape(-1, summed.shape[-1]))
 
 
-def _relation_products(factor: np.ndarray, rows: np.ndarray, ends: np.ndarray, graph: Graph) -> np.ndarray:
-    """Per relation r: F[ends[r's edges]]^T G[r's edges], F [V, .., K] and G [E, .., N] -> [R, K, N].
+def _relation_products(
+    factor: np.ndarray, rows: np.ndarray, ends: np.ndarray, graph: Graph, blocks: int = 0
+) -> np.ndarray:
+    """Per relation r: F[ends[r's edges]]^T G[r's edges], F [V, .., K] and G [E, .., N] -> [R, K, N],
+    summed over the leading axes; with `blocks` (the leading axes, a matrix per leading index of
+    a block-diagonal weight) one product per leading index, [R, .., K, N].
 
     The factor's rows at an edge's end: its source (`graph.src`) or destination
     (`graph.dst`); on a bipartite graph a factor read at `v` of a block-convention
@@ -304,14 +311,20 @@ def _relation_products(factor: np.ndarray, rows: np.ndarray, ends: np.ndarray, g
         raise ArgumentError(f"a relation weight's factor has shape {factor.shape}, its edge adjoints {rows.shape}")
     order, offsets = plans.relation_edges(graph)
     k, n = factor.shape[-1], rows.shape[-1]
+    lead = factor.shape[1:-1] if blocks else ()
+    size = int(np.prod(lead, dtype=np.int64)) if blocks else 1
     relations = graph.num_relations or 0
-    out = np.zeros((relations, k, n), dtype=rows.dtype)
+    out = np.zeros((relations, size, k, n), dtype=rows.dtype)
     for r in range(relations):
         edges = order[offsets[r] : offsets[r + 1]]
         if edges.size:
-            f = factor[ends[edges]].astype(rows.dtype, copy=False).reshape(-1, k)
-            out[r] = f.T @ rows[edges].reshape(-1, n)
-    return out
+            f = factor[ends[edges]].astype(rows.dtype, copy=False).reshape(edges.size, -1, k)
+            g = rows[edges].reshape(edges.size, -1, n)
+            if blocks:
+                out[r] = np.einsum("ebk,ebn->bkn", f, g)
+            else:
+                out[r, 0] = f.reshape(-1, k).T @ g.reshape(-1, n)
+    return out.reshape((relations, *lead, k, n))
 
 
 def _destination_rows(named: dict, name: str, graph: Graph) -> Any:

@@ -163,19 +163,24 @@ class TorchArrays(HostArrays):
                 out[r] = rows.index_select(0, order[offsets[r] : offsets[r + 1]]).sum(dim=0)
         return out
 
-    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph) -> Any:
-        """Per relation r, F[ends[r's edges]]^T G[r's edges], on the device."""
+    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0) -> Any:
+        """Per relation r, F[ends[r's edges]]^T G[r's edges] (per leading index with `blocks`), on the device."""
         order, offsets = self._relation_runs(graph)
         ends_t = torch.as_tensor(np.asarray(ends), device=self.device)
         k, n = factor.shape[-1], rows.shape[-1]
+        lead = tuple(factor.shape[1:-1]) if blocks else ()
         relations = graph.num_relations or 0
-        out = rows.new_zeros((relations, k, n))
+        out = rows.new_zeros((relations, max(1, int(np.prod(lead, dtype=np.int64))), k, n))
         for r in range(relations):
             if offsets[r + 1] > offsets[r]:
                 edges = order[offsets[r] : offsets[r + 1]]
-                f = factor.index_select(0, ends_t.index_select(0, edges)).to(rows.dtype).reshape(-1, k)
-                out[r] = f.T @ rows.index_select(0, edges).reshape(-1, n)
-        return out
+                f = factor.index_select(0, ends_t.index_select(0, edges)).to(rows.dtype).reshape(len(edges), -1, k)
+                g = rows.index_select(0, edges).reshape(len(edges), -1, n)
+                if blocks:
+                    out[r] = torch.einsum("ebk,ebn->bkn", f, g)
+                else:
+                    out[r, 0] = f.reshape(-1, k).T @ g.reshape(-1, n)
+        return out.reshape((relations, *lead, k, n))
 
 
 def _borrowed(value: Any) -> Any:

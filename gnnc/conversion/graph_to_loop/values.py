@@ -95,7 +95,8 @@ class ValueEmission(LoopBuilder):
     def _compute_matvec(self, op: graph.MatVecOp, ctx: LoopContext) -> None:
         a, w = op.vector.type, op.matrix.type
         assert isinstance(a, graph.ValueType) and isinstance(w, graph.ValueType)
-        prefix, (k, n) = a.shape[:-1], w.shape
+        prefix, (k, n) = a.shape[:-1], w.shape[-2:]
+        batched = len(w.shape) > 2  # a matrix per leading index of the vector
         out_shape = prefix + (n,)
         base = self.alloc_scratch(out_shape)
         zero = self.em.float_const(0.0, self.elem)
@@ -114,7 +115,7 @@ class ValueEmission(LoopBuilder):
                 if wbuf is not None and wrow is not None:
                     wv = self.load(wbuf, self.em.op(arith.AddiOp(wrow, j)))
                 else:  # a matrix per edge (W[rel(e)], theta[e]): its element at (k, n)
-                    wv = self.value_at(op.matrix, [idx[-1], j], ctx)
+                    wv = self.value_at(op.matrix, (idx[:-1] if batched else []) + [idx[-1], j], ctx)
                 old = self.load(self.scratch, at)
                 self.store(self.em.op(arith.AddfOp(old, self.em.op(arith.MulfOp(ak, wv)))), self.scratch, at)
 
