@@ -235,6 +235,25 @@ def test_compiled_relation_kernels_match_the_reference(name, graph, threads, see
     assert_matches(got, want, graph, np.float32)
 
 
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "relations per_edge",  # one product per edge, in the walk
+        "specialize K 5 N 17",  # segment-matmul: tiles of 4 pairs of one relation
+        "relations compact\nvectorize 8\nsort degree",  # pairs row by row, a destination order
+    ],
+)
+@given(graph=relation_graphs(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_every_form_of_the_transform_matches_the_reference(schedule, graph, seed):
+    kernel = _compiled("rgcn", schedule).rgcn
+    assert bool(kernel._abi.pairs) == ("per_edge" not in schedule)
+    assert (kernel._abi.pair_rows is not None) == ("specialize" in schedule)
+    inputs = random_inputs(kernel.signature, graph, KERNEL_DIMS, np.float32, seed)
+    want = gnnc.compile(RGCN, target="reference").rgcn(graph, **inputs)
+    assert_matches(kernel(graph, threads=2, **inputs), want, graph, np.float32)
+
+
 @given(graph=graphs(), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_one_relation_is_the_homogeneous_kernel(graph, seed):
