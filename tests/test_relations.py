@@ -618,3 +618,25 @@ def test_a_matrix_per_leading_index_needs_those_axes():
         23,
         "'@': a right operand of shape [B, K, N] is a matrix per leading index of the left operand",
     )
+
+
+@pytest.mark.parametrize("schedule", [None, "specialize K 5 N 17", "relations per_edge"])
+def test_bipartite_blocks_with_relation_types(schedule):
+    """DGL's blocks with edge types: pairs of a source side are of source ids (x has num_src rows,
+    destinations first), forward and backward."""
+    rng = np.random.default_rng(3)
+    graph = gnnc.Graph.from_coo(
+        rng.integers(0, 30, 150), rng.integers(0, 12, 150), shape=(30, 12), edge_type=rng.integers(0, 4, 150)
+    )
+    for name in ("rgcn", "rgat"):
+        kernel = getattr(_example(name, schedule), name)
+        inputs = random_inputs(kernel.signature, graph, KERNEL_DIMS, np.float32, 4)
+        inputs["x"] = rng.uniform(-1, 1, (30, 5)).astype(np.float32)  # read at u and v: num_src rows
+        source = (EXAMPLES / f"{name}.gnn").read_text()
+        want = getattr(gnnc.compile(source, target="reference"), name)(graph, **inputs)
+        assert_matches(kernel(graph, **inputs), want, graph, np.float32)
+        gout = rng.uniform(-1, 1, want.shape).astype(np.float32)
+        got = compile_grad(source, name, schedule=schedule)(graph, gout=gout, **inputs)
+        expected = compile_grad(source, name, target="reference")(graph, gout=gout, **inputs)
+        for p in inputs:
+            assert_matches(got[p], expected[p], graph, np.float32)
