@@ -29,7 +29,12 @@ DIMS = {
     "mlp_aggr": {"D1": 32, "D2": 32},
     "gat": {"H": 4},
     "gat_conv": {"H": 4},
+    "rgcn": {"K": 32, "N": 32},
+    "rgat": {"K": 32, "N": 32},
 }
+
+#: Relation types for the kernels that read them (`rel(e)`): random, 8 relations.
+NUM_RELATIONS = 8
 
 
 def load_graph(path: Path) -> gnnc.Graph:
@@ -43,9 +48,10 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=64)
     args = parser.parse_args()
 
-    graph = load_graph(args.graph)
-    print(f"graph {args.graph.name}: {graph.num_vertices} vertices, {graph.num_edges} edges")
+    plain = load_graph(args.graph)
+    print(f"graph {args.graph.name}: {plain.num_vertices} vertices, {plain.num_edges} edges")
     rng = np.random.default_rng(0)
+    typed = gnnc.Graph(plain, edge_type=rng.integers(0, NUM_RELATIONS, plain.num_edges), num_relations=NUM_RELATIONS)
     failures = 0
     for name, extra in DIMS.items():
         source = HERE / f"{name}.gnn"
@@ -53,10 +59,11 @@ def main() -> None:
         module = gnnc.compile(source)
         compile_s = time.perf_counter() - t0
         kernel = getattr(module, name)
+        graph = typed if kernel.signature.relations else plain
         dims = {"F": args.features, **extra}
         inputs = {}
         for p in kernel.signature.params:
-            lead = {"V": [graph.num_vertices], "E": [graph.num_edges], None: []}[p.domain]
+            lead = {"V": [graph.num_vertices], "E": [graph.num_edges], "R": [NUM_RELATIONS], None: []}[p.domain]
             shape = lead + [dims[d] if isinstance(d, str) else d for d in p.shape]
             inputs[p.name] = rng.uniform(-1, 1, shape).astype(np.float32)
         kernel(graph, **inputs)  # warm up

@@ -129,7 +129,7 @@ def compile_grad(
     return Gradient(
         module,
         kernel,
-        [(k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor) for k in grad.kernels],
+        [(k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation) for k in grad.kernels],
         [p.name for p in forward.params],
         grad.constant,
         grad.skipped,
@@ -138,4 +138,5 @@ def compile_grad(
         "edge_id(e)" in grad.source,
         grad.transposes,
         grad.saved,
+        grad.relation_transposes,
     )

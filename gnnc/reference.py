@@ -18,6 +18,12 @@ DESIGN.md ("Values and arithmetic"):
 Parameters (graph type P) are kept with a leading axis of length 1, so that
 they broadcast against ``[E, ...]`` and ``[V, ...]`` values alike.
 
+Relation types: ``W[rel(e)]`` is ``W[graph.edge_type]`` (an ``[E, ...]``
+edge value), ``deg_in(v, rel(e))`` the number of edges sharing the edge's
+(destination, relation) pair, ``deg_out(u, rel(e))`` its (source, relation)
+pair; ``a @ M`` with a per-edge matrix ``M`` (``W[rel(e)]``, ``theta[e]``)
+multiplies each edge's row by its own matrix.
+
 On a bipartite graph a vertex expression has one row per destination; an
 input read at ``u`` is indexed by source ids, one read at ``v`` by
 destination ids (so one read at both has its destinations as its first rows,
@@ -108,6 +114,8 @@ class _Evaluator:
         ids = max(graph.num_src, graph.num_dst)
         self.in_count = np.bincount(self.dst, minlength=ids).astype(np.float64)
         self.out_count = np.bincount(self.src, minlength=ids).astype(np.float64)
+        self.edge_type = graph.edge_type
+        self.R = graph.num_relations or 0
 
     # -------------------------------------------------------------- statements
 
@@ -132,6 +140,8 @@ class _Evaluator:
         if isinstance(e, ast.Index):
             return self.index(e, mode)
         if isinstance(e, ast.Degree):
+            if getattr(e, "relation", False):
+                return self.relation_degree(e.direction, mode)
             counts = self.in_count if e.direction == "in" else self.out_count
             return self.at(counts, e.index, mode)
         if isinstance(e, ast.EdgeId):
@@ -164,8 +174,21 @@ class _Evaluator:
             return arr[: self.V]
         return arr[self.src] if index == "u" else arr[self.dst]
 
+    def relation_degree(self, direction: str, mode: str) -> np.ndarray:
+        """Per edge: the edges sharing its (destination or source, relation) pair, counted."""
+        if mode != "edge" or self.edge_type is None:
+            raise _ReferenceError("a degree per relation outside an edge expression, or on a graph without types")
+        vertex = self.dst if direction == "in" else self.src
+        key = vertex * max(self.R, 1) + self.edge_type
+        _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        return counts[inverse.reshape(-1)].astype(np.float64)
+
     def index(self, e: Any, mode: str) -> np.ndarray:
         domain, arr = self.lookup(e.name)
+        if domain == "R":
+            if e.index != "rel" or mode != "edge" or self.edge_type is None:
+                raise _ReferenceError(f"relation tensor '{e.name}' read as {e.name}[{e.index}] in a {mode} expression")
+            return arr[self.edge_type]
         if domain == "E":
             if e.index != "e" or mode != "edge":
                 raise _ReferenceError(f"edge tensor '{e.name}' read as {e.name}[{e.index}] in a {mode} expression")
@@ -183,12 +206,18 @@ class _Evaluator:
         a = self.expr(e.lhs, mode)
         b = self.expr(e.rhs, mode)
         if e.op == "@":
-            if b.shape[0] != 1 or b.ndim != 3:
-                raise _ReferenceError("the right operand of '@' must be a parameter matrix")
-            w = b[0]
-            if a.ndim < 2 or a.shape[-1] != w.shape[0]:
-                raise _ReferenceError(f"'@' of shapes {list(a.shape[1:])} and {list(w.shape)}")
-            return _matvec(a, w)
+            if b.ndim < 3:
+                raise _ReferenceError("the right operand of '@' must be a matrix")
+            if a.ndim < 2 or a.shape[-1] != b.shape[-2]:
+                raise _ReferenceError(f"'@' of shapes {list(a.shape[1:])} and {list(b.shape[1:])}")
+            if b.shape[0] == 1 and b.ndim == 3:  # a parameter matrix
+                return _matvec(a, b[0])
+            # a matrix per edge: row e of a (one row for a parameter vector) times b[e]; a matrix
+            # [..., K, N] per edge is one per leading index of a (block-diagonal weights)
+            a = np.broadcast_to(a, (b.shape[0],) + a.shape[1:])
+            if b.ndim > 3:
+                return np.einsum("e...k,e...kn->e...n", a, b)
+            return np.einsum("e...k,ekn->e...n", a, b)
         a, b = _align(a, b)
         if e.op == "+":
             return a + b
@@ -312,7 +341,7 @@ def evaluate(kernel: Any, graph: Graph, *args: Any, **kwargs: Any) -> Any:
     params: dict[str, tuple[str | None, np.ndarray]] = {}
     for p, arr in zip(sig.params, inputs):
         arr64 = arr.astype(np.float64)
-        params[p.name] = (p.domain, arr64 if p.domain else arr64[None])
+        params[p.name] = (p.domain, arr64 if p.domain else arr64[None])  # "R": rows by relation type
     evaluator = _Evaluator(kernel, graph, params)
     with np.errstate(all="ignore"):
         evaluator.run()

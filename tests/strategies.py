@@ -73,13 +73,42 @@ def graphs(draw, **kwargs):
     return gnnc.Graph.from_coo(src, dst, num_vertices=v)
 
 
+@st.composite
+def relation_graphs(draw, max_relations: int = 6, **kwargs):
+    """Graphs with a relation type per edge (`edge_lists`' shapes): one relation, relations
+    without edges (num_relations above the largest type + 1), types skewed to a few."""
+    src, dst, v = draw(edge_lists(**kwargs))
+    r = draw(st.integers(1, max_relations))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    kind = draw(st.sampled_from(["uniform", "skewed", "one_used", "unused_top"]))
+    e = src.shape[0]
+    if kind == "uniform":
+        types = rng.integers(0, r, e)
+    elif kind == "skewed":
+        weights = 1.0 / np.arange(1, r + 1) ** 2
+        types = rng.choice(r, e, p=weights / weights.sum())
+    elif kind == "one_used":
+        types = np.full(e, rng.integers(0, r))
+    else:  # the top relations have no edges
+        types = rng.integers(0, max(1, r // 2), e)
+    return gnnc.Graph.from_coo(src, dst, num_vertices=v, edge_type=types.astype(np.int64), num_relations=r)
+
+
+def with_relations(graph: gnnc.Graph, seed: int, max_relations: int = 5) -> gnnc.Graph:
+    """The same edges with random relation types, some relations without edges."""
+    rng = np.random.default_rng(seed)
+    r = int(rng.integers(1, max_relations + 1))
+    types = rng.integers(0, max(1, r - 1), graph.num_edges)
+    return gnnc.Graph(graph, edge_type=types, num_relations=r)
+
+
 def random_inputs(signature, graph, dims: dict[str, int], dtype, seed: int) -> dict[str, np.ndarray]:
     """Arrays for every parameter of a kernel signature, values in [-1, 1]."""
     rng = np.random.default_rng(seed)
     inputs = {}
     for p in signature.params:
         shape = [dims[d] if isinstance(d, str) else d for d in p.shape]
-        lead = {"V": [graph.num_vertices], "E": [graph.num_edges], None: []}[p.domain]
+        lead = {"V": [graph.num_vertices], "E": [graph.num_edges], "R": [graph.num_relations], None: []}[p.domain]
         inputs[p.name] = rng.uniform(-1, 1, lead + shape).astype(dtype)
     return inputs
 

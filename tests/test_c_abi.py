@@ -35,10 +35,14 @@ CC = os.environ.get("CC", "cc")
 SRC = [0, 1, 2, 3, 1, 0, 4, 2, 5, 4, 3, 0]
 DST = [1, 2, 0, 1, 1, 1, 2, 4, 4, 5, 5, 3]
 NUM_VERTICES = 7
+#: Relation types of the edges (every graph has them; kernels without rel(e) ignore them):
+#: the two 0 -> 1 edges share one, 2 has no edges.
+TYPES = [1, 0, 3, 0, 1, 1, 0, 3, 1, 0, 0, 1]
+NUM_RELATIONS = 4
 THREADS = 3
 
 #: Sizes of the examples' dims where the schedule compiles none in.
-DIMS = {"F": 5, "H": 2, "D": 3, "D1": 4, "D2": 3}
+DIMS = {"F": 5, "H": 2, "D": 3, "D1": 4, "D2": 3, "K": 3, "N": 4}
 
 #: Every optional argument group, the in-CSR by position, sorted edge ids and a degree order at least once.
 FAST = [
@@ -49,6 +53,8 @@ FAST = [
     ("mlp_aggr", "group neighbors 3\ntile features 4\nsort degree"),
     ("gcn_norm", "reorder rcm; vectorize 8"),
     ("gat", "edges sorted"),
+    ("rgcn", None),
+    ("rgat", "edges sorted"),
 ]
 
 CASES = [
@@ -65,13 +71,21 @@ def _c_array(c_type: str, name: str, values: np.ndarray) -> str:
 
 def _graphs(sorted_ids: bool) -> dict[str, tuple[gnnc.Graph, str]]:
     """The graphs a program runs on, each with the C that builds it into `g`."""
-    coo = gnnc.Graph.from_coo(np.array(SRC), np.array(DST), num_vertices=NUM_VERTICES)
+    coo = gnnc.Graph.from_coo(
+        np.array(SRC), np.array(DST), num_vertices=NUM_VERTICES, edge_type=TYPES, num_relations=NUM_RELATIONS
+    )
     if sorted_ids:
         coo, _ = coo.sorted_by_destination()
     graphs = {"coo": (coo, "gnnc_graph_from_coo(&g, V, V, E, coo_src, coo_dst)")}
     if not sorted_ids:
         # a CSR by source numbers the edges by source: ids a kernel with `edges sorted` refuses
-        csr = gnnc.Graph.from_csr(coo.out_indptr, coo.out_dst, num_vertices=NUM_VERTICES)
+        csr = gnnc.Graph.from_csr(
+            coo.out_indptr,
+            coo.out_dst,
+            num_vertices=NUM_VERTICES,
+            edge_type=coo.edge_type[coo.out_eid],
+            num_relations=NUM_RELATIONS,
+        )
         graphs["csr"] = (csr, "gnnc_graph_from_csr(&g, V, V, csr_indptr, csr_indices)")
     return graphs
 
@@ -84,11 +98,14 @@ def _program(module, inputs: dict, dims: dict, graphs: dict) -> str:
         "",
         f"#define V {NUM_VERTICES}",
         f"#define E {coo.num_edges}",
+        f"#define NUM_RELATIONS {NUM_RELATIONS}",
         _c_array("int64_t", "coo_src", coo.src),
         _c_array("int64_t", "coo_dst", coo.dst),
+        _c_array("int64_t", "coo_type", coo.edge_type),
     ]
     if "csr" in graphs:
         lines += [_c_array("int64_t", "csr_indptr", coo.out_indptr), _c_array("int64_t", "csr_indices", coo.out_dst)]
+        lines.append(_c_array("int64_t", "csr_type", graphs["csr"][0].edge_type))
     main = ["int main(void)", "{", "    gnnc_graph g;", "    int status = 0;"]
     for kernel in module.metadata["kernels"]:
         name, c_type = kernel["name"], {"f32": "float", "f64": "double"}[kernel["dtype"]]
@@ -127,6 +144,8 @@ def _program(module, inputs: dict, dims: dict, graphs: dict) -> str:
             main += [
                 f"    if ((status = {build}) != GNNC_OK)",
                 "        return 10 + status;",
+                f"    if ((status = gnnc_graph_set_relations(&g, NUM_RELATIONS, {tag}_type)) != GNNC_OK)",
+                "        return 30 + status;",
                 f'    status = run_{name}(&g, "{tag}");',
                 "    gnnc_graph_free(&g);",
                 "    if (status != GNNC_OK)",

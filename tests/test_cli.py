@@ -452,7 +452,8 @@ def test_passes_lists_every_pass_with_its_summary_and_options():
         assert option in catalogue, option
     assert "`tile features SIZE` for every kernel" in catalogue  # an option's own docstring
     cuda = gnnc_cli("passes", "--target", "cuda")
-    assert "   7  convert-graph-to-loop{target=cuda}\n" in cuda.stdout
+    assert "   9  convert-graph-to-loop{target=cuda}\n" in cuda.stdout
+    assert "   2  relation-transform-first{form=per_edge}\n" in cuda.stdout
 
 
 @pytest.mark.parametrize("command", [["passes"], ["check", str(GAT)]])

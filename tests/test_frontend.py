@@ -325,7 +325,7 @@ def test_error_unknown_function_and_arity():
 
 
 def test_error_bad_index():
-    assert_error(SIG + "  out[v] = x[i]\n}\n", 2, 14, "expected the index u, v or e, found 'i'")
+    assert_error(SIG + "  out[v] = x[i]\n}\n", 2, 14, "expected the index u, v, e or rel(e), found 'i'")
     assert_error(SIG + "  out[u] = x[v]\n}\n", 2, 7, "values are defined at the destination v")
 
 

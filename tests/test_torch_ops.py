@@ -29,6 +29,9 @@ EXAMPLES = ROOT / "examples"
 EDGE_INDEX = torch.tensor([[0, 1, 2, 2, 3, 0, 2, 3], [1, 2, 0, 2, 1, 1, 1, 0]])
 V = 5
 E = EDGE_INDEX.shape[1]
+#: relation types for the kernels that read them: the two 0 -> 1 edges share one, 2 has no edges
+EDGE_TYPE = torch.tensor([1, 0, 0, 1, 0, 1, 3, 0])
+R = 4
 
 
 def _input(shape, grad=True, shift=0.2):
@@ -46,6 +49,8 @@ CASES = {
     "mlp_aggr": lambda: (_input((V, 3), shift=-0.6), _input((3, 2), shift=-0.6)),
     "sage_max": lambda: (_input((V, 3)),),
     "sage_mean": lambda: (_input((V, 2)),),
+    "rgcn": lambda: (_input((V, 3)), _input((R, 3, 2), shift=-0.5), _input((3, 2), shift=-0.5)),
+    "rgat": lambda: (_input((V, 3)), _input((R, 3, 2), shift=-0.5), _input((R, 2)), _input((R, 2), shift=-0.7)),
 }
 
 
@@ -59,7 +64,8 @@ def test_opcheck_example_kernels(name):
     forward that keeps intermediates, and the backward op of every example kernel."""
     op = gt.kernel(EXAMPLES / f"{name}.gnn", name)
     inputs = CASES[name]()
-    graph_args = (EDGE_INDEX, V, V)
+    relations = (EDGE_TYPE, R) if op.ops.relational else ()
+    graph_args = (EDGE_INDEX, V, V, *relations)
     torch.library.opcheck(op.ops.forward, (*graph_args, *inputs, None))
     if op.ops.forward_saving is not None:
         torch.library.opcheck(op.ops.forward_saving, (*graph_args, *inputs, None))
@@ -68,7 +74,7 @@ def test_opcheck_example_kernels(name):
     outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
     saved = [t.detach() for t in outs[len(op.results) :]]
     detached = [t.detach() for t in inputs]
-    results = op(EDGE_INDEX, *detached, num_vertices=V)
+    results = op(EDGE_INDEX, *detached, num_vertices=V, **({"edge_type": EDGE_TYPE} if relations else {}))
     results = (results,) if isinstance(results, torch.Tensor) else tuple(results)
     gouts = [torch.rand_like(r) for r in results]
     for wanted in ([True] * len(inputs), [i == 0 for i in range(len(inputs))]):

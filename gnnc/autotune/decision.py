@@ -362,6 +362,11 @@ def _check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, in
                 f"{name}: compiled for {dim} = {size} (specialize {dim} {size}), "
                 f"but this call has {dim} = {dims.get(dim)}"
             )
+    if (record.relations or record.relation_degrees or record.pairs) and not graph.has_relations:
+        raise ArgumentError(
+            f"{name}: this compiled kernel reads the edges' relation types, but the graph has none: "
+            "build it with gnnc.Graph(edge_index, edge_type=..., num_relations=...)"
+        )
     if record.edges_sorted and not graph.edges_sorted:
         # the native code would read and write edge rows at in-CSR positions, not at the ids
         raise ArgumentError(
@@ -397,6 +402,10 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         hilbert=not record.partitions and record.edge_order == "hilbert",
         groups=record.groups or None,
         hybrid=hybrid,
+        relations=record.relations,
+        relation_degrees=record.relation_degrees,
+        pairs=tuple(record.pairs),
+        pair_rows=record.pair_rows,
     )
 
 
@@ -410,6 +419,9 @@ def _workspace(
     sizes = {"scratch": per_thread * threads}  # whole lines per worker
     arguments = abi.kernel_arguments(record, [p.name for p in sig.params], [r.name for r in sig.results])
     rows = {"V": graph.num_dst, "E": graph.num_edges}
+    for side, domain in (("src", "RS"), ("dst", "RD")):
+        if side in record.pairs:
+            rows[domain] = plans.relation_pairs(graph, side).num_pairs
     temps = [a.name for a in arguments if a.group is abi.Group.TEMPS]
     for name, temp in zip(temps, record.temps, strict=True):
         n = graph.num_src if temp.source_rows else rows[temp.domain]

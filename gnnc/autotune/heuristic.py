@@ -27,7 +27,12 @@ SPECIALIZE_MIN_EDGES):
 - `vectorize edges 16` for large calls whose walks reduce in lanes, where
   half the in-edges or more sit at destinations with 8 or more (`_lanes_pay`);
 - `simd 512` for large calls gathering rows of 512 bytes or more on a CPU
-  with AVX-512.
+  with AVX-512;
+- `relations per_edge` for large calls of kernels that compute a relation's
+  transform per (vertex, relation) pair (relation-transform-first) where
+  the pairs are not enough fewer than the edges to pay for the rows they
+  write and the edges gather: (E - P) x K < 12 (E + P), summed over the
+  transforms (`pairs_pay`).
 
 `group neighbors` is never picked. `default_cuda_mappings` is the CUDA
 counterpart. The measurements behind each rule and threshold, the machines
@@ -92,6 +97,11 @@ STREAM_MIN_RESULT_BYTES = 16 << 20
 SIMD_512_MIN_ROW_BYTES = 512
 SIMD_512 = "simd 512"
 
+#: A relation's transform per (vertex, relation) pair pays where the multiply-adds it saves,
+#: (E - P) x K x N, are at least this many times the row elements it moves, (E + P) x N.
+PAIRS_MIN_SAVING = 12
+RELATIONS_PER_EDGE = "relations per_edge"
+
 #: `specialize` the call's sizes: calls of at least this many edges ...
 SPECIALIZE_MIN_EDGES = 1 << 14
 #: ... gathering at most this many bytes per source.
@@ -133,7 +143,23 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
         lanes_need_sizes=kernel._abi.lanes is not None and kernel._abi.lanes.sized,
         wide_vectors="avx512f" in (getattr(kernel, "_metadata", {}).get("cpu") or {}).get("features", ()),
+        pair_transforms=pair_transforms_for(kernel._abi, dims, graph),
     )
+
+
+def pair_transforms_for(
+    abi_record: abi.AbiRecord, dims: dict[str, int], graph: Any
+) -> tuple[tuple[int, int, int], ...]:
+    """Per relation transform a kernel computes per (vertex, relation) pair: (P, K, N), the
+    pairs of its side on this graph, the axis it reduces and the row it writes."""
+    found = []
+    for temp in abi_record.temps:
+        if temp.domain not in ("RS", "RD") or temp.reduced is None:
+            continue
+        side = "src" if temp.domain == "RS" else "dst"
+        k = temp.reduced if isinstance(temp.reduced, int) else dims.get(temp.reduced, 0)
+        found.append((plans.relation_pairs(graph, side).num_pairs, k, abi.elements(temp.shape, dims)))
+    return tuple(found)
 
 
 def lane_walks_for(abi_record: abi.AbiRecord, dims: dict[str, int], graph: Any) -> int:
@@ -163,6 +189,7 @@ def default_directives(
     lanes_need_sizes: bool = False,
     wide_vectors: bool = False,
     result_rows: tuple[int, ...] = (),
+    pair_transforms: tuple[tuple[int, int, int], ...] = (),
 ) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
@@ -175,6 +202,8 @@ def default_directives(
     exist only once the call's sizes are compiled in (`lanes.sized`).
     `wide_vectors` says the kernel's CPU has 512-bit vector registers.
     `result_rows` are the bytes of a vertex's row of each vertex result.
+    `pair_transforms` are the kernel's relation transforms per (vertex, relation)
+    pair, (P, K, N) each (`pair_transforms_for`).
     """
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
@@ -217,7 +246,25 @@ def default_directives(
         lines.append(f"vectorize edges {EDGE_LANES}")
     if wide_vectors and e >= SPECIALIZE_MIN_EDGES and row_bytes >= SIMD_512_MIN_ROW_BYTES:
         lines.append(SIMD_512)
+    if pair_transforms and e >= SPECIALIZE_MIN_EDGES and not pairs_pay(e, pair_transforms):
+        lines.append(RELATIONS_PER_EDGE)
     return "\n".join(lines) or None
+
+
+def pairs_pay(num_edges: int, transforms: Sequence[tuple[int, int, int]]) -> bool:
+    """Whether relation transforms pay per (vertex, relation) pair rather than per edge.
+
+    Per pair, a transform `a @ W[r]` of K x N costs P x K x N multiply-adds and moves
+    (P + E) x N row elements (written per pair, gathered per edge); per edge, fused in
+    the walk, E x K x N multiply-adds. Pairs pay where the multiply-adds saved are at
+    least PAIRS_MIN_SAVING times the elements moved, summed over the transforms: for
+    one transform, P / E at most (K - 12) / (K + 12), 0.68 for K = 64, 0.45 for K = 32,
+    0.14 for K = 16, never for K <= 12 (with the call's sizes compiled in, the per-edge
+    product stays in registers). Measurements: docs/design/heterogeneous.md.
+    """
+    saved = sum((num_edges - p) * k * n for p, k, n in transforms)
+    moved = sum((num_edges + p) * n for p, _, n in transforms)
+    return saved >= PAIRS_MIN_SAVING * moved
 
 
 def _reorder_pays(graph: Any, row_bytes: int, rows: int) -> bool:

@@ -26,6 +26,8 @@ from gnnc.ir.loop import Loop
 from gnnc.transforms.graph.annotate_fusion import AnnotateFusionPass
 from gnnc.transforms.graph.deferred_division import DeferredDivisionPass
 from gnnc.transforms.graph.graph_canonicalize import GraphCanonicalizePass
+from gnnc.transforms.graph.relation_transform_first import RelationTransformFirstPass
+from gnnc.transforms.graph.segment_matmul import SegmentMatMulPass
 from gnnc.transforms.graph.transform_before_gather import TransformBeforeGatherPass
 from gnnc.transforms.graph.unfuse import UnfusePass
 from gnnc.transforms.loop.hilbert_edge_order import HilbertEdgeOrderPass
@@ -48,6 +50,8 @@ PASSES: dict[str, type[ModulePass]] = {
     p.name: p
     for p in (
         GraphCanonicalizePass,
+        RelationTransformFirstPass,
+        SegmentMatMulPass,
         TransformBeforeGatherPass,
         DeferredDivisionPass,
         CommonSubexpressionElimination,
@@ -91,6 +95,8 @@ CPU_SCHEDULE_PASSES: tuple[str, ...] = (
 #: frontend -> graph passes -> loop passes -> lowering, for the CPU target.
 CPU_PIPELINE: tuple[str, ...] = (
     "graph-canonicalize",
+    "relation-transform-first",
+    "segment-matmul",
     "transform-before-gather",
     "deferred-division",
     "cse",
@@ -128,6 +134,11 @@ CUDA_MATH_PASSES: tuple[str, ...] = ("expand-log", "expand-tanh", "expand-exp")
 #: The graph passes every target runs, up to the lowering.
 GRAPH_PASSES: tuple[str, ...] = CPU_PIPELINE[: CPU_PIPELINE.index("convert-graph-to-loop")]
 
+#: The cuda grids have no sweeps over (vertex, relation) pairs: a relation's transform runs per edge.
+CUDA_GRAPH_PASSES: tuple[str, ...] = tuple(
+    "relation-transform-first{form=per_edge}" if p == "relation-transform-first" else p for p in GRAPH_PASSES
+)
+
 #: The lowering for the cuda grids: no source sweeps, no split head loops, no
 #: streamed rows (convert-graph-to-loop's CPU-only forms).
 CUDA_LOWERING = "convert-graph-to-loop{target=cuda}"
@@ -137,7 +148,7 @@ CUDA_LOWERING = "convert-graph-to-loop{target=cuda}"
 #: index arithmetic is checked against the reference on any machine; the
 #: math is expanded as for the GPU, so its results are the GPU's too.
 CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
-    *GRAPH_PASSES,
+    *CUDA_GRAPH_PASSES,
     CUDA_LOWERING,
     *CUDA_LOOP_PASSES,
     "emulate-grid",
@@ -147,7 +158,7 @@ CUDA_EMULATION_PIPELINE: tuple[str, ...] = (
 
 #: The cuda pipeline: grids become `ptx_kernel` functions, the math inline.
 CUDA_PIPELINE: tuple[str, ...] = (
-    *GRAPH_PASSES,
+    *CUDA_GRAPH_PASSES,
     CUDA_LOWERING,
     *CUDA_LOOP_PASSES,
     "convert-grid-to-nvvm",
@@ -200,6 +211,8 @@ def all_stage_names(target: str = "cpu") -> list[str]:
 OPTIONAL_PASSES: frozenset[str] = frozenset(
     {
         "graph-canonicalize",
+        "relation-transform-first",
+        "segment-matmul",
         "transform-before-gather",
         "deferred-division",
         "cse",

@@ -6,6 +6,7 @@
     graph = gnnc.Graph.from_csc(indptr, indices)   # by destination: no copy of read-only arrays (memmaps)
     graph = gnnc.Graph.from_scipy(A)          # A[u, v] != 0 is the edge u -> v
     block = gnnc.Graph(edge_index, shape=(num_src, num_dst))   # bipartite
+    kg = gnnc.Graph(edge_index, edge_type=t, num_relations=R)  # heterogeneous
 
 A graph has ``num_src`` sources and ``num_dst`` destinations. Without a
 ``shape`` they are one vertex set (``num_src == num_dst == num_vertices``);
@@ -14,6 +15,12 @@ destinations are counted separately, as DGL's blocks for mini-batch training:
 source ids are checked against ``num_src``, destination ids against
 ``num_dst``. ``num_vertices`` is ``num_dst``, the rows of a kernel's vertex
 results. docs/language.md says how kernels read vertex tensors on such a graph.
+
+A graph may carry a relation type per edge (``edge_type``, integers in
+``[0, num_relations)``, in edge-id order), as knowledge graphs do: kernels
+index relation tensors with it (``W[rel(e)]``) and count in-edges per
+relation (``deg_in(v, rel(e))``). ``num_relations`` may exceed the largest
+type + 1 (relations without edges); it defaults to that.
 
 An edge id is the edge's position in what the user gave (an ``edge_index``
 column, a COO position, a position in CSR ``indices``, the ``A.tocoo()``
@@ -69,19 +76,19 @@ def _to_numpy(obj: Any, what: str) -> np.ndarray:
     return arr
 
 
-def _ids(obj: Any, what: str, ndim: int) -> np.ndarray:
+def _ids(obj: Any, what: str, ndim: int, kind_of: str = "vertex ids") -> np.ndarray:
     """An owned, C-contiguous int64 copy of an id array, after checking its dtype and rank."""
     arr = _to_numpy(obj, what)
     if arr.ndim != ndim:
         raise GraphError(f"{what} must be a {ndim}-D array, got shape {arr.shape}")
     kind = arr.dtype.kind
     if kind == "b":
-        raise GraphError(f"{what} has dtype bool; vertex ids must be integers")
+        raise GraphError(f"{what} has dtype bool; {kind_of} must be integers")
     if kind not in "iu":
         # `[]` becomes a float64 array; an empty array holds no bad id
         if arr.size == 0 and kind in "f":
             return np.zeros(arr.shape, dtype=np.int64)
-        raise GraphError(f"{what} has dtype {arr.dtype}; vertex ids must be integers (use .astype(np.int64))")
+        raise GraphError(f"{what} has dtype {arr.dtype}; {kind_of} must be integers (use .astype(np.int64))")
     if kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
         raise GraphError(f"{what} holds the id {int(arr.max())}, which does not fit in int64")
     return np.array(arr, dtype=np.int64, order="C", copy=True)
@@ -97,7 +104,7 @@ def _count(value: Any, what: str) -> int | None:
     return int(value)
 
 
-def _check_range(ids: np.ndarray, n: int, what: str, bound_what: str) -> None:
+def _check_range(ids: np.ndarray, n: int, what: str, bound_what: str, what_kind: str = "vertex ids") -> None:
     if ids.size == 0:
         return
     bad = np.flatnonzero((ids < 0) | (ids >= n))
@@ -105,9 +112,10 @@ def _check_range(ids: np.ndarray, n: int, what: str, bound_what: str) -> None:
         i = int(bad[0])
         value = int(ids[i])
         if value < 0:
-            raise GraphError(f"{what}[{i}] = {value} is negative; vertex ids must be >= 0")
+            raise GraphError(f"{what}[{i}] = {value} is negative; {what_kind} must be >= 0")
         raise GraphError(
-            f"{what}[{i}] = {value} is out of range: {bound_what} is {n}, so ids must be < {n}"
+            f"{what}[{i}] = {value} is out of range: {bound_what} is {n}, so "
+            f"{'ids' if what_kind == 'vertex ids' else what_kind} must be < {n}"
             + (f" ({bad.size} ids are out of range)" if bad.size > 1 else "")
         )
 
@@ -167,19 +175,38 @@ class Graph:
     in_src: np.ndarray
     _dst: np.ndarray | None
     _in_eid: np.ndarray | None
+    #: The relation type of each edge, by edge id (int64, read-only), or None.
+    edge_type: np.ndarray | None
+    #: The number of relation types, or None for a graph without them.
+    num_relations: int | None
     #: Per-graph preprocessing data (partitions, permutations, ...), by plan name.
     plans: dict
 
-    def __init__(self, obj: Any, num_vertices: int | None = None, *, shape: Any = None):
+    def __init__(
+        self,
+        obj: Any,
+        num_vertices: int | None = None,
+        *,
+        shape: Any = None,
+        edge_type: Any = None,
+        num_relations: int | None = None,
+    ):
         if isinstance(obj, Graph):
             sizes = _sizes(num_vertices, shape)
             if sizes is not None and sizes != (obj.num_src, obj.num_dst):
                 raise GraphError(f"the graph has shape (num_src, num_dst) = {(obj.num_src, obj.num_dst)}, not {sizes}")
+            if edge_type is None and num_relations is None and obj.edge_type is not None:
+                edge_type, num_relations = obj.edge_type, obj.num_relations
             self._build(obj.src, obj.dst, obj.num_src, obj.num_dst, checked=True)
         elif _is_scipy_sparse(obj):
             if num_vertices is not None or shape is not None:
                 raise GraphError(
                     "num_vertices cannot be given with a scipy matrix: its shape decides it (so does shape=)"
+                )
+            if edge_type is not None or num_relations is not None:
+                raise GraphError(
+                    "edge_type cannot be given with a scipy matrix (its edge order is A.tocoo()'s): "
+                    "build the graph from COO arrays or an edge_index"
                 )
             self._build(*_coo_from_scipy(obj))
         elif isinstance(obj, (tuple, list)) and len(obj) == 2:
@@ -191,28 +218,56 @@ class Graph:
                 f"cannot build a Graph from {type(obj).__name__}: give a 2 x E edge_index, a (src, dst) "
                 "pair, or a scipy sparse matrix (or use Graph.from_csr)"
             )
+        self._set_relations(edge_type, num_relations)
 
     # ------------------------------------------------------------ constructors
 
     @classmethod
-    def from_edge_index(cls, edge_index: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
-        """From a ``2 x E`` array or tensor: row 0 sources, row 1 destinations (as PyG)."""
-        return cls._new(*_coo_from_edge_index(edge_index, num_vertices, shape))
+    def from_edge_index(
+        cls,
+        edge_index: Any,
+        num_vertices: int | None = None,
+        *,
+        shape: Any = None,
+        edge_type: Any = None,
+        num_relations: int | None = None,
+    ) -> Graph:
+        """From a ``2 x E`` array or tensor: row 0 sources, row 1 destinations (as PyG);
+        ``edge_type`` (E integers in ``[0, num_relations)``) gives each edge's relation."""
+        return cls._new(*_coo_from_edge_index(edge_index, num_vertices, shape), edge_type, num_relations)
 
     @classmethod
-    def from_coo(cls, src: Any, dst: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
-        """From COO arrays: edge ``i`` is ``src[i] -> dst[i]``."""
-        return cls._new(*_coo_from_coo(src, dst, num_vertices, shape))
+    def from_coo(
+        cls,
+        src: Any,
+        dst: Any,
+        num_vertices: int | None = None,
+        *,
+        shape: Any = None,
+        edge_type: Any = None,
+        num_relations: int | None = None,
+    ) -> Graph:
+        """From COO arrays: edge ``i`` is ``src[i] -> dst[i]``, of relation ``edge_type[i]`` if given."""
+        return cls._new(*_coo_from_coo(src, dst, num_vertices, shape), edge_type, num_relations)
 
     @classmethod
-    def from_csr(cls, indptr: Any, indices: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
+    def from_csr(
+        cls,
+        indptr: Any,
+        indices: Any,
+        num_vertices: int | None = None,
+        *,
+        shape: Any = None,
+        edge_type: Any = None,
+        num_relations: int | None = None,
+    ) -> Graph:
         """From a CSR grouped by source (as DGL's ``('csr', ...)``).
 
         Row ``u`` lists the destinations ``indices[indptr[u]:indptr[u+1]]``;
-        an edge's id is its position in ``indices``. With
+        an edge's id is its position in ``indices`` (and in ``edge_type``). With
         ``shape=(num_src, num_dst)`` indptr has ``num_src + 1`` entries.
         """
-        return cls._new(*_coo_from_csr(indptr, indices, num_vertices, shape))
+        return cls._new(*_coo_from_csr(indptr, indices, num_vertices, shape), edge_type, num_relations)
 
     @classmethod
     def from_csc(cls, indptr: Any, indices: Any, num_vertices: int | None = None, *, shape: Any = None) -> Graph:
@@ -257,10 +312,40 @@ class Graph:
         return cls._new(*_coo_from_scipy(matrix))
 
     @classmethod
-    def _new(cls, src: np.ndarray, dst: np.ndarray, n_src: int, n_dst: int) -> Graph:
+    def _new(
+        cls,
+        src: np.ndarray,
+        dst: np.ndarray,
+        n_src: int,
+        n_dst: int,
+        edge_type: Any = None,
+        num_relations: int | None = None,
+    ) -> Graph:
         graph = cls.__new__(cls)
         graph._build(src, dst, n_src, n_dst)
+        graph._set_relations(edge_type, num_relations)
         return graph
+
+    def _set_relations(self, edge_type: Any, num_relations: Any, checked: bool = False) -> None:
+        """Checks and keeps the edges' relation types (``edge_type`` by edge id, ``num_relations``)."""
+        if edge_type is None:
+            if num_relations is not None:
+                raise GraphError("num_relations was given without edge_type (the relation of each edge)")
+            self.edge_type, self.num_relations = None, None
+            return
+        if checked:
+            self.edge_type, self.num_relations = edge_type, int(num_relations)
+            return
+        types = _ids(edge_type, "edge_type", 1, "relation types")
+        if types.shape[0] != self.num_edges:
+            raise GraphError(f"edge_type has {types.shape[0]} entries but the graph has {self.num_edges} edges")
+        r = _count(num_relations, "num_relations")
+        if r is None:
+            r = int(types.max()) + 1 if types.size else 0
+        elif r == 0 and types.size:
+            raise GraphError("num_relations must be at least 1 for a graph with edges")
+        _check_range(types, r, "edge_type", "num_relations", what_kind="relation types")
+        self.edge_type, self.num_relations = _readonly(types), r
 
     def _build(self, src: np.ndarray, dst: np.ndarray, n_src: int, n_dst: int, checked: bool = False) -> None:
         if not checked:
@@ -281,6 +366,7 @@ class Graph:
         self._reversed: Graph | None = None
         self._degrees: dict[tuple[str, np.dtype, bool], np.ndarray] = {}
         self._edges_sorted: bool | None = edges_sorted
+        self.edge_type, self.num_relations = None, None
         self.plans = {}
 
     @property
@@ -316,6 +402,11 @@ class Graph:
         return self.num_dst
 
     @property
+    def has_relations(self) -> bool:
+        """Whether the edges carry relation types (``edge_type``, ``num_relations``)."""
+        return self.edge_type is not None
+
+    @property
     def bipartite(self) -> bool:
         """Whether sources and destinations are counted separately (num_src != num_dst)."""
         return self.num_src != self.num_dst
@@ -345,6 +436,8 @@ class Graph:
         dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr))
         graph = Graph.__new__(Graph)
         graph._build(np.array(self.in_src), dst, self.num_src, self.num_dst, checked=True)
+        if self.edge_type is not None:
+            graph._set_relations(_readonly(self.edge_type[self.in_eid]), self.num_relations, checked=True)
         return graph, np.array(self.in_eid)
 
     # --------------------------------------------------------------- out-CSR
@@ -378,6 +471,7 @@ class Graph:
         if self._reversed is None:
             rev = Graph.__new__(Graph)
             rev._build(self.dst, self.src, self.num_dst, self.num_src, checked=True)
+            rev._set_relations(self.edge_type, self.num_relations, checked=True)
             rev._reversed = self
             self._reversed = rev
         return self._reversed
@@ -447,9 +541,12 @@ class Graph:
         }
 
     def __repr__(self) -> str:
+        relations = f", {self.num_relations} relations" if self.num_relations is not None else ""
         if self.bipartite:
-            return f"<gnnc.Graph {self.num_src} sources, {self.num_dst} destinations, {self.num_edges} edges>"
-        return f"<gnnc.Graph {self.num_vertices} vertices, {self.num_edges} edges>"
+            return (
+                f"<gnnc.Graph {self.num_src} sources, {self.num_dst} destinations, {self.num_edges} edges{relations}>"
+            )
+        return f"<gnnc.Graph {self.num_vertices} vertices, {self.num_edges} edges{relations}>"
 
 
 # ------------------------------------------------------- user formats -> COO

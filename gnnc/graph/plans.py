@@ -47,6 +47,13 @@ __all__ = [
     "degree_order",
     "default_partition_count",
     "edges_in_long_walks",
+    "RelationPairs",
+    "pair_blocks",
+    "pair_tiles",
+    "tile_blocks",
+    "relation_degrees",
+    "relation_edges",
+    "relation_pairs",
     "gather_reuse_share",
     "group_offsets_by_dst",
     "group_blocks",
@@ -696,6 +703,140 @@ def _hybrid_sources(graph: Any, hybrid: Hybrid) -> tuple[np.ndarray, np.ndarray]
         raise ArgumentError(f"map {hybrid.mapping} hybrid {hybrid.sources}: {exc}") from None
 
 
+# ---------------------------------------------------------- relation types
+
+
+@dataclass(frozen=True)
+class RelationPairs:
+    """The distinct (vertex, relation) pairs of a graph's edges at one side, grouped by relation.
+
+    Pair ``p`` is vertex ``vertex[p]`` (the source of its edges for side
+    ``"src"``, the destination for ``"dst"``) with relation ``rel[p]``; it
+    stands for ``count[p]`` edges. Pairs are sorted by relation, then vertex,
+    so relation ``r``'s are the contiguous run ``offsets[r] .. offsets[r + 1]``
+    (a relation's transform is one dense product over them: Hector's compact
+    materialisation, docs/design/heterogeneous.md). ``edge_pair[e]`` is the
+    pair of edge ``e`` (by edge id). All int64 and read-only.
+    """
+
+    vertex: np.ndarray
+    rel: np.ndarray
+    count: np.ndarray
+    offsets: np.ndarray
+    edge_pair: np.ndarray
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.vertex.shape[0])
+
+
+def _require_relations(graph: Any) -> None:
+    if graph.edge_type is None:
+        raise ArgumentError("this plan needs a graph with relation types (gnnc.Graph(..., edge_type=...))")
+
+
+def relation_pairs(graph: Any, side: str) -> RelationPairs:
+    """The (source, relation) pairs (``side="src"``) or (destination, relation) pairs
+    (``side="dst"``) of a graph with relation types; computed once per graph (a sort)."""
+    _require_relations(graph)
+    if side not in ("src", "dst"):
+        raise ArgumentError(f"relation pairs are per 'src' or 'dst', not {side!r}")
+
+    def compute() -> RelationPairs:
+        vertices = graph.src if side == "src" else graph.dst
+        n = max(1, graph.num_src if side == "src" else graph.num_dst)
+        key = graph.edge_type * n + vertices
+        unique, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        rel = unique // n
+        offsets = np.searchsorted(rel, np.arange(graph.num_relations + 1, dtype=np.int64), side="left")
+        return RelationPairs(
+            vertex=_readonly(unique % n),
+            rel=_readonly(rel),
+            count=_readonly(counts),
+            offsets=_readonly(offsets),
+            edge_pair=_readonly(inverse.reshape(-1)),
+        )
+
+    return _cached(graph, ("relation_pairs", side), compute)
+
+
+def pair_blocks(graph: Any, side: str, threads: int) -> np.ndarray:
+    """Boundaries of even blocks of a side's (vertex, relation) pairs, for the sweep that
+    computes a value per pair (every pair costs the same: a row of a transform)."""
+    threads = _positive(threads, "threads")
+    rows = relation_pairs(graph, side).num_pairs
+    n = max(1, min(rows, BLOCKS_PER_THREAD * threads, -(-(rows * 8) // MIN_BLOCK_WORK))) if rows else 0
+    return _cached(
+        graph,
+        ("pair_blocks", side, n),
+        lambda: _readonly(np.linspace(0, rows, n + 1).round().astype(np.int64)),
+    )
+
+
+def pair_tiles(graph: Any, side: str, rows: int) -> np.ndarray:
+    """T + 1 boundaries of tiles of a side's pairs: each relation's run of pairs cut into
+    tiles of `rows` (the last one of a run shorter), never two relations in one tile, so
+    that a tile is a block of one relation's dense product (`segment-matmul`)."""
+    rows = _positive(rows, "rows")
+
+    def compute() -> np.ndarray:
+        offsets = relation_pairs(graph, side).offsets
+        lengths = np.diff(offsets)
+        counts = -(-lengths // rows)
+        within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        starts = np.repeat(offsets[:-1], counts) + within * rows
+        return _readonly(np.append(starts, offsets[-1]))
+
+    return _cached(graph, ("pair_tiles", side, rows), compute)
+
+
+def tile_blocks(graph: Any, side: str, rows: int, threads: int) -> np.ndarray:
+    """Boundaries of even blocks of a side's pair tiles (`pair_tiles`) for `threads` workers."""
+    threads = _positive(threads, "threads")
+    tiles = pair_tiles(graph, side, rows).shape[0] - 1
+    n = max(1, min(tiles, BLOCKS_PER_THREAD * threads, -(-(tiles * 8 * rows) // MIN_BLOCK_WORK))) if tiles else 0
+    return _cached(
+        graph,
+        ("tile_blocks", side, rows, n),
+        lambda: _readonly(np.linspace(0, tiles, n + 1).round().astype(np.int64)),
+    )
+
+
+def relation_edges(graph: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The edges grouped by relation: ``(order, offsets)``, relation ``r``'s edge ids being
+    ``order[offsets[r]:offsets[r + 1]]`` in increasing id (a stable sort of ``edge_type``).
+    A relation tensor's gradient is one dense product, or one sum, over each such run."""
+    _require_relations(graph)
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(graph.edge_type, kind="stable").astype(np.int64)
+        offsets = np.searchsorted(
+            graph.edge_type[order], np.arange(graph.num_relations + 1, dtype=np.int64), side="left"
+        )
+        return _readonly(order), _readonly(offsets)
+
+    return _cached(graph, ("relation_edges",), compute)
+
+
+def relation_degrees(graph: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per edge id, as floats of ``dtype`` ("f32" / "f64"): the edges sharing its (destination,
+    relation) pair (``deg_in(v, rel(e))``, R-GCN's c_{v,r}) and its (source, relation) pair
+    (``deg_out(u, rel(e))``)."""
+    _require_relations(graph)
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        degrees = []
+        for side in ("dst", "src"):
+            pairs = relation_pairs(graph, side)
+            deg = pairs.count[pairs.edge_pair].astype(np_dtype)
+            deg.flags.writeable = False
+            degrees.append(deg)
+        return degrees[0], degrees[1]
+
+    return _cached(graph, ("relation_degrees", dtype), compute)
+
+
 # ------------------------------------------------------ the plans of a call
 
 
@@ -755,6 +896,14 @@ class PlanSpec:
     #: `group neighbors G`: G (`split_neighbor_groups`, `group_blocks`)
     groups: int | None = None
     hybrid: Hybrid | None = None
+    #: the edges' relation types (`edge_rel`)
+    relations: bool = False
+    #: the edges per (vertex, relation) pair, by edge id (`relation_degrees`)
+    relation_degrees: bool = False
+    #: the sides whose (vertex, relation) pairs the kernel sweeps (`relation_pairs`, `pair_blocks`)
+    pairs: tuple[str, ...] = ()
+    #: `segment-matmul`: the pairs a tile holds (`pair_tiles`, `tile_blocks`); None: no tiles
+    pair_rows: int | None = None
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -818,4 +967,26 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
         values["group_offsets"] = group_offsets
     if spec.hybrid is not None:
         values["hybrid_hot"], values["hybrid_slot"] = _hybrid_sources(graph, spec.hybrid)
+    if spec.relations or spec.relation_degrees:
+        _require_relations(graph)
+    if spec.relations:
+        values["edge_rel"] = _nonempty(graph.edge_type)
+    if spec.relation_degrees:
+        deg_in, deg_out = relation_degrees(graph, spec.dtype)
+        values["rel_deg_in"], values["rel_deg_out"] = _nonempty(deg_in), _nonempty(deg_out)
+    for side in spec.pairs:
+        pairs = relation_pairs(graph, side)
+        blocks = pair_blocks(graph, side, spec.threads)
+        tiles = tiles_by = _readonly(np.zeros(1, dtype=np.int64))
+        if spec.pair_rows is not None:
+            tiles = pair_tiles(graph, side, spec.pair_rows)
+            tiles_by = tile_blocks(graph, side, spec.pair_rows, spec.threads)
+        counts = [pairs.num_pairs, blocks.shape[0] - 1, tiles.shape[0] - 1, tiles_by.shape[0] - 1]
+        values[f"{side}_pair_meta"] = _readonly(np.array(counts))
+        values[f"{side}_pair_blocks"] = blocks
+        values[f"{side}_pair_vertex"] = _nonempty(pairs.vertex)
+        values[f"{side}_pair_rel"] = _nonempty(pairs.rel)
+        values[f"{side}_edge_pair"] = _nonempty(pairs.edge_pair)
+        values[f"{side}_pair_tiles"] = tiles
+        values[f"{side}_tile_blocks"] = tiles_by
     return values

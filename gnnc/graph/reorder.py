@@ -133,7 +133,14 @@ def reorder(graph: Any, method: str = "rcm") -> Reordering:
     src, dst = new_id[graph.src], new_id[graph.dst]
     # by new destination, then by old edge id (a stable sort keeps the caller's order within a row)
     edge_order = np.argsort(dst, kind="stable").astype(np.int64)
-    relabelled = type(graph).from_coo(src[edge_order], dst[edge_order], num_vertices=graph.num_vertices)
+    types = None if graph.edge_type is None else graph.edge_type[edge_order]
+    relabelled = type(graph).from_coo(
+        src[edge_order],
+        dst[edge_order],
+        num_vertices=graph.num_vertices,
+        edge_type=types,
+        num_relations=graph.num_relations,
+    )
     vertex_order.setflags(write=False)
     edge_order.setflags(write=False)
     return Reordering(relabelled, vertex_order, edge_order)

@@ -46,8 +46,10 @@ Dim = int | str
 
 #: Bump when the argument order or the metadata layout changes. 7: every
 #: shared object ends with an integrity trailer and exports each kernel's
-#: argument count (`arity_symbol`), which the runtime requires.
-ABI_VERSION = 7
+#: argument count (`arity_symbol`), which the runtime requires. 8: the
+#: relation groups (`relations`, `relation_degrees`, `source_pairs`,
+#: `destination_pairs`).
+ABI_VERSION = 8
 
 #: func.func attribute holding a kernel's ABI record (JSON) during compilation.
 ABI_ATTR = "gnnc.ir.abi"
@@ -182,14 +184,19 @@ def _shape(value: Sequence[Any]) -> list[Dim]:
 
 @dataclass
 class Temp:
-    """A buffer between phases: a vertex value read at neighbours, V or E rows of `shape`."""
+    """A buffer between phases: a vertex value read at neighbours, V or E rows of `shape`; or a
+    value per (vertex, relation) pair, one row per pair of the source side ("RS") or of the
+    destination side ("RD", see `pair_sides`)."""
 
-    domain: str  # "V" or "E"
+    domain: str  # "V", "E", "RS" or "RD"
     shape: list[Dim]
     #: one row per source (num_src), computed by the source sweep, not per destination
     source_rows: bool = False
     #: per destination but read at sources: the kernel needs a square graph
     read_at_src: bool = False
+    #: a pair temp holding a relation's transform `a @ W[r]`: the axis it reduces (K), for the
+    #: runtime's choice between pairs and edges (`autotune/heuristic.py`)
+    reduced: Dim | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"domain": self.domain, "shape": list(self.shape)}
@@ -197,15 +204,19 @@ class Temp:
             record["rows"] = "src"
         if self.read_at_src:
             record["read_at_src"] = True
+        if self.reduced is not None:
+            record["reduced"] = self.reduced
         return record
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Temp:
+        reduced = record.get("reduced")
         return cls(
             record["domain"],
             _shape(record["shape"]),
             source_rows=record.get("rows") == "src",
             read_at_src=bool(record.get("read_at_src", False)),
+            reduced=None if reduced is None else _shape([reduced])[0],
         )
 
 
@@ -363,6 +374,14 @@ class AbiRecord:
     #: the in-CSR arguments are laid out by position in `order` (`plans.ordered_in_csr`)
     ordered_edges: bool = False
     grid: Grid | None = None
+    #: the kernel reads edges' relation types (`W[rel(e)]`): `edge_rel`
+    relations: bool = False
+    #: it counts edges per (vertex, relation) (`deg_in(v, rel(e))`): `rel_deg_in`, `rel_deg_out`
+    relation_degrees: bool = False
+    #: the sides whose (vertex, relation) pairs it sweeps ("src", "dst"; relation-transform-first)
+    pairs: list[str] = field(default_factory=list)
+    #: `segment-matmul`: the pairs of one relation a tile computes at once; None: no tiles
+    pair_rows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -389,6 +408,14 @@ class AbiRecord:
             record["ordered_edges"] = True
         if self.grid is not None:
             record["grid"] = self.grid.to_dict()
+        if self.relations:
+            record["relations"] = True
+        if self.relation_degrees:
+            record["relation_degrees"] = True
+        if self.pairs:
+            record["pairs"] = list(self.pairs)
+        if self.pair_rows is not None:
+            record["pair_rows"] = self.pair_rows
         return record
 
     @classmethod
@@ -412,6 +439,10 @@ class AbiRecord:
             edges_sorted=bool(record.get("edges_sorted", False)),
             ordered_edges=bool(record.get("ordered_edges", False)),
             grid=None if grid is None else Grid.from_dict(grid),
+            relations=bool(record.get("relations", False)),
+            relation_degrees=bool(record.get("relation_degrees", False)),
+            pairs=[str(side) for side in record.get("pairs", [])],
+            pair_rows=record.get("pair_rows"),
         )
 
     def to_json(self) -> str:
@@ -450,6 +481,10 @@ class Group(StrEnum):
     NEIGHBOR_GROUPS = "neighbor_groups"
     DST_SCRATCH = "dst_scratch"
     HYBRID = "hybrid"
+    RELATIONS = "relations"
+    RELATION_DEGREES = "relation_degrees"
+    SOURCE_PAIRS = "source_pairs"
+    DESTINATION_PAIRS = "destination_pairs"
 
 
 @dataclass(frozen=True)
@@ -502,7 +537,38 @@ class ArgumentGroup:
 
 _I64, _T = Element.I64, Element.FLOAT
 
-#: Every argument group, in argument order.
+
+#: The pair sides and what a pair's vertex is on each.
+PAIR_SIDES = {"src": "source", "dst": "destination"}
+
+
+def _pair_arguments(side: str, group: Group) -> tuple[Argument, ...]:
+    """The arrays of one side's (vertex, relation) pairs (`plans.relation_pairs`): the pairs
+    of the edges, numbered relation by relation, each relation's a contiguous run."""
+    vertex = PAIR_SIDES[side]
+    return (
+        _array(
+            f"{side}_pair_meta",
+            group,
+            _I64,
+            "4: P (the pairs), pair blocks, T (the tiles of pair_rows pairs), tile blocks",
+        ),
+        _array(f"{side}_pair_blocks", group, _I64, "pair blocks + 1 ascending boundaries of pairs"),
+        _array(f"{side}_pair_vertex", group, _I64, f"P: each pair's {vertex}"),
+        _array(f"{side}_pair_rel", group, _I64, "P: each pair's relation (ascending)"),
+        _array(f"{side}_edge_pair", group, _I64, f"E: per edge id, its ({vertex}, relation) pair"),
+        _array(
+            f"{side}_pair_tiles",
+            group,
+            _I64,
+            "T + 1 ascending boundaries of pairs, each tile at most pair_rows pairs of one relation",
+        ),
+        _array(f"{side}_tile_blocks", group, _I64, "tile blocks + 1 ascending boundaries of tiles"),
+    )
+
+
+#: Every argument group, in argument order. The cuda groups come last: map-threads
+#: appends them to a function the lowering made with all the others.
 ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
     ArgumentGroup(
         Group.GRAPH,
@@ -618,6 +684,43 @@ ARGUMENT_GROUPS: tuple[ArgumentGroup, ...] = (
             _array("group_bounds", Group.NEIGHBOR_GROUPS, _I64, "2n: each group's in-CSR positions [lo, hi)"),
             _array("group_offsets", Group.NEIGHBOR_GROUPS, _I64, "V + 1: each destination's range of groups"),
         ),
+    ),
+    ArgumentGroup(
+        Group.RELATIONS,
+        "reading relation types, `W[rel(e)]` (record relations)",
+        lambda r: r.relations,
+        (_array("edge_rel", Group.RELATIONS, _I64, "E: each edge's relation type, by edge id, in [0, R)"),),
+    ),
+    ArgumentGroup(
+        Group.RELATION_DEGREES,
+        "counting edges per relation, `deg_in(v, rel(e))` (record relation_degrees)",
+        lambda r: r.relation_degrees,
+        (
+            _array(
+                "rel_deg_in",
+                Group.RELATION_DEGREES,
+                _T,
+                "E: per edge id, the edges of its (destination, relation) pair, as floats",
+            ),
+            _array(
+                "rel_deg_out",
+                Group.RELATION_DEGREES,
+                _T,
+                "E: per edge id, the edges of its (source, relation) pair, as floats",
+            ),
+        ),
+    ),
+    ArgumentGroup(
+        Group.SOURCE_PAIRS,
+        "computing values per (source, relation) pair (record pairs has src)",
+        lambda r: "src" in r.pairs,
+        _pair_arguments("src", Group.SOURCE_PAIRS),
+    ),
+    ArgumentGroup(
+        Group.DESTINATION_PAIRS,
+        "computing values per (destination, relation) pair (record pairs has dst)",
+        lambda r: "dst" in r.pairs,
+        _pair_arguments("dst", Group.DESTINATION_PAIRS),
     ),
     ArgumentGroup(
         Group.DST_SCRATCH,

@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gnnc.errors import CompileError
-from gnnc.ir.schedule import CUDA_STRATEGIES, EDGE_LANES, EXCLUSIVE_DIRECTIVES, SIMD_WIDTHS, directive_keyword
+from gnnc.ir.schedule import (
+    CUDA_STRATEGIES,
+    EDGE_LANES,
+    EXCLUSIVE_DIRECTIVES,
+    RELATION_FORMS,
+    SIMD_WIDTHS,
+    directive_keyword,
+)
 
 
 class DirectiveError(CompileError):
@@ -52,6 +59,7 @@ CPU_DIRECTIVES: dict[str, tuple[DirectiveWord, ...]] = {
     "edges": (DirectiveWord("sorted"),),
     "stream": (DirectiveWord("outputs"),),
     "simd": (DirectiveWord(tuple(str(w) for w in SIMD_WIDTHS)),),
+    "relations": (DirectiveWord(RELATION_FORMS),),
 }
 MAP_STRATEGIES = CUDA_STRATEGIES
 #: ``map STRATEGY [group G] [tile T]``: options in any order, each at most once.

@@ -18,16 +18,28 @@ from collections.abc import Sequence
 from typing import cast
 
 from xdsl.dialects.builtin import (
+    I64,
     AnyFloat,
     ArrayAttr,
     Float32Type,
     Float64Type,
     FloatAttr,
+    IntegerAttr,
     StringAttr,
     UnitAttr,
+    i64,
 )
 from xdsl.dialects.utils import EnumAttribute
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
+from xdsl.ir import (
+    Attribute,
+    BlockArgument,
+    Dialect,
+    Operation,
+    ParametrizedAttribute,
+    SpacedOpaqueSyntaxAttribute,
+    SSAValue,
+    TypeAttribute,
+)
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -57,7 +69,13 @@ SINGLE_RESULT = "graph.single_result"
 SCHEDULE = "graph.schedule"
 
 GRAPH_TYPES = ("S", "D", "E", "P", "A")
-DOMAINS = ("V", "E", "P")
+#: A tensor's rows: per vertex, per edge, a parameter, per relation type (`W[rel(e)]`),
+#: per distinct (source, relation) pair of the edges, per (destination, relation) pair.
+DOMAINS = ("V", "E", "P", "R", "RS", "RD")
+
+#: The tensor domain of the (vertex, relation) pairs of each side, and the gather site reading it.
+PAIR_DOMAINS = {"src": "RS", "dst": "RD"}
+PAIR_SITES = {"src": "src_rel", "dst": "dst_rel"}
 
 
 def _dims_to_attr(shape: Sequence[Dim]) -> ArrayAttr[StringAttr]:
@@ -96,7 +114,7 @@ def _parse_shaped(parser: AttrParser, kinds: Sequence[str]) -> tuple[StringAttr,
 
 @irdl_attr_definition
 class TensorType(ParametrizedAttribute, TypeAttribute):
-    """An array argument: `V` (per vertex), `E` (per edge) or `P` (parameter)."""
+    """An array argument: `V` (per vertex), `E` (per edge), `P` (parameter) or `R` (per relation type)."""
 
     name = "graph.tensor"
 
@@ -265,12 +283,23 @@ def _check_elem(op: IRDLOperation, *values: SSAValue) -> None:
 
 # ------------------------------------------------------------------------ ops
 
-GATHER_SITES = {"src": ("V", "S"), "dst": ("V", "D"), "edge": ("E", "E"), "param": ("P", "P")}
+GATHER_SITES = {
+    "src": ("V", "S"),
+    "dst": ("V", "D"),
+    "edge": ("E", "E"),
+    "param": ("P", "P"),
+    "rel": ("R", "E"),
+    "src_rel": ("RS", "E"),
+    "dst_rel": ("RD", "E"),
+}
 
 
 @irdl_op_definition
 class GatherOp(IRDLOperation):
-    """Reads a tensor argument: `x[u]` (src), `x[v]` (dst), `w[e]` (edge), `W` (param)."""
+    """Reads a tensor argument: `x[u]` (src), `x[v]` (dst), `w[e]` (edge), `W` (param),
+    `W[rel(e)]` (rel: the row of the edge's relation type, an edge value); or a tensor of
+    `graph.materialize_pairs` at the edge's (source, relation) pair (src_rel) or its
+    (destination, relation) pair (dst_rel)."""
 
     name = "graph.gather"
 
@@ -334,22 +363,33 @@ class ConstantOp(IRDLOperation):
 
 @irdl_op_definition
 class DegreeOp(IRDLOperation):
-    """`deg_in(v)`, `deg_out(u)`, ...: a vertex's degree as a float."""
+    """`deg_in(v)`, `deg_out(u)`, ...: a vertex's degree as a float.
+
+    With `relation` (`deg_in(v, rel(e))`, `deg_out(u, rel(e))`), the edges of
+    the edge's relation type only (R-GCN's c_{v,r}): an edge value.
+    """
 
     name = "graph.degree"
 
     direction = prop_def(StringAttr)
     site = prop_def(StringAttr)
+    relation = opt_prop_def(UnitAttr)
     result = result_def(ValueType)
 
     assembly_format = "$direction $site attr-dict `:` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, direction: str, site: str, element_type: Attribute):
-        super().__init__(
-            properties={"direction": StringAttr(direction), "site": StringAttr(site)},
-            result_types=[ValueType("S" if site == "src" else "D", element_type, ())],
-        )
+    def __init__(self, direction: str, site: str, element_type: Attribute, relation: bool = False):
+        props: dict[str, Attribute] = {"direction": StringAttr(direction), "site": StringAttr(site)}
+        if relation:
+            props["relation"] = UnitAttr()
+        kind = "E" if relation else "S" if site == "src" else "D"
+        super().__init__(properties=props, result_types=[ValueType(kind, element_type, ())])
+
+    @property
+    def per_relation(self) -> bool:
+        return self.relation is not None
 
     def verify_(self) -> None:
         if self.direction.data not in ("in", "out"):
@@ -357,6 +397,12 @@ class DegreeOp(IRDLOperation):
         if self.site.data not in ("src", "dst"):
             raise VerifyException("graph.degree site must be 'src' or 'dst'")
         rtype = _value_type(self.result)
+        if self.per_relation:
+            if (self.direction.data, self.site.data) not in (("in", "dst"), ("out", "src")):
+                raise VerifyException("graph.degree per relation counts 'in' edges at 'dst' or 'out' edges at 'src'")
+            if rtype.kind != "E" or rtype.shape != ():
+                raise VerifyException("graph.degree per relation gives a scalar E value")
+            return
         expected = "S" if self.site.data == "src" else "D"
         if rtype.kind != expected or rtype.shape != ():
             raise VerifyException(f"graph.degree at {self.site.data} gives a scalar {expected} value")
@@ -545,7 +591,14 @@ class TransposeOp(IRDLOperation):
 
 @irdl_op_definition
 class MatVecOp(IRDLOperation):
-    """`a @ W`: `a` of shape [..., K] times a parameter matrix [K, N] gives [..., N]."""
+    """`a @ W`: `a` of shape [..., K] times a matrix [K, N] gives [..., N].
+
+    The matrix is a parameter (P) or an edge value (E: a relation's matrix
+    `W[rel(e)]`, a per-edge `theta[e]`), and the result is of the operands'
+    joined graph type. An edge value [..., K, N] whose leading axes are the
+    vector's is a matrix per leading index (block-diagonal weights, a block
+    per head): `a[.., k] * W[.., k, n]` summed over k.
+    """
 
     name = "graph.matvec"
 
@@ -558,20 +611,31 @@ class MatVecOp(IRDLOperation):
 
     def __init__(self, vector: SSAValue, matrix: SSAValue):
         a, w = _value_type(vector), _value_type(matrix)
+        kind = join_graph_types(a.kind, w.kind) or "E"
         super().__init__(
             operands=[vector, matrix],
-            result_types=[ValueType(a.kind, a.element_type, a.shape[:-1] + w.shape[1:])],
+            result_types=[ValueType(kind, a.element_type, a.shape[:-1] + w.shape[-1:])],
         )
+
+    @property
+    def per_edge_matrix(self) -> bool:
+        """Whether the matrix is an edge value (`W[rel(e)]`, `theta[e]`) rather than a parameter."""
+        return _value_type(self.matrix).kind != "P"
 
     def verify_(self) -> None:
         _check_elem(self, self.vector, self.matrix)
         a, w, r = _value_type(self.vector), _value_type(self.matrix), _value_type(self.result)
-        if w.kind != "P" or len(w.shape) != 2:
-            raise VerifyException("graph.matvec needs a 2-D parameter matrix")
-        if not a.shape or a.shape[-1] != w.shape[0]:
+        if w.kind not in ("P", "E") or len(w.shape) < 2 or (w.kind == "P" and len(w.shape) != 2):
+            raise VerifyException("graph.matvec needs a matrix: a 2-D parameter, or an edge value [..., K, N]")
+        if a.kind == "A" and w.kind == "E":
+            raise VerifyException("graph.matvec cannot take an aggregate times a per-edge matrix")
+        if not a.shape or a.shape[-1] != w.shape[-2]:
             raise VerifyException(f"graph.matvec: last axis of {list(a.shape)} must equal K of {list(w.shape)}")
-        if (r.kind, r.shape) != (a.kind, a.shape[:-1] + w.shape[1:]):
-            raise VerifyException("graph.matvec result must be [..., N] of the vector's graph type")
+        if len(w.shape) > 2 and w.shape[:-2] != a.shape[:-1]:
+            raise VerifyException("graph.matvec: a matrix per leading index needs the vector's leading axes")
+        kind = join_graph_types(a.kind, w.kind)
+        if (r.kind, r.shape) != (kind, a.shape[:-1] + w.shape[-1:]):
+            raise VerifyException("graph.matvec result must be [..., N] of the operands' joined graph type")
 
 
 @irdl_op_definition
@@ -679,6 +743,133 @@ class MaterializeOp(IRDLOperation):
             raise VerifyException(f"graph.materialize of a {t.kind} value gives a {domain} tensor of the value's shape")
 
 
+#: The gathers a value computed per (vertex, relation) pair may read, by side: its vertex
+#: (twinned to `dst`, the pair's vertex, in the pair sweep), parameters and relation rows.
+PAIR_VALUE_SITES = ("dst", "param", "rel")
+
+
+def pair_value_error(value: SSAValue) -> str | None:
+    """Why `value` cannot be computed once per (vertex, relation) pair, or None if it can:
+    it may read inputs only at the pair's vertex (`dst` gathers), parameters and relation
+    rows, and degrees at that vertex (no edge, aggregation or value of another phase)."""
+    seen: set[SSAValue] = set()
+    todo = [value]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        op = x.owner
+        if isinstance(op, GatherOp):
+            if op.site.data not in PAIR_VALUE_SITES or not isinstance(op.tensor, BlockArgument):
+                return f"it reads {op.site.data} rows of {op.tensor.type}"
+            continue
+        if isinstance(op, DegreeOp):
+            if op.per_relation or op.site.data != "dst":
+                return "it reads a degree other than the pair vertex's"
+            continue
+        if isinstance(
+            op, AggregateOp | EdgeSoftmaxOp | EdgeIdOp | MaterializeOp | MaterializePairsOp | SegmentMatMulOp
+        ):
+            return f"it reads {op.name}"
+        if not isinstance(op, Operation):
+            return "it reads a block argument"
+        todo.extend(op.operands)
+    return None
+
+
+@irdl_op_definition
+class MaterializePairsOp(IRDLOperation):
+    """Computes a value once per distinct (vertex, relation) pair of the edges: rows
+    `RS` (the edges' (source, relation) pairs, `side` src) or `RD` (destination pairs).
+
+    Hector's compact materialisation: `x[u] @ W[rel(e)]` depends on the edge only
+    through its source and relation, so it is computed once per such pair (in a
+    sweep over the pairs, before the phases) and gathered per edge
+    (`graph.gather %t "src_rel"`). The operand is the value at the pair: it reads
+    inputs at `dst` (the pair's vertex, whichever side that vertex is on),
+    parameters and relation rows only (`pair_value_error`).
+    """
+
+    name = "graph.materialize_pairs"
+
+    side = prop_def(StringAttr)
+    operand = operand_def(ValueType)
+    result = result_def(TensorType)
+
+    assembly_format = "$operand $side attr-dict `:` type($operand) `->` type($result)"
+
+    def __init__(self, operand: SSAValue, side: str):
+        t = _value_type(operand)
+        super().__init__(
+            operands=[operand],
+            properties={"side": StringAttr(side)},
+            result_types=[TensorType(PAIR_DOMAINS[side], t.element_type, t.shape)],
+        )
+
+    def verify_(self) -> None:
+        side = self.side.data
+        if side not in PAIR_DOMAINS:
+            raise VerifyException(f"graph.materialize_pairs side must be one of {tuple(PAIR_DOMAINS)}, got {side}")
+        t = _value_type(self.operand)
+        r = self.result.type
+        assert isinstance(r, TensorType)
+        if (r.domain.data, r.element_type, r.shape) != (PAIR_DOMAINS[side], t.element_type, t.shape):
+            raise VerifyException(
+                f"graph.materialize_pairs at {side} gives a {PAIR_DOMAINS[side]} tensor of the value's shape"
+            )
+        why = pair_value_error(self.operand)
+        if why is not None:
+            raise VerifyException(
+                f"graph.materialize_pairs: its operand is no value of a (vertex, relation) pair: {why}"
+            )
+
+
+@irdl_op_definition
+class SegmentMatMulOp(IRDLOperation):
+    """`x @ W[r]` for every (vertex, relation) pair of a side, relation by relation: the
+    pairs of one relation are a contiguous run of rows (the runtime numbers them so),
+    and their transform is one dense product of the run's rows of `x` by that
+    relation's matrix, computed `rows` rows at a time (each loaded row of `W` serves
+    `rows` pairs). What `graph.materialize_pairs` of `x[v] @ W[rel(e)]` computes,
+    as `segment-matmul` rewrites it.
+    """
+
+    name = "graph.segment_matmul"
+
+    x = operand_def(TensorType)
+    w = operand_def(TensorType)
+    side = prop_def(StringAttr)
+    rows = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+
+    assembly_format = "$x `,` $w $side `rows` $rows attr-dict `:` `(` type($x) `,` type($w) `)` `->` type($result)"
+
+    def __init__(self, x: SSAValue, w: SSAValue, side: str, rows: int):
+        xt, wt = x.type, w.type
+        assert isinstance(xt, TensorType) and isinstance(wt, TensorType)
+        super().__init__(
+            operands=[x, w],
+            properties={"side": StringAttr(side), "rows": IntegerAttr(rows, i64)},
+            result_types=[TensorType(PAIR_DOMAINS[side], xt.element_type, wt.shape[1:])],
+        )
+
+    def verify_(self) -> None:
+        side = self.side.data
+        if side not in PAIR_DOMAINS:
+            raise VerifyException(f"graph.segment_matmul side must be one of {tuple(PAIR_DOMAINS)}, got {side}")
+        if self.rows.value.data < 1:
+            raise VerifyException("graph.segment_matmul computes at least one row at a time")
+        xt, wt, r = self.x.type, self.w.type, self.result.type
+        assert isinstance(xt, TensorType) and isinstance(wt, TensorType) and isinstance(r, TensorType)
+        if xt.domain.data != "V" or len(xt.shape) != 1:
+            raise VerifyException("graph.segment_matmul takes rows of a vertex tensor [V, K]")
+        if wt.domain.data != "R" or len(wt.shape) != 2 or wt.shape[0] != xt.shape[0]:
+            raise VerifyException("graph.segment_matmul takes a relation tensor [R, K, N] of the rows' K")
+        if (r.domain.data, r.element_type, r.shape) != (PAIR_DOMAINS[side], xt.element_type, wt.shape[1:]):
+            raise VerifyException(f"graph.segment_matmul at {side} gives a {PAIR_DOMAINS[side]} tensor [N]")
+
+
 Graph = Dialect(
     "graph",
     [
@@ -695,6 +886,8 @@ Graph = Dialect(
         AggregateOp,
         EdgeSoftmaxOp,
         MaterializeOp,
+        MaterializePairsOp,
+        SegmentMatMulOp,
     ],
     [TensorType, ValueType, BinaryKindAttr, UnaryKindAttr, AggregateKindAttr],
 )

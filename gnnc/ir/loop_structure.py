@@ -240,6 +240,8 @@ class SweepKind(StrEnum):
     SOURCES = "sources"
     #: the neighbour groups of `group neighbors G`, before their destinations merge them
     GROUPS = "groups"
+    #: a side's (vertex, relation) pairs, before the phases (a hoisted `x[u] @ W[rel(e)]`)
+    PAIRS = "pairs"
 
 
 def sweep_kind(for_dst: loop.ForDstOp) -> SweepKind:

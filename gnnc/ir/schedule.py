@@ -40,8 +40,13 @@ IMPLEMENTED_CPU_DIRECTIVES = frozenset(
         "vectorize_edges",
         "stream",
         "simd",
+        "relations",
     }
 )
+
+#: Where `x[u] @ W[rel(e)]` is computed (`relations FORM`, relation-transform-first): once per
+#: distinct (vertex, relation) pair in compact rows, or once per edge.
+RELATION_FORMS = ("compact", "per_edge")
 
 #: Lane counts `vectorize edges W` takes: a power of two, at most a 64-byte
 #: vector of f32 four times over.
@@ -139,6 +144,8 @@ class CpuSchedule:
     #: `simd W`: the generated code prefers vectors of W bits (where the target has them),
     #: None for the target's own preference
     simd_bits: int | None = None
+    #: `relations FORM`: a relation's transform per (vertex, relation) pair ("compact") or per edge
+    relations: str = "compact"
 
     @classmethod
     def from_attr(cls, entries: Mapping[str, str]) -> CpuSchedule:
@@ -165,6 +172,7 @@ class CpuSchedule:
             edge_lanes=int(entries["cpu.vectorize_edges"].split()[-1]) if "cpu.vectorize_edges" in entries else None,
             stream_outputs=entries.get("cpu.stream") == "outputs",
             simd_bits=int(entries["cpu.simd"]) if "cpu.simd" in entries else None,
+            relations=entries.get("cpu.relations", "compact"),
         )
 
 

@@ -10,9 +10,9 @@ JSON-able form::
                  {"name": "alpha", "domain": "E", "shape": ["H"]}],
      "single_result": false}
 
-``domain`` ``"V"`` / ``"E"`` means a leading axis of vertices / edges that
-``shape`` does not list; ``null`` is a parameter (its ``shape`` is the full
-shape). Shape entries are ints or symbolic names bound at the call. A vertex
+``domain`` ``"V"`` / ``"E"`` / ``"R"`` means a leading axis of vertices /
+edges / relation types that ``shape`` does not list; ``null`` is a parameter
+(its ``shape`` is the full shape). Shape entries are ints or symbolic names bound at the call. A vertex
 input also lists the ``sides`` its kernel reads it at (``"src"`` for
 ``x[u]``, ``"dst"`` for ``x[v]``), which decide its rows on a bipartite
 graph (docs/language.md, "Bipartite graphs"): ``num_src`` when read at
@@ -21,6 +21,8 @@ first ``num_dst`` sources), ``num_dst`` when read only at destinations,
 either when never read. Vertex results have ``num_dst`` rows.
 ``values_read_at_src`` names the kernel's own vertex values read at ``u``:
 they exist only per destination, so such a kernel needs a square graph.
+``relations`` says the kernel reads edges' relation types (``W[rel(e)]``,
+``deg_in(v, rel(e))``): it runs only on a graph that has them.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class KernelSignature:
     single_result: bool
     #: the kernel's own vertex values it reads at `u` (a square graph only)
     values_read_at_src: tuple[str, ...] = ()
+    #: the kernel reads the edges' relation types (a graph with `edge_type` only)
+    relations: bool = False
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -97,6 +101,7 @@ class KernelSignature:
             results=tuple(TensorSig.from_dict(r) for r in record["results"]),
             single_result=bool(record["single_result"]),
             values_read_at_src=tuple(record.get("values_read_at_src", ())),
+            relations=bool(record.get("relations", False)),
         )
 
     def to_dict(self) -> dict:
@@ -109,6 +114,8 @@ class KernelSignature:
         }
         if self.values_read_at_src:
             record["values_read_at_src"] = list(self.values_read_at_src)
+        if self.relations:
+            record["relations"] = True
         return record
 
     def describe(self) -> str:

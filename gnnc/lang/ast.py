@@ -12,8 +12,10 @@ from the destination's in-edges).
 
 A shape is a tuple of dimensions; a dimension is an ``int`` or a ``str``
 naming a symbolic size bound when the kernel is called (``"F"``, ``"H"``).
-The leading ``V`` / ``E`` axis of a tensor is *not* part of its value shape:
-``x: f32[V, H, F]`` has value shape ``("H", "F")``.
+The leading ``V`` / ``E`` / ``R`` axis of a tensor is *not* part of its value
+shape: ``x: f32[V, H, F]`` has value shape ``("H", "F")``, and a relation
+tensor ``W: f32[R, K, N]`` (one ``[K, N]`` matrix per relation type, read as
+``W[rel(e)]``) has value shape ``("K", "N")``.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ INDEX_NAMES = frozenset({"u", "v", "e"})
 class TensorType:
     """A declared type: ``f32[V, F]``, ``f64[E, H]``, ``f32[D1, D2]``, ``f32``.
 
-    ``domain`` is ``"V"`` for per-vertex tensors, ``"E"`` for per-edge tensors
-    and ``None`` for parameters (whose ``shape`` is then the full shape; a
+    ``domain`` is ``"V"`` for per-vertex tensors, ``"E"`` for per-edge tensors,
+    ``"R"`` for per-relation tensors (read at an edge's relation type) and
+    ``None`` for parameters (whose ``shape`` is then the full shape; a
     scalar has ``shape == ()``).
     """
 
     dtype: DType
-    domain: Literal["V", "E"] | None
+    domain: Literal["V", "E", "R"] | None
     shape: Shape
     loc: SourceLocation
 
@@ -86,14 +89,16 @@ class Number(Expr):
 
 @dataclass(kw_only=True)
 class Index(Expr):
-    """``x[u]``, ``x[v]``, ``w[e]``, ``s[e]``, ``h1[u]``.
+    """``x[u]``, ``x[v]``, ``w[e]``, ``s[e]``, ``h1[u]``, ``W[rel(e)]``.
 
-    ``name`` is a parameter (vertex or edge tensor) or a value defined by an
-    earlier statement. ``index`` is ``"u"``, ``"v"`` or ``"e"``.
+    ``name`` is a parameter (vertex, edge or relation tensor) or a value
+    defined by an earlier statement. ``index`` is ``"u"``, ``"v"``, ``"e"``,
+    or ``"rel"`` for ``rel(e)``, the edge's relation type (a relation tensor
+    only).
     """
 
     name: str
-    index: Literal["u", "v", "e"]
+    index: Literal["u", "v", "e", "rel"]
 
 
 @dataclass(kw_only=True)
@@ -160,11 +165,14 @@ class Degree(Expr):
     """``deg_in(v)``, ``deg_out(u)`` (also ``deg_in(u)``, ``deg_out(v)``).
 
     A float of the kernel's type counting every edge, self loops and
-    duplicates included.
+    duplicates included. With ``relation`` (``deg_in(v, rel(e))``,
+    ``deg_out(u, rel(e))``), only the edges of the edge's relation type:
+    R-GCN's c_{v,r}, an edge value.
     """
 
     direction: Literal["in", "out"]
     index: Literal["u", "v"]
+    relation: bool = False
 
 
 @dataclass(kw_only=True)

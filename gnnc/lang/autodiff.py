@@ -91,7 +91,7 @@ _WEIGHTED = "weighted__"
 #: the context "edge" or "vertex", the adjoint it multiplies), see `_Builder.product_kernels`.
 Product = tuple[str, str, tuple, str, str]
 #: Reads at the source, at the destination, and of the edge, in generated source text.
-_AT = {side: re.compile(rf"\[{side}\]|\({side}\)") for side in "uve"}
+_AT = {side: re.compile(rf"\[{side}\]|\({side}[),]") for side in "uve"}
 
 
 def gout_name(kernel: ast.Kernel, result: str) -> str:
@@ -115,6 +115,10 @@ class GradKernel:
     #: A weight gradient as a dense product: the kernel gives G, a per-vertex sum of adjoints
     #: ([V, .., N]), and the gradient is F^T G, F this input or intermediate ([V, .., K]).
     factor: str = ""
+    #: A relation tensor's gradient (`W[rel(e)]`): the kernel gives one row per edge, which the
+    #: runtime sums per relation ("sum"), or multiplies per relation as F[ends]^T G over the
+    #: relation's edges, F the `factor` read at the edges' source ("u") or destination ("v").
+    relation: str = ""
 
 
 @dataclass
@@ -131,6 +135,8 @@ class GradProgram:
     gouts: list[str] = field(default_factory=list)
     #: Matrices W of `a @ W` whose transpose (`W_T__`) the kernels take; the runtime makes it.
     transposes: list[str] = field(default_factory=list)
+    #: Relation tensors W of `a @ W[rel(e)]` whose per-relation transpose (`W_T__`: [R, N, K]) they take.
+    relation_transposes: list[str] = field(default_factory=list)
     #: Intermediates that need no gout (a softmax's weights, an argmax): `forward` computes them too.
     saved: list[str] = field(default_factory=list)
     #: The forward kernel with those intermediates as extra results (`NAME__forward`), or "".
@@ -147,9 +153,19 @@ def _fmt(dtype: str, domain: str | None, shape: tuple) -> str:
 
 
 def swap_uv(src: str) -> str:
-    """The same expression on the reverse graph: u <-> v, deg_in <-> deg_out."""
-    table = {"[u]": "[v]", "[v]": "[u]", "(u)": "(v)", "(v)": "(u)", "deg_in": "deg_out", "deg_out": "deg_in"}
-    return re.sub(r"\[u\]|\[v\]|\(u\)|\(v\)|deg_in|deg_out", lambda m: table[m.group(0)], src)
+    """The same expression on the reverse graph: u <-> v, deg_in <-> deg_out (a degree per
+    relation too: `deg_in(v, rel(e))` becomes `deg_out(u, rel(e))`, the same count)."""
+    table = {
+        "[u]": "[v]",
+        "[v]": "[u]",
+        "(u)": "(v)",
+        "(v)": "(u)",
+        "(u,": "(v,",
+        "(v,": "(u,",
+        "deg_in": "deg_out",
+        "deg_out": "deg_in",
+    }
+    return re.sub(r"\[u\]|\[v\]|\(u\)|\(v\)|\(u,|\(v,|deg_in|deg_out", lambda m: table[m.group(0)], src)
 
 
 def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
@@ -191,7 +207,7 @@ def _source(e: ast.Expr, special: Callable[[ast.Expr], str | None] = lambda _: N
     if isinstance(e, ast.Number):
         return f"{float(e.value)!r}"
     if isinstance(e, ast.Index):
-        return f"{e.name}[{e.index}]"
+        return f"{e.name}[{'rel(e)' if e.index == 'rel' else e.index}]"
     if isinstance(e, ast.Name):
         return e.name
     if isinstance(e, ast.Unary):
@@ -206,7 +222,7 @@ def _source(e: ast.Expr, special: Callable[[ast.Expr], str | None] = lambda _: N
     if isinstance(e, ast.Aggregate):
         return f"{e.kind}({text(e.operand)})"
     if isinstance(e, ast.Degree):
-        return f"deg_{e.direction}({e.index})"
+        return f"deg_{e.direction}({e.index}{', rel(e)' if e.relation else ''})"
     if isinstance(e, ast.EdgeId):
         return "edge_id(e)"
     raise AssertionError(type(e).__name__)
@@ -248,6 +264,17 @@ class _Builder:
         for w in self.transposes:
             k, n = params[w].type.shape
             self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, None, (n, k))}"
+        self.relation_transposes = sorted(
+            {
+                e.rhs.name
+                for d in kernel.body
+                for e in _walk(d.value)
+                if isinstance(e, ast.Binary) and e.op == "@" and isinstance(e.rhs, ast.Index) and e.rhs.index == "rel"
+            }
+        )
+        for w in self.relation_transposes:
+            *lead, k, n = params[w].type.shape
+            self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, 'R', (*lead, n, k))}"
         self.pieces: list[str] = []
         self.kernels: list[GradKernel] = []
         self.stage_types: dict[str, str] = {}
@@ -260,7 +287,15 @@ class _Builder:
     # ---------------------------------------------------------------- emitting
 
     def emit(
-        self, name: str, wrt: str, reverse: bool, rtype: str, stmt: str, reduce: bool = False, factor: str = ""
+        self,
+        name: str,
+        wrt: str,
+        reverse: bool,
+        rtype: str,
+        stmt: str,
+        reduce: bool = False,
+        factor: str = "",
+        relation: str = "",
     ) -> None:
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
@@ -269,7 +304,7 @@ class _Builder:
             signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
             inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor))
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation))
 
     def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
         """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
@@ -343,6 +378,7 @@ class _Builder:
         param_type: ast.TensorType | None,
         contributions: list[tuple[str, str, str]],
         products: list[Product] | None = None,
+        relation_products: list[Product] | None = None,
     ) -> None:
         """Kernels whose results sum to the gradient `target`: (site, ctx, adjoint) contributions.
 
@@ -354,11 +390,23 @@ class _Builder:
         site `p:H,..` has leading axes (`[H, K] @ W`'s `outer`s, [H, K, N])
         that the runtime sums too, the language having no sum over a leading
         axis. `products` are the terms of `a @ W`'s gradient that factor
-        into dense products (see `product_kernels`).
+        into dense products (see `product_kernels`), `relation_products` those of
+        `a @ W[rel(e)]` (`relation_product_kernels`). Contributions at a relation
+        tensor's rows (site `r`, `W[rel(e)]` read elementwise) are an edge kernel
+        whose rows the runtime sums per relation.
         """
         if products:
             assert param_type is not None
             self.product_kernels(target, base, param_type, products)
+        if relation_products:
+            assert param_type is not None
+            self.relation_product_kernels(target, base, param_type, relation_products)
+        by_relation = [t for s, _, t in contributions if s == "r"]
+        if by_relation:
+            assert param_type is not None
+            # one row per edge of the relation's value, summed per relation by the runtime
+            etype = _fmt(param_type.dtype, "E", param_type.shape)
+            self.emit(f"{base}_rel", target, False, etype, f"out[e] = {' + '.join(by_relation)}", relation="sum")
         by_site = {site: [(c, t) for s, c, t in contributions if s == site] for site in "uve"}
         param_sites = sorted({s for s, _, _ in contributions if s.startswith("p")})
         for i, site in enumerate(param_sites):
@@ -411,6 +459,26 @@ class _Builder:
                 direct = [adj for ctx, adj in terms if ctx == "vertex"]
                 stmt = " + ".join(direct + ([f"sum({' + '.join(edge)})"] if edge else []))
                 self.emit(name, target, False, rtype, f"out[v] = {stmt}", factor=factor)
+
+    def relation_product_kernels(
+        self, target: str, base: str, param_type: ast.TensorType, products: list[Product]
+    ) -> None:
+        """dW of `a @ W[rel(e)]` as one dense product per relation: no partial per destination.
+
+        The sum over relation r's edges of outer(f(end), g_e) is F_r^T G_r, F_r the
+        factor's rows at those edges' ends (f is read at one end, `u` or `v`) and G_r
+        their adjoints: an edge kernel writes G ([E, .., N]), and the runtime gathers
+        each relation's edges (`plans.relation_edges`) and multiplies. The memory is
+        an edge tensor of the result's width, never K x N per destination or edge.
+        """
+        groups: dict[tuple[str, str, tuple], list[str]] = {}
+        for side, ftext, shape, _, adj in products:
+            groups.setdefault((side, ftext, shape), []).append(adj)
+        for i, ((side, ftext, shape), adjoints) in enumerate(groups.items()):
+            factor = self.factor(side, ftext, shape)
+            rtype = _fmt(self.dtype, "E", tuple(shape[:-1]) + (param_type.shape[-1],))
+            name = f"{base}_rel{i if i else ''}"
+            self.emit(name, target, False, rtype, f"out[e] = {' + '.join(adjoints)}", factor=factor, relation=side)
 
     def factor(self, side: str, ftext: str, shape: tuple) -> str:
         """The [V, ..] tensor F of a dense product: an input or intermediate read as is, or a stage.
@@ -484,6 +552,8 @@ class _Differentiator:
         self.contributions: list[tuple[str, str, str]] = []
         # terms of `a @ wrt`'s gradient that are dense products (see _Builder.product_kernels)
         self.products: list[Product] = []
+        # the same for `a @ wrt[rel(e)]`, one product per relation (_Builder.relation_product_kernels)
+        self.relation_products: list[Product] = []
         # the same for vertex values read by later statements (and vertex results)
         self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
         # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
@@ -570,7 +640,7 @@ class _Differentiator:
             return
         if isinstance(e, ast.Index):
             if e.name == self.wrt:
-                self.contributions.append((e.index, ctx, adj))
+                self.contributions.append(("r" if e.index == "rel" else e.index, ctx, adj))
             elif e.name in self.vertex_defs:
                 self.vertex_adjoints.setdefault(e.name, []).append((e.index, ctx, adj))
             else:
@@ -609,6 +679,26 @@ class _Differentiator:
     def binary(self, e: ast.Binary, adj: str, ctx: str, shape: tuple) -> None:
         a, b = e.lhs, e.rhs
         ta, tb = self.text(a), self.text(b)
+        if e.op == "@" and isinstance(b, ast.Index) and b.index == "rel":
+            # a relation's matrix: d a = adj @ W^T[rel(e)] (the runtime transposes each relation's),
+            # d W[r] = the sum of outer(a, adj) over r's edges, one dense product per relation
+            self.back(a, f"(({adj}) @ {transpose_name(b.name)}[rel(e)])", ctx)
+            if self.depends(b):
+                products = self.factored(a, adj, ctx)
+                if products is None:
+                    raise self.fail(
+                        e,
+                        f"the gradient of the relation tensor '{b.name}' when the left operand of '@' "
+                        "reads both ends of the edge, or neither, in one term",
+                    )
+                self.relation_products.extend(products)
+            return
+        if e.op == "@" and not isinstance(b, ast.Name):
+            # a matrix per edge (theta[e], an edge expression): its own transpose, and outer(a, adj)
+            # to its matrix, an edge value of the matrix's shape
+            self.back(a, f"(({adj}) @ transpose({tb}))", ctx)
+            self.back(b, f"outer({ta}, {adj})", ctx)
+            return
         if e.op == "@":
             # d a = adj @ W^T (a kernel input the runtime transposes); d W = sum of outer(a, adj)
             assert isinstance(b, ast.Name)
@@ -801,11 +891,17 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
     for p in params:
         d = _Differentiator(builder, p.name)
         d.run()
-        if not d.contributions and not d.products:
+        if not d.contributions and not d.products and not d.relation_products:
             constant.append(p.name)
             continue
         builder.gradient_kernels(
-            p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions, d.products
+            p.name,
+            f"{kernel.name}__grad_{p.name}",
+            _fmt_type(p.type),
+            p.type,
+            d.contributions,
+            d.products,
+            d.relation_products,
         )
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
@@ -825,6 +921,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         skipped,
         gouts,
         builder.transposes,
+        builder.relation_transposes,
         list(builder.forward_stages),
         forward,
     )

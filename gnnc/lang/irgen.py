@@ -91,7 +91,7 @@ class _KernelBuilder:
 
     def expr_Index(self, e: ast.Index) -> SSAValue:
         if e.name in self.params:
-            site = {"u": "src", "v": "dst", "e": "edge"}[e.index]
+            site = {"u": "src", "v": "dst", "e": "edge", "rel": "rel"}[e.index]
             return self.add(graph.GatherOp(self.params[e.name], site))
         if e.name in self.materialized:
             site = "src" if e.index == "u" else "dst"
@@ -137,7 +137,7 @@ class _KernelBuilder:
 
     def expr_Degree(self, e: ast.Degree) -> SSAValue:
         site = "src" if e.index == "u" else "dst"
-        return self.add(graph.DegreeOp(e.direction, site, self.elem))
+        return self.add(graph.DegreeOp(e.direction, site, self.elem, relation=e.relation))
 
 
 def _vertex_values_read_at_u(kernel: ast.Kernel) -> set[str]:

@@ -13,7 +13,7 @@ Grammar (``NL`` is a line break or ``;``)::
     expr       := term {('+' | '-') term}
     term       := unary {('*' | '/' | '@') unary}
     unary      := '-' unary | primary
-    primary    := NUMBER | NAME '[' ('u' | 'v' | 'e') ']' | NAME
+    primary    := NUMBER | NAME '[' ('u' | 'v' | 'e' | 'rel' '(' 'e' ')') ']' | NAME
                 | NAME '(' [expr {',' expr}] ')' | '(' expr ')'
     schedule   := 'schedule' NAME 'for' NAME '{' { NL | directive } '}'
     directive  := (NAME | NUMBER) {NAME | NUMBER}
@@ -185,11 +185,11 @@ class _Parser:
             while True:
                 d = self.tok
                 if d.kind == "IDENT":
-                    if d.text in ("V", "E"):
+                    if d.text in ("V", "E", "R"):
                         if not first:
+                            kind = {"V": "vertex", "E": "edge", "R": "relation"}[d.text]
                             raise self.error(
-                                f"'{d.text}' may only be the first axis of a type "
-                                f"(it makes a {'vertex' if d.text == 'V' else 'edge'} tensor)"
+                                f"'{d.text}' may only be the first axis of a type (it makes a {kind} tensor)"
                             )
                         domain = d.text
                     else:
@@ -307,14 +307,29 @@ class _Parser:
     def index(self, name: Token) -> ast.Index:
         self.advance()  # '['
         idx = self.tok
-        if idx.kind != "IDENT" or idx.text not in ast.INDEX_NAMES:
-            raise self.error(f"expected the index u, v or e, found {idx.describe()}")
-        self.advance()
+        if idx.kind == "IDENT" and idx.text == "rel" and self.peek().kind == "OP" and self.peek().text == "(":
+            self.relation_of_edge()
+            index = "rel"
+        elif idx.kind != "IDENT" or idx.text not in ast.INDEX_NAMES:
+            raise self.error(f"expected the index u, v, e or rel(e), found {idx.describe()}")
+        else:
+            self.advance()
+            index = idx.text
         close = self.expect_op("]", "after the index")
         loc = name.loc
         if close.loc.line == loc.line:
             loc = SourceLocation(loc.file, loc.line, loc.col, close.loc.col + 1 - loc.col)
-        return ast.Index(name=name.text, index=idx.text, loc=loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
+        return ast.Index(name=name.text, index=index, loc=loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
+
+    def relation_of_edge(self) -> None:
+        """`rel(e)`, the edge's relation type: only an index (`W[rel(e)]`) or a degree's second argument."""
+        self.advance()  # 'rel'
+        self.advance()  # '('
+        idx = self.tok
+        if idx.kind != "IDENT" or idx.text != "e":
+            raise self.error(f"rel takes the edge index e, found {idx.describe()}")
+        self.advance()
+        self.expect_op(")", "after rel(e")
 
     def call(self, func: Token) -> tuple[ast.Expr, int]:
         self.advance()  # '('
@@ -324,9 +339,28 @@ class _Parser:
             if idx.kind != "IDENT" or idx.text not in ("u", "v"):
                 raise self.error(f"{name} takes the vertex index u or v, found {idx.describe()}")
             self.advance()
-            self.expect_op(")", f"after {name}({idx.text}")
+            relation = False
+            if self.is_op(","):
+                self.advance()
+                rel = self.tok
+                if not (
+                    rel.kind == "IDENT" and rel.text == "rel" and self.peek().kind == "OP" and self.peek().text == "("
+                ):
+                    raise self.error(
+                        f"the second argument of {name} is the edge's relation, rel(e), found {rel.describe()}"
+                    )
+                self.relation_of_edge()
+                relation = True
+            self.expect_op(")", f"after {name}({idx.text}" + (", rel(e)" if relation else ""))
             direction = DEGREE_FUNCTIONS[name]
-            return ast.Degree(direction=direction, index=idx.text, loc=func.loc), 1  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
+            degree = ast.Degree(direction=direction, index=idx.text, relation=relation, loc=func.loc)  # type: ignore[arg-type]  # the token's text was matched against the Literal's values
+            return degree, 1
+        if name == "rel":
+            raise self.error(
+                "rel(e) is the edge's relation type: it indexes a relation tensor (W[rel(e)]) or "
+                "counts a degree per relation (deg_in(v, rel(e))), and is not a value by itself",
+                func.loc,
+            )
         if name == "edge_id":
             idx = self.tok
             if idx.kind != "IDENT" or idx.text != "e":

@@ -253,7 +253,7 @@ class _KernelChecker:
                 raise self.error(f"duplicate result '{r.name}'", r.loc)
             if r.name in self.params:
                 raise self.error(f"'{r.name}' is both a parameter and a result", r.loc)
-            if r.type.domain is None:
+            if r.type.domain not in ("V", "E"):
                 raise self.error(
                     f"result '{r.name}' must be a vertex or edge tensor "
                     f"({r.type.dtype}[V, ...] or {r.type.dtype}[E, ...]), not {_fmt_type(r.type)}",
@@ -370,9 +370,7 @@ class _KernelChecker:
         elif isinstance(e, ast.Name):
             self.name(e)
         elif isinstance(e, ast.Degree):
-            e.gtype = "S" if e.index == "u" else "D"
-            e.shape = ()
-            self.leaf_in_mode(e, mode, f"deg_{e.direction}({e.index})")
+            self.degree(e, mode)
         elif isinstance(e, ast.EdgeId):
             e.gtype, e.shape = "E", ()
             self.leaf_in_mode(e, mode, "edge_id(e)")
@@ -387,6 +385,35 @@ class _KernelChecker:
             self.aggregate(e, mode)
         else:  # pragma: no cover - the parser builds only the nodes above
             raise self.error(f"unexpected expression {type(e).__name__}", e.loc)
+
+    def degree(self, e: ast.Degree, mode: Mode) -> None:
+        text = f"deg_{e.direction}({e.index}{', rel(e)' if e.relation else ''})"
+        e.shape = ()
+        if not e.relation:
+            e.gtype = "S" if e.index == "u" else "D"
+            self.leaf_in_mode(e, mode, text)
+            return
+        # c_{v,r} counts in-edges of the destination, c_{u,r} out-edges of the source: the
+        # counts of the edge's own (vertex, relation) group, which the edge knows
+        natural = {"in": "v", "out": "u"}[e.direction]
+        if e.index != natural:
+            raise self.error(
+                f"{text}: a degree per relation counts the edges of the edge's own group: "
+                f"deg_in(v, rel(e)) (in-edges of the destination) or deg_out(u, rel(e)) "
+                f"(out-edges of the source)",
+                e.loc,
+            )
+        e.gtype = "E"
+        self.relation_in_mode(e, mode, text)
+
+    def relation_in_mode(self, e: ast.Expr, mode: Mode, text: str) -> None:
+        """rel(e) is a property of an edge: it is read in an edge expression only."""
+        if mode == "vertex":
+            raise self.error(
+                f"{text} reads the relation type of an edge outside an edge context: use it in an "
+                "edge definition (name[e] = ...) or inside an aggregation such as sum(...)",
+                e.loc,
+            )
 
     def number(self, e: ast.Number) -> None:
         if self.dtype == "f32" and abs(e.value) > _F32_MAX:
@@ -413,15 +440,34 @@ class _KernelChecker:
 
     def index(self, e: ast.Index, mode: Mode) -> None:
         text = f"{e.name}[{e.index}]"
+        if e.index == "rel":
+            text = f"{e.name}[rel(e)]"
         p = self.params.get(e.name)
         if p is not None:
             domain = p.type.domain
             if domain is None:
+                also = " (rel(e) indexes a relation tensor, declared with a leading R axis)" if e.index == "rel" else ""
                 raise self.error(
                     f"'{e.name}' is a parameter ({_fmt_type(p.type)}), not a vertex or edge tensor: "
-                    f"use it as '{e.name}' without an index",
+                    f"use it as '{e.name}' without an index{also}",
                     e.loc,
                 )
+            if (domain == "R") != (e.index == "rel"):
+                if domain == "R":
+                    raise self.error(
+                        f"'{e.name}' is a relation tensor ({_fmt_type(p.type)}): read it at the edge's "
+                        f"relation type, {e.name}[rel(e)], not {text}",
+                        e.loc,
+                    )
+                raise self.error(
+                    f"'{e.name}' is a {'vertex' if domain == 'V' else 'edge'} tensor: rel(e) indexes a "
+                    f"relation tensor (declared with a leading R axis, f32[R, ...]), not {text}",
+                    e.loc,
+                )
+            if domain == "R":
+                e.gtype, e.shape = "E", p.type.shape
+                self.relation_in_mode(e, mode, text)
+                return
             if domain == "V" and e.index == "e":
                 raise self.error(
                     f"'{e.name}' is a vertex tensor: read it at u or v ({e.name}[u], {e.name}[v]), not at e",
@@ -432,6 +478,12 @@ class _KernelChecker:
             shape = p.type.shape
         elif e.name in self.defined:
             d = self.defined[e.name]
+            if e.index == "rel":
+                raise self.error(
+                    f"'{e.name}' is {'an edge' if d.index == 'e' else 'a vertex'} value: rel(e) indexes a "
+                    f"relation tensor parameter (f32[R, ...]), not {text}",
+                    e.loc,
+                )
             if d.index == "e" and e.index != "e":
                 raise self.error(f"'{e.name}' is an edge value: read it as {e.name}[e], not {text}", e.loc)
             if d.index == "v" and e.index == "e":
@@ -456,6 +508,12 @@ class _KernelChecker:
                 raise self.error(f"'{e.name}' is a vertex tensor: index it as {e.name}[u] or {e.name}[v]", e.loc)
             if p.type.domain == "E":
                 raise self.error(f"'{e.name}' is an edge tensor: index it as {e.name}[e]", e.loc)
+            if p.type.domain == "R":
+                raise self.error(
+                    f"'{e.name}' is a relation tensor ({_fmt_type(p.type)}): index it with the edge's "
+                    f"relation type, {e.name}[rel(e)]",
+                    e.loc,
+                )
             e.gtype, e.shape = "P", p.type.shape
             return
         if e.name in self.defined:
@@ -508,16 +566,36 @@ class _KernelChecker:
         if e.op == "@":
             w = e.rhs
             p = self.params.get(w.name) if isinstance(w, ast.Name) else None
-            if p is None or p.type.domain is not None or len(p.type.shape) != 2:
-                got = f"'{w.name}' has shape {_fmt_shape(rshape)}" if isinstance(w, ast.Name) else ("got an expression")
-                raise self.error(f"the right operand of '@' must be a 2-D parameter matrix W: [K, N] ({got})", w.loc)
-            rows, cols = p.type.shape
+            named = p is not None and p.type.domain is None and len(p.type.shape) == 2
+            # an edge value [K, N] (a relation's matrix W[rel(e)], NNConv's theta[e]) is a matrix per edge;
+            # one of [..., K, N] is a matrix per leading index of the left operand (a block per head)
+            per_edge = w.gtype == "E" and len(rshape) >= 2
+            if per_edge and len(rshape) > 2 and tuple(rshape[:-2]) != tuple(lshape[:-1]):
+                raise self.error(
+                    f"'@': a right operand of shape {_fmt_shape(rshape)} is a matrix per leading index of the "
+                    f"left operand, whose leading axes must then be {_fmt_shape(rshape[:-2])}; "
+                    f"it is {_fmt_shape(lshape)}",
+                    e.loc,
+                )
+            if not (named or per_edge):
+                got = (
+                    f"'{w.name}' has shape {_fmt_shape(rshape)}"
+                    if isinstance(w, ast.Name)
+                    else (f"got {'an expression' if w.gtype != 'E' else 'an edge value'} of shape {_fmt_shape(rshape)}")
+                )
+                raise self.error(
+                    "the right operand of '@' must be a 2-D parameter matrix W: [K, N], or an edge value of "
+                    f"shape [K, N] (W[rel(e)], theta[e]) ({got})",
+                    w.loc,
+                )
+            rows, cols = rshape[-2:]
+            what = p.name if named and p is not None else "the right operand"
             if not lshape:
                 raise self.error(f"'@' needs a left operand of shape [..., {rows}]; it is {_fmt_shape(lshape)}", e.loc)
             if lshape[-1] != rows:
                 raise self.error(
                     f"'@': the last axis of the left operand {_fmt_shape(lshape)} does not match "
-                    f"the rows of {p.name} {_fmt_shape(p.type.shape)}",
+                    f"the rows of {what} {_fmt_shape(rshape)}",
                     e.loc,
                 )
             e.shape = lshape[:-1] + (cols,)

@@ -32,7 +32,20 @@ def kernel_signature(kernel: ast.Kernel) -> KernelSignature:
         results=tuple(TensorSig(r.name, r.type.domain, tuple(r.type.shape)) for r in kernel.results),
         single_result=bool(kernel.single_result),
         values_read_at_src=tuple(sorted({n for n, i in reads if i == "u" and n not in params})),
+        relations=_reads_relations(kernel),
     )
+
+
+def _reads_relations(kernel: Any) -> bool:
+    """Whether a kernel's body reads an edge's relation type (`W[rel(e)]`, `deg_in(v, rel(e))`)."""
+
+    def walk(e: Any) -> bool:
+        if (type(e).__name__ == "Index" and getattr(e, "index", None) == "rel") or getattr(e, "relation", False):
+            return True
+        children = [getattr(e, c) for c in ("operand", "lhs", "rhs") if hasattr(e, c)]
+        return any(walk(c) for c in children + list(getattr(e, "args", ()) or ()))
+
+    return any(walk(d.value) for d in kernel.body)
 
 
 def _vertex_reads(kernel: Any) -> set[tuple[str, str]]:

@@ -14,6 +14,13 @@ intermediate); the part is F^T G, one matrix product, so no kernel writes
 a [K, N] partial per destination. Other parameter parts (`reduce`) are
 still one partial per destination, the size of the value they scale.
 
+A relation tensor's gradient (W of `a @ W[rel(e)]`, or `att[rel(e)]` read
+elementwise) comes per edge: a kernel gives one row per edge id, and the
+part is, per relation r, the sum of r's rows (`relation` "sum") or the
+product F_r^T G_r of the factor's rows at r's edges' sources ("u") or
+destinations ("v") and r's rows of G: one dense product per relation,
+over the edges `plans.relation_edges` groups.
+
 On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
 may read it only where the forward kernel read destinations (at `u` of the
@@ -34,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.errors import ArgumentError
+from gnnc.graph import plans
 from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import NO_GRAPH, take_graph, vertex_rows
 
@@ -86,6 +94,27 @@ class HostArrays:
         """F^T G over the vertex (and leading) axes (see `_product`)."""
         return _product(factor, summed)
 
+    def transposed_last(self, a: Any) -> Any:
+        """The last two axes swapped, contiguous (a relation tensor's matrices, each transposed)."""
+        return np.ascontiguousarray(np.swapaxes(np.asarray(a), -1, -2))
+
+    def relation_sums(self, rows: Any, graph: Graph) -> Any:
+        """[E, ..] rows by edge id summed per relation: [R, ..]."""
+        order, offsets = plans.relation_edges(graph)
+        rows = np.asarray(rows)
+        relations = graph.num_relations or 0
+        out = np.zeros((relations, *rows.shape[1:]), dtype=rows.dtype)
+        for r in range(relations):
+            if offsets[r + 1] > offsets[r]:
+                out[r] = rows[order[offsets[r] : offsets[r + 1]]].sum(axis=0, dtype=rows.dtype)
+        return out
+
+    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0) -> Any:
+        """Per relation r, F[ends[r's edges]]^T G[r's edges] over the edge (and leading) axes:
+        [R, K, N] from F [V, .., K] and G [E, .., N]; with `blocks` leading axes kept, one
+        product per leading index, [R, .., K, N] (see `_relation_products`)."""
+        return _relation_products(np.asarray(factor), np.asarray(rows), ends, graph, blocks)
+
 
 HOST = HostArrays()
 
@@ -103,7 +132,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str]],
+        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, str]],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -112,6 +141,7 @@ class Gradient:
         uses_edge_ids: bool = False,
         transposes: list[str] | None = None,
         saved: list[str] | None = None,
+        relation_transposes: list[str] | None = None,
     ):
         self.module = module
         self.name = kernel
@@ -123,6 +153,8 @@ class Gradient:
         self.gouts = gouts or ["gout__"]
         self.uses_edge_ids = uses_edge_ids
         self.transposes = transposes or []
+        #: relation tensors whose per-relation transposes the kernels take (`a @ W[rel(e)]` backwards)
+        self.relation_transposes = relation_transposes or []
         #: intermediates `forward` also returns (they need no gout), so a training step computes them once
         self.saved = saved or []
         #: how kernels are called and their arrays treated (`with_arrays`)
@@ -139,7 +171,7 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor in reversed(self.kernels):
+        for _, wrt, _, _, inputs, factor, _ in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
                 if factor:
@@ -211,6 +243,10 @@ class Gradient:
             if w not in named:
                 raise ArgumentError(f"{self.name}: input '{w}' is missing")
             named[f"{w}_T__"] = arrays.transposed(named[w])
+        for w in self.relation_transposes:  # `a @ W[rel(e)]` backwards is `adj @ W^T[rel(e)]`
+            if w not in named:
+                raise ArgumentError(f"{self.name}: input '{w}' is missing")
+            named[f"{w}_T__"] = arrays.transposed_last(named[w])
         # the kernels' type: the incoming gradients have it (a scalar input may be a Python float)
         dtype = arrays.dtype(gouts[self.gouts[0]])
         if self.uses_edge_ids and graph.num_edges > _F32_EXACT and dtype == np.float32:
@@ -223,7 +259,7 @@ class Gradient:
         if unknown:
             raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
         values.update(saved or {})
-        for name, wrt, reverse, reduce, inputs, factor in self.kernels:
+        for name, wrt, reverse, reduce, inputs, factor, relation in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
             g = graph.reversed() if reverse else graph
@@ -238,7 +274,15 @@ class Gradient:
             part = arrays.run(kernel, g, call, threads)
             if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
                 part = arrays.sum_leading(part, len(arrays.shape(part)) - len(arrays.shape(named[wrt])))
-            if factor:
+            if relation == "sum":
+                part = arrays.relation_sums(part, graph)
+            elif relation:
+                ends = graph.src if relation == "u" else graph.dst
+                f = values[factor] if factor.endswith("__") else named[factor]
+                # a block per leading index (W: [R, .., K, N]) or one matrix for them all ([R, K, N])
+                blocks = len(arrays.shape(named[wrt])) - 3
+                part = arrays.relation_products(f, part, ends, graph, blocks)
+            elif factor:
                 # an intermediate's name ends in `__`; an input's part of values is its gradient
                 part = arrays.product(values[factor] if factor.endswith("__") else named[factor], part)
             values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
@@ -262,6 +306,36 @@ def _product(factor: Any, summed: np.ndarray) -> np.ndarray:
     if f.shape[:-1] != summed.shape[:-1]:
         raise ArgumentError(f"a weight gradient's factor has shape {f.shape}, its adjoint sum {summed.shape}")
     return np.ascontiguousarray(f.reshape(-1, f.shape[-1]).T @ summed.reshape(-1, summed.shape[-1]))
+
+
+def _relation_products(
+    factor: np.ndarray, rows: np.ndarray, ends: np.ndarray, graph: Graph, blocks: int = 0
+) -> np.ndarray:
+    """Per relation r: F[ends[r's edges]]^T G[r's edges], F [V, .., K] and G [E, .., N] -> [R, K, N],
+    summed over the leading axes; with `blocks` (the leading axes, a matrix per leading index of
+    a block-diagonal weight) one product per leading index, [R, .., K, N].
+
+    The factor's rows at an edge's end: its source (`graph.src`) or destination
+    (`graph.dst`); on a bipartite graph a factor read at `v` of a block-convention
+    input has its destinations first, so destination ids index it too."""
+    if factor.shape[1:-1] != rows.shape[1:-1]:
+        raise ArgumentError(f"a relation weight's factor has shape {factor.shape}, its edge adjoints {rows.shape}")
+    order, offsets = plans.relation_edges(graph)
+    k, n = factor.shape[-1], rows.shape[-1]
+    lead = factor.shape[1:-1] if blocks else ()
+    size = int(np.prod(lead, dtype=np.int64)) if blocks else 1
+    relations = graph.num_relations or 0
+    out = np.zeros((relations, size, k, n), dtype=rows.dtype)
+    for r in range(relations):
+        edges = order[offsets[r] : offsets[r + 1]]
+        if edges.size:
+            f = factor[ends[edges]].astype(rows.dtype, copy=False).reshape(edges.size, -1, k)
+            g = rows[edges].reshape(edges.size, -1, n)
+            if blocks:
+                out[r] = np.einsum("ebk,ebn->bkn", f, g)
+            else:
+                out[r, 0] = f.reshape(-1, k).T @ g.reshape(-1, n)
+    return out.reshape((relations, *lead, k, n))
 
 
 def _destination_rows(named: dict, name: str, graph: Graph) -> Any:

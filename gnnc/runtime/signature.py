@@ -141,6 +141,11 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
         raise ArgumentError(
             f"{what}: its leading axis (E) has {arr.shape[0]} entries but the graph has {graph.num_edges} edges"
         )
+    if p.domain == "R" and arr.shape[0] != graph.num_relations:
+        raise ArgumentError(
+            f"{what}: its leading axis (R) has {arr.shape[0]} entries but the graph has "
+            f"{graph.num_relations} relation types (num_relations)"
+        )
     for axis, (dim, size) in enumerate(zip(p.shape, arr.shape[lead:]), start=lead):
         if isinstance(dim, str):
             dims.bind(dim, int(size), f"'{p.name}' (axis {axis})")
@@ -264,6 +269,11 @@ def prepare_call(
             f"{', '.join(repr(n) for n in sig.values_read_at_src)} at u, but a vertex value exists only at "
             f"destinations: on a bipartite graph ({graph.num_src} sources, {graph.num_dst} destinations) "
             "sources have none; call it on a square graph"
+        )
+    if (sig.relations or any(p.domain == "R" for p in sig.params)) and not graph.has_relations:
+        raise ArgumentError(
+            f"{sig.name} reads the edges' relation types (rel(e)), but the graph has none: build it with "
+            "gnnc.Graph(edge_index, edge_type=..., num_relations=...)"
         )
     dims = _Dims()
     inputs = [_convert_input(sig, p, bound[p.name], graph, dims) for p in sig.params]

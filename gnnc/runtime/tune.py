@@ -200,7 +200,8 @@ def sample_inputs(kernel: Any, graph: Any, dims: dict[str, int], seed: int = 0) 
     out: list[np.ndarray | float] = []
     for p in sig.params:
         # a vertex input's rows depend on where the kernel reads it (bipartite graphs)
-        lead = [vertex_rows(p, graph)[0]] if p.domain == "V" else [graph.num_edges] if p.domain == "E" else []
+        rows = {"E": graph.num_edges, "R": graph.num_relations}
+        lead = [vertex_rows(p, graph)[0]] if p.domain == "V" else [rows[p.domain]] if p.domain in rows else []
         shape = lead + [d if isinstance(d, int) else dims[d] for d in p.shape]
         arr = rng.standard_normal(shape).astype(sig.numpy_dtype) * 0.5
         # aligned as torch's tensors are: numpy's offset rows would time extra cache lines

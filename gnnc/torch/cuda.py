@@ -35,6 +35,7 @@ import torch
 
 from gnnc import api
 from gnnc.errors import ArgumentError, ToolchainError
+from gnnc.graph import plans
 from gnnc.graph.graph import Graph
 from gnnc.runtime import cuda as cuda_runtime
 from gnnc.runtime.gradient import HostArrays
@@ -144,6 +145,42 @@ class TorchArrays(HostArrays):
                 f"a weight gradient's factor has shape {tuple(f.shape)}, its adjoint sum {tuple(summed.shape)}"
             )
         return (f.reshape(-1, f.shape[-1]).T @ summed.reshape(-1, summed.shape[-1])).contiguous()
+
+    def transposed_last(self, a: Any) -> Any:
+        return a.transpose(-1, -2).contiguous()
+
+    def _relation_runs(self, graph: Graph) -> tuple[torch.Tensor, list[int]]:
+        order, offsets = plans.relation_edges(graph)
+        return torch.as_tensor(np.asarray(order), device=self.device), [int(o) for o in offsets]
+
+    def relation_sums(self, rows: Any, graph: Graph) -> Any:
+        """[E, ..] rows summed per relation, on the device."""
+        order, offsets = self._relation_runs(graph)
+        relations = graph.num_relations or 0
+        out = rows.new_zeros((relations, *rows.shape[1:]))
+        for r in range(relations):
+            if offsets[r + 1] > offsets[r]:
+                out[r] = rows.index_select(0, order[offsets[r] : offsets[r + 1]]).sum(dim=0)
+        return out
+
+    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0) -> Any:
+        """Per relation r, F[ends[r's edges]]^T G[r's edges] (per leading index with `blocks`), on the device."""
+        order, offsets = self._relation_runs(graph)
+        ends_t = torch.as_tensor(np.asarray(ends), device=self.device)
+        k, n = factor.shape[-1], rows.shape[-1]
+        lead = tuple(factor.shape[1:-1]) if blocks else ()
+        relations = graph.num_relations or 0
+        out = rows.new_zeros((relations, max(1, int(np.prod(lead, dtype=np.int64))), k, n))
+        for r in range(relations):
+            if offsets[r + 1] > offsets[r]:
+                edges = order[offsets[r] : offsets[r + 1]]
+                f = factor.index_select(0, ends_t.index_select(0, edges)).to(rows.dtype).reshape(len(edges), -1, k)
+                g = rows.index_select(0, edges).reshape(len(edges), -1, n)
+                if blocks:
+                    out[r] = torch.einsum("ebk,ebn->bkn", f, g)
+                else:
+                    out[r, 0] = f.reshape(-1, k).T @ g.reshape(-1, n)
+        return out.reshape((relations, *lead, k, n))
 
 
 def _borrowed(value: Any) -> Any:

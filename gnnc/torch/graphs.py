@@ -51,6 +51,8 @@ class _Entry:
 _ENTRIES: dict[int, _Entry] = {}
 #: The edge_index tensors each Graph travels into the ops as, by device.
 _EDGE_INDEX: weakref.WeakKeyDictionary[Graph, dict[torch.device, torch.Tensor]] = weakref.WeakKeyDictionary()
+#: The edge_type tensors a typed Graph travels into the ops as, by device.
+_EDGE_TYPE: weakref.WeakKeyDictionary[Graph, dict[torch.device, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
 def _state(t: torch.Tensor) -> tuple:
@@ -116,6 +118,44 @@ def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
     return graph
 
 
+def typed_graph(graph: Graph, edge_type: torch.Tensor, num_relations: int) -> Graph:
+    """`graph` with the relation types `edge_type` (one per edge id), checked and built once
+    per edge_type tensor (and graph, and num_relations) while the tensor stays the same."""
+    if edge_type.device.type not in ("cpu", "cuda"):
+        raise ArgumentError(f"edge_type is on {edge_type.device}; gnnc.torch runs CPU and CUDA tensors")
+    if edge_type.dtype.is_floating_point or edge_type.dtype.is_complex or edge_type.dtype == torch.bool:
+        raise ArgumentError(f"edge_type holds relation types: an integer tensor, got {edge_type.dtype}")
+
+    def make() -> tuple[weakref.ref, Graph]:
+        types = edge_type.detach().cpu().numpy()
+        return weakref.ref(graph), Graph(graph, edge_type=types, num_relations=int(num_relations))
+
+    key = ("typed", id(graph), int(num_relations))
+    base, typed = derived(edge_type, key, make)
+    if base() is not graph:  # another graph reused a dead one's id
+        entry = _entry(edge_type)
+        entry.derived[key] = make()
+        typed = entry.derived[key][1]
+    return typed
+
+
+def edge_type_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The int64 tensor of a typed Graph's relation types (by edge id), made once per device;
+    the ops find the Graph itself through it, as through `edge_index_of`."""
+    if graph.edge_type is None:
+        raise ArgumentError("the graph has no relation types (gnnc.Graph(..., edge_type=...))")
+    device = torch.device(device)
+    per_device = _EDGE_TYPE.setdefault(graph, {})
+    t = per_device.get(device)
+    if t is None:
+        t = torch.from_numpy(graph.edge_type.copy())
+        t = t if device.type == "cpu" else t.to(device)
+        per_device[device] = t
+    key = ("typed", id(graph), int(graph.num_relations or 0))
+    _entry(t).derived[key] = (weakref.ref(graph), graph)
+    return t
+
+
 def derived(t: torch.Tensor, key: Any, make: Any) -> Any:
     """`make()`, computed once per tensor `t` and `key` and cached with `t`'s graphs.
 
@@ -166,4 +206,4 @@ def edge_index_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Ten
     return t
 
 
-__all__ = ["as_graph", "derived", "edge_index_of", "graph_of"]
+__all__ = ["as_graph", "derived", "edge_index_of", "edge_type_of", "graph_of", "typed_graph"]

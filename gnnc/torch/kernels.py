@@ -54,11 +54,15 @@ def _size(value: Any, what: str) -> Any:
 class Kernel:
     """Kernel `name` of a .gnn file or source text as a PyTorch op with autograd.
 
-    `kernel(graph, *inputs, num_vertices=None, size=None, threads=None, **named_inputs)`:
-    `graph` is a 2 x E edge_index tensor or a `gnnc.Graph`; `size=(num_src,
-    num_dst)` makes a bipartite block (PyG's `size=`); `threads` defaults to
-    `torch.get_num_threads()`. Returns the result, or a named tuple of the
-    results in signature order for a kernel with several.
+    `kernel(graph, *inputs, num_vertices=None, size=None, threads=None, edge_type=None,
+    num_relations=None, **named_inputs)`: `graph` is a 2 x E edge_index tensor or a
+    `gnnc.Graph`; `size=(num_src, num_dst)` makes a bipartite block (PyG's `size=`);
+    `threads` defaults to `torch.get_num_threads()`. A kernel reading relation types
+    (`rel(e)`) takes them as `edge_type` (one integer per edge, as PyG's RGCNConv) with
+    an edge_index, or from a typed `gnnc.Graph`; `num_relations` defaults to the rows of
+    its first relation tensor input (else, in eager mode, the largest type + 1).
+    Returns the result, or a named tuple of the results in signature order for a kernel
+    with several.
     """
 
     def __init__(self, source_or_path: Any, name: str, **options: Any):
@@ -115,6 +119,8 @@ class Kernel:
         num_vertices: int | None = None,
         size: Any = None,
         threads: int | None = None,
+        edge_type: Any = None,
+        num_relations: int | None = None,
         **named: Any,
     ) -> Any:
         """The result, or a named tuple of the results in signature order for a kernel with several."""
@@ -123,14 +129,49 @@ class Kernel:
             threads = check_threads(threads)  # 1 .. max_threads(), before any native code
         tensors = self._tensors(self._bind(inputs, named), graph)
         edge_index, num_src, num_dst = self._graph(graph, num_vertices, size, tensors)
+        relations = self._relations(graph, edge_type, num_relations, tensors, edge_index)
+        graph_args = (edge_index, num_src, num_dst, *relations)
         n = len(self.results)
         saving = self.ops.forward_saving
         if saving is not None and _keeps_for_backward(tensors):
             # the variant that also returns what the gradient would recompute (softmax weights, argmax)
-            out = saving(edge_index, num_src, num_dst, *tensors, threads)[:n]
+            out = saving(*graph_args, *tensors, threads)[:n]
             return out[0] if n == 1 else self._result_type(*out)  # type: ignore[misc]
-        out = self.ops.forward(edge_index, num_src, num_dst, *tensors, threads)
+        out = self.ops.forward(*graph_args, *tensors, threads)
         return out if n == 1 else self._result_type(*out)  # type: ignore[misc]
+
+    def _relations(
+        self, graph: Any, edge_type: Any, num_relations: Any, tensors: list[torch.Tensor], edge_index: torch.Tensor
+    ) -> tuple:
+        """(edge_type, num_relations) for a kernel that reads relation types, else ()."""
+        if not self.ops.relational:
+            if edge_type is not None or num_relations is not None:
+                raise ArgumentError(f"{self.name} does not read relation types: it takes no edge_type or num_relations")
+            return ()
+        if isinstance(graph, Graph):
+            if edge_type is not None or num_relations is not None:
+                raise ArgumentError(f"{self.name}: a gnnc.Graph brings its own edge types; pass no edge_type")
+            if graph.edge_type is None:
+                raise ArgumentError(
+                    f"{self.name} reads the edges' relation types (rel(e)), but the graph has none: build it "
+                    "with gnnc.Graph(edge_index, edge_type=..., num_relations=...)"
+                )
+            return graphs.edge_type_of(graph, edge_index.device), graph.num_relations
+        if not isinstance(edge_type, torch.Tensor):
+            raise ArgumentError(
+                f"{self.name} reads the edges' relation types (rel(e)): pass edge_type= (one integer per edge)"
+            )
+        _check_tensor_device(edge_type, f"edge_type of {self.name}")
+        if num_relations is not None:
+            return edge_type, _size(num_relations, "num_relations")
+        rows = next((t.shape[0] for p, t in zip(self.ops.params, tensors) if p.domain == "R"), None)
+        if rows is not None:
+            return edge_type, rows
+        if torch.compiler.is_compiling():
+            raise ArgumentError(
+                f"{self.name} has no relation tensor input to count the relations by: pass num_relations="
+            )
+        return edge_type, int(edge_type.max()) + 1 if edge_type.numel() else 0
 
     def _bind(self, inputs: tuple, named: dict[str, Any]) -> list[Any]:
         listing = self._listing
@@ -243,6 +284,11 @@ _DEVICES = ("cpu", "cuda", "meta")
 
 def _device_message(what: str, t: torch.Tensor) -> str:
     return f"{what} is on {t.device}: gnnc.torch runs CPU and CUDA tensors; move it with .cpu() or .cuda()"
+
+
+def _check_tensor_device(t: torch.Tensor, what: str) -> None:
+    if t.device.type not in _DEVICES:
+        raise ArgumentError(_device_message(what, t))
 
 
 def _check_tensor(t: torch.Tensor, what: str) -> None:

@@ -9,7 +9,8 @@ across processes and never shared by two different kernels:
     gnnc::gat_<digest>_backward (edge_index, num_src, num_dst, h, el, er,
                                  gout_out, gout_alpha, saved, wanted, threads) -> (dh, del, der)
 
-The graph enters as tensors (a 2 x E `edge_index` and the sizes), so each op
+The graph enters as tensors (a 2 x E `edge_index` and the sizes; for a kernel
+that reads relation types, `edge_type` and `num_relations` after them), so each op
 is a pure function of its inputs: torch.compile, export and jit.trace record
 the call instead of a constant. The CPU implementation turns edge_index into a
 `gnnc.Graph` once (`graphs.graph_of`) and calls the compiled kernel, float32
@@ -192,6 +193,9 @@ class KernelOps:
         self.base, self.source, self.name, self.options, self.file = base, source, name, options, file
         self.signature: KernelSignature = kernel_signature(kernel)
         self.params = self.signature.params
+        #: the kernel reads relation types: its ops take edge_type and num_relations after the sizes
+        self.relational = self.signature.relations or any(p.domain == "R" for p in self.params)
+        self._lead = len(_GRAPH_ARGS) + (2 if self.relational else 0)
         self.results = self.signature.results
         #: Why the kernel has no gradient kernels, if it has none (raised by backward).
         self.grad_error: GnncError | None = None
@@ -218,6 +222,8 @@ class KernelOps:
     def _register(self) -> None:
         names = _schema_names(self.params)
         graph = "Tensor edge_index, SymInt num_src, SymInt num_dst"
+        if self.relational:
+            graph += ", Tensor edge_type, SymInt num_relations"
         inputs = "".join(f", Tensor {n}" for n in names)
         # no defaults: the dispatcher drops trailing arguments equal to their default
         self._define(self.base, f"({graph}{inputs}, int? threads) -> {_returns(len(self.results))}")
@@ -270,8 +276,22 @@ class KernelOps:
 
     def _split(self, args: tuple) -> tuple[torch.Tensor, Any, Any, tuple[torch.Tensor, ...], tuple]:
         edge_index, num_src, num_dst = args[:3]
-        n = len(self.params)
-        return edge_index, num_src, num_dst, tuple(args[3 : 3 + n]), args[3 + n :]
+        n, lead = len(self.params), self._lead
+        return edge_index, num_src, num_dst, tuple(args[lead : lead + n]), args[lead + n :]
+
+    def _graph(self, args: tuple) -> Graph:
+        """The checked Graph of a call's graph arguments (converted once per tensor)."""
+        edge_index, num_src, num_dst = args[:3]
+        graph = graphs.graph_of(edge_index, (int(num_src), int(num_dst)))
+        if self.relational:
+            edge_type, num_relations = args[3:5]
+            if edge_type.dim() != 1 or edge_type.shape[0] != edge_index.shape[1]:
+                raise ArgumentError(
+                    f"{self.name}: edge_type must have one relation type per edge ({edge_index.shape[1]}), "
+                    f"got shape {tuple(edge_type.shape)}"
+                )
+            graph = graphs.typed_graph(graph, edge_type, int(num_relations))
+        return graph
 
     def _fake_results(
         self, sigs: Sequence[TensorSig], edge_index: torch.Tensor, num_dst: Any, params: Sequence[torch.Tensor]
@@ -359,7 +379,7 @@ class KernelOps:
     def _call_arrays(self, args: tuple) -> tuple[Any, str, list[np.ndarray], int, tuple]:
         edge_index, num_src, num_dst, params, rest = self._split(args)
         call_device(self.name, [edge_index, *params])
-        graph = graphs.graph_of(edge_index, (int(num_src), int(num_dst)))
+        graph = self._graph(args)
         dtype = dtype_name(params, self.signature.dtype)
         return graph, dtype, [_array(t) for t in params], _threads(rest[-1] if rest else None), rest
 
@@ -407,7 +427,7 @@ class KernelOps:
         device = call_device(self.name, [edge_index, *params])
         if device.type != "cuda":  # pragma: no cover - the dispatcher sends CUDA calls only
             raise ArgumentError(f"{self.name}: the CUDA implementation got tensors on {device}")
-        graph = graphs.graph_of(edge_index, (int(num_src), int(num_dst)))  # a device-to-host copy, once
+        graph = self._graph(args)  # a device-to-host copy, once
         call = CudaCall(
             graph,
             dtype_name(params, self.signature.dtype),
@@ -484,8 +504,11 @@ class KernelOps:
         saved = outputs[len(self.results) :] if saving else ()
         if saved:
             ctx.mark_non_differentiable(*saved)
-        ctx.save_for_backward(edge_index, *params, *saved)
-        ctx.gnnc_call = (num_src, num_dst, rest[0] if rest else None)
+        # the graph's tensors first: edge_index, and edge_type for a kernel reading relations
+        graph_tensors = (edge_index, inputs[3]) if self.relational else (edge_index,)
+        ctx.save_for_backward(*graph_tensors, *params, *saved)
+        sizes = (num_src, num_dst, inputs[4]) if self.relational else (num_src, num_dst)
+        ctx.gnnc_call = (sizes, rest[0] if rest else None)
         ctx.gnnc_results = [(o.shape, o.dtype, o.device) for o in outputs[: len(self.results)]]
 
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
@@ -495,24 +518,27 @@ class KernelOps:
         self._setup(ctx, inputs, output, saving=True)
 
     def _autograd_backward(self, ctx: Any, *grads: Any) -> tuple:
-        n = len(self.params)
-        wanted = [bool(w) for w in ctx.needs_input_grad[3 : 3 + n]]
-        nothing = (None,) * (4 + n)
+        n, lead = len(self.params), self._lead
+        wanted = [bool(w) for w in ctx.needs_input_grad[lead : lead + n]]
+        nothing = (None,) * (lead + 1 + n)
         if not any(wanted):
             return nothing
         if self.backward is None:
             raise self.grad_error or CompileError(f"{self.name}: no gradient kernels")
         tensors = ctx.saved_tensors
-        edge_index, params, saved = tensors[0], tensors[1 : 1 + n], tensors[1 + n :]
-        num_src, num_dst, threads = ctx.gnnc_call
+        k = 2 if self.relational else 1
+        graph_tensors, params, saved = tensors[:k], tensors[k : k + n], tensors[k + n :]
+        sizes, threads = ctx.gnnc_call
+        # edge_index, num_src, num_dst (, edge_type, num_relations): the forward op's graph arguments
+        graph_args = (graph_tensors[0], *sizes[:2], *((graph_tensors[1], sizes[2]) if self.relational else ()))
         # a result the loss does not use may come as None: its gradient is zero
         gouts = [
             g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
             for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
         ]
-        out = self.backward(edge_index, num_src, num_dst, *params, *gouts, list(saved), wanted, threads)
+        out = self.backward(*graph_args, *params, *gouts, list(saved), wanted, threads)
         out = (out,) if n == 1 else out
-        return (None, None, None, *(g if w else None for g, w in zip(out, wanted)), None)
+        return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
 
     def _no_double_backward(self, ctx: Any, *grads: Any) -> tuple:
         raise CompileError(

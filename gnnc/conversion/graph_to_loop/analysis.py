@@ -63,6 +63,10 @@ class LoopContext:
     v: SSAValue
     u: SSAValue | None = None
     e: SSAValue | None = None
+    #: the relation type of the edge (or of the (vertex, relation) pair a sweep computes), once loaded
+    rel: SSAValue | None = None
+    #: the edge's (vertex, relation) pair of each side, once loaded
+    pairs: dict[str, SSAValue] = field(default_factory=dict)
     # per-edge (or per-destination) scratch holding dot / matvec results
     computed: dict[SSAValue, tuple[SSAValue, SSAValue]] = field(default_factory=dict)
 

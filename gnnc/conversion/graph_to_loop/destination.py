@@ -43,8 +43,15 @@ class DestinationEmission(EdgeEmission):
     group_offsets: SSAValue
 
     def _emit_destination(
-        self, v: SSAValue, sinks: list[Sink], grouped: dict[tuple[Operation, str], SSAValue] | None = None
+        self,
+        v: SSAValue,
+        sinks: list[Sink],
+        grouped: dict[tuple[Operation, str], SSAValue] | None = None,
+        row: SSAValue | None = None,
+        rel: SSAValue | None = None,
     ) -> None:
+        """Destination v's work; with `row`, a (vertex, relation) pair's (v its vertex, `rel`
+        its relation), whose values are written at `row` of their temps instead."""
         plan = analyse(sinks, self.result_buf)
         reductions, edge_sinks, vertex_sinks = plan.reductions, plan.edge_sinks, plan.vertex_sinks
         rescaled, in_place, max_level = plan.rescaled, plan.in_place, plan.max_level
@@ -57,7 +64,7 @@ class DestinationEmission(EdgeEmission):
             for s in vertex_sinks:
                 if s.buffer in self.result_buf:
                     self.staged[id(s)] = self._staging_row(s.shape)
-        vctx = LoopContext(v=v)
+        vctx = LoopContext(v=v, rel=rel)
         count = None
         for lvl in range(1, max_level + 1):
             at_level = [(key, r) for key, r in reductions.items() if r.level == lvl]
@@ -80,7 +87,7 @@ class DestinationEmission(EdgeEmission):
             if isinstance(owner, graph.AggregateOp) and in_place.get(owner) is s:
                 continue
             self._precompute(s.value, vctx)
-            buffer, base = self._sink_row(s, v)
+            buffer, base = self._sink_row(s, v if row is None else row)
 
             def store_elem(idx: list[SSAValue], s: Sink = s, buffer: SSAValue = buffer, base: SSAValue = base) -> None:
                 val = self.value_at(s.value, idx, vctx)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import AnyFloat, FloatAttr, IndexType, IntegerAttr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 index = IndexType()
 
@@ -48,6 +51,19 @@ class Emitter:
 
     def nested(self, block: Block) -> Nested:
         return Nested(self, block)
+
+    @contextmanager
+    def at_scope_of(self, value: SSAValue) -> Iterator[None]:
+        """Appends to the block that defines `value` (a loop's argument) instead, for a value
+        every op inside that loop may share: the block is still being built, and the loop
+        op being built inside it is appended after it."""
+        owner = value.block if isinstance(value, BlockArgument) else value.owner.parent_block()
+        assert owner is not None
+        outer, self.block = self.block, owner
+        try:
+            yield
+        finally:
+            self.block = outer
 
 
 class Nested:

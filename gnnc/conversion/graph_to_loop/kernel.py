@@ -41,6 +41,12 @@ class KernelLowering(PhaseEmission):
         assert isinstance(ret, func.ReturnOp)
         self.ret = ret
         self.materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializeOp)]
+        # values per (vertex, relation) pair: computed by a sweep over each side's pairs first
+        self.pair_materializes = [op for op in fn.body.walk() if isinstance(op, graph.MaterializePairsOp)]
+        # ... or by a blocked product per relation (segment-matmul)
+        self.segment_matmuls = [op for op in fn.body.walk() if isinstance(op, graph.SegmentMatMulOp)]
+        sides = {op.side.data for op in self.pair_materializes} | {op.side.data for op in self.segment_matmuls}
+        self.pair_sides = sorted(sides, reverse=True)
         # computed over source rows before the phases (see phases.py)
         self.swept = [m for m in self.materializes if source_sweeps and read_at_src(m) and pure_vertex_map(m.operand)]
         self.dim_names = collect_dims(fn)
@@ -56,6 +62,20 @@ class KernelLowering(PhaseEmission):
             temps.append(
                 abi.Temp(t.domain.data, list(t.shape), source_rows=swept, read_at_src=not swept and read_at_src(m))
             )
+        for p in self.pair_materializes:
+            t = p.result.type
+            assert isinstance(t, graph.TensorType)
+            transform = p.operand.owner
+            reduced = None
+            if isinstance(transform, graph.MatVecOp):
+                vector = transform.vector.type
+                assert isinstance(vector, graph.ValueType)
+                reduced = vector.shape[-1]
+            temps.append(abi.Temp(t.domain.data, list(t.shape), reduced=reduced))
+        for s in self.segment_matmuls:
+            t, xt = s.result.type, s.x.type
+            assert isinstance(t, graph.TensorType) and isinstance(xt, graph.TensorType)
+            temps.append(abi.Temp(t.domain.data, list(t.shape), reduced=xt.shape[-1]))
         return temps
 
     def build(self) -> func.FuncOp:
@@ -69,6 +89,13 @@ class KernelLowering(PhaseEmission):
         body = Block()
         with self.em.nested(body):
             phases = self._phases()
+            for side in self.pair_sides:
+                pairs = [p for p in self.pair_materializes if p.side.data == side]
+                if pairs:
+                    self._emit_pair_sweep(side, pairs)
+                for s in self.segment_matmuls:
+                    if s.side.data == side:
+                        self._emit_segment_matmul(s)
             if self.swept_sinks:
                 self._emit_source_sweep(self.swept_sinks)
             for phase_sinks in phases:
@@ -117,6 +144,10 @@ class KernelLowering(PhaseEmission):
             # False: nobody wrote a CPU schedule, so the runtime's default
             # heuristic may pick one per call (autotune/heuristic.py)
             schedule_given=any(k.startswith("cpu.") for k in schedule_entries(self.src_fn)),
+            relations=any(isinstance(op, graph.GatherOp) and op.site.data == "rel" for op in self.src_fn.body.walk()),
+            relation_degrees=any(isinstance(op, graph.DegreeOp) and op.per_relation for op in self.src_fn.body.walk()),
+            pairs=list(self.pair_sides),
+            pair_rows=max((s.rows.value.data for s in self.segment_matmuls), default=None),
         )
 
     def _bind_arguments(self, entry: Block) -> None:
@@ -135,10 +166,15 @@ class KernelLowering(PhaseEmission):
         )
         self.param_buf = dict(zip(self.src_fn.body.block.args, group(abi.Group.PARAMS), strict=True))
         self.result_buf = group(abi.Group.RESULTS)
-        self.temp_buf = dict(zip(self.materializes, group(abi.Group.TEMPS), strict=True))
+        written = [*self.materializes, *self.pair_materializes, *self.segment_matmuls]
+        self.temp_buf = dict(zip(written, group(abi.Group.TEMPS), strict=True))
+        names = ("pair_meta", "pair_blocks", "pair_vertex", "pair_rel", "edge_pair", "pair_tiles", "tile_blocks")
+        self.pair_args = {side: {n: named[f"{side}_{n}"] for n in names} for side in self.pair_sides}
         if self.swept:
             self.src_meta, self.src_blocks = named["src_meta"], named["src_blocks"]
         self.acc_rows = named.get("acc_rows")
+        self.edge_rel = named.get("edge_rel")
+        self.rel_deg_in, self.rel_deg_out = named.get("rel_deg_in"), named.get("rel_deg_out")
         if self.group_size is not None:
             self.group_meta, self.group_blocks, self.group_dst, self.group_bounds, self.group_offsets = (
                 named[n] for n in ("group_meta", "group_blocks", "group_dst", "group_bounds", "group_offsets")
@@ -168,6 +204,11 @@ class KernelLowering(PhaseEmission):
         if self.swept:
             self.num_src = self._load_count(self.src_meta, 0)
             self.num_src_blocks = self._load_count(self.src_meta, 1)
+        # per side: pairs, pair blocks, tiles, tile blocks
+        self.pair_counts = {
+            side: tuple(self._load_count(args["pair_meta"], i) for i in range(4))
+            for side, args in self.pair_args.items()
+        }
 
     def _load_count(self, meta: SSAValue, at: int) -> SSAValue:
         return self.em.pre(arith.IndexCastOp(self.em.pre(memref.LoadOp.get(meta, [self.em.index_const(at)])), index))

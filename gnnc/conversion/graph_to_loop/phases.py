@@ -23,11 +23,15 @@ from gnnc.conversion.graph_to_loop.emitter import index
 from gnnc.conversion.graph_to_loop.schedule import cpu_schedule, loop_schedule
 from gnnc.errors import CompileError
 from gnnc.ir import graph, loop
-from gnnc.ir.loop_structure import check_row_split, row_dim
+from gnnc.ir.loop_structure import SweepKind, check_row_split, row_dim
 
 #: Row slice width of a source sweep whose schedule names none (see _emit_source_sweep;
 #: the widths compared: docs/design/fusion.md).
 SOURCE_SWEEP_WIDTH = 32
+#: Row slice width of a segment-matmul sweep: a tile's rows times this many accumulators
+#: (4 x 16 floats: 4 AVX-512 or 8 AVX2 registers; the widths and tile heights compared:
+#: docs/design/heterogeneous.md).
+SEGMENT_WIDTH = 16
 
 
 class PhaseEmission(DestinationEmission):
@@ -39,6 +43,10 @@ class PhaseEmission(DestinationEmission):
     result_types: list[graph.TensorType]
     materializes: list[graph.MaterializeOp]
     swept: list[graph.MaterializeOp]
+    #: per pair side, its arrays by name (`pair_vertex`, ...) and (pair count, pair blocks)
+    pair_args: dict[str, dict[str, SSAValue]]
+    pair_counts: dict[str, tuple[SSAValue, ...]]
+    param_buf: dict[SSAValue, SSAValue]
     swept_sinks: list[Sink]
     group_size: int | None
     grouped_phases: int
@@ -120,6 +128,120 @@ class PhaseEmission(DestinationEmission):
             sweep.schedule = DictionaryAttr(schedule)
         except CompileError:
             pass  # a dot along the row, or no row: the sweep runs unsliced
+        self.em.op(sweep)
+
+    def _emit_pair_sweep(self, side: str, pairs: list[graph.MaterializePairsOp]) -> None:
+        """The (vertex, relation) pairs of one side, in the runtime's order (relation by
+        relation), each computing its values into its row of their temps: a relation's
+        transform once per pair instead of once per edge (relation-transform-first).
+
+        The pair's vertex stands where the values read `x[v]` (the pass made them read
+        the pair's vertex so), and its relation where they read `W[rel(e)]`; the row is
+        sliced in vector registers as a source sweep's is (SOURCE_SWEEP_WIDTH).
+        """
+        args = self.pair_args[side]
+        count, blocks = self.pair_counts[side][:2]
+        sinks = []
+        for p in pairs:
+            t = p.result.type
+            assert isinstance(t, graph.TensorType)
+            sinks.append(Sink(p.operand, self.temp_buf[p], t.domain.data, t.shape, "pairs"))
+        schedule = dict(loop_schedule(self.src_fn).data)
+        schedule["parallel"] = StringAttr(SweepKind.PAIRS)
+        schedule["order"] = StringAttr("identity")
+        width = cpu_schedule(self.src_fn).vector_width or SOURCE_SWEEP_WIDTH
+        for key in ("partition", "edges", "vectorize", "tile", "edge_ids", "vectorize_edges"):
+            schedule.pop(key, None)
+        body = Block(arg_types=[index, index])
+        row, worker = body.args
+        self.worker = worker
+        with self.em.nested(body):
+            self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
+            vertex = self.em.op(arith.IndexCastOp(self.load(args["pair_vertex"], row), index))
+            rel = self.em.op(arith.IndexCastOp(self.load(args["pair_rel"], row), index))
+            self._emit_destination(vertex, sinks, None, row=row, rel=rel)
+            self.em.op(loop.YieldOp())
+        sweep = loop.ForDstOp(count, args["pair_blocks"], blocks, self.num_threads, body, DictionaryAttr(schedule))
+        try:
+            check_row_split("vectorize", body, row_dim(sweep), "row slicing", "slices")
+            schedule["vectorize"] = IntegerAttr(width, i64)
+            sweep.schedule = DictionaryAttr(schedule)
+        except CompileError:
+            pass  # a dot along the row, or no row: the sweep runs unsliced
+        self.em.op(sweep)
+
+    def _emit_segment_matmul(self, op: graph.SegmentMatMulOp) -> None:
+        """`x @ W[r]` for a side's pairs, tile by tile (segment-matmul): a tile is up to
+        `rows` consecutive pairs of one relation, its rows of x read at the pairs'
+        vertices, and every element of W[r] is loaded once per tile and multiplied into
+        the `rows` accumulators (written out per row, so the tile's accumulators stay in
+        vector registers across the K axis once vectorize-rows slices N). A tile shorter
+        than `rows` repeats its last pair: the repeats compute and write that pair's row
+        again, the same values, in the tile's own rows.
+        """
+        side = op.side.data
+        args = self.pair_args[side]
+        tiles, tile_blocks = self.pair_counts[side][2:]
+        rows = op.rows.value.data
+        xt, wt = op.x.type, op.w.type
+        assert isinstance(xt, graph.TensorType) and isinstance(wt, graph.TensorType)
+        k_dim, n_dim = wt.shape
+        x_buf, w_buf, out = self.param_buf[op.x], self.param_buf[op.w], self.temp_buf[op]
+        schedule = dict(loop_schedule(self.src_fn).data)
+        schedule["parallel"] = StringAttr(SweepKind.PAIRS)
+        schedule["order"] = StringAttr("identity")
+        for key in ("partition", "edges", "vectorize", "tile", "edge_ids", "vectorize_edges"):
+            schedule.pop(key, None)
+        schedule["vectorize"] = IntegerAttr(cpu_schedule(self.src_fn).vector_width or SEGMENT_WIDTH, i64)
+        body = Block(arg_types=[index, index])
+        t, worker = body.args
+        self.worker = worker
+        one = self.em.index_const(1)
+        zero = self.em.float_const(0.0, self.elem)
+        with self.em.nested(body):
+            self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
+            lo = self.em.op(arith.IndexCastOp(self.load(args["pair_tiles"], t), index))
+            hi = self.em.op(arith.IndexCastOp(self.load(args["pair_tiles"], self.em.op(arith.AddiOp(t, one))), index))
+            last = self.em.op(arith.SubiOp(hi, one))
+            rel = self.em.op(arith.IndexCastOp(self.load(args["pair_rel"], lo), index))
+            w_base = self.row_base(rel, wt.shape)
+            pairs, x_rows = [], []
+            for i in range(rows):
+                at = self.em.op(arith.AddiOp(lo, self.em.index_const(i))) if i else lo
+                pair = self.em.op(arith.MinUIOp(at, last)) if i else lo
+                vertex = self.em.op(arith.IndexCastOp(self.load(args["pair_vertex"], pair), index))
+                pairs.append(pair)
+                x_rows.append(self.row_base(vertex, xt.shape))
+            acc = self.alloc_scratch((rows, n_dim))
+            self.for_features(
+                (rows, n_dim), lambda idx: self.store(zero, self.scratch, self.linear(acc, (rows, n_dim), idx))
+            )
+
+            def k_step(kdx: list[SSAValue]) -> None:
+                k = kdx[0]
+                a = [self.load(x_buf, self.em.op(arith.AddiOp(x_row, k))) for x_row in x_rows]
+                w_row = self.em.op(arith.AddiOp(w_base, self.em.op(arith.MuliOp(k, self.extent(n_dim)))))
+
+                def n_step(ndx: list[SSAValue]) -> None:
+                    n = ndx[0]
+                    w = self.load(w_buf, self.em.op(arith.AddiOp(w_row, n)))
+                    for i in range(rows):
+                        at = self.linear(acc, (rows, n_dim), [self.em.index_const(i), n])
+                        product = self.em.op(arith.MulfOp(a[i], w))
+                        self.store(self.em.op(arith.AddfOp(self.load(self.scratch, at), product)), self.scratch, at)
+
+                self.for_features((n_dim,), n_step)
+
+            self.for_features((k_dim,), k_step)
+
+            def write(ndx: list[SSAValue]) -> None:
+                for i in range(rows):
+                    value = self.load(self.scratch, self.linear(acc, (rows, n_dim), [self.em.index_const(i), ndx[0]]))
+                    self.store(value, out, self.linear(self.row_base(pairs[i], (n_dim,)), (n_dim,), ndx))
+
+            self.for_features((n_dim,), write)
+            self.em.op(loop.YieldOp())
+        sweep = loop.ForDstOp(tiles, args["tile_blocks"], tile_blocks, self.num_threads, body, DictionaryAttr(schedule))
         self.em.op(sweep)
 
     def _emit_phase(self, sinks: list[Sink]) -> None:

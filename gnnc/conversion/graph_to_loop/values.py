@@ -29,6 +29,12 @@ class ValueEmission(LoopBuilder):
     deg_in: SSAValue
     deg_out: SSAValue
     scratch: SSAValue
+    #: relation types by edge id, and the edges per (vertex, relation) pair (`relations` kernels only)
+    edge_rel: SSAValue | None
+    #: per pair side, its arrays by name (`edge_pair`: an edge's pair)
+    pair_args: dict[str, dict[str, SSAValue]]
+    rel_deg_in: SSAValue | None
+    rel_deg_out: SSAValue | None
     #: the accumulators of the destination being emitted, by (owner, role)
     acc: dict[tuple[Operation, str], Accumulator]
 
@@ -89,23 +95,27 @@ class ValueEmission(LoopBuilder):
     def _compute_matvec(self, op: graph.MatVecOp, ctx: LoopContext) -> None:
         a, w = op.vector.type, op.matrix.type
         assert isinstance(a, graph.ValueType) and isinstance(w, graph.ValueType)
-        prefix, (k, n) = a.shape[:-1], w.shape
+        prefix, (k, n) = a.shape[:-1], w.shape[-2:]
+        batched = len(w.shape) > 2  # a matrix per leading index of the vector
         out_shape = prefix + (n,)
         base = self.alloc_scratch(out_shape)
         zero = self.em.float_const(0.0, self.elem)
-        wbuf = self._tensor_buffer(op.matrix)
+        wbuf = None if op.per_edge_matrix else self._tensor_buffer(op.matrix)
         self.for_features(out_shape, lambda idx: self.store(zero, self.scratch, self.linear(base, out_shape, idx)))
 
         # out[.., n] += a[.., k] * W[k, n], n innermost: W's rows are
         # contiguous, so the inner loop vectorises.
         def row(idx: list[SSAValue]) -> None:
             ak = self.value_at(op.vector, idx[:-1] + [idx[-1]], ctx)
-            wrow = self.em.op(arith.MuliOp(idx[-1], self.extent(n)))
+            wrow = self.em.op(arith.MuliOp(idx[-1], self.extent(n))) if wbuf is not None else None
 
             def col(jdx: list[SSAValue]) -> None:
                 j = jdx[0]
                 at = self.linear(base, out_shape, idx[:-1] + [j])
-                wv = self.load(wbuf, self.em.op(arith.AddiOp(wrow, j)))
+                if wbuf is not None and wrow is not None:
+                    wv = self.load(wbuf, self.em.op(arith.AddiOp(wrow, j)))
+                else:  # a matrix per edge (W[rel(e)], theta[e]): its element at (k, n)
+                    wv = self.value_at(op.matrix, (idx[:-1] if batched else []) + [idx[-1], j], ctx)
                 old = self.load(self.scratch, at)
                 self.store(self.em.op(arith.AddfOp(old, self.em.op(arith.MulfOp(ak, wv)))), self.scratch, at)
 
@@ -186,6 +196,9 @@ class ValueEmission(LoopBuilder):
         if isinstance(op, graph.EdgeIdOp):
             assert ctx.e is not None, "edge_id outside an edge loop"
             return self.em.op(arith.SIToFPOp(self.em.op(arith.IndexCastOp(ctx.e, i64)), self.elem))
+        if isinstance(op, graph.DegreeOp) and op.per_relation:
+            assert ctx.e is not None and self.rel_deg_in is not None and self.rel_deg_out is not None
+            return self.load(self.rel_deg_in if op.direction.data == "in" else self.rel_deg_out, ctx.e)
         if isinstance(op, graph.DegreeOp):
             buf = self.deg_in if op.direction.data == "in" else self.deg_out
             at = ctx.u if op.site.data == "src" else ctx.v
@@ -229,12 +242,33 @@ class ValueEmission(LoopBuilder):
         assert isinstance(t, graph.TensorType)
         shape = t.shape
         owner = op.tensor.owner
-        buf = self.temp_buf[owner] if isinstance(owner, graph.MaterializeOp) else self.param_buf[op.tensor]
+        materialized = isinstance(owner, graph.MaterializeOp | graph.MaterializePairsOp | graph.SegmentMatMulOp)
+        buf = self.temp_buf[owner] if materialized else self.param_buf[op.tensor]  # type: ignore[index]
+        if site in ("src_rel", "dst_rel"):
+            # the edge's row of a value per (vertex, relation) pair
+            side = site[:3]
+            if side not in ctx.pairs:
+                assert ctx.e is not None, "a pair's row is read in an edge loop"
+                with self.em.at_scope_of(ctx.e):
+                    ctx.pairs[side] = self.em.op(
+                        arith.IndexCastOp(self.load(self.pair_args[side]["edge_pair"], ctx.e), index)
+                    )
+            return self.load(buf, self.linear(self.row_base(ctx.pairs[side], shape), shape, idx))
         if site == "param":
             return self.load(buf, self.linear(self.em.index_const(0), shape, idx))
+        if site == "rel":
+            return self.load(buf, self.linear(self.row_base(self._relation(ctx), shape), shape, idx))
         row = {"src": ctx.u, "dst": ctx.v, "edge": ctx.e}[site]
         assert row is not None, f"gather at {site} outside an edge loop"
         return self.load(buf, self.linear(self.row_base(row, shape), shape, idx))
+
+    def _relation(self, ctx: LoopContext) -> SSAValue:
+        """The edge's relation type as an index: `edge_rel[e]`, loaded once per edge loop body."""
+        if ctx.rel is None:
+            assert ctx.e is not None and self.edge_rel is not None, "rel(e) outside an edge loop"
+            with self.em.at_scope_of(ctx.e):
+                ctx.rel = self.em.op(arith.IndexCastOp(self.load(self.edge_rel, ctx.e), index))
+        return ctx.rel
 
     def _unary(self, op: graph.UnaryOp, x: SSAValue) -> SSAValue:
         kind = op.kind.data

@@ -56,6 +56,8 @@ typedef struct gnnc_graph {
     int64_t *in_src;     /* num_edges: the source of the in-edge at each position */
     int64_t *in_eid;     /* num_edges: its id (a destination's in-edges in increasing id) */
     int64_t *out_degree; /* num_src */
+    int64_t num_relations; /* relation types (gnnc_graph_set_relations), 0 without */
+    int64_t *edge_type;    /* num_edges: each edge's relation type by id, or NULL */
 } gnnc_graph;
 
 /* count elements of `size` bytes, zeroed; at least one, so that no pointer a kernel gets is NULL */
@@ -72,7 +74,30 @@ static inline void gnnc_graph_free(gnnc_graph *g)
     free(g->in_src);
     free(g->in_eid);
     free(g->out_degree);
+    free(g->edge_type);
     memset(g, 0, sizeof *g);
+}
+
+/* Gives g's edges relation types (for kernels reading rel(e)): edge_type[e] in [0, num_relations)
+ * for each edge id e, copied. num_relations may exceed the largest type + 1 (relations without
+ * edges); a relation tensor's leading axis must be num_relations. */
+static inline int gnnc_graph_set_relations(gnnc_graph *g, int64_t num_relations, const int64_t *edge_type)
+{
+    int64_t e, *types;
+    if (num_relations < 0 || (num_relations == 0 && g->num_edges > 0))
+        return GNNC_ERROR_ARGUMENT;
+    for (e = 0; e < g->num_edges; e++)
+        if (edge_type[e] < 0 || edge_type[e] >= num_relations)
+            return GNNC_ERROR_ARGUMENT;
+    types = (int64_t *)gnnc__alloc(g->num_edges, sizeof(int64_t));
+    if (!types)
+        return GNNC_ERROR_MEMORY;
+    for (e = 0; e < g->num_edges; e++)
+        types[e] = edge_type[e];
+    free(g->edge_type);
+    g->edge_type = types;
+    g->num_relations = num_relations;
+    return GNNC_OK;
 }
 
 /* The graph of num_edges edges src[e] -> dst[e]; ids must lie in [0, num_src) and [0, num_dst). */
@@ -388,6 +413,115 @@ static inline int gnnc__neighbor_groups(const gnnc_graph *g, int64_t group_size,
     return GNNC_OK;
 }
 
+/* Per edge id, the edges sharing its (destination, relation) pair (deg_in) and its (source,
+ * relation) pair (deg_out): each destination's, then each source's, edges counted by relation in
+ * a num_relations array that is cleared again after the vertex. */
+static inline int gnnc__relation_degrees(const gnnc_graph *g, int64_t *deg_in, int64_t *deg_out)
+{
+    int64_t v, u, k, *count = (int64_t *)gnnc__alloc(g->num_relations, sizeof(int64_t));
+    int64_t *out_ptr = (int64_t *)gnnc__alloc(g->num_src + 1, sizeof(int64_t));
+    int64_t *out_eid = (int64_t *)gnnc__alloc(g->num_edges, sizeof(int64_t));
+    if (!count || !out_ptr || !out_eid) {
+        free(count);
+        free(out_ptr);
+        free(out_eid);
+        return GNNC_ERROR_MEMORY;
+    }
+    for (v = 0; v < g->num_dst; v++) {
+        for (k = g->in_indptr[v]; k < g->in_indptr[v + 1]; k++)
+            count[g->edge_type[g->in_eid[k]]]++;
+        for (k = g->in_indptr[v]; k < g->in_indptr[v + 1]; k++)
+            deg_in[g->in_eid[k]] = count[g->edge_type[g->in_eid[k]]];
+        for (k = g->in_indptr[v]; k < g->in_indptr[v + 1]; k++)
+            count[g->edge_type[g->in_eid[k]]] = 0;
+    }
+    /* the edges grouped by source (a counting sort), then the same */
+    for (u = 0; u < g->num_src; u++)
+        out_ptr[u + 1] = out_ptr[u] + g->out_degree[u];
+    for (k = 0; k < g->num_edges; k++)
+        out_eid[out_ptr[g->src[k]]++] = k;
+    for (u = g->num_src; u > 0; u--)
+        out_ptr[u] = out_ptr[u - 1];
+    out_ptr[0] = 0;
+    for (u = 0; u < g->num_src; u++) {
+        for (k = out_ptr[u]; k < out_ptr[u + 1]; k++)
+            count[g->edge_type[out_eid[k]]]++;
+        for (k = out_ptr[u]; k < out_ptr[u + 1]; k++)
+            deg_out[out_eid[k]] = count[g->edge_type[out_eid[k]]];
+        for (k = out_ptr[u]; k < out_ptr[u + 1]; k++)
+            count[g->edge_type[out_eid[k]]] = 0;
+    }
+    free(count);
+    free(out_ptr);
+    free(out_eid);
+    return GNNC_OK;
+}
+
+/* The distinct (vertex, relation) pairs of the edges at one side (side_of_edge: g->src or g->dst,
+ * n vertices that side), numbered relation by relation: pair_vertex / pair_rel (num_edges long at
+ * most) and, per edge id, edge_pair; returns the number of pairs in *num_pairs. A relation's
+ * edges are visited in id order, a vertex stamped with the relation it last got a pair in. */
+static inline int gnnc__relation_pairs(const gnnc_graph *g, const int64_t *side_of_edge, int64_t n,
+                                       int64_t *pair_vertex, int64_t *pair_rel, int64_t *edge_pair,
+                                       int64_t *num_pairs)
+{
+    int64_t r, k, e, count = 0;
+    int64_t *start = (int64_t *)gnnc__alloc(g->num_relations + 1, sizeof(int64_t));
+    int64_t *by_rel = (int64_t *)gnnc__alloc(g->num_edges, sizeof(int64_t));
+    int64_t *stamp = (int64_t *)gnnc__alloc(n, sizeof(int64_t));
+    int64_t *id = (int64_t *)gnnc__alloc(n, sizeof(int64_t));
+    if (!start || !by_rel || !stamp || !id) {
+        free(start);
+        free(by_rel);
+        free(stamp);
+        free(id);
+        return GNNC_ERROR_MEMORY;
+    }
+    for (e = 0; e < g->num_edges; e++)
+        start[g->edge_type[e] + 1]++;
+    for (r = 0; r < g->num_relations; r++)
+        start[r + 1] += start[r];
+    for (e = 0; e < g->num_edges; e++)
+        by_rel[start[g->edge_type[e]]++] = e;
+    for (r = g->num_relations; r > 0; r--)
+        start[r] = start[r - 1];
+    start[0] = 0;
+    for (r = 0; r < g->num_relations; r++)
+        for (k = start[r]; k < start[r + 1]; k++) {
+            int64_t w = side_of_edge[by_rel[k]];
+            if (stamp[w] != r + 1) {
+                stamp[w] = r + 1;
+                id[w] = count;
+                pair_vertex[count] = w;
+                pair_rel[count] = r;
+                count++;
+            }
+            edge_pair[by_rel[k]] = id[w];
+        }
+    *num_pairs = count;
+    free(start);
+    free(by_rel);
+    free(stamp);
+    free(id);
+    return GNNC_OK;
+}
+
+/* Tiles of at most `rows` consecutive pairs of one relation (segment-matmul): tiles + 1 boundaries
+ * of pairs in tiles (num_pairs + 1 long at most); returns the number of tiles, 0 without rows. */
+static inline int64_t gnnc__pair_tiles(const int64_t *pair_rel, int64_t num_pairs, int64_t rows, int64_t *tiles)
+{
+    int64_t p, count = 0, start = 0;
+    tiles[0] = 0;
+    if (rows < 1)
+        return 0;
+    for (p = 1; p <= num_pairs; p++)
+        if (p == num_pairs || pair_rel[p] != pair_rel[start] || p - start == rows) {
+            tiles[++count] = p;
+            start = p;
+        }
+    return count;
+}
+
 /* Elements of one worker's scratch slice: whole cache lines plus one (abi.scratch_slice_elements) */
 static inline int64_t gnnc__scratch_slice(int64_t elements, int64_t item_size)
 {
@@ -420,7 +554,7 @@ def kernel_helpers(kernel: dict, arguments: Sequence[abi.Argument], float_type: 
     t = float_type
     plan = f"gnnc_{name}_plan"
     own = [a for a in arguments if a.group not in (abi.Group.PARAMS, abi.Group.RESULTS) and a.pointer]
-    borrowed = ("in_indptr", "in_src", "in_eid")  # the graph's, or the ordered copies
+    borrowed = ("in_indptr", "in_src", "in_eid", "edge_rel")  # the graph's, or the ordered copies
     fields = ["    const gnnc_graph *graph; /* borrowed: it must outlive the plan */"]
     fields.append("    int64_t num_threads, num_blocks;")
     for a in own:
@@ -549,11 +683,49 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
         "    for (i = 0; i < g->num_src; i++)",
         f"        p->deg_out[i] = ({t})g->out_degree[i];",
     ]
+    if record.relations or record.relation_degrees or record.pairs:
+        lines += [
+            "    if (!g->edge_type) { /* the kernel reads relation types: gnnc_graph_set_relations */",
+            "        status = GNNC_ERROR_ARGUMENT;",
+            "        goto fail;",
+            "    }",
+        ]
+    # the (vertex, relation) pairs a kernel computes values of, relation by relation
+    for side in record.pairs:
+        edges, n = ("g->src", "g->num_src") if side == "src" else ("g->dst", "g->num_dst")
+        alloc(f"{side}_pair_meta", "4")
+        alloc(f"{side}_pair_vertex", "E")
+        alloc(f"{side}_pair_rel", "E")
+        alloc(f"{side}_edge_pair", "E")
+        call(
+            f"gnnc__relation_pairs(g, {edges}, {n}, p->{side}_pair_vertex, p->{side}_pair_rel, "
+            f"p->{side}_edge_pair, &p->{side}_pair_meta[0])"
+        )
+        lines.append(
+            f"    p->{side}_pair_meta[1] = gnnc__block_count(p->{side}_pair_meta[0], "
+            f"8 * p->{side}_pair_meta[0], num_threads);"
+        )
+        alloc(f"{side}_pair_blocks", f"p->{side}_pair_meta[1] + 1")
+        lines.append(f"    gnnc__even_bounds(p->{side}_pair_meta[0], p->{side}_pair_meta[1], p->{side}_pair_blocks);")
+        # segment-matmul's tiles: each relation's run of pairs cut into tiles of pair_rows
+        tile_rows = record.pair_rows or 0
+        alloc(f"{side}_pair_tiles", "E + 1")
+        lines.append(
+            f"    p->{side}_pair_meta[2] = gnnc__pair_tiles(p->{side}_pair_rel, p->{side}_pair_meta[0], {tile_rows}, "
+            f"p->{side}_pair_tiles);"
+        )
+        lines.append(
+            f"    p->{side}_pair_meta[3] = gnnc__block_count(p->{side}_pair_meta[2], "
+            f"8 * {max(tile_rows, 1)} * p->{side}_pair_meta[2], num_threads);"
+        )
+        alloc(f"{side}_tile_blocks", f"p->{side}_pair_meta[3] + 1")
+        lines.append(f"    gnnc__even_bounds(p->{side}_pair_meta[2], p->{side}_pair_meta[3], p->{side}_tile_blocks);")
     # the workspace the kernel writes
     slice_ = f"gnnc__scratch_slice({_sum_expression(record.scratch, dims)}, (int64_t)sizeof({t}))"
     alloc("scratch", f"num_threads * {slice_}", t)
+    pair_rows = {"RS": "p->src_pair_meta[0]", "RD": "p->dst_pair_meta[0]"}
     for temp_name, temp in zip(temps, record.temps):
-        rows = "g->num_src" if temp.source_rows else {"V": "V", "E": "E"}[temp.domain]
+        rows = "g->num_src" if temp.source_rows else {"V": "V", "E": "E", **pair_rows}[temp.domain]
         alloc(temp_name, f"{rows} * ({_size_expression(temp.shape, dims)})", t)
     if "src_meta" in present:
         alloc("src_meta", "2")
@@ -579,6 +751,29 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
             f"gnnc__neighbor_groups(g, {record.groups}, num_threads, &p->group_meta, &p->group_blocks, "
             "&p->group_dst, &p->group_bounds, &p->group_offsets)"
         )
+    if "edge_rel" in present:
+        lines.append("    p->edge_rel = g->edge_type;")
+    if "rel_deg_in" in present:
+        alloc("rel_deg_in", "E", t)
+        alloc("rel_deg_out", "E", t)
+        lines += [
+            "    {",
+            "        int64_t *count_in = (int64_t *)gnnc__alloc(E, sizeof(int64_t));",
+            "        int64_t *count_out = (int64_t *)gnnc__alloc(E, sizeof(int64_t));",
+            "        status = GNNC_ERROR_MEMORY;",
+            "        if (count_in && count_out)",
+            "            status = gnnc__relation_degrees(g, count_in, count_out);",
+            "        for (i = 0; status == GNNC_OK && i < E; i++) {",
+            f"            p->rel_deg_in[i] = ({t})count_in[i];",
+            f"            p->rel_deg_out[i] = ({t})count_out[i];",
+            "        }",
+            "        free(count_in);",
+            "        free(count_out);",
+            "        if (status != GNNC_OK)",
+            "            goto fail;",
+            "        status = GNNC_ERROR_MEMORY;",
+            "    }",
+        ]
     if "acc_rows" in present:
         # one row per destination (partitions), per split neighbour group, or per worker (stream)
         rows = (

@@ -59,8 +59,10 @@ def _argument_comments(kernel: dict, record: abi.AbiRecord, arguments: tuple[abi
             assert tensor["name"] in params or tensor["name"] in results
         elif a.group is abi.Group.TEMPS:
             temp = next(temps)
-            rows = "num_src" if temp.source_rows else {"V": "num_dst", "E": "num_edges"}[temp.domain]
-            text = f"{_shape_text(None, temp.shape)} per row, {rows} rows: a vertex value between phases"
+            pairs = {"RS": "src_pair_meta[0]", "RD": "dst_pair_meta[0]"}
+            rows = "num_src" if temp.source_rows else {"V": "num_dst", "E": "num_edges", **pairs}[temp.domain]
+            what = "a value per (vertex, relation) pair" if temp.domain in pairs else "a vertex value between phases"
+            text = f"{_shape_text(None, temp.shape)} per row, {rows} rows: {what}"
         else:
             text = _specific.get(a.name, a.doc)
         group = by_group[a.group]

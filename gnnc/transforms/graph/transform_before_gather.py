@@ -113,6 +113,7 @@ def _at_dst(value: SSAValue, before: Operation, rewriter: PatternRewriter) -> SS
     if isinstance(op, graph.GatherOp):
         new = graph.GatherOp(op.tensor, "dst")
     elif isinstance(op, graph.DegreeOp):
+        assert not op.per_relation, "a degree per relation is an edge value, not source-only"
         new = graph.DegreeOp(op.direction.data, "dst", t.element_type)
     elif isinstance(op, graph.BinaryOp):
         new = graph.BinaryOp(op.kind.data, _at_dst(op.lhs, before, rewriter), _at_dst(op.rhs, before, rewriter))
@@ -141,6 +142,7 @@ class DistributeMatVec(RewritePattern):
         inner = op.vector.owner
         if not (
             isinstance(inner, graph.BinaryOp)
+            and not op.per_edge_matrix
             and _vtype(op.vector).kind == "E"
             and _separable(op.vector)
             and _worth_hoisting(op)

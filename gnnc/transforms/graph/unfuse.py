@@ -20,7 +20,7 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.ir import graph
@@ -61,15 +61,32 @@ def _needs_tensor(op: Operation) -> bool:
     return any(not isinstance(use.operation, func.ReturnOp | graph.MaterializeOp) for use in op.results[0].uses)
 
 
+def _pair_values(block: Block) -> set[SSAValue]:
+    """The values computed per (vertex, relation) pair: a pair sweep writes them out
+    already (`graph.materialize_pairs`), and inside it they read no edge rows."""
+    found: set[SSAValue] = set()
+    todo = [op.operand for op in block.ops if isinstance(op, graph.MaterializePairsOp)]
+    while todo:
+        value = todo.pop()
+        if value in found:
+            continue
+        found.add(value)
+        if isinstance(value.owner, Operation) and not isinstance(value.owner, graph.GatherOp):
+            todo.extend(value.owner.operands)
+    return found
+
+
 def unfuse_kernel(fn: func.FuncOp) -> None:
     """Rebuilds fn with every non-leaf graph op's result written out and read back."""
     block = fn.body.block
     old_ops = list(block.ops)
+    per_pair = _pair_values(block)
     mapping: dict[SSAValue, SSAValue] = {}  # old value -> what its graph users read
     direct: dict[SSAValue, SSAValue] = {}  # old value -> its rebuilt value (returns, materialize)
     # The rebuilt kernel is appended after the old one, which is then erased.
     for op in old_ops:
-        table = direct if isinstance(op, func.ReturnOp | graph.MaterializeOp) else mapping
+        rebuilt_whole = isinstance(op, func.ReturnOp | graph.MaterializeOp | graph.MaterializePairsOp)
+        table = direct if rebuilt_whole else mapping
         new = _rebuild(op, [table.get(o, o) for o in op.operands])
         block.add_op(new)
         if not new.results:
@@ -77,7 +94,13 @@ def unfuse_kernel(fn: func.FuncOp) -> None:
         old, value = op.results[0], new.results[0]
         mapping[old] = direct[old] = value
         t = value.type
-        if isinstance(op, _COMPUTE_OPS) and isinstance(t, graph.ValueType) and t.kind != "P" and _needs_tensor(op):
+        if (
+            isinstance(op, _COMPUTE_OPS)
+            and isinstance(t, graph.ValueType)
+            and t.kind != "P"
+            and old not in per_pair
+            and _needs_tensor(op)
+        ):
             tensor = graph.MaterializeOp(value)
             read = graph.GatherOp(tensor.result, "dst" if t.kind in ("A", "D") else "edge")
             block.add_op(tensor)

@@ -135,7 +135,8 @@ class VectorizeRowsPass(ModulePass):
                 IntegerAttr(self.width, i64),
                 tuple(SweepKind),
                 lambda s: (
-                    sweep_kind(s) != SweepKind.SOURCES or (s.schedule is not None and "vectorize" in s.schedule.data)
+                    sweep_kind(s) not in (SweepKind.SOURCES, SweepKind.PAIRS)
+                    or (s.schedule is not None and "vectorize" in s.schedule.data)
                 ),
             )
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks]:

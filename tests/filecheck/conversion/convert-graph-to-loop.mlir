@@ -135,3 +135,53 @@ builtin.module {
 // CHECK-NEXT:      llvm_ext.stream_copy [[ACC]]{{\[}}[[BASE]]{{\]}} to [[OUT]]{{\[}}[[VROW]]{{\]}} count [[ROW]] : memref<?xf32>, memref<?xf32>
 
 // PART: convert-graph-to-loop{partition=2}: 'partition src' cannot be combined with 'stream outputs' (the schedule of kernel 'gcn_stream')
+
+// -----
+
+// rgcn after segment-matmul: the pairs' transforms come first, in a sweep over
+// tiles of 2 pairs of one relation (its bounds from src_pair_tiles, the second
+// pair clamped to the tile's last, each x row loaded once per k and each W
+// element once per tile, two accumulator rows), then the destination sweep
+// gathers each edge's pair row at src_edge_pair[e] and divides it by its count.
+
+builtin.module {
+  func.func @rgcn(%x: !graph.tensor<V, f32, [K]>, %W: !graph.tensor<R, f32, [K, N]>) -> !graph.value<A, f32, [N]> attributes {graph.param_names = ["x", "W"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [N]>], graph.single_result} {
+    %y = graph.segment_matmul %x, %W "src" rows 2 : (!graph.tensor<V, f32, [K]>, !graph.tensor<R, f32, [K, N]>) -> !graph.tensor<RS, f32, [N]>
+    %ye = graph.gather %y "src_rel" : !graph.tensor<RS, f32, [N]> -> !graph.value<E, f32, [N]>
+    %c = graph.degree "in" "dst" {relation} : !graph.value<E, f32, []>
+    %q = graph.binary div %ye, %c : (!graph.value<E, f32, [N]>, !graph.value<E, f32, []>) -> !graph.value<E, f32, [N]>
+    %out = graph.aggregate sum %q : !graph.value<E, f32, [N]> -> !graph.value<A, f32, [N]>
+    func.return %out : !graph.value<A, f32, [N]>
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_rgcn(
+// CHECK-SAME:    [[X:%13]]: memref<?xf32> {llvm.noalias, llvm.readonly}, [[W:%14]]: memref<?xf32> {llvm.noalias, llvm.readonly}, [[OUT:%15]]: memref<?xf32> {llvm.noalias}, [[Y:%16]]: memref<?xf32> {llvm.noalias},
+// CHECK-SAME:    [[REL_DEG:%17]]: memref<?xf32> {llvm.noalias, llvm.readonly}, {{%18}}: memref<?xf32> {llvm.noalias, llvm.readonly},
+// CHECK-SAME:    [[META:%19]]: memref<?xi64> {llvm.noalias, llvm.readonly}, {{%20}}: memref<?xi64> {llvm.noalias, llvm.readonly}, [[VERTEX:%21]]: memref<?xi64> {llvm.noalias, llvm.readonly}, [[REL:%22]]: memref<?xi64> {llvm.noalias, llvm.readonly}, [[EDGE_PAIR:%23]]: memref<?xi64> {llvm.noalias, llvm.readonly}, [[TILES:%24]]: memref<?xi64> {llvm.noalias, llvm.readonly}, [[TILE_BLOCKS:%25]]: memref<?xi64> {llvm.noalias, llvm.readonly})
+// CHECK-SAME:    \22pair_rows\22: 2, \22pairs\22: [\22src\22]
+// CHECK-SAME:    \22temps\22: [{\22domain\22: \22RS\22, \22reduced\22: \22K\22, \22shape\22: [\22N\22]}]
+// CHECK:         loop.for_dst {{%[0-9]+}} blocks [[TILE_BLOCKS]][{{%[0-9]+}}] threads %2 schedule {parallel = "pairs", order = "identity", vectorize = 16 : i64}
+// CHECK-NEXT:    ^bb0([[T:%[0-9]+]]: index, {{%[0-9]+}}: index):
+// CHECK:           [[LO64:%[0-9]+]] = memref.load [[TILES]]{{\[}}[[T]]{{\]}}
+// CHECK:           memref.load [[REL]]
+// CHECK:           memref.load [[VERTEX]]
+// CHECK:           arith.minui
+// CHECK:           memref.load [[VERTEX]]
+// CHECK:           loop.for_feature {{%[0-9]+}} dim "K"
+// CHECK-NEXT:      ^bb0([[K:%[0-9]+]]: index):
+// CHECK:             memref.load [[X]]
+// CHECK:             memref.load [[X]]
+// CHECK:             loop.for_feature {{%[0-9]+}} dim "N"
+// CHECK:               [[WE:%[0-9]+]] = memref.load [[W]]
+// CHECK:               arith.mulf {{%[0-9]+}}, [[WE]]
+// CHECK:               arith.mulf {{%[0-9]+}}, [[WE]]
+// CHECK-NOT:           memref.load [[W]]
+// CHECK:           memref.store {{%[0-9]+}}, [[Y]]
+// CHECK:           memref.store {{%[0-9]+}}, [[Y]]
+// CHECK:         loop.for_dst %0 blocks %4[%3] threads %2 schedule {parallel = "dst", order = "identity"}
+// CHECK:           loop.for_in_edges
+// CHECK-NEXT:      ^bb0({{%[0-9]+}}: index, {{%[0-9]+}}: index, [[E:%[0-9]+]]: index):
+// CHECK-NEXT:        memref.load [[REL_DEG]]{{\[}}[[E]]{{\]}}
+// CHECK-NEXT:        [[P64:%[0-9]+]] = memref.load [[EDGE_PAIR]]{{\[}}[[E]]{{\]}}
+// CHECK-NEXT:        [[P:%[0-9]+]] = arith.index_cast [[P64]] : i64 to index

@@ -1,4 +1,4 @@
-// RUN: gnnc-opt %s -p unfuse | filecheck %s
+// RUN: gnnc-opt %s --split-input-file -p unfuse | filecheck %s
 
 // gin with a degree-scaled message: out[v] = (1 + eps) * x[v] + sum(x[u] * deg_out(u)).
 // Every S / E op's result is written to an E tensor and read back, every D / A
@@ -40,3 +40,30 @@ builtin.module {
 // CHECK-NEXT:    [[AGG_V:%.*]] = graph.gather [[AGG_T]] "dst" : !graph.tensor<V, f32, [F]> -> !graph.value<D, f32, [F]>
 // CHECK-NEXT:    [[OUT:%.*]] = graph.binary add [[SELF_V]], [[AGG_V]] : (!graph.value<D, f32, [F]>, !graph.value<D, f32, [F]>) -> !graph.value<D, f32, [F]>
 // CHECK-NEXT:    func.return [[OUT]]
+
+// -----
+
+// A value per (vertex, relation) pair is written out by its own sweep already
+// (graph.materialize_pairs): its operations stay inline there, and only the
+// per-edge quotient of its gathered rows is materialised.
+
+builtin.module {
+  func.func @rgcn(%x: !graph.tensor<V, f32, [K]>, %W: !graph.tensor<R, f32, [K, N]>) -> !graph.value<A, f32, [N]> attributes {graph.param_names = ["x", "W"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [N]>], graph.single_result} {
+    %xv = graph.gather %x "dst" : !graph.tensor<V, f32, [K]> -> !graph.value<D, f32, [K]>
+    %Wr = graph.gather %W "rel" : !graph.tensor<R, f32, [K, N]> -> !graph.value<E, f32, [K, N]>
+    %t = graph.matvec %xv, %Wr : (!graph.value<D, f32, [K]>, !graph.value<E, f32, [K, N]>) -> !graph.value<E, f32, [N]>
+    %y = graph.materialize_pairs %t "src" : !graph.value<E, f32, [N]> -> !graph.tensor<RS, f32, [N]>
+    %ye = graph.gather %y "src_rel" : !graph.tensor<RS, f32, [N]> -> !graph.value<E, f32, [N]>
+    %c = graph.degree "in" "dst" {relation} : !graph.value<E, f32, []>
+    %q = graph.binary div %ye, %c : (!graph.value<E, f32, [N]>, !graph.value<E, f32, []>) -> !graph.value<E, f32, [N]>
+    %out = graph.aggregate sum %q : !graph.value<E, f32, [N]> -> !graph.value<A, f32, [N]>
+    func.return %out : !graph.value<A, f32, [N]>
+  }
+}
+
+// CHECK-LABEL: func.func @rgcn
+// CHECK:         [[T:%.*]] = graph.matvec {{%.*}}, {{%.*}} : (!graph.value<D, f32, [K]>, !graph.value<E, f32, [K, N]>)
+// CHECK-NEXT:    [[Y:%.*]] = graph.materialize_pairs [[T]] "src"
+// CHECK-NEXT:    [[YE:%.*]] = graph.gather [[Y]] "src_rel"
+// CHECK:         [[Q:%.*]] = graph.binary div [[YE]], {{%.*}}
+// CHECK-NEXT:    [[QT:%.*]] = graph.materialize [[Q]] : !graph.value<E, f32, [N]> -> !graph.tensor<E, f32, [N]>
