@@ -227,7 +227,7 @@ def _metadata(tmp_path) -> dict:
         (lambda k: k["abi"].update(dims=["F", "Z"]), "Z, which no input binds"),
         (lambda k: k["abi"].update(sizes={"F": 0}), "out of range"),
         (lambda k: k["abi"].update(partitions=-1), "out of range"),
-        (lambda k: k["abi"].update(temps=[{"domain": None, "shape": []}]), "no vertex or edge rows"),
+        (lambda k: k["abi"].update(temps=[{"domain": None, "shape": []}]), "no vertex, edge or pair rows"),
         (lambda k: k["abi"].update(temps=[{"shape": []}]), "does not parse"),
         (lambda k: k.update(abi=[]), "no ABI record"),
     ],

@@ -40,7 +40,7 @@ _DTYPES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.
 
 @dataclass(frozen=True)
 class TensorSig:
-    """One parameter or result: ``domain`` ``"V"``, ``"E"`` or ``None`` (a parameter)."""
+    """One parameter or result: ``domain`` ``"V"``, ``"E"``, ``"R"`` (relations) or ``None`` (a parameter)."""
 
     name: str
     domain: str | None

@@ -27,7 +27,7 @@ from gnnc.ir.signature import KernelSignature
 #: A size written into a record (a literal dimension, `specialize F N`, a partition count) beyond
 #: this is not one a compiler wrote.
 _MAX_SIZE = 1 << 40
-_DOMAINS = ("V", "E", None)
+_DOMAINS = ("V", "E", "R", None)
 
 
 def check_records(metadata: dict, path: object) -> None:
@@ -117,8 +117,8 @@ def _record_problem(record: dict) -> str | None:
     unbound = sorted(str(d) for d in used - bound)
     if unbound:
         return f"it sizes buffers by {', '.join(unbound)}, which no input binds"
-    if any(t.domain not in ("V", "E") for t in rec.temps):
-        return "a temp has no vertex or edge rows"
+    if any(t.domain not in ("V", "E", "RS", "RD") for t in rec.temps):
+        return "a temp has no vertex, edge or pair rows"
     counts = [*(rec.sizes or {}).values(), rec.partitions, rec.groups]
     if not all(c is None or _size(c, least=1) for c in counts):
         return "a size or count it was compiled for is out of range"

@@ -20,7 +20,7 @@ from gnnc.conversion.graph_to_loop.phases import PhaseEmission
 from gnnc.conversion.graph_to_loop.schedule import cpu_schedule, schedule_entries
 from gnnc.errors import CompileError
 from gnnc.ir import abi, graph, kernel_abi, loop
-from gnnc.ir.loop_structure import edge_walks, row_dim
+from gnnc.ir.loop_structure import axis_loops, edge_walks, row_dim
 
 
 class KernelLowering(PhaseEmission):
@@ -246,7 +246,8 @@ class KernelLowering(PhaseEmission):
         # for a single walk over the in-edges), read before any schedule
         # pass restructures the sweeps
         phases = [o for o in entry.ops if isinstance(o, loop.ForDstOp)]
-        record.phases = [abi.Phase(row_dim(p), edge_walks(p)) for p in phases]
+        # (a phase with no feature loop, a scalar per edge, has no row axis)
+        record.phases = [abi.Phase(_row_axis(p), edge_walks(p)) for p in phases]
         kernel_abi.set_record(fn, record)
         # The cuda thread mapping travels to map-threads on the function; the
         # CPU pipeline has no use for it and leaves it as a plain attribute.
@@ -256,3 +257,8 @@ class KernelLowering(PhaseEmission):
         simd_bits = cpu_schedule(self.src_fn).simd_bits
         if simd_bits is not None:
             fn.attributes[abi.SIMD_BITS_ATTR] = IntegerAttr(simd_bits, i64)
+
+
+def _row_axis(phase: loop.ForDstOp) -> str | None:
+    dim = row_dim(phase)
+    return dim if axis_loops(phase, dim) else None
