@@ -10,6 +10,10 @@ every constructor option is `slow`.
 
 from __future__ import annotations
 
+import copy
+import io
+import pickle
+
 import pytest
 import torch
 from hypothesis import given
@@ -148,8 +152,8 @@ def test_attention_sparse_adjacency(layout):
 
 
 def test_attention_refuses_bad_input():
-    with pytest.raises(ArgumentError, match="lazy"):
-        gnn.GATConv(-1, 4)
+    with pytest.raises(ArgumentError, match="positive integer, -1"):
+        gnn.GATConv(0, 4)
     with pytest.raises(ArgumentError, match="heads must be a positive integer"):
         gnn.GATv2Conv(4, 4, heads=0)
     with pytest.raises(ArgumentError, match="dropout must be a probability"):
@@ -192,6 +196,58 @@ def test_attention_kernel_text():
         "    out[v] = sum(softmax(s[e]) * h[u])\n"
         "}\n"
     )
+
+
+#: One configuration per layer with everything a copy must keep: dropout, self loops,
+#: edge features, a slope or beta, a residual.
+KEPT = {
+    "GATConv": {"heads": 2, "dropout": 0.3, "edge_dim": 2, "negative_slope": 0.1, "residual": True},
+    "GATv2Conv": {"heads": 2, "dropout": 0.3, "edge_dim": 2, "share_weights": True},
+    "TransformerConv": {"heads": 2, "dropout": 0.3, "edge_dim": 2, "beta": True},
+}
+
+
+def _copies(layer):
+    """pickle, deepcopy and torch.save / load of `layer`."""
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    return {
+        "pickle": pickle.loads(pickle.dumps(layer)),
+        "deepcopy": copy.deepcopy(layer),
+        "torch.save": torch.load(buffer, weights_only=False),
+    }
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_attention_layers_pickle_copy_and_save_after_a_call(name):
+    edge_index = bipartite(7, 7, 30, seed=3)
+    x, ea = features(7, 4, 1, grad=False), edge_features(30, 2, 2)
+    torch.manual_seed(0)
+    layer = getattr(gnn, name)(4, 3, **KEPT[name])
+    with torch.no_grad():  # forward kernels only (the gradients' are the float64 test's)
+        torch.manual_seed(4)
+        trained = layer(x, edge_index, ea)  # a call first: the compiled kernels are loaded
+        expected = layer.eval()(x, edge_index, ea)
+        for how, twin in _copies(layer.train()).items():
+            assert twin.state_dict().keys() == layer.state_dict().keys(), how
+            torch.manual_seed(4)
+            assert torch.equal(twin(x, edge_index, ea), trained), how  # the same dropout masks
+            assert torch.equal(twin.eval()(x, edge_index, ea), expected), how
+
+
+@pytest.mark.parametrize(
+    "name", ["TransformerConv", *(pytest.param(n, marks=pytest.mark.slow) for n in ("GATConv", "GATv2Conv"))]
+)
+def test_attention_layers_in_float64_match_pyg(name):
+    edge_index = torch.cat([bipartite(7, 7, 30, seed=3), torch.tensor([[2], [2]])], dim=1)
+    pyg, ours = pair(name, 4, 3, **KEPT[name])
+    pyg, ours = Seeded(pyg.double(), 4).train(), Seeded(ours.double(), 4).train()
+    x = features(7, 4, 1).detach().double().requires_grad_()
+    ea = edge_features(31, 2, 2).double().requires_grad_()
+    expected, got = compare(pyg, ours, (x, edge_index, ea), {"return_attention_weights": True}, rtol=1e-10)
+    assert got[0].dtype == torch.float64
+    same_weights(expected, got)
 
 
 # ------------------------------------------------------- every option (slow)

@@ -105,3 +105,78 @@ def test_forked_dataloader_workers_run_layers():
     )
     for out in loader:
         assert torch.allclose(out, parent)
+
+
+class AttentionNet(torch.nn.Module):
+    """The three attention layers, each with attention dropout (and GAT's self loops)."""
+
+    def __init__(self, layers=gnn):
+        super().__init__()
+        self.c1 = layers.GATConv(8, 4, heads=2, dropout=0.5)
+        self.c2 = layers.GATv2Conv(8, 4, heads=2, dropout=0.3, edge_dim=3, fill_value="max")
+        self.c3 = layers.TransformerConv(8, 3, heads=2, dropout=0.2, edge_dim=3)
+
+    def forward(self, x, edge_index, edge_attr):
+        h = self.c1(x, edge_index).relu()
+        h = self.c2(h, edge_index, edge_attr).relu()
+        return self.c3(h, edge_index, edge_attr)
+
+
+def _attention_data(seed=0):
+    """A graph without self loops of its own: gnnc then draws PyG's dropout rows exactly."""
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, 40, (2, 200), generator=g)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    return torch.randn(40, 8, generator=g), edge_index, torch.rand(edge_index.shape[1], 3, generator=g)
+
+
+def _run(model, inputs, seed, compiled=None):
+    """Output and parameter gradients of one training step of `model` (run as `compiled`) from `seed`."""
+    model.zero_grad()
+    torch.manual_seed(seed)
+    out = (model if compiled is None else compiled)(*inputs)
+    out.square().sum().backward()
+    return out.detach(), _grads(model)
+
+
+def _same(a, b, what):
+    (out_a, grads_a), (out_b, grads_b) = a, b
+    assert torch.allclose(out_a, out_b, atol=1e-5), f"{what}: outputs differ"
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        assert torch.allclose(grads_a[name], grads_b[name], atol=1e-4), f"{what}: gradient of {name}"
+
+
+def test_attention_layers_compile_fullgraph_with_no_eager_call_first():
+    """Training mode (attention dropout, self loops, edge features), compiled before any call."""
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
+    model = AttentionNet()
+    inputs = _attention_data()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")  # eager's random ops: eager's masks
+    got = _run(model, inputs, seed=5, compiled=compiled)
+    _same(got, _run(model, inputs, seed=5), "compiled against eager")
+    # and against PyG's layers with the same state, drawing the same masks
+    pyg = AttentionNet(pyg_nn)
+    pyg.load_state_dict(model.state_dict())
+    _same(got, _run(pyg, inputs, seed=5), "compiled against PyG")
+    model.eval()
+    pyg.eval()
+    with torch.no_grad():
+        assert torch.allclose(compiled(*inputs), pyg(*inputs), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_attention_layers_compile_fullgraph_with_inductor():
+    torch.manual_seed(0)
+    model = AttentionNet()
+    inputs = _attention_data(1)
+    compiled = torch.compile(model, fullgraph=True)
+    from torch._inductor import config
+
+    with config.patch(fallback_random=True):  # inductor draws with torch's generator, as eager
+        got = _run(model, inputs, seed=2, compiled=compiled)
+    _same(got, _run(model, inputs, seed=2), "inductor against eager")
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(compiled(*inputs), model(*inputs), atol=1e-5)

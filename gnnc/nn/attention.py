@@ -32,14 +32,23 @@ num_src destinations get a loop (PyG's rule): `has[v]` says which, and the
 others take the plain maximum of their in-edge scores as their shift.
 
 Dropout in training mode is a mask input (`mask[e]`, and `mloop[v]` for the
-loops), drawn in torch as PyG draws it: `F.dropout` on an [E', H] tensor
-whose rows are PyG's edges in PyG's order (the graph's non-loop edges,
-then the loops), so one seed gives both the same mask; the kernel stays
-deterministic, and in eval mode it has no mask input at all.
+loops), drawn in torch as PyG draws it: `F.dropout` of ones whose rows are
+PyG's edges in PyG's order (an edge_index's non-loop edges, then the loops;
+a sparse adjacency's entries merged in row-major order), so one seed gives
+both the same mask (`dropout_masks`); the kernel stays deterministic, and in
+eval mode it has no mask input at all.
+
+Every kernel variant a layer may call (loop kind x mask x weights x edge
+features, `variants`) is made in its constructor: making one (parsing,
+registering its ops) cannot be traced, so torch.compile would break the
+graph there. No shape in a layer's forward depends on the data, except the
+attention weights returned with self loops (PyG's count of edges without
+the graph's own loops), so a model compiles with `fullgraph=True`.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from gnnc.errors import ArgumentError
+from gnnc.nn import self_loops
 from gnnc.nn.kernels import kernel, literal
 from gnnc.torch.kernels import Kernel
 
@@ -133,18 +143,54 @@ def source(c: Config) -> str:
     return "\n".join(lines) + "\n"
 
 
-def returned_weights(
-    result: Any, sparse: bool, edges: torch.Tensor, lp: Any, num_src: Any, num_dst: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The GAT layers' `(edge_index, alpha)` as PyG returns them: the loops appended after
-    the edges, and for a sparse adjacency its `adj_t` with the weights as values."""
-    if lp is None:
-        edges_out, alpha = edges, result.alpha
-    else:
-        edges_out, alpha = weights_with_loops(edges, lp, result.alpha, result.alpha_loop)
-    if sparse:
-        return torch.sparse_coo_tensor(edges_out.flip(0), alpha, (num_dst, num_src)), alpha
-    return edges_out, alpha
+class LoopKind(enum.StrEnum):
+    """How a call's self loops enter its kernel (the kernels differ: see the module docstring)."""
+
+    NONE = "none"
+    #: num_src == num_dst: every destination's loop reads its own source row.
+    SQUARE = "square"
+    #: num_src > num_dst: every destination has a loop; its message is an input of its own.
+    MORE_SOURCES = "more-sources"
+    #: num_src < num_dst: only the first num_src destinations have one (`has[v]`).
+    FEWER_SOURCES = "fewer-sources"
+
+
+def loop_kind(add_self_loops: bool, num_src: Any, num_dst: Any) -> LoopKind:
+    if not add_self_loops:
+        return LoopKind.NONE
+    if num_src == num_dst:
+        return LoopKind.SQUARE
+    return LoopKind.MORE_SOURCES if num_src > num_dst else LoopKind.FEWER_SOURCES
+
+
+def loop_fields(kind: LoopKind, own_row: str) -> dict[str, Any]:
+    """The Config fields of a loop kind; `own_row` is the loop's message on a square graph (`h[v]`)."""
+    if kind == LoopKind.NONE:
+        return {"loops": "none"}
+    if kind == LoopKind.SQUARE:
+        return {"loops": "all", "loop_message": own_row}
+    return {
+        "loops": "all" if kind == LoopKind.MORE_SOURCES else "some",
+        "loop_message": "hl[v]",
+        "loop_params": ("hl: f32[V, H, F]",),
+    }
+
+
+#: A kernel variant of a layer: (loop kind, dropout mask, attention weights returned, edge features).
+Variant = tuple[LoopKind, bool, bool, bool]
+
+
+def variants(add_self_loops: bool, dropout: bool, edge_features: bool) -> list[Variant]:
+    """Every kernel variant a layer with these options may call (made up front, so that
+    torch.compile finds each one made: making one is not traceable)."""
+    kinds = [LoopKind.SQUARE, LoopKind.MORE_SOURCES, LoopKind.FEWER_SOURCES] if add_self_loops else [LoopKind.NONE]
+    return [
+        (kind, mask, weights, edge)
+        for kind in kinds
+        for mask in ((False, True) if dropout else (False,))
+        for weights in (False, True)
+        for edge in ((False, True) if edge_features else (False,))
+    ]
 
 
 def compiled(c: Config) -> Kernel:
@@ -154,6 +200,8 @@ def compiled(c: Config) -> Kernel:
 
 def slope(value: Any) -> str:
     """A leaky_relu slope as a literal (a clear error for what cannot be one)."""
+    if isinstance(value, bool):
+        raise ArgumentError(f"negative_slope must be a finite number, got {value!r}")
     try:
         return literal(value)
     except (TypeError, ValueError):
@@ -165,9 +213,9 @@ def scale(channels: int) -> str:
     return literal(math.sqrt(channels))
 
 
-def check_dropout(p: Any) -> float:
+def check_dropout(p: Any, layer: str = "") -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ArgumentError(f"dropout must be a probability in [0, 1], got {p!r}")
+        raise ArgumentError(f"{layer + ': ' if layer else ''}dropout must be a probability in [0, 1], got {p!r}")
     return float(p)
 
 
@@ -175,21 +223,6 @@ def check_heads(heads: Any, out_channels: Any) -> None:
     for what, value in (("heads", heads), ("out_channels", out_channels)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ArgumentError(f"{what} must be a positive integer, got {value!r}")
-
-
-def channels(in_channels: Any, layer: str) -> tuple[int, int]:
-    """(source, destination) input channels of `in_channels` (an int or a pair)."""
-    pair = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
-    if (
-        not isinstance(pair, (tuple, list))
-        or len(pair) != 2
-        or any(isinstance(c, bool) or not isinstance(c, int) for c in pair)
-    ):
-        raise ArgumentError(f"{layer}: in_channels must be an int or a pair of ints, got {in_channels!r}")
-    if any(c < 1 for c in pair):
-        # PyG's -1 makes a lazy layer, sized at its first call: gnnc.nn's layers are sized up front
-        raise ArgumentError(f"{layer}: in_channels must be positive (lazy initialisation, -1, is not supported)")
-    return int(pair[0]), int(pair[1])
 
 
 def edge_features(edge_attr: Any, num_edges: int, edge_dim: int, layer: str) -> torch.Tensor:
@@ -221,14 +254,9 @@ class Loops:
     #: 1.0 on the edges PyG keeps, 0.0 on the graph's own self loops ([E]).
     keep: torch.Tensor
     #: Loops appended: min(num_src, num_dst).
-    count: int
+    count: Any
     #: Destinations of the call.
-    num_dst: int
-
-    @property
-    def some(self) -> bool:
-        """Whether only part of the destinations get a loop (fewer sources than destinations)."""
-        return self.count < self.num_dst
+    num_dst: Any
 
     def pad(self, t: torch.Tensor) -> torch.Tensor:
         """A per-loop tensor ([count, ...]) as a per-destination one, zero past the loops."""
@@ -237,10 +265,10 @@ class Loops:
         return torch.cat([t, t.new_zeros((self.num_dst - t.shape[0], *t.shape[1:]))])
 
     def has(self, dtype: torch.dtype) -> torch.Tensor:
-        return (torch.arange(self.num_dst) < self.count).to(dtype)
+        return (torch.arange(self.num_dst, device=self.keep.device) < self.count).to(dtype)
 
 
-def loops(edge_index: torch.Tensor, num_src: int, num_dst: int, dtype: torch.dtype) -> Loops:
+def loops(edge_index: torch.Tensor, num_src: Any, num_dst: Any, dtype: torch.dtype) -> Loops:
     keep = (edge_index[0] != edge_index[1]).to(dtype)
     return Loops(keep, min(num_src, num_dst), num_dst)
 
@@ -250,72 +278,132 @@ def loop_attr(edge_index: torch.Tensor, edge_attr: torch.Tensor, lp: Loops, fill
 
     A number or tensor is every loop's value; a reduction name reduces the
     features of each vertex's in-edges (the graph's loops removed first, as
-    PyG does), 0 where a vertex has none (1 for "mul").
+    PyG does), 0 where a vertex has none (1 for "mul"). The edges that feed
+    no loop (the graph's own loops, destinations past `count`) go to a spare
+    row that is dropped: no shape depends on the data, so torch.compile
+    traces it whole.
     """
     shape = (lp.count, edge_attr.shape[1])
     if isinstance(fill_value, (int, float)):
         return edge_attr.new_full(shape, float(fill_value))
     if isinstance(fill_value, torch.Tensor):
-        fill = fill_value.to(edge_attr.dtype)
+        fill = fill_value.to(dtype=edge_attr.dtype, device=edge_attr.device)
         if fill.dim() != edge_attr.dim():
             fill = fill.unsqueeze(0)
         return fill.expand(shape).contiguous()
-    keep = lp.keep.bool()
-    dst, attr = edge_index[1][keep], edge_attr[keep]
-    inside = dst < lp.count  # loops exist for the first `count` vertices only
-    dst, attr = dst[inside], attr[inside]
-    index = dst.view(-1, 1).expand_as(attr)
-    zero = edge_attr.new_zeros(shape)
+    dst = edge_index[1]
+    feeds = lp.keep.bool() & (dst < lp.count)
+    row = torch.where(feeds, dst, torch.full_like(dst, lp.count))  # the spare row: `count`
+    index = row.view(-1, 1).expand_as(edge_attr)
+    spare = (lp.count + 1, edge_attr.shape[1])
     if fill_value in ("add", "sum", "mean"):
-        total = zero.scatter_add(0, index, attr)
+        total = edge_attr.new_zeros(spare).scatter_add(0, index, edge_attr)[: lp.count]
         if fill_value != "mean":
             return total
-        count = torch.zeros(lp.count, dtype=attr.dtype).scatter_add(0, dst, torch.ones_like(dst, dtype=attr.dtype))
-        return total / count.clamp(min=1).view(-1, 1)
+        count = edge_attr.new_zeros(lp.count + 1).scatter_add(0, row, torch.ones_like(dst, dtype=edge_attr.dtype))
+        return total / count[: lp.count].clamp(min=1).view(-1, 1)
     if fill_value == "mul":  # PyG's product starts from 1: a vertex without in-edges gets 1
-        return torch.ones_like(zero).scatter_reduce(0, index, attr, "prod", include_self=True)
+        return edge_attr.new_ones(spare).scatter_reduce(0, index, edge_attr, "prod", include_self=True)[: lp.count]
     reduce = {"min": "amin", "max": "amax"}[fill_value]
-    return zero.scatter_reduce(0, index, attr, reduce, include_self=False)
+    return edge_attr.new_zeros(spare).scatter_reduce(0, index, edge_attr, reduce, include_self=False)[: lp.count]
+
+
+def pyg_ranks(edge_index: torch.Tensor, lp: Loops, sparse: bool, num_src: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rank of each edge, rank of each appended loop) in PyG's order of the call's edges:
+    for an edge_index the non-loop edges in order, then the loops; a sparse adjacency PyG
+    rebuilds, so edges and loops merge in row-major order of `adj_t`."""
+    order = self_loops.Order.ROW_MAJOR if sparse else self_loops.Order.APPENDED
+    return self_loops.pyg_ranks(edge_index, lp.keep.bool(), lp.count, num_src, lp.num_dst, order)
 
 
 def dropout_masks(
-    lp: Loops | None, num_edges: int, heads: int, p: float, dtype: torch.dtype
+    lp: Loops | None, ranks: Any, num_edges: Any, heads: int, p: float, like: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(mask[e], mloop[v]): `F.dropout` of ones on PyG's [E', H] edges, in PyG's edge order."""
+    """(mask[e], mloop[v]): `F.dropout` of ones over PyG's [E', H] edges, in PyG's order.
+
+    PyG draws E' = (non-loop edges + loops) rows; gnnc draws E + loops rows,
+    a shape that does not depend on the data, and takes each edge's row at
+    its rank in PyG's order. torch's CPU generator draws a tensor's elements
+    in order, so the first E' rows are PyG's: the masks are PyG's for the
+    same seed. A graph with its own self loops draws more rows than PyG, so
+    later draws of the same generator differ from PyG's.
+    """
     if lp is None:
-        return F.dropout(torch.ones(num_edges, heads, dtype=dtype), p=p, training=True), None
-    keep = lp.keep.bool()
-    kept = int(keep.sum())
-    drawn = F.dropout(torch.ones(kept + lp.count, heads, dtype=dtype), p=p, training=True)
-    mask = torch.zeros(num_edges, heads, dtype=dtype)
-    mask[keep] = drawn[:kept]
-    return mask, lp.pad(drawn[kept:])
+        return F.dropout(like.new_ones(num_edges, heads), p=p, training=True), None
+    edge_rank, loop_rank = ranks
+    drawn = F.dropout(like.new_ones(num_edges + lp.count, heads), p=p, training=True)
+    mask = drawn[edge_rank] * lp.keep.view(-1, 1)
+    return mask, lp.pad(drawn[loop_rank])
 
 
-def weights_with_loops(
-    edge_index: torch.Tensor, lp: Loops, alpha: torch.Tensor, alpha_loop: torch.Tensor
+def returned_weights(result: Any, adj: Any, lp: Loops | None, ranks: Any, num_src: Any, num_dst: Any) -> Any:
+    """The attention weights as PyG returns them, after the graph's loops were replaced.
+
+    An edge_index: `(edge_index, alpha)`, the graph's non-loop edges then
+    the loops. A torch.sparse adjacency: `(adj_t, alpha)`, `adj_t` with the
+    loops merged in row-major order and alpha as its values, in its layout.
+    A SparseTensor: the SparseTensor with the loops and alpha as its values.
+    """
+    edges, alpha = adj.edge_index, result.alpha
+    if lp is not None:
+        edges, alpha = _with_loops(edges, lp, ranks, alpha, result.alpha_loop)
+    if adj.layout == "SparseTensor":
+        if lp is None:
+            return adj.given.set_value(alpha, layout="coo")
+        return type(adj.given)(row=edges[1], col=edges[0], value=alpha, sparse_sizes=(num_dst, num_src), is_sorted=True)
+    if adj.layout == "torch.sparse":
+        return _sparse_like(adj.given, edges, alpha, num_src, num_dst), alpha
+    return edges, alpha
+
+
+def _with_loops(
+    edge_index: torch.Tensor, lp: Loops, ranks: Any, alpha: torch.Tensor, alpha_loop: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(edge_index, alpha) in PyG's order: the graph's non-loop edges, then the loops."""
+    """(edge_index, alpha) of PyG's edges in PyG's order: the kept edges and the loops by rank."""
+    edge_rank, loop_rank = ranks
     keep = lp.keep.bool()
-    ids = torch.arange(lp.count, dtype=edge_index.dtype)
-    edges = torch.cat([edge_index[:, keep], torch.stack([ids, ids])], dim=1)
-    return edges, torch.cat([alpha[keep], alpha_loop[: lp.count]])
+    ids = torch.arange(lp.count, dtype=edge_index.dtype, device=edge_index.device)
+    edges = torch.cat([edge_index, torch.stack([ids, ids])], dim=1)
+    weights = torch.cat([alpha, alpha_loop[: lp.count]])
+    valid = torch.cat([keep, torch.ones(lp.count, dtype=torch.bool, device=keep.device)])
+    rank = torch.cat([edge_rank, loop_rank])
+    order = torch.argsort(torch.where(valid, rank, rank.numel() + torch.arange(rank.numel(), device=rank.device)))
+    order = order[: int(valid.sum())]  # PyG's edge count depends on the data: so does this
+    return edges[:, order], weights[order]
+
+
+def _sparse_like(given: torch.Tensor, edges: torch.Tensor, alpha: torch.Tensor, num_src: Any, num_dst: Any) -> Any:
+    """`adj_t` ([num_dst, num_src, H]) of these edges with alpha as values, in `given`'s layout
+    (PyG's `set_sparse_value`: COO coalesced, CSR; a CSC adjacency comes back as COO)."""
+    size = (num_dst, num_src, *alpha.shape[1:])
+    coo = torch.sparse_coo_tensor(edges.flip(0), alpha, size).coalesce()
+    if given.layout == torch.sparse_csr:
+        rows, cols = coo.indices()
+        crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=rows.device)
+        crow[1:] = torch.cumsum(torch.bincount(rows, minlength=num_dst), 0)
+        return torch.sparse_csr_tensor(crow, cols, coo.values(), size)
+    return coo
 
 
 __all__ = [
     "Config",
+    "LoopKind",
     "Loops",
+    "Variant",
     "check_dropout",
     "check_fill_value",
     "check_heads",
-    "channels",
     "compiled",
     "dropout_masks",
     "edge_features",
     "loop_attr",
+    "loop_fields",
+    "loop_kind",
     "loops",
+    "pyg_ranks",
+    "returned_weights",
     "scale",
     "slope",
     "source",
-    "weights_with_loops",
+    "variants",
 ]

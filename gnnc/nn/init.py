@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -21,15 +22,16 @@ def zeros(t: torch.Tensor | None) -> None:
             t.zero_()
 
 
-def reset(module: torch.nn.Module | None) -> None:
-    """`reset_parameters()` of a module and of its children (PyG's `reset`), where they have one."""
-    if module is None:
+def reset(value: Any) -> None:
+    """PyG's `reset`: `value.reset_parameters()` where it has one, else its children's, recursively
+    (a parent that resets itself is trusted with its children, so the draws are PyG's)."""
+    fn = getattr(value, "reset_parameters", None)
+    if callable(fn):
+        fn()
         return
-    for child in module.modules():
-        if child is not module or hasattr(child, "reset_parameters"):
-            fn = getattr(child, "reset_parameters", None)
-            if callable(fn):
-                fn()
+    children = getattr(value, "children", None)
+    for child in children() if callable(children) else ():
+        reset(child)
 
 
 __all__ = ["glorot", "reset", "zeros"]

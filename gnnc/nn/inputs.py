@@ -9,11 +9,15 @@ one tensor or a bipartite pair `(x_src, x_dst)` (x_dst may be None), and
 
 A sparse adjacency becomes an edge_index once per tensor (cached with the
 tensor, `gnnc.torch.graphs.derived`); its edge ids are its entries in
-row-major order (COO coalesced), and its values are the edge weights.
+storage order (row-major; a COO tensor coalesced first). Its values are the
+edge weights (`edge_values`) and, for a SparseTensor, the edge features
+when none are given (`edge_attributes`), as PyG's `propagate` has them;
+`Adjacency.layout` keeps the form, where PyG's layers treat them apart.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +29,17 @@ from gnnc.torch import graphs
 #: torch.sparse layouts an adjacency may have.
 SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
 
+#: The feature dtypes gnnc's kernels take.
+FEATURE_DTYPES = (torch.float32, torch.float64)
+
+
+class Layout(enum.StrEnum):
+    """What form a graph argument came in: PyG treats the three differently in places."""
+
+    EDGE_INDEX = "edge_index"
+    TORCH_SPARSE = "torch.sparse"
+    SPARSE_TENSOR = "SparseTensor"
+
 
 @dataclass(frozen=True)
 class Adjacency:
@@ -32,14 +47,21 @@ class Adjacency:
 
     #: `[2, E]` int64: row 0 sources, row 1 destinations, columns in edge id order.
     edge_index: torch.Tensor
-    #: The values of a sparse adjacency (edge weights), None for an edge_index.
+    #: The values of a sparse adjacency (`[E]`, or `[E, D]` for a SparseTensor), else None.
     values: torch.Tensor | None
     #: (num_src, num_dst) of a sparse adjacency, None for an edge_index.
     size: tuple[int, int] | None
+    layout: Layout = Layout.EDGE_INDEX
+    #: The argument as given (a SparseTensor's attention weights come back in its class).
+    given: Any = None
 
     @property
     def sparse(self) -> bool:
-        return self.size is not None
+        return self.layout != Layout.EDGE_INDEX
+
+    @property
+    def sparse_tensor(self) -> bool:
+        return self.layout == Layout.SPARSE_TENSOR
 
 
 def _is_sparse_tensor(obj: Any) -> bool:
@@ -55,15 +77,27 @@ def _from_torch_sparse(adj: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     elif adj.layout == torch.sparse_csr:
         crow = adj.crow_indices()
         cols = adj.col_indices()
-        rows = torch.repeat_interleave(torch.arange(adj.shape[0]), crow.diff())
+        rows = torch.repeat_interleave(torch.arange(adj.shape[0], device=crow.device), crow.diff())
         values = adj.values()
     else:  # CSC: compressed by column (source)
         ccol = adj.ccol_indices()
         rows = adj.row_indices()
-        cols = torch.repeat_interleave(torch.arange(adj.shape[1]), ccol.diff())
+        cols = torch.repeat_interleave(torch.arange(adj.shape[1], device=ccol.device), ccol.diff())
         values = adj.values()
     # adj_t[v, u] is the edge u -> v
     return torch.stack([cols, rows]).to(torch.int64), values
+
+
+def _from_sparse_tensor(adj_t: Any) -> Adjacency:
+    """A SparseTensor `adj_t` ([num_dst, num_src], row-major storage) as an Adjacency."""
+    rows, cols, values = adj_t.coo()
+    num_dst, num_src = adj_t.sparse_sizes()
+    if values is not None and values.dim() not in (1, 2):
+        raise ArgumentError(f"a SparseTensor's values must be [nnz] or [nnz, D], got {tuple(values.shape)}")
+    # the edge list is made once per (row, col) storage pair, as a torch.sparse one per tensor
+    key = ("nn.SparseTensor", cols.data_ptr(), tuple(cols.shape), cols._version)
+    index = graphs.derived(rows, key, lambda: torch.stack([cols, rows]).to(torch.int64))
+    return Adjacency(index, values, (int(num_src), int(num_dst)), Layout.SPARSE_TENSOR, adj_t)
 
 
 def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
@@ -73,12 +107,9 @@ def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
         if adj.dim() != 2 or adj.dense_dim() != 0:
             raise ArgumentError(f"{what}: a sparse adjacency must be 2-D with scalar values, got {tuple(adj.shape)}")
         index, values = graphs.derived(adj, "nn.adjacency", lambda: _from_torch_sparse(adj))
-        return Adjacency(index, values, (int(adj.shape[1]), int(adj.shape[0])))
+        return Adjacency(index, values, (int(adj.shape[1]), int(adj.shape[0])), Layout.TORCH_SPARSE, adj)
     if _is_sparse_tensor(edge_index):
-        adj_t = edge_index
-        rows, cols, values = adj_t.coo()
-        num_dst, num_src = adj_t.sparse_sizes()
-        return Adjacency(torch.stack([cols, rows]), values, (int(num_src), int(num_dst)))
+        return _from_sparse_tensor(edge_index)
     if not isinstance(edge_index, torch.Tensor):
         raise ArgumentError(
             f"{what} must be a [2, E] tensor, a torch.sparse adjacency or a SparseTensor, "
@@ -88,18 +119,49 @@ def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
         raise ArgumentError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise ArgumentError(f"{what} must hold int64 (or int32) vertex ids, got {edge_index.dtype}")
-    return Adjacency(edge_index, None, None)
+    return Adjacency(edge_index, None, None, Layout.EDGE_INDEX, edge_index)
 
 
-def pair(x: Any, what: str = "x") -> tuple[torch.Tensor, torch.Tensor | None]:
+def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
+    """A clear error for features gnnc's kernels cannot take (half precision, integers)."""
+    if x.dtype not in FEATURE_DTYPES:
+        half = (
+            " (half precision is not supported yet, on CPU or CUDA)"
+            if x.dtype in (torch.float16, torch.bfloat16)
+            else ""
+        )
+        raise ArgumentError(f"{layer}: {what} is {x.dtype}: gnnc.nn's layers take float32 or float64 features{half}")
+
+
+def pair(x: Any, layer: str = "", what: str = "x") -> tuple[torch.Tensor, torch.Tensor | None]:
     """`x` as (x_src, x_dst): a tensor is both, a pair is itself (x_dst may be None)."""
     if isinstance(x, torch.Tensor):
+        check_features(x, layer, what)
         return x, x
     if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], torch.Tensor):
         if x[1] is not None and not isinstance(x[1], torch.Tensor):
             raise ArgumentError(f"{what}[1] must be a tensor or None, got {type(x[1]).__name__}")
+        check_features(x[0], layer, f"{what}[0]")
+        if x[1] is not None:
+            check_features(x[1], layer, f"{what}[1]")
         return x[0], x[1]
     raise ArgumentError(f"{what} must be a tensor or a pair (x_src, x_dst), got {type(x).__name__}")
+
+
+def channels(in_channels: Any, layer: str) -> tuple[int, int]:
+    """(source, destination) input channels of an int or a pair; -1 sizes a side by its first input
+    (PyG's lazy initialisation)."""
+    pair = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
+    if (
+        not isinstance(pair, (tuple, list))
+        or len(pair) != 2
+        or any(isinstance(c, bool) or not isinstance(c, int) or (c < 1 and c != -1) for c in pair)
+    ):
+        raise ArgumentError(
+            f"{layer}: in_channels must be a positive integer, -1 (sized by the first input) or a pair of them, "
+            f"got {in_channels!r}"
+        )
+    return int(pair[0]), int(pair[1])
 
 
 def sizes(
@@ -129,8 +191,17 @@ def sizes(
 
 
 def edge_values(adj: Adjacency, edge_weight: torch.Tensor | None, what: str = "edge_weight") -> torch.Tensor | None:
-    """The edge weights of a call: `edge_weight`, else a sparse adjacency's values."""
+    """The edge weights of a call: `edge_weight`, else a sparse adjacency's values.
+
+    PyG ignores `edge_weight` beside a sparse adjacency (its values are the
+    weights): gnnc refuses the pair rather than drop one silently.
+    """
     if edge_weight is not None:
+        if adj.sparse:
+            raise ArgumentError(
+                f"{what} was given with a sparse adjacency ({adj.layout}), whose values are the edge weights: "
+                "pass the weights as its values, or an edge_index with edge_weight"
+            )
         if not isinstance(edge_weight, torch.Tensor):
             raise ArgumentError(f"{what} must be a tensor or None, got {type(edge_weight).__name__}")
         if edge_weight.dim() != 1 or edge_weight.shape[0] != adj.edge_index.shape[1]:
@@ -138,7 +209,30 @@ def edge_values(adj: Adjacency, edge_weight: torch.Tensor | None, what: str = "e
                 f"{what} must have shape [E] = [{adj.edge_index.shape[1]}], got {tuple(edge_weight.shape)}"
             )
         return edge_weight
+    if adj.values is not None and adj.values.dim() != 1:
+        raise ArgumentError(
+            f"the adjacency's values are edge weights here and must be [nnz], got {tuple(adj.values.shape)}"
+        )
     return adj.values
 
 
-__all__ = ["Adjacency", "adjacency", "edge_values", "pair", "sizes"]
+def edge_attributes(adj: Adjacency, edge_attr: torch.Tensor | None) -> torch.Tensor | None:
+    """A call's edge features: `edge_attr`, else a SparseTensor's values (PyG's `propagate`
+    passes those as `edge_attr` when none is given; a torch.sparse adjacency's scalar
+    values it does not)."""
+    if edge_attr is not None or not adj.sparse_tensor:
+        return edge_attr
+    return adj.values
+
+
+__all__ = [
+    "Adjacency",
+    "Layout",
+    "adjacency",
+    "channels",
+    "check_features",
+    "edge_attributes",
+    "edge_values",
+    "pair",
+    "sizes",
+]

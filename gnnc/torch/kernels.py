@@ -262,7 +262,8 @@ def _scalar(value: Any, what: str, dtype: torch.dtype, device: torch.device) -> 
         return value.reshape(())
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ArgumentError(f"{what} is a scalar: expected a number or a tensor, got {type(value).__name__}")
-    return torch.tensor(value, dtype=dtype, device=device)
+    # a factory, not torch.tensor(): made on the device, no host copy first
+    return torch.full((), value, dtype=dtype, device=device)
 
 
 def _restore(source: str, name: str, options: dict[str, Any], file: str) -> Kernel:

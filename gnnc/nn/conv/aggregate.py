@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
+from gnnc.nn import inputs
 from gnnc.nn.kernels import AGGREGATIONS, kernel
 from gnnc.torch.kernels import Kernel
 
@@ -46,8 +47,14 @@ def aggregate(
     return pair[1](edge_index, x, weight.to(x.dtype), size=size)
 
 
+def sparse_weights(adj: inputs.Adjacency) -> torch.Tensor | None:
+    """The edge weights of SAGEConv's and GINConv's aggregation, as PyG's `spmm`: a torch.sparse
+    adjacency's values; none for a SparseTensor (PyG drops its values: `set_value(None)`)."""
+    return adj.values if adj.layout == inputs.Layout.TORCH_SPARSE else None
+
+
 #: Aggregations that commute with a linear map (aggregate then transform = transform then aggregate).
 LINEAR = ("sum", "mean")
 
 
-__all__ = ["LINEAR", "aggregate", "aggregation", "kernels"]
+__all__ = ["LINEAR", "aggregate", "aggregation", "kernels", "sparse_weights"]

@@ -27,21 +27,25 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
+from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
 
 LAYER = "GATConv"
 
 
 class GATConv(nn.Module):
     """PyG's `GATConv(in_channels, out_channels, heads, concat, negative_slope, dropout,
-    add_self_loops, edge_dim, fill_value, bias, residual)`.
+    add_self_loops, edge_dim, fill_value, bias, residual, **kwargs)`.
 
     `forward(x, edge_index, edge_attr=None, size=None, return_attention_weights=None)`;
     `x` may be a pair `(x_src, x_dst)` (x_dst may be None), `edge_index` a
-    torch.sparse adjacency. Parameters as PyG's: `lin.weight` (or `lin_src.weight`
-    and `lin_dst.weight` for a pair of in_channels), `att_src`, `att_dst`
-    `[1, heads, out_channels]`, `lin_edge.weight` and `att_edge` with `edge_dim`,
-    `res.weight` with `residual`, `bias`.
+    torch.sparse adjacency or a SparseTensor. Parameters as PyG's: `lin.weight`
+    (or `lin_src.weight` and `lin_dst.weight` for a pair of in_channels), `att_src`,
+    `att_dst` `[1, heads, out_channels]`, `lin_edge.weight` and `att_edge` with
+    `edge_dim`, `res.weight` with `residual`, `bias`. `in_channels=-1` sizes the
+    projections by the first input (PyG's lazy initialisation).
     """
 
     def __init__(
@@ -57,52 +61,71 @@ class GATConv(nn.Module):
         fill_value: float | torch.Tensor | str = "mean",
         bias: bool = True,
         residual: bool = False,
+        **kwargs: Any,
     ):
         super().__init__()
-        src_channels, dst_channels = attention.channels(in_channels, LAYER)
+        check_options(LAYER, kwargs, node_dim=False)
+        src_channels, dst_channels = inputs.channels(in_channels, LAYER)
         attention.check_heads(heads, out_channels)
         attention.check_fill_value(fill_value, LAYER)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope = concat, negative_slope
-        self.dropout = attention.check_dropout(dropout)
+        self.dropout = attention.check_dropout(dropout, LAYER)
         self.add_self_loops, self.edge_dim = add_self_loops, edge_dim
         self.fill_value, self.residual = fill_value, residual
         self._slope = attention.slope(negative_slope)
         width = heads * out_channels
-        self.lin: nn.Linear | None = None
-        self.lin_src: nn.Linear | None = None
-        self.lin_dst: nn.Linear | None = None
+        self.lin: Linear | None = None
+        self.lin_src: Linear | None = None
+        self.lin_dst: Linear | None = None
         if isinstance(in_channels, int):
-            self.lin = nn.Linear(in_channels, width, bias=False)
+            self.lin = Linear(in_channels, width, bias=False, weight_initializer="glorot")
         else:
-            self.lin_src = nn.Linear(src_channels, width, bias=False)
-            self.lin_dst = nn.Linear(dst_channels, width, bias=False)
+            self.lin_src = Linear(src_channels, width, bias=False, weight_initializer="glorot")
+            self.lin_dst = Linear(dst_channels, width, bias=False, weight_initializer="glorot")
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
-        self.lin_edge: nn.Linear | None = None
+        self.lin_edge: Linear | None = None
         self.att_edge: nn.Parameter | None = None
         if edge_dim is not None:
-            self.lin_edge = nn.Linear(edge_dim, width, bias=False)
+            self.lin_edge = Linear(edge_dim, width, bias=False, weight_initializer="glorot")
             self.att_edge = nn.Parameter(torch.empty(1, heads, out_channels))
         total = out_channels * (heads if concat else 1)
-        self.res = nn.Linear(dst_channels, total, bias=False) if residual else None
+        self.res = Linear(dst_channels, total, bias=False, weight_initializer="glorot") if residual else None
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
+        # every kernel a call may need, made now: torch.compile cannot trace making one
+        self._kernels = {
+            v: attention.compiled(self._config(*v))
+            for v in attention.variants(add_self_loops, self.dropout > 0.0, edge_dim is not None)
+        }
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
             if lin is not None:
-                glorot(lin.weight)
+                lin.reset_parameters()
         glorot(self.att_src)
         glorot(self.att_dst)
         glorot(self.att_edge)
         zeros(self.bias)
 
-    def _project(self, x: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, bool]:
-        """(h_src, h_dst, residual, bipartite): the linear transforms of x, as PyG's."""
+    def _config(self, kind: LoopKind, mask: bool, weights: bool, edge: bool) -> attention.Config:
+        return attention.Config(
+            name="gat_conv",
+            params=("h: f32[V, H, F]", "a_src: f32[V, H]", "a_dst: f32[V, H]"),
+            edge_params=("a_edge: f32[E, H]",) if edge else (),
+            score=f"leaky_relu(a_src[u] + a_dst[v]{' + a_edge[e]' if edge else ''}, {self._slope})",
+            message="h[u]",
+            mask=mask,
+            weights=weights,
+            **attention.loop_fields(kind, "h[v]"),
+        )
+
+    def _project(
+        self, x_src: torch.Tensor, x_dst: torch.Tensor | None, bipartite: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(h_src, h_dst, residual): the linear transforms of x, as PyG's."""
         H, C = self.heads, self.out_channels
-        x_src, x_dst = inputs.pair(x)
-        bipartite = not isinstance(x, torch.Tensor)
         if x_src.dim() != 2 or (x_dst is not None and x_dst.dim() != 2):
             raise ArgumentError(f"{LAYER}: x must be [num_nodes, in_channels] (static graphs are not supported)")
         lin_src = self.lin if self.lin is not None else self.lin_src
@@ -111,9 +134,9 @@ class GATConv(nn.Module):
         res = self.res(x_dst) if self.res is not None and x_dst is not None else None
         h_src = lin_src(x_src).view(-1, H, C)
         if not bipartite and self.lin is not None:
-            return h_src, h_src, res, bipartite
+            return h_src, h_src, res
         h_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
-        return h_src, h_dst, res, bipartite
+        return h_src, h_dst, res
 
     def forward(
         self,
@@ -125,63 +148,57 @@ class GATConv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
-        x_src, x_dst = inputs.pair(x)
-        h_src, h_dst, res, bipartite = self._project(x)
+        x_src, x_dst = inputs.pair(x, LAYER)
+        bipartite = not isinstance(x, torch.Tensor)
+        h_src, h_dst, res = self._project(x_src, x_dst, bipartite)
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, size, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]
-        dtype = h_src.dtype
         a_src = (h_src * self.att_src).sum(-1)
         a_dst = (h_dst * self.att_dst).sum(-1) if h_dst is not None else h_src.new_zeros(num_dst, H)
-        ea = a_edge = None
-        if edge_attr is not None and self.lin_edge is not None:
-            assert self.edge_dim is not None and self.att_edge is not None
-            ea = attention.edge_features(edge_attr, num_edges, self.edge_dim, LAYER)
-            a_edge = (self.lin_edge(ea.to(dtype)).view(-1, H, C) * self.att_edge).sum(-1)
-        lp = attention.loops(edges, num_src, num_dst, dtype) if self.add_self_loops else None
+        if edge_attr is not None and self.lin_edge is None:
+            raise ArgumentError(
+                f"{LAYER}: edge_attr needs a layer built with edge_dim (PyG ignores it there; "
+                "gnnc refuses rather than drop the features silently)"
+            )
+        ea = inputs.edge_attributes(adj, edge_attr) if self.lin_edge is not None else None
+        a_edge = None
+        if ea is not None and self.lin_edge is not None and self.att_edge is not None:
+            assert self.edge_dim is not None
+            ea = attention.edge_features(ea, num_edges, self.edge_dim, LAYER).to(h_src.dtype)
+            a_edge = (self.lin_edge(ea).view(-1, H, C) * self.att_edge).sum(-1)
+        kind = attention.loop_kind(self.add_self_loops, num_src, num_dst)
+        lp = attention.loops(edges, num_src, num_dst, h_src.dtype) if kind != LoopKind.NONE else None
         drop = self.training and self.dropout > 0.0
-        config = attention.Config(
-            name="gat_conv",
-            params=("h: f32[V, H, F]", "a_src: f32[V, H]", "a_dst: f32[V, H]"),
-            edge_params=("a_edge: f32[E, H]",) if a_edge is not None else (),
-            score=f"leaky_relu(a_src[u] + a_dst[v]{' + a_edge[e]' if a_edge is not None else ''}, {self._slope})",
-            message="h[u]",
-            loop_message="h[v]" if num_src == num_dst else "hl[v]",
-            loop_params=() if num_src == num_dst else ("hl: f32[V, H, F]",),
-            loops="none" if lp is None else ("some" if lp.some else "all"),
-            mask=drop,
-            weights=bool(return_attention_weights),
-        )
+        weights = bool(return_attention_weights)
+        ranks = attention.pyg_ranks(edges, lp, adj.sparse, num_src) if lp is not None and (drop or weights) else None
         args: list[torch.Tensor] = [h_src, a_src, a_dst] + ([a_edge] if a_edge is not None else [])
-        mask = mloop = None
-        if drop:
-            mask, mloop = attention.dropout_masks(lp, num_edges, H, self.dropout, dtype)
-        if lp is None:
-            args += [mask] if mask is not None else []
-        else:
+        if lp is not None:
             n = lp.count
             raw = a_src[:n] + a_dst[:n]
             if a_edge is not None:
                 assert ea is not None and self.lin_edge is not None
-                loop_ea = attention.loop_attr(edges, ea.to(dtype), lp, self.fill_value)
+                loop_ea = attention.loop_attr(edges, ea, lp, self.fill_value)
                 raw = raw + (self.lin_edge(loop_ea).view(-1, H, C) * self.att_edge).sum(-1)
-            if num_src != num_dst:  # the loop's message, a row per destination
+            if kind != LoopKind.SQUARE:  # the loop's message, a row per destination
                 args.append(lp.pad(h_src[:n]))
             args += [lp.pad(F.leaky_relu(raw, self.negative_slope)), lp.keep]
-            if lp.some:
-                args.append(lp.has(dtype))
-            if mask is not None and mloop is not None:
-                args += [mask, mloop]
-        result = attention.compiled(config)(edges, *args, size=(num_src, num_dst))
-        out = result.out if config.weights else result
+            if kind == LoopKind.FEWER_SOURCES:
+                args.append(lp.has(h_src.dtype))
+        if drop:
+            mask, mloop = attention.dropout_masks(lp, ranks, num_edges, H, self.dropout, h_src)
+            args += [mask] if mloop is None else [mask, mloop]
+        kernel = self._kernels[(kind, drop, weights, a_edge is not None)]
+        result = kernel(edges, *args, size=(num_src, num_dst))
+        out = result.out if weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
-        if not return_attention_weights:
+        if not weights:
             return out
-        return out, attention.returned_weights(result, adj.sparse, edges, lp, num_src, num_dst)
+        return out, attention.returned_weights(result, adj, lp, ranks, num_src, num_dst)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -19,7 +19,6 @@ in `GATConv` (`gnnc.nn.attention`).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -28,20 +27,24 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
+from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
 
 LAYER = "GATv2Conv"
 
 
 class GATv2Conv(nn.Module):
     """PyG's `GATv2Conv(in_channels, out_channels, heads, concat, negative_slope, dropout,
-    add_self_loops, edge_dim, fill_value, bias, share_weights, residual)`.
+    add_self_loops, edge_dim, fill_value, bias, share_weights, residual, **kwargs)`.
 
     `forward(x, edge_index, edge_attr=None, return_attention_weights=None)`;
     `x` may be a pair `(x_src, x_dst)` (both tensors, as PyG). Parameters as
     PyG's: `lin_l` and `lin_r` (weights and biases; one module twice with
     `share_weights`), `att` `[1, heads, out_channels]`, `lin_edge.weight` with
-    `edge_dim`, `res.weight` with `residual`, `bias`.
+    `edge_dim`, `res.weight` with `residual`, `bias`. `in_channels=-1` sizes
+    the projections by the first input.
     """
 
     def __init__(
@@ -58,40 +61,59 @@ class GATv2Conv(nn.Module):
         bias: bool = True,
         share_weights: bool = False,
         residual: bool = False,
+        **kwargs: Any,
     ):
         super().__init__()
-        src_channels, dst_channels = attention.channels(in_channels, LAYER)
+        check_options(LAYER, kwargs, node_dim=False)
+        src_channels, dst_channels = inputs.channels(in_channels, LAYER)
         attention.check_heads(heads, out_channels)
         attention.check_fill_value(fill_value, LAYER)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope = concat, negative_slope
-        self.dropout = attention.check_dropout(dropout)
+        self.dropout = attention.check_dropout(dropout, LAYER)
         self.add_self_loops, self.edge_dim = add_self_loops, edge_dim
         self.fill_value, self.residual, self.share_weights = fill_value, residual, share_weights
         self._slope = attention.slope(negative_slope)
         width = heads * out_channels
-        self.lin_l = nn.Linear(src_channels, width, bias=bias)
+        self.lin_l = Linear(src_channels, width, bias=bias, weight_initializer="glorot")
         # PyG's share_weights: one module under both names (both appear in the state_dict)
-        self.lin_r = self.lin_l if share_weights else nn.Linear(dst_channels, width, bias=bias)
+        self.lin_r = (
+            self.lin_l if share_weights else Linear(dst_channels, width, bias=bias, weight_initializer="glorot")
+        )
         self.att = nn.Parameter(torch.empty(1, heads, out_channels))
-        self.lin_edge: nn.Linear | None = nn.Linear(edge_dim, width, bias=False) if edge_dim is not None else None
+        self.lin_edge: Linear | None = None
+        if edge_dim is not None:
+            self.lin_edge = Linear(edge_dim, width, bias=False, weight_initializer="glorot")
         total = out_channels * (heads if concat else 1)
-        self.res = nn.Linear(dst_channels, total, bias=False) if residual else None
+        self.res = Linear(dst_channels, total, bias=False, weight_initializer="glorot") if residual else None
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
+        # every kernel a call may need, made now: torch.compile cannot trace making one
+        self._kernels = {
+            v: attention.compiled(self._config(*v))
+            for v in attention.variants(add_self_loops, self.dropout > 0.0, edge_dim is not None)
+        }
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for lin in (self.lin_l, self.lin_r):
-            glorot(lin.weight)
-            if lin.bias is not None:  # PyG's Linear: uniform in +-1/sqrt(in_features)
-                bound = 1.0 / math.sqrt(lin.in_features)
-                with torch.no_grad():
-                    lin.bias.uniform_(-bound, bound)
+        self.lin_l.reset_parameters()
+        self.lin_r.reset_parameters()
         for extra in (self.lin_edge, self.res):
             if extra is not None:
-                glorot(extra.weight)
+                extra.reset_parameters()
         glorot(self.att)
         zeros(self.bias)
+
+    def _config(self, kind: LoopKind, mask: bool, weights: bool, edge: bool) -> attention.Config:
+        return attention.Config(
+            name="gatv2_conv",
+            params=("xl: f32[V, H, F]", "xr: f32[V, H, F]", "att: f32[H, F]"),
+            edge_params=("ea: f32[E, H, F]",) if edge else (),
+            score=f"dot(leaky_relu(xl[u] + xr[v]{' + ea[e]' if edge else ''}, {self._slope}), att)",
+            message="xl[u]",
+            mask=mask,
+            weights=weights,
+            **attention.loop_fields(kind, "xl[v]"),
+        )
 
     def forward(
         self,
@@ -102,7 +124,7 @@ class GATv2Conv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
-        x_src, x_dst = inputs.pair(x)
+        x_src, x_dst = inputs.pair(x, LAYER)
         if x_dst is None:
             raise ArgumentError(f"{LAYER}: x must be a tensor or a pair of tensors (x_src, x_dst), not (x_src, None)")
         if x_src.dim() != 2 or x_dst.dim() != 2:
@@ -114,58 +136,50 @@ class GATv2Conv(nn.Module):
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, None, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]
-        dtype = xl.dtype
-        ea = None
-        if edge_attr is not None and self.lin_edge is not None:
+        if edge_attr is not None and self.lin_edge is None:
+            raise ArgumentError(
+                f"{LAYER}: edge_attr needs a layer built with edge_dim (PyG ignores it there; "
+                "gnnc refuses rather than drop the features silently)"
+            )
+        ea = inputs.edge_attributes(adj, edge_attr) if self.lin_edge is not None else None
+        if ea is not None:
             assert self.edge_dim is not None
-            ea = attention.edge_features(edge_attr, num_edges, self.edge_dim, LAYER).to(dtype)
-        lp = attention.loops(edges, num_src, num_dst, dtype) if self.add_self_loops else None
+            ea = attention.edge_features(ea, num_edges, self.edge_dim, LAYER).to(xl.dtype)
+        kind = attention.loop_kind(self.add_self_loops, num_src, num_dst)
+        lp = attention.loops(edges, num_src, num_dst, xl.dtype) if kind != LoopKind.NONE else None
         drop = self.training and self.dropout > 0.0
-        config = attention.Config(
-            name="gatv2_conv",
-            params=("xl: f32[V, H, F]", "xr: f32[V, H, F]", "att: f32[H, F]"),
-            edge_params=("ea: f32[E, H, F]",) if ea is not None else (),
-            score=f"dot(leaky_relu(xl[u] + xr[v]{' + ea[e]' if ea is not None else ''}, {self._slope}), att)",
-            message="xl[u]",
-            loop_message="xl[v]" if num_src == num_dst else "hl[v]",
-            loop_params=() if num_src == num_dst else ("hl: f32[V, H, F]",),
-            loops="none" if lp is None else ("some" if lp.some else "all"),
-            mask=drop,
-            weights=bool(return_attention_weights),
-        )
+        weights = bool(return_attention_weights)
+        ranks = attention.pyg_ranks(edges, lp, adj.sparse, num_src) if lp is not None and (drop or weights) else None
         att = self.att.view(H, C)
         args: list[torch.Tensor] = [xl, xr, att]
         if ea is not None:
             assert self.lin_edge is not None
             args.append(self.lin_edge(ea).view(-1, H, C))
-        mask = mloop = None
-        if drop:
-            mask, mloop = attention.dropout_masks(lp, num_edges, H, self.dropout, dtype)
-        if lp is None:
-            args += [mask] if mask is not None else []
-        else:
+        if lp is not None:
             n = lp.count
             raw = xl[:n] + xr[:n]
             if ea is not None:
                 assert self.lin_edge is not None
                 raw = raw + self.lin_edge(attention.loop_attr(edges, ea, lp, self.fill_value)).view(-1, H, C)
-            if num_src != num_dst:  # the loop's message, a row per destination
+            if kind != LoopKind.SQUARE:  # the loop's message, a row per destination
                 args.append(lp.pad(xl[:n]))
             args += [lp.pad((F.leaky_relu(raw, self.negative_slope) * att).sum(-1)), lp.keep]
-            if lp.some:
-                args.append(lp.has(dtype))
-            if mask is not None and mloop is not None:
-                args += [mask, mloop]
-        result = attention.compiled(config)(edges, *args, size=(num_src, num_dst))
-        out = result.out if config.weights else result
+            if kind == LoopKind.FEWER_SOURCES:
+                args.append(lp.has(xl.dtype))
+        if drop:
+            mask, mloop = attention.dropout_masks(lp, ranks, num_edges, H, self.dropout, xl)
+            args += [mask] if mloop is None else [mask, mloop]
+        kernel = self._kernels[(kind, drop, weights, ea is not None)]
+        result = kernel(edges, *args, size=(num_src, num_dst))
+        out = result.out if weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
-        if not return_attention_weights:
+        if not weights:
             return out
-        return out, attention.returned_weights(result, adj.sparse, edges, lp, num_src, num_dst)
+        return out, attention.returned_weights(result, adj, lp, ranks, num_src, num_dst)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -24,8 +24,10 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs, self_loops
-from gnnc.nn.init import glorot, zeros
+from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
 
 NORMALIZED = """
 kernel gcn_conv(x: f32[V, F], w: f32[E], loop: f32[V]) -> f32[V, F] {
@@ -39,6 +41,8 @@ kernel gcn_conv_weighted(x: f32[V, F], w: f32[E]) -> f32[V, F] {
     out[v] = sum(w[e] * x[u])
 }
 """
+LAYER = "GCNConv"
+
 PLAIN = """
 kernel gcn_conv_plain(x: f32[V, F]) -> f32[V, F] {
     out[v] = sum(x[u])
@@ -47,11 +51,12 @@ kernel gcn_conv_plain(x: f32[V, F]) -> f32[V, F] {
 
 
 class GCNConv(nn.Module):
-    """PyG's `GCNConv(in_channels, out_channels, improved, cached, add_self_loops, normalize, bias)`.
+    """PyG's `GCNConv(in_channels, out_channels, improved, cached, add_self_loops, normalize, bias, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; `edge_index` may be a
-    torch.sparse adjacency `adj_t` (its values are the weights). Parameters
-    `lin.weight` `[out, in]` and `bias` `[out]`, as PyG's.
+    torch.sparse adjacency or a SparseTensor `adj_t` (its values are the
+    weights). Parameters `lin.weight` `[out, in]` and `bias` `[out]`, as
+    PyG's; `in_channels=-1` sizes `lin` by the first input.
     """
 
     def __init__(
@@ -63,8 +68,12 @@ class GCNConv(nn.Module):
         add_self_loops: bool | None = None,
         normalize: bool = True,
         bias: bool = True,
+        **kwargs: Any,
     ):
         super().__init__()
+        check_options(LAYER, kwargs)
+        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or (in_channels < 1 and in_channels != -1):
+            raise ArgumentError(f"{LAYER}: in_channels must be a positive integer or -1 (lazy), got {in_channels!r}")
         if add_self_loops is None:
             add_self_loops = normalize
         if add_self_loops and not normalize:
@@ -79,12 +88,12 @@ class GCNConv(nn.Module):
             self._normalized = kernel(NORMALIZED, "gcn_conv")
         else:
             self._plain, self._weighted = kernel(PLAIN, "gcn_conv_plain"), kernel(WEIGHTED, "gcn_conv_weighted")
-        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        glorot(self.lin.weight)
+        self.lin.reset_parameters()
         zeros(self.bias)
         self._cached = None
 
@@ -98,23 +107,20 @@ class GCNConv(nn.Module):
         weight = inputs.edge_values(adj, edge_weight)
         if weight is not None:
             weight = weight.to(dtype)
-        num_edges = adj.edge_index.shape[1]
-        if not self.add_self_loops:
-            return self_loops.no_loops(weight, num_edges, num_nodes, dtype)
         # PyG 2.8 fills remaining loops with 2 only for a weighted graph: without
         # edge_weight its loops weigh 1, improved or not; same outputs here
         fill = 2.0 if self.improved and (weight is not None or adj.sparse) else 1.0
-        if adj.sparse:  # PyG's add_self_loops for torch.sparse: one more loop per vertex
-            return self_loops.appended_loops(weight, num_edges, num_nodes, fill, dtype)
-        return self_loops.remaining_loops(adj.edge_index, weight, num_nodes, fill, dtype)
+        return self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("GCNConv does not support bipartite message passing: x must be one tensor")
+        inputs.check_features(x, LAYER)
         adj = inputs.adjacency(edge_index)
         num_nodes = x.shape[0]
         inputs.sizes(adj, x, x, None, bipartite=False)
-        widen = self.out_channels > self.in_channels
+        # the product runs on the narrower side of the aggregation: the same result, fewer flops
+        widen = self.out_channels > x.shape[-1]
         if not widen:
             x = self.lin(x)
         if self.normalize:

@@ -21,8 +21,11 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
+from gnnc.nn.conv.aggregate import sparse_weights
 from gnnc.nn.init import reset
 from gnnc.nn.kernels import kernel
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
 
 GIN = """
 kernel gin_conv(x: f32[V, F], eps: f32) -> f32[V, F] {
@@ -37,6 +40,22 @@ kernel gin_conv_pair(xs: f32[V, F], xd: f32[V, F], eps: f32) -> f32[V, F] {
 GIN_NO_ROOT = """
 kernel gin_conv_no_root(xs: f32[V, F]) -> f32[V, F] {
     out[v] = sum(xs[u])
+}
+"""
+# a torch.sparse adjacency's values weigh the sum (PyG's spmm)
+GIN_WEIGHTED = """
+kernel gin_conv_weighted(x: f32[V, F], w: f32[E], eps: f32) -> f32[V, F] {
+    out[v] = (1 + eps) * x[v] + sum(w[e] * x[u])
+}
+"""
+GIN_PAIR_WEIGHTED = """
+kernel gin_conv_pair_weighted(xs: f32[V, F], xd: f32[V, F], w: f32[E], eps: f32) -> f32[V, F] {
+    out[v] = (1 + eps) * xd[v] + sum(w[e] * xs[u])
+}
+"""
+GIN_NO_ROOT_WEIGHTED = """
+kernel gin_conv_no_root_weighted(xs: f32[V, F], w: f32[E]) -> f32[V, F] {
+    out[v] = sum(w[e] * xs[u])
 }
 """
 GINE = """
@@ -54,8 +73,13 @@ kernel gine_conv_no_root(xs: f32[V, F], ea: f32[E, F]) -> f32[V, F] {
 class _GIN(nn.Module):
     """What GINConv and GINEConv share: `nn`, `eps` (a buffer, or a parameter with train_eps)."""
 
-    def __init__(self, nn_module: nn.Module, eps: float, train_eps: bool):
+    def __init__(self, nn_module: Any, eps: float, train_eps: bool, layer: str, options: dict[str, Any]):
         super().__init__()
+        check_options(layer, options)
+        if not callable(nn_module):
+            raise ArgumentError(f"{layer}: nn must be a module (or a callable), got {type(nn_module).__name__}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise ArgumentError(f"{layer}: eps must be a number, got {eps!r}")
         self.nn = nn_module
         self.initial_eps = eps
         if train_eps:
@@ -73,52 +97,70 @@ class _GIN(nn.Module):
 
 
 class GINConv(_GIN):
-    """PyG's `GINConv(nn, eps=0.0, train_eps=False)`: `nn((1 + eps) * x + sum of neighbours)`.
+    """PyG's `GINConv(nn, eps=0.0, train_eps=False, **kwargs)`: `nn((1 + eps) * x + sum of neighbours)`.
 
     `forward(x, edge_index, size=None)`; parameters `eps` (`[1]`, a buffer
-    unless train_eps) and `nn.*`.
+    unless train_eps) and `nn.*`. A torch.sparse adjacency's values weigh
+    the sum, a SparseTensor's do not (as PyG).
     """
 
-    def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False):
-        super().__init__(nn, eps, train_eps)
+    def __init__(self, nn: Any, eps: float = 0.0, train_eps: bool = False, **kwargs: Any):
+        super().__init__(nn, eps, train_eps, "GINConv", kwargs)
         self._square = kernel(GIN, "gin_conv")
         self._pair = kernel(GIN_PAIR, "gin_conv_pair")
         self._no_root = kernel(GIN_NO_ROOT, "gin_conv_no_root")
+        self._square_weighted = kernel(GIN_WEIGHTED, "gin_conv_weighted")
+        self._pair_weighted = kernel(GIN_PAIR_WEIGHTED, "gin_conv_pair_weighted")
+        self._no_root_weighted = kernel(GIN_NO_ROOT_WEIGHTED, "gin_conv_no_root_weighted")
         self.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x)
+        x_src, x_dst = inputs.pair(x, "GINConv")
         adj = inputs.adjacency(edge_index)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         eps = self.eps.to(x_src.dtype)
+        w = sparse_weights(adj)
+        edges = adj.edge_index
+        if w is not None:
+            w = w.to(x_src.dtype)
         if isinstance(x, torch.Tensor) and size is None:
-            out = self._square(adj.edge_index, x, eps, size=sizes)
+            if w is None:
+                out = self._square(edges, x, eps, size=sizes)
+            else:
+                out = self._square_weighted(edges, x, w, eps, size=sizes)
         elif x_dst is None:
-            out = self._no_root(adj.edge_index, x_src, size=sizes)
+            if w is None:
+                out = self._no_root(edges, x_src, size=sizes)
+            else:
+                out = self._no_root_weighted(edges, x_src, w, size=sizes)
+        elif w is None:
+            out = self._pair(edges, x_src, x_dst, eps, size=sizes)
         else:
-            out = self._pair(adj.edge_index, x_src, x_dst, eps, size=sizes)
+            out = self._pair_weighted(edges, x_src, x_dst, w, eps, size=sizes)
         return self.nn(out)
 
 
 class GINEConv(_GIN):
-    """PyG's `GINEConv(nn, eps=0.0, train_eps=False, edge_dim=None)`:
+    """PyG's `GINEConv(nn, eps=0.0, train_eps=False, edge_dim=None, **kwargs)`:
     `nn((1 + eps) * x + sum of relu(x_j + edge_attr))`.
 
     `forward(x, edge_index, edge_attr, size=None)`; with `edge_dim`, `lin`
     maps edge_attr to the input width (taken from `nn`'s first layer, as PyG).
+    A SparseTensor's values are the edge features when edge_attr is None (as PyG).
     """
 
-    def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False, edge_dim: int | None = None):
-        super().__init__(nn, eps, train_eps)
+    def __init__(self, nn: Any, eps: float = 0.0, train_eps: bool = False, edge_dim: int | None = None, **kwargs: Any):
+        super().__init__(nn, eps, train_eps, "GINEConv", kwargs)
         self._root = kernel(GINE, "gine_conv")
         self._no_root = kernel(GINE_NO_ROOT, "gine_conv_no_root")
-        self.lin: torch.nn.Linear | None = None
+        self.edge_dim = edge_dim
+        self.lin: Linear | None = None
         if edge_dim is not None:
             first = nn[0] if isinstance(nn, torch.nn.Sequential) else nn
             in_channels: Any = getattr(first, "in_features", getattr(first, "in_channels", None))
             if not isinstance(in_channels, int):
                 raise ArgumentError("GINEConv: could not infer input channels from `nn`")
-            self.lin = torch.nn.Linear(edge_dim, int(in_channels))
+            self.lin = Linear(edge_dim, int(in_channels))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -127,9 +169,10 @@ class GINEConv(_GIN):
             self.lin.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, edge_attr: torch.Tensor | None = None, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x)
+        x_src, x_dst = inputs.pair(x, "GINEConv")
         adj = inputs.adjacency(edge_index)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
+        edge_attr = inputs.edge_attributes(adj, edge_attr)
         if edge_attr is None:
             raise ArgumentError("GINEConv needs edge_attr")
         if edge_attr.dim() == 1:
@@ -143,6 +186,7 @@ class GINEConv(_GIN):
             )
         if self.lin is not None:
             edge_attr = self.lin(edge_attr)
+        edge_attr = edge_attr.to(x_src.dtype)
         if x_dst is None:
             out = self._no_root(adj.edge_index, x_src, edge_attr, size=sizes)
         else:

@@ -14,29 +14,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
+
+LAYER = "GraphConv"
 
 
 class GraphConv(nn.Module):
-    """PyG's `GraphConv(in_channels, out_channels, aggr="add", bias=True)`.
+    """PyG's `GraphConv(in_channels, out_channels, aggr="add", bias=True, **kwargs)`.
 
-    `forward(x, edge_index, edge_weight=None, size=None)`. Parameters
-    `lin_rel` (with the bias) and `lin_root` (no bias).
+    `forward(x, edge_index, edge_weight=None, size=None)`; a sparse
+    adjacency's values are the weights. Parameters `lin_rel` (with the bias)
+    and `lin_root` (no bias); `in_channels=-1` sizes them by the first input.
     """
 
-    def __init__(self, in_channels: int | tuple[int, int], out_channels: int, aggr: str = "add", bias: bool = True):
+    def __init__(
+        self, in_channels: int | tuple[int, int], out_channels: int, aggr: str = "add", bias: bool = True, **kwargs: Any
+    ):
         super().__init__()
+        check_options(LAYER, kwargs, aggr=None)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
-        self._aggr = aggregation(aggr, "GraphConv")
+        self._aggr = aggregation(aggr, LAYER)
         self._kernels = kernels(self._aggr)
-        src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
-        if src <= 0 or dst <= 0:
-            raise ArgumentError("GraphConv: lazy initialisation (in_channels=-1) is not supported by gnnc.nn")
-        self.lin_rel = nn.Linear(src, out_channels, bias=bias)
-        self.lin_root = nn.Linear(dst, out_channels, bias=False)
+        src, dst = inputs.channels(in_channels, LAYER)
+        self.lin_rel = Linear(src, out_channels, bias=bias)
+        self.lin_root = Linear(dst, out_channels, bias=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -46,11 +51,11 @@ class GraphConv(nn.Module):
     def forward(
         self, x: Any, edge_index: Any, edge_weight: torch.Tensor | None = None, size: Any = None
     ) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x)
+        x_src, x_dst = inputs.pair(x, LAYER)
         adj = inputs.adjacency(edge_index)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = inputs.edge_values(adj, edge_weight)
-        if self._aggr in LINEAR and self.out_channels < x_src.shape[1]:
+        if self._aggr in LINEAR and not self.lin_rel.lazy and self.out_channels < x_src.shape[1]:
             out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
             if self.lin_rel.bias is not None:
                 out = out + self.lin_rel.bias

@@ -15,16 +15,21 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
+from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels, sparse_weights
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
+
+LAYER = "SAGEConv"
 
 
 class SAGEConv(nn.Module):
-    """PyG's `SAGEConv(in_channels, out_channels, aggr="mean", normalize, root_weight, project, bias)`.
+    """PyG's `SAGEConv(in_channels, out_channels, aggr="mean", normalize, root_weight, project, bias, **kwargs)`.
 
     `forward(x, edge_index, size=None)`; x may be a pair `(x_src, x_dst)`
     (x_dst None: no root term). Parameters `lin_l` (with the bias), `lin_r`
     (no bias) and, with `project=True`, `lin`. aggr: "mean", "sum"/"add",
     "max", "min" (PyG's lists and Aggregation modules are not supported).
+    `in_channels=-1` (or -1 in a pair) sizes the layer by the first input.
     """
 
     def __init__(
@@ -36,21 +41,23 @@ class SAGEConv(nn.Module):
         root_weight: bool = True,
         project: bool = False,
         bias: bool = True,
+        **kwargs: Any,
     ):
         super().__init__()
+        check_options(LAYER, kwargs, aggr=None)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
-        self._aggr = aggregation(aggr, "SAGEConv")
+        self._aggr = aggregation(aggr, LAYER)
         self._kernels = kernels(self._aggr)
         self.normalize, self.root_weight, self.project = normalize, root_weight, project
-        src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
-        if src <= 0 or dst <= 0:
-            raise ArgumentError("SAGEConv: lazy initialisation (in_channels=-1) is not supported by gnnc.nn")
+        src, dst = inputs.channels(in_channels, LAYER)
         if project:
-            self.lin = nn.Linear(src, src, bias=True)
-        self.lin_l = nn.Linear(src, out_channels, bias=bias)
+            if src <= 0:
+                raise ArgumentError(f"'{LAYER}' does not support lazy initialization with `project=True`")
+            self.lin = Linear(src, src, bias=True)
+        self.lin_l = Linear(src, out_channels, bias=bias)
         if root_weight:
-            self.lin_r = nn.Linear(dst, out_channels, bias=False)
+            self.lin_r = Linear(dst, out_channels, bias=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -59,17 +66,18 @@ class SAGEConv(nn.Module):
                 getattr(self, name).reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
-        x_src, x_dst = inputs.pair(x)
+        x_src, x_dst = inputs.pair(x, LAYER)
         adj = inputs.adjacency(edge_index)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
+        weight = sparse_weights(adj)
         if self.project:
             x_src = self.lin(x_src).relu()
-        if self._aggr in LINEAR and self.out_channels < x_src.shape[1]:
-            out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes)
+        if self._aggr in LINEAR and not self.lin_l.lazy and self.out_channels < x_src.shape[1]:
+            out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes, weight)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes))
+            out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)
         if self.normalize:

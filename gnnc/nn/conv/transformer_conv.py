@@ -25,19 +25,23 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
+from gnnc.nn.attention import LoopKind
+from gnnc.nn.linear import Linear
+from gnnc.nn.message_passing import check_options
 
 LAYER = "TransformerConv"
 
 
 class TransformerConv(nn.Module):
     """PyG's `TransformerConv(in_channels, out_channels, heads, concat, beta, dropout,
-    edge_dim, bias, root_weight)`.
+    edge_dim, bias, root_weight, **kwargs)`.
 
     `forward(x, edge_index, edge_attr=None, return_attention_weights=None)`;
     `x` may be a pair `(x_src, x_dst)`. Parameters as PyG's: `lin_key`,
     `lin_query`, `lin_value`, `lin_skip` (weights and biases), `lin_edge.weight`
     with `edge_dim`, `lin_beta.weight` with `beta`. As PyG, any bool
     `return_attention_weights` (False included) returns `(out, (edge_index, alpha))`.
+    `in_channels=-1` sizes the projections by the first input.
     """
 
     def __init__(
@@ -51,30 +55,49 @@ class TransformerConv(nn.Module):
         edge_dim: int | None = None,
         bias: bool = True,
         root_weight: bool = True,
+        **kwargs: Any,
     ):
         super().__init__()
-        src_channels, dst_channels = attention.channels(in_channels, LAYER)
+        check_options(LAYER, kwargs, node_dim=False)
+        src_channels, dst_channels = inputs.channels(in_channels, LAYER)
         attention.check_heads(heads, out_channels)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.beta = beta and root_weight
         self.root_weight, self.concat = root_weight, concat
-        self.dropout = attention.check_dropout(dropout)
+        self.dropout = attention.check_dropout(dropout, LAYER)
         self.edge_dim = edge_dim
         width = heads * out_channels
-        self.lin_key = nn.Linear(src_channels, width, bias=bias)
-        self.lin_query = nn.Linear(dst_channels, width, bias=bias)
-        self.lin_value = nn.Linear(src_channels, width, bias=bias)
-        self.lin_edge = nn.Linear(edge_dim, width, bias=False) if edge_dim is not None else None
+        self.lin_key = Linear(src_channels, width, bias=bias)
+        self.lin_query = Linear(dst_channels, width, bias=bias)
+        self.lin_value = Linear(src_channels, width, bias=bias)
+        self.lin_edge = Linear(edge_dim, width, bias=False) if edge_dim is not None else None
         skip = width if concat else out_channels
-        self.lin_skip = nn.Linear(dst_channels, skip, bias=bias)
-        self.lin_beta = nn.Linear(3 * skip, 1, bias=False) if self.beta else None
+        self.lin_skip = Linear(dst_channels, skip, bias=bias)
+        self.lin_beta = Linear(3 * skip, 1, bias=False) if self.beta else None
+        # every kernel a call may need, made now: torch.compile cannot trace making one
+        self._kernels = {
+            v: attention.compiled(self._config(*v)) for v in attention.variants(False, self.dropout > 0.0, False)
+        }
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # PyG's Linear without an initializer is torch's (kaiming uniform, a = sqrt(5))
         for lin in (self.lin_key, self.lin_query, self.lin_value, self.lin_edge, self.lin_skip, self.lin_beta):
             if lin is not None:
                 lin.reset_parameters()
+
+    def _config(self, kind: LoopKind, mask: bool, weights: bool, edge: bool) -> attention.Config:
+        del kind, edge  # no self loops; edge features by the layer's edge_dim
+        ea = " + ea[e]" if self.lin_edge is not None else ""
+        return attention.Config(
+            name="transformer_conv",
+            params=("q: f32[V, H, F]", "k: f32[V, H, F]", "val: f32[V, H, F]"),
+            edge_params=("ea: f32[E, H, F]",) if ea else (),
+            score=f"dot(q[v], k[u]{ea}) / {attention.scale(self.out_channels)}",
+            message=f"(val[u]{ea})" if ea else "val[u]",
+            mask=mask,
+            weights=weights,
+            weights_after_dropout=False,
+        )
 
     def forward(
         self,
@@ -85,7 +108,7 @@ class TransformerConv(nn.Module):
     ) -> Any:
         H, C = self.heads, self.out_channels
         adj = inputs.adjacency(edge_index)
-        x_src, x_dst = inputs.pair(x)
+        x_src, x_dst = inputs.pair(x, LAYER)
         if x_dst is None:
             raise ArgumentError(f"{LAYER}: x must be a tensor or a pair of tensors (x_src, x_dst), not (x_src, None)")
         bipartite = not isinstance(x, torch.Tensor)
@@ -95,33 +118,22 @@ class TransformerConv(nn.Module):
         query = self.lin_query(x_dst).view(-1, H, C)
         key = self.lin_key(x_src).view(-1, H, C)
         value = self.lin_value(x_src).view(-1, H, C)
-        dtype = query.dtype
         ea = None
         if self.lin_edge is not None:
-            if edge_attr is None:
+            features = inputs.edge_attributes(adj, edge_attr)
+            if features is None:
                 raise ArgumentError(f"{LAYER} with edge_dim={self.edge_dim} needs edge_attr")
             assert self.edge_dim is not None
-            features = attention.edge_features(edge_attr, num_edges, self.edge_dim, LAYER).to(dtype)
+            features = attention.edge_features(features, num_edges, self.edge_dim, LAYER).to(query.dtype)
             ea = self.lin_edge(features).view(-1, H, C)
         elif edge_attr is not None:
             raise ArgumentError(f"{LAYER}: edge_attr needs a layer built with edge_dim")
         drop = self.training and self.dropout > 0.0
         weights = isinstance(return_attention_weights, bool)
-        edge = " + ea[e]" if ea is not None else ""
-        config = attention.Config(
-            name="transformer_conv",
-            params=("q: f32[V, H, F]", "k: f32[V, H, F]", "val: f32[V, H, F]"),
-            edge_params=("ea: f32[E, H, F]",) if ea is not None else (),
-            score=f"dot(q[v], k[u]{edge}) / {attention.scale(C)}",
-            message=f"(val[u]{edge})" if ea is not None else "val[u]",
-            mask=drop,
-            weights=weights,
-            weights_after_dropout=False,
-        )
         args = [query, key, value] + ([ea] if ea is not None else [])
         if drop:
-            args.append(attention.dropout_masks(None, num_edges, H, self.dropout, dtype)[0])
-        result = attention.compiled(config)(edges, *args, size=(num_src, num_dst))
+            args.append(attention.dropout_masks(None, None, num_edges, H, self.dropout, query)[0])
+        result = self._kernels[(LoopKind.NONE, drop, weights, False)](edges, *args, size=(num_src, num_dst))
         out = result.out if weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if self.root_weight:
@@ -133,8 +145,10 @@ class TransformerConv(nn.Module):
                 out = out + x_r
         if not weights:
             return out
-        # as PyG: a torch.sparse adjacency comes back as given, alpha in its entries' order
-        return out, (edge_index if adj.sparse else edges, result.alpha)
+        if adj.sparse_tensor:  # as PyG: the SparseTensor with the weights as its values
+            return out, edge_index.set_value(result.alpha, layout="coo")
+        # as PyG: an edge_index or a torch.sparse adjacency comes back as given, alpha in its entries' order
+        return out, (edge_index, result.alpha)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

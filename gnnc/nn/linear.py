@@ -1,0 +1,144 @@
+"""`Linear`: PyG's linear layer (torch's, plus lazy sizing and PyG's initialisers).
+
+PyG's layers build their dense transforms from `torch_geometric.nn.Linear`,
+which differs from `torch.nn.Linear` in two ways gnnc.nn copies, so that a
+layer takes the same arguments and trains from the same start:
+
+- `in_channels=-1` makes the weight an `UninitializedParameter`, sized by
+  the first call's input (or by a state_dict that has it) and initialised
+  then. Until then the layer has no weight to compile or save but its
+  placeholder.
+- `weight_initializer` is `"glorot"`, `"uniform"`, `"kaiming_uniform"` or
+  None (torch's default, kaiming uniform with a = sqrt(5)); `bias_initializer`
+  is `"zeros"` or None (torch's default, uniform in +-1/sqrt(in_channels)).
+
+The parameter names are torch's and PyG's (`weight`, `bias`), so state
+dicts load both ways.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parameter import UninitializedParameter
+
+from gnnc.errors import ArgumentError
+
+#: The initialisers PyG's Linear names.
+WEIGHT_INITIALIZERS = ("glorot", "uniform", "kaiming_uniform", None)
+BIAS_INITIALIZERS = ("zeros", None)
+
+
+def is_lazy(t: Any) -> bool:
+    """Whether `t` is a parameter still waiting for its first input to size it."""
+    return isinstance(t, UninitializedParameter)
+
+
+def _uniform(t: torch.Tensor, bound: float) -> None:
+    with torch.no_grad():
+        t.uniform_(-bound, bound)
+
+
+class Linear(nn.Module):
+    """`x @ weight.T + bias`, with PyG's lazy `in_channels=-1` and initialisers (see the module)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        bias: bool = True,
+        weight_initializer: str | None = None,
+        bias_initializer: str | None = None,
+    ):
+        super().__init__()
+        for what, value in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentError(f"Linear: {what} must be an integer, got {value!r}")
+        if out_channels < 0 or (in_channels < 0 and in_channels != -1):
+            raise ArgumentError(
+                f"Linear: channels must be non-negative (in_channels=-1: sized by the first input), "
+                f"got ({in_channels}, {out_channels})"
+            )
+        if weight_initializer not in WEIGHT_INITIALIZERS:
+            raise ArgumentError(f"Linear: weight_initializer must be one of {WEIGHT_INITIALIZERS}")
+        if bias_initializer not in BIAS_INITIALIZERS:
+            raise ArgumentError(f"Linear: bias_initializer must be one of {BIAS_INITIALIZERS}")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.weight_initializer, self.bias_initializer = weight_initializer, bias_initializer
+        self.weight: Any = (
+            nn.Parameter(torch.empty(out_channels, in_channels)) if in_channels > 0 else UninitializedParameter()
+        )
+        self.bias: nn.Parameter | None = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._hook: Any = None
+        if is_lazy(self.weight):
+            self._hook = self.register_forward_pre_hook(Linear._size_by_input)
+        self.reset_parameters()
+
+    @property
+    def lazy(self) -> bool:
+        return is_lazy(self.weight)
+
+    def reset_parameters(self) -> None:
+        """PyG's initialisation; nothing while the weight is not sized yet."""
+        fan = self.in_channels
+        if fan <= 0 or self.lazy:
+            return
+        if self.weight_initializer == "glorot":
+            _uniform(self.weight, math.sqrt(6.0 / (self.weight.size(-2) + self.weight.size(-1))))
+        elif self.weight_initializer == "uniform":
+            _uniform(self.weight, 1.0 / math.sqrt(fan))
+        else:  # "kaiming_uniform" and None: torch's default, a = sqrt(5)
+            _uniform(self.weight, math.sqrt(6.0 / ((1 + 5.0) * fan)))
+        if self.bias is not None:
+            if self.bias_initializer == "zeros":
+                with torch.no_grad():
+                    self.bias.zero_()
+            else:
+                _uniform(self.bias, 1.0 / math.sqrt(fan))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def _size(self, in_channels: int) -> None:
+        # the placeholder's device and dtype: those the layer was moved to
+        self.in_channels = in_channels
+        self.weight.materialize((self.out_channels, in_channels))
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    @staticmethod
+    @torch.no_grad()
+    def _size_by_input(module: Linear, args: tuple) -> None:
+        """The first call sizes a lazy weight by its input and initialises it (as PyG)."""
+        if module.lazy:
+            module._size(int(args[0].size(-1)))
+            module.reset_parameters()
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        # a lazy weight is saved as the placeholder it is (as PyG)
+        destination[prefix + "weight"] = self.weight if (self.lazy or keep_vars) else self.weight.detach()
+        if self.bias is not None:
+            destination[prefix + "bias"] = self.bias if keep_vars else self.bias.detach()
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        """A sized weight sizes a lazy layer; a placeholder makes the layer lazy again (as PyG)."""
+        weight = state_dict.get(prefix + "weight")
+        if weight is not None and is_lazy(weight):
+            if not self.lazy:
+                self.in_channels = -1
+                self.weight = UninitializedParameter()
+                self._hook = self.register_forward_pre_hook(Linear._size_by_input)
+        elif weight is not None and self.lazy:
+            self._size(int(weight.size(-1)))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, bias={self.bias is not None}"
+
+
+__all__ = ["BIAS_INITIALIZERS", "WEIGHT_INITIALIZERS", "Linear", "is_lazy"]

@@ -1,0 +1,154 @@
+"""gnnc.nn's layers on CUDA tensors, without a GPU: every tensor a layer makes is on the input's
+device, and gnnc's ops run their CUDA implementation (`tests/fake_cuda.py`'s stand-in tensors:
+they say they are on cuda:0 and keep their data on the CPU; each op's CUDA forward is computed by
+its CPU kernel, so the outputs are compared with the same layer on CPU tensors)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.fake_cuda import OnGpu, on_gpu, stand_in_cuda
+from tests.nn_oracle import features
+
+pytest.importorskip("torch_geometric")
+import gnnc.nn as gnn  # noqa: E402
+from gnnc.errors import ArgumentError  # noqa: E402
+from gnnc.torch import ops  # noqa: E402
+
+CUDA_FORWARD = ops.KernelOps.cuda_forward
+
+N = 9
+EDGE_INDEX = torch.tensor([[0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 4, 2], [1, 2, 0, 3, 3, 5, 6, 7, 8, 0, 1, 2]])
+
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+
+
+LAYERS = {
+    "GCNConv": lambda: gnn.GCNConv(4, 3),
+    "GCNConv-unnormalized": lambda: gnn.GCNConv(4, 3, normalize=False),
+    "SAGEConv-max": lambda: gnn.SAGEConv(4, 3, aggr="max"),
+    "GraphConv": lambda: gnn.GraphConv(4, 3),
+    "GINConv": lambda: gnn.GINConv(_mlp(), train_eps=True),
+    "GINEConv": lambda: gnn.GINEConv(_mlp(), edge_dim=2),
+    "APPNP-dropout": lambda: gnn.APPNP(2, 0.1, dropout=0.3),
+    "GATConv-dropout": lambda: gnn.GATConv(4, 3, heads=2, dropout=0.4, edge_dim=2, fill_value="mean"),
+    "GATv2Conv-dropout": lambda: gnn.GATv2Conv(4, 3, heads=2, dropout=0.4),
+    "TransformerConv-dropout": lambda: gnn.TransformerConv(4, 3, heads=2, dropout=0.4, edge_dim=2),
+}
+
+
+#: Graph forms beside the edge_index: a bipartite block with fewer sources than
+#: destinations (GAT's partial self loops) and a SparseTensor adjacency (a torch.sparse one
+#: cannot be a stand-in: torch has no sparse wrapper tensors).
+FORMS = {
+    "GATConv-bipartite": "bipartite",
+    "GATv2Conv-bipartite": "bipartite",
+    "GCNConv-SparseTensor": "SparseTensor",
+    "SAGEConv-SparseTensor": "SparseTensor",
+    "APPNP-SparseTensor": "SparseTensor",
+}
+LAYERS.update(
+    {
+        "GATConv-bipartite": lambda: gnn.GATConv((4, 4), 3, heads=2, dropout=0.4),
+        "GATv2Conv-bipartite": lambda: gnn.GATv2Conv(4, 3, heads=2),
+        "GCNConv-SparseTensor": lambda: gnn.GCNConv(4, 3, improved=True),
+        "SAGEConv-SparseTensor": lambda: gnn.SAGEConv(4, 3),
+        "APPNP-SparseTensor": lambda: gnn.APPNP(2, 0.1, dropout=0.3),
+    }
+)
+
+
+def _inputs(name: str, device) -> tuple:
+    """(x, graph, edge_attr) of a case, moved by `device` (OnGpu or nothing)."""
+    x = device(features(N, 4, 1, grad=False))
+    edge_attr = device(features(EDGE_INDEX.shape[1], 2, 2, grad=False))
+    form = FORMS.get(name)
+    if form == "bipartite":
+        return (device(features(5, 4, 3, grad=False)), x), device(EDGE_INDEX[:, EDGE_INDEX[0] < 5]), edge_attr
+    if form == "SparseTensor":
+        from tests.sparse_tensor import SparseTensor
+
+        row, col = device(EDGE_INDEX[1]), device(EDGE_INDEX[0])
+        return (
+            x,
+            SparseTensor(
+                row=row,
+                col=col,
+                value=device(torch.rand(EDGE_INDEX.shape[1], generator=torch.Generator().manual_seed(4))),
+                sparse_sizes=(N, N),
+            ),
+            edge_attr,
+        )
+    return x, device(EDGE_INDEX), edge_attr
+
+
+def _call(name: str, layer, x, edge_index, edge_attr):
+    if name.startswith(("GINEConv", "TransformerConv")) or name == "GATConv-dropout":
+        return layer(x, edge_index, edge_attr)
+    return layer(x, edge_index)
+
+
+def _on_gpu(t: torch.Tensor) -> OnGpu:
+    return OnGpu(t)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layers_make_their_tensors_on_the_input_device(monkeypatch, name):
+    launches: list = []
+    mode = stand_in_cuda(monkeypatch, launches)
+    torch.manual_seed(0)
+    layer = LAYERS[name]().train()
+    with torch.no_grad():
+        torch.manual_seed(3)
+        expected = _call(name, layer, *_inputs(name, lambda t: t))
+        with mode:
+            gpu_layer = on_gpu(layer)
+            torch.manual_seed(3)  # the stand-ins draw from the CPU generator: the CPU run's masks
+            out = _call(name, gpu_layer, *_inputs(name, _on_gpu))
+    assert isinstance(out, OnGpu) and out.device.type == "cuda"
+    torch.testing.assert_close(out.inner, expected, rtol=1e-5, atol=1e-6)
+    # the ops ran their CUDA implementation, on inputs all on the device
+    assert mode.gnnc_ops and launches
+    assert all(device.type == "cuda" for _, devices, _ in launches for device in devices)
+    assert {call_device.type for _, _, call_device in launches} == {"cuda"}
+    # nothing was made on the host and copied over; the one copy back is the graph's (built on the host)
+    assert mode.uploads == []
+    assert len(mode.downloads) <= 1 and all(shape[0] == 2 for _, shape in mode.downloads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["GCNConv", "SAGEConv-max", "GINConv", "APPNP-dropout", "GATConv-dropout"])
+def test_half_precision_gets_a_clear_error(name, dtype):
+    layer = LAYERS[name]().to(dtype)
+    x = torch.randn(N, 4, dtype=dtype)
+    with pytest.raises(ArgumentError, match=r"is torch\.(b?float16).*float32 or float64.*half precision"):
+        _call(name, layer, x, EDGE_INDEX, torch.randn(EDGE_INDEX.shape[1], 2, dtype=dtype))
+    with pytest.raises(ArgumentError, match=r"float32 or float64.*half precision"):
+        gnn.SAGEConv((4, 4), 3)((torch.randn(N, 4), torch.randn(N, 4, dtype=dtype)), EDGE_INDEX)
+
+
+@pytest.mark.parametrize("name", ["GCNConv", "GATConv-dropout"])
+def test_layers_launch_their_ptx_through_the_driver(monkeypatch, name):
+    """The whole CUDA path, PTX and launches, through the fake driver (which runs nothing:
+    the values are not checked, where the launches go and what they read is)."""
+    from gnnc.runtime import cuda as cuda_runtime
+    from tests.fake_cuda import FakeDriver
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: driver)
+    mode = stand_in_cuda(monkeypatch, [])
+    monkeypatch.setattr(ops.KernelOps, "cuda_forward", CUDA_FORWARD)  # the real one, not the CPU stand-in
+    torch.manual_seed(0)
+    layer = LAYERS[name]().train()
+    with torch.no_grad(), mode:
+        x, edge_index, edge_attr = _inputs(name, _on_gpu)
+        out = _call(name, on_gpu(layer), x, edge_index, edge_attr)
+    assert isinstance(out, OnGpu) and out.shape == (N, 6 if name.startswith("GAT") else 3)
+    functions = {launch["function"] for launch in driver.launches}
+    assert functions and all(f.startswith("gnnc_") for f in functions)
+    assert {launch["stream"] for launch in driver.launches} == {7}  # torch's current stream
+    # the graph went over once; nothing else the layer made was copied
+    assert {kind for kind, _, _ in driver.copies} <= {"sync"} and mode.uploads == []
