@@ -114,8 +114,8 @@ def decide(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None = 
     """What this call of `kernel` runs on `graph`: made on the first call of its shape, then read from the graph.
 
     `kernel` is a runtime kernel (`module.Kernel`, `cuda.CudaKernel`: its
-    `signature`, `_abi`, `_metadata`, `_refused`, `_serial` and `_variant`
-    are read), `dims` the call's sizes (`prepare_call`'s), `threads` its
+    `signature`, `_abi`, `_arguments`, `_metadata`, `_refused`, `_serial` and
+    `_variant` are read), `dims` the call's sizes (`prepare_call`'s), `threads` its
     `threads=` (None: OMP_NUM_THREADS, else every core this process may
     use), `schedule` its `schedule=` (None, `"auto"`, directive text or a
     dict) or `Request.AS_COMPILED`. Raises what the compiler raises for a
@@ -353,10 +353,9 @@ def _workspace(
 ) -> tuple[tuple[str, int], ...]:
     """The per-call buffers the kernel's arguments name, in elements: never read before written."""
     record = runner._abi
-    sig = runner.signature
     per_thread = abi.scratch_slice_elements(sum(abi.elements(s, dims) for s in record.scratch), itemsize)
     sizes = {"scratch": per_thread * threads}  # whole lines per worker
-    arguments = abi.kernel_arguments(record, [p.name for p in sig.params], [r.name for r in sig.results])
+    arguments = runner._arguments  # abi.kernel_arguments of its record, listed once by the runtime
     rows = {"V": graph.num_dst, "E": graph.num_edges}
     temps = [a.name for a in arguments if a.group is abi.Group.TEMPS]
     for name, temp in zip(temps, record.temps, strict=True):

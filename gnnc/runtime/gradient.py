@@ -50,6 +50,14 @@ class HostArrays:
     calls one kernel and returns its result(s) as arrays of that library."""
 
     def run(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None) -> Any:
+        signature = getattr(kernel, "signature", None)
+        if signature is not None and len(named) == len(signature.params):
+            try:  # positionally: a warm call of a compiled kernel runs prepared (runtime/prepared.py)
+                args = [named[p.name] for p in signature.params]
+            except KeyError:
+                pass
+            else:
+                return kernel(graph, *args, threads=threads) if threads is not None else kernel(graph, *args)
         return kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
 
     def dtype(self, a: Any) -> np.dtype:
