@@ -120,12 +120,25 @@ class Kernel:
         tensors = self._tensors(self._bind(inputs, named), graph)
         edge_index, num_src, num_dst = self._graph(graph, num_vertices, size, tensors)
         n = len(self.results)
-        saving = self.ops.forward_saving
-        if saving is not None and _keeps_for_backward(tensors):
-            # the variant that also returns what the gradient would recompute (softmax weights, argmax)
-            out = saving(edge_index, num_src, num_dst, *tensors, threads)[:n]
+        ops = self.ops
+        keeps = _keeps_for_backward(tensors)
+        # the variant that also returns what the gradient would recompute (softmax weights, argmax)
+        saving = keeps and ops.forward_saving is not None
+        if _eager():
+            if keeps:
+                out = ops.eager(saving).apply(edge_index, num_src, num_dst, *tensors, threads)
+            else:  # nothing to differentiate: the op below autograd
+                with torch._C._AutoDispatchBelowAutograd():
+                    out = (ops.forward_saving if saving else ops.forward)(
+                        edge_index, num_src, num_dst, *tensors, threads
+                    )
+        elif saving:
+            out = ops.forward_saving(edge_index, num_src, num_dst, *tensors, threads)
+        else:
+            out = ops.forward(edge_index, num_src, num_dst, *tensors, threads)
+        if saving:
+            out = out[:n]
             return out[0] if n == 1 else self._result_type(*out)  # type: ignore[misc]
-        out = self.ops.forward(edge_index, num_src, num_dst, *tensors, threads)
         return out if n == 1 else self._result_type(*out)  # type: ignore[misc]
 
     def _bind(self, inputs: tuple, named: dict[str, Any]) -> list[Any]:
@@ -221,6 +234,13 @@ def _graph_arguments(graph: Graph, num_vertices: Any, size: Any, device: torch.d
     Not traced: a compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
     graphs.as_graph(graph, num_vertices, size)  # checks that they agree
     return graphs.edge_index_of(graph, device), graph.num_src, graph.num_dst
+
+
+def _eager() -> bool:
+    """Whether a call runs eagerly, outside every tracer and transform that records ops
+    (torch.compile, export, jit.trace, functorch's grad and vmap): it may then take
+    `KernelOps.eager`'s autograd Function, or the op below autograd."""
+    return not (torch.compiler.is_compiling() or _jit_tracing() or torch._C._are_functorch_transforms_active())
 
 
 def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:
