@@ -99,6 +99,10 @@ def _prefix(counts: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Up to this many blocks, `_split_prefix` cuts them in Python.
+_FEW_BLOCKS = 16
+
+
 def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
     """n + 1 boundaries splitting items with work prefix ``prefix`` into n contiguous runs.
 
@@ -111,6 +115,13 @@ def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
     """
     items = prefix.shape[0] - 1
     total = int(prefix[-1])
+    if n <= _FEW_BLOCKS:  # the same rule in Python: a dozen numpy calls cost more for few blocks
+        found = prefix.searchsorted([(i * total + n - 1) // n for i in range(1, n)], side="left").tolist()
+        b = [0, *found, items]
+        return np.array(
+            [0, *(b[j] - 1 if b[j] == b[j + 1] and b[j] - b[j - 1] >= 2 else b[j] for j in range(1, n)), items],
+            dtype=np.int64,
+        )
     bounds = np.empty(n + 1, dtype=np.int64)
     bounds[0], bounds[n] = 0, items
     if n > 1:
