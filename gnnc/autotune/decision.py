@@ -279,20 +279,38 @@ def _made(
         launches = tuple(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges))
         # one scratch slice per grid thread (a cuda emulation runs each as a worker)
         threads = max(1, max(launches, default=0) * grid.block_size)
-    itemsize = runner.signature.numpy_dtype.itemsize
-    dims_array = np.array([dims[d] for d in record.dims], dtype=np.int64)
-    dims_array.flags.writeable = False
+    spec, arguments = _graph_free(runner, threads, dims)
     return Decision(
         schedule=schedule,
         origin=origin,
         threads=threads,
-        plans=_plan_spec(runner, threads, dims, itemsize),
-        arguments=MappingProxyType({"num_threads": threads, "dims": dims_array}),
-        workspace=_workspace(runner, graph, dims, threads, itemsize),
+        plans=spec,
+        arguments=arguments,
+        workspace=_workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize),
         launches=launches,
         reason=reason,
         kernel=weakref.ref(runner),
     )
+
+
+#: Per kernel that runs, what its decisions share whatever the graph: by (threads, sizes),
+#: the plan spec and the `num_threads` / `dims` arguments (read-only, so decisions share them).
+_GRAPH_FREE: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[PlanSpec, Mapping[str, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _graph_free(runner: Any, threads: int, dims: dict[str, int]) -> tuple[PlanSpec, Mapping[str, Any]]:
+    """The parts of a decision to run `runner` that depend on no graph, made once per threads and sizes."""
+    per_runner = _GRAPH_FREE.setdefault(runner, {})
+    key = (threads, tuple(dims.items()))
+    made = per_runner.get(key)
+    if made is None:
+        dims_array = np.array([dims[d] for d in runner._abi.dims], dtype=np.int64)
+        dims_array.flags.writeable = False
+        spec = _plan_spec(runner, threads, dims, runner.signature.numpy_dtype.itemsize)
+        made = per_runner[key] = (spec, MappingProxyType({"num_threads": threads, "dims": dims_array}))
+    return made
 
 
 def _check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, int]) -> None:

@@ -245,7 +245,7 @@ class Graph:
         self.in_indptr, self.in_src, self.in_eid, self._in_counts = _csr_by(self.dst, self.src, self.num_dst)
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._reversed: Graph | None = None
-        self._degrees: dict[tuple[str, np.dtype, bool], np.ndarray] = {}
+        self._degrees: dict[tuple[str, Any, bool], np.ndarray] = {}
         self._edges_sorted: bool | None = None
         self.plans = {}
 
@@ -335,10 +335,11 @@ class Graph:
     # --------------------------------------------------------------- degrees
 
     def _degree(self, direction: str, dtype: Any, padded: bool = False) -> np.ndarray:
-        dt = _float_dtype(dtype)
-        key = (direction, dt, padded)
+        # the type as asked ("f32" and np.float32 are two entries): no conversion on a hit
+        key = (direction, dtype if isinstance(dtype, (str, type, np.dtype)) else _float_dtype(dtype), padded)
         deg = self._degrees.get(key)
         if deg is None:
+            dt = _float_dtype(dtype)
             n = self.num_ids if padded else self.num_dst if direction == "in" else self.num_src
             if direction == "in":
                 counts = self._in_counts  # made with the in-CSR
@@ -346,8 +347,11 @@ class Graph:
                 counts = self._reversed._in_counts
             else:
                 counts = np.bincount(self.src, minlength=n)
-            deg = np.zeros(n, dtype=dt)
-            deg[: counts.shape[0]] = counts
+            if counts.shape[0] == n:
+                deg = counts.astype(dt)
+            else:
+                deg = np.zeros(n, dtype=dt)
+                deg[: counts.shape[0]] = counts
             deg.flags.writeable = False
             self._degrees[key] = deg
         return deg
