@@ -309,6 +309,24 @@ class _Builder:
                 self.forward_stages[name] = f"{name}[{index}] = {body}"
         return self.stages[key]
 
+    def drop_unread_stages(self) -> None:
+        """Drops the intermediates no gradient reads, with their kernels: differentiating one
+        input may make a stage that its final expression no longer reads (GCN's neighbour
+        sum, a V x F array the training forward would otherwise also write)."""
+        read: set[str] = set()
+        keep = []
+        for i in reversed(range(len(self.kernels))):
+            k = self.kernels[i]
+            if not k.wrt.endswith("__") or k.wrt in read:
+                keep.append(i)
+                read.update(k.inputs)
+                if k.factor:
+                    read.add(k.factor)
+        keep.reverse()
+        self.pieces = [self.pieces[i] for i in keep]
+        self.kernels = [self.kernels[i] for i in keep]
+        self.forward_stages = {n: stmt for n, stmt in self.forward_stages.items() if n in read}
+
     def forward_source(self) -> str:
         """The forward kernel computing, beside its results, the intermediates that need no gout.
 
@@ -764,6 +782,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         builder.gradient_kernels(
             p.name, f"{kernel.name}__grad_{p.name}", _fmt_type(p.type), p.type, d.contributions, d.products
         )
+    builder.drop_unread_stages()
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
     if source:

@@ -270,12 +270,13 @@ def _destination_rows(named: dict, name: str, graph: Graph) -> Any:
 
 
 def _add_parts(total: np.ndarray, part: np.ndarray) -> np.ndarray:
-    """The sum of two gradient parts; on a bipartite graph a block-convention input has
-    one part per source and one per destination, and the shorter adds into the leading rows."""
+    """The sum of two gradient parts, into `total` (a kernel's fresh result, owned by the
+    gradient); on a bipartite graph a block-convention input has one part per source and one
+    per destination, and the shorter adds into the leading rows."""
     if total.shape == part.shape:
-        return total + part
+        return np.add(total, part, out=total) if total.dtype == part.dtype and total.flags.writeable else total + part
     big, small = (total, part) if total.shape[0] >= part.shape[0] else (part, total)
-    summed = big.copy()
+    summed = big if big.flags.writeable else big.copy()
     summed[: small.shape[0]] += small
     return summed
 
