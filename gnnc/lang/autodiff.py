@@ -74,7 +74,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from gnnc.errors import CompileError, SourceError
 from gnnc.lang import ast
@@ -135,6 +135,8 @@ class GradProgram:
     saved: list[str] = field(default_factory=list)
     #: The forward kernel with those intermediates as extra results (`NAME__forward`), or "".
     forward: str = ""
+    #: `source + forward` parsed and checked (None when there is no source): read it, not the text again.
+    checked: Any = field(default=None, repr=False, compare=False)
 
 
 def _fmt_type(t: ast.TensorType) -> str:
@@ -785,11 +787,12 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
     builder.drop_unread_stages()
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
+    checked = None
     if source:
         from gnnc.lang import parse_and_check
 
         try:
-            parse_and_check(source + forward, f"<gradient of {kernel.name}>")
+            checked = parse_and_check(source + forward, f"<gradient of {kernel.name}>")
         except SourceError as exc:
             raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
     gouts = [gout_name(kernel, r.name) for r in kernel.results]
@@ -803,6 +806,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         builder.transposes,
         list(builder.forward_stages),
         forward,
+        checked,
     )
 
 

@@ -203,8 +203,7 @@ class KernelOps:
             if not grad.kernels:
                 raise CompileError(f"{name}: no input has a gradient kernel")
             if grad.saved:
-                variant = parse_and_check(grad.source + grad.forward, f"<gradient of {name}>")
-                extra = kernel_signature(variant.kernel(f"{name}__forward")).results
+                extra = kernel_signature(grad.checked.kernel(f"{name}__forward")).results
                 self.saved = tuple(r for r in extra if r.name in grad.saved)
         except GnncError as exc:
             self.grad_error = exc
