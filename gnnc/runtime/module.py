@@ -5,8 +5,10 @@ pre-compiled kernels pays nothing for the compiler. A call walks one way:
 its arguments are checked (`signature.prepare_call`), the decision of what
 runs for this graph and these sizes is taken (`autotune.decision.decide`:
 made on the first call, then read from the graph), the plans it reads are
-built or fetched (`graph.plans.build`), its workspace is allocated, and the
-native code is called (`native.Function`).
+built or fetched (`graph.plans.build`), its native arguments are laid out
+(`prepared.make`) and the native code is called with its workspace. A call
+whose inputs the check would pass as they are keeps that `Prepared` call on
+the graph, and the next call of its shape runs it directly.
 """
 
 from __future__ import annotations
