@@ -115,6 +115,9 @@ class GradKernel:
     #: A weight gradient as a dense product: the kernel gives G, a per-vertex sum of adjoints
     #: ([V, .., N]), and the gradient is F^T G, F this input or intermediate ([V, .., K]).
     factor: str = ""
+    #: On which graphs it runs: every one (None), square ones only (True: a fused kernel that
+    #: replaces the two below), bipartite ones only (False: an input's parts at u and at v).
+    square: bool | None = None
 
 
 @dataclass
@@ -262,7 +265,15 @@ class _Builder:
     # ---------------------------------------------------------------- emitting
 
     def emit(
-        self, name: str, wrt: str, reverse: bool, rtype: str, stmt: str, reduce: bool = False, factor: str = ""
+        self,
+        name: str,
+        wrt: str,
+        reverse: bool,
+        rtype: str,
+        stmt: str,
+        reduce: bool = False,
+        factor: str = "",
+        square: bool | None = None,
     ) -> None:
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
@@ -271,7 +282,7 @@ class _Builder:
             signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
             inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor))
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, square))
 
     def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
         """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
@@ -390,14 +401,23 @@ class _Builder:
             ptype = _fmt(param_type.dtype, "V", lead + param_type.shape)
             name = f"{base}_param" + (str(i) if len(param_sites) > 1 else "")
             self.emit(name, target, False, ptype, f"out[v] = {' + '.join(terms)}", reduce=True)
+        # an input read at u and, with no edge sum, at v (GCN's, GIN's x, GAT's h): on a square
+        # graph one reversed kernel computes both parts, the v part as its direct term, instead
+        # of two kernels and their sum (a V x F array written, read and added the less)
+        fused = bool(by_site["u"]) and bool(by_site["v"]) and all(c == "vertex" for c, _ in by_site["v"])
+        parts = False if fused else None  # the two parts then run on bipartite graphs only
         if by_site["u"]:
             body = " + ".join(t for _, t in by_site["u"])
-            self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})")
+            self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})", square=parts)
         if by_site["v"]:
             edge = [t for c, t in by_site["v"] if c == "edge"]
             direct = [t for c, t in by_site["v"] if c == "vertex"]
             terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
-            self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}")
+            self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}", square=parts)
+        if fused:
+            direct = " + ".join(t for _, t in by_site["v"])
+            body = " + ".join(t for _, t in by_site["u"])
+            self.emit(base, target, True, rtype, f"out[v] = {direct} + sum({swap_uv(body)})", square=True)
         if by_site["e"]:
             body = " + ".join(t for _, t in by_site["e"])
             self.emit(f"{base}_edge", target, False, rtype, f"out[e] = {body}")

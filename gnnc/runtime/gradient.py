@@ -18,7 +18,10 @@ On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
 may read it only where the forward kernel read destinations (at `u` of the
 reversed graph, num_dst rows): it gets the leading rows. A gradient part per
-destination (num_dst rows) of such an input adds into its leading rows.
+destination (num_dst rows) of such an input adds into its leading rows. On
+a square graph an input's part at `v` (with no edge sum) and its part at `u`
+come from one reversed kernel instead (GradKernel.square: the fused kernel
+runs on square graphs, the two parts on bipartite ones).
 
 What happens to arrays between kernels (summing parts, transposing a
 weight, casting, zeros) goes through an `Arrays` object: `HostArrays`
@@ -111,7 +114,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str]],
+        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, bool | None]],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -147,7 +150,7 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor in reversed(self.kernels):
+        for _, wrt, _, _, inputs, factor, _ in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
                 if factor:
@@ -220,9 +223,12 @@ class Gradient:
         if unknown:
             raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
         values.update(saved or {})
-        for name, wrt, reverse, reduce, inputs, factor in self.kernels:
+        square = not graph.bipartite
+        for name, wrt, reverse, reduce, inputs, factor, on_square in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
+            if on_square is not None and on_square != square:
+                continue  # a fused kernel on a bipartite graph, or its two parts on a square one
             g = graph.reversed() if reverse else graph
             call = dict(named)
             # the reference module returns float64 whatever the kernel's type: intermediates take it back
