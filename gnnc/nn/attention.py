@@ -57,9 +57,8 @@ import torch
 import torch.nn.functional as F
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import self_loops
+from gnnc.nn import derived, self_loops
 from gnnc.nn.kernels import kernel, literal
-from gnnc.torch import graphs
 from gnnc.torch.kernels import Kernel
 
 #: The reductions PyG's `fill_value` may name for a loop's edge attributes.
@@ -270,18 +269,8 @@ class Loops:
 
 
 def loops(edge_index: torch.Tensor, num_src: Any, num_dst: Any, dtype: torch.dtype) -> Loops:
-    """The call's loops; `keep` depends on the edges alone, so an eager call makes it once per
-    edge_index (again after an in-place edit), a compiled one in its graph."""
-    if torch.compiler.is_compiling():
-        keep = _keep(edge_index, dtype)
-    else:
-        keep = graphs.derived(edge_index, ("nn.keep", dtype), lambda: _keep(edge_index, dtype))
-    return Loops(keep, min(num_src, num_dst), num_dst)
-
-
-def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    with torch.inference_mode(False):  # an ordinary tensor, even made under inference_mode
-        return (edge_index[0] != edge_index[1]).to(dtype)
+    """The call's loops (`keep` depends on the edges alone: made once per edge_index, gnnc.nn.derived)."""
+    return Loops(derived.keep(edge_index, dtype), min(num_src, num_dst), num_dst)
 
 
 def loop_attr(edge_index: torch.Tensor, edge_attr: torch.Tensor, lp: Loops, fill_value: Any) -> torch.Tensor:

@@ -23,12 +23,11 @@ import torch
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import inputs, self_loops
+from gnnc.nn import derived, inputs, self_loops
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
-from gnnc.torch import graphs
 
 NORMALIZED = """
 kernel gcn_conv(x: f32[V, F], w: f32[E], loop: f32[V]) -> f32[V, F] {
@@ -111,17 +110,10 @@ class GCNConv(nn.Module):
         # PyG 2.8 fills remaining loops with 2 only for a weighted graph: without
         # edge_weight its loops weigh 1, improved or not; same outputs here
         fill = 2.0 if self.improved and (weight is not None or adj.sparse) else 1.0
-        if weight is None and not adj.sparse and not torch.compiler.is_compiling():
-            # they depend on the edges alone: made once per edge_index (and again after an
-            # in-place edit of it); a compiled model computes them in its graph
-            key = ("nn.gcn_loops", self.add_self_loops, fill, dtype, num_nodes)
-            return graphs.derived(adj.edge_index, key, lambda: self._loops(adj, num_nodes, fill, dtype))
+        if weight is None and not adj.sparse and self.add_self_loops:
+            # they depend on the edges alone: made once per edge_index (gnnc.nn.derived)
+            return derived.gcn_loops(adj.edge_index, num_nodes, fill, dtype)
         return self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
-
-    def _loops(self, adj: inputs.Adjacency, num_nodes: int, fill: float, dtype: torch.dtype) -> tuple:
-        # ordinary tensors even when first made under inference_mode: a later training call reuses them
-        with torch.inference_mode(False):
-            return self_loops.gcn_loops(adj, None, num_nodes, self.add_self_loops, fill, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
