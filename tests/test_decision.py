@@ -214,16 +214,29 @@ def walk(call, fold_check: bool = True) -> list[str]:
     return modules
 
 
-#: A warm call: check the arguments, read the decision, fetch the plans, allocate the
-#: workspace, call the native code; no module is entered twice.
+#: A warm call that cannot run prepared (a dict schedule, out=, ...): check the arguments,
+#: read the decision, fetch the plans, lay out the arguments, allocate the workspace, call
+#: the native code; no module is entered twice.
 ONE_WAY = [
     "gnnc.runtime.module",  # Kernel.__call__
     "gnnc.runtime.signature",  # prepare_call: the argument check
     "gnnc.autotune.decision",  # decide: read from the graph
     "gnnc.graph.plans",  # build: read from the graph
-    "gnnc.runtime.memory",  # the workspace
+    "gnnc.runtime.prepared",  # make: the native arguments laid out, then run
+    "gnnc.runtime.memory",  # the workspace, the arrays' addresses
     "gnnc.runtime.native",  # Function: the native call
 ]
+
+#: A warm call whose inputs (by position or name) are arrays the check would pass as they
+#: are: the prepared call kept on the graph (runtime/prepared.py) allocates, places and calls.
+PREPARED = [
+    "gnnc.runtime.module",  # Kernel.__call__: the key of the call's shape
+    "gnnc.runtime.prepared",  # the call kept on the graph
+    "gnnc.runtime.memory",  # results and workspace, the arrays' addresses
+    "gnnc.runtime.native",  # the native call
+]
+#: ... and with threads=None, what the threads mean now (OMP_NUM_THREADS, the affinity mask).
+PREPARED_DEFAULT_THREADS = [PREPARED[0], "gnnc.autotune.decision", *PREPARED[1:]]
 
 
 @pytest.mark.parametrize("schedule", [None, "auto", "prefetch 4", {"prefetch": 4}])
@@ -231,11 +244,29 @@ def test_a_warm_call_walks_one_way(gcn, schedule):
     graph = _random_graph(8)
     inputs = random_inputs(gcn.signature, graph, {"F": 8}, np.float32, 0)
     gcn(graph, **inputs, schedule=schedule)  # the decision is made, the variant compiled, the plans built
-    expected = list(ONE_WAY)
+    expected = PREPARED_DEFAULT_THREADS
     if isinstance(schedule, dict):
-        # a dict is not hashable: the decision's key holds its directive text
+        # a dict is not hashable: the decision's key holds its directive text; no call is kept for it
+        expected = list(ONE_WAY)
         expected.insert(expected.index("gnnc.autotune.decision") + 1, "gnnc.ir.schedule")
     assert walk(lambda: gcn(graph, **inputs, schedule=schedule)) == expected
+    out = np.empty((graph.num_vertices, 8), np.float32)  # out=: the checked way
+    expected = list(ONE_WAY)
+    if isinstance(schedule, dict):
+        expected.insert(expected.index("gnnc.autotune.decision") + 1, "gnnc.ir.schedule")
+    assert walk(lambda: gcn(graph, **inputs, schedule=schedule, out=out)) == expected
+
+
+def test_a_warm_positional_call_runs_prepared(gcn):
+    graph = _random_graph(11)
+    inputs = random_inputs(gcn.signature, graph, {"F": 8}, np.float32, 0)
+    args = [inputs[p.name] for p in gcn.signature.params]
+    want = gcn(graph, *args, threads=2)
+    assert walk(lambda: gcn(graph, *args, threads=2)) == PREPARED
+    np.testing.assert_array_equal(gcn(graph, *args, threads=2), want)
+    # threads=None: the workers OMP_NUM_THREADS and the affinity mask give now
+    gcn(graph, *args)
+    assert walk(lambda: gcn(graph, *args)) == PREPARED_DEFAULT_THREADS
 
 
 def test_a_warm_call_of_an_emulated_grid_walks_one_way():
@@ -243,7 +274,9 @@ def test_a_warm_call_of_an_emulated_grid_walks_one_way():
     graph = _random_graph(9)
     inputs = random_inputs(kernel.signature, graph, {"F": 8}, np.float32, 0)
     kernel(graph, **inputs)
-    assert walk(lambda: kernel(graph, **inputs)) == ONE_WAY
+    assert walk(lambda: kernel(graph, **inputs)) == PREPARED_DEFAULT_THREADS
+    out = np.empty((graph.num_vertices, 8), np.float32)
+    assert walk(lambda: kernel(graph, **inputs, out=out)) == ONE_WAY
 
 
 def test_a_warm_call_enters_neither_the_heuristic_nor_the_tuner(gcn):

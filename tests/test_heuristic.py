@@ -317,3 +317,25 @@ def test_simd_follows_the_kernels_cpu(features, want):
     kernel = SimpleNamespace(signature=gcn.signature, _abi=gcn._abi, _metadata={"cpu": {"features": features}})
     got = heuristic.kernel_default(kernel, fake_graph(1 << 16, 1 << 20), {"F": 128}) or ""
     assert ("simd 512" in got.splitlines()) == want
+
+
+@pytest.mark.parametrize("example", ["gcn", "gat", "sage_max", "mlp_aggr"])
+def test_a_small_calls_default_is_the_same_for_every_graph_of_its_class(example):
+    """Below SPECIALIZE_MIN_EDGES edges the default reads nothing of the graph but whether it
+    has vertices (and whether partitions would split it): so mini-batch blocks look it up."""
+    kernel = getattr(gnnc.compile(EXAMPLES / f"{example}.gnn"), example)
+    rng = np.random.default_rng(0)
+    dims = {d: 16 for p in kernel.signature.params for d in p.shape if isinstance(d, str)}
+    for _ in range(30):
+        v = int(rng.integers(0, 3000))
+        e = int(rng.integers(0, heuristic.SPECIALIZE_MIN_EDGES))
+        graph = gnnc.Graph.from_coo(
+            rng.integers(0, max(v, 1), e if v else 0), rng.integers(0, max(v, 1), e if v else 0), num_vertices=v
+        )
+        itemsize = 4
+        row_bytes = heuristic.source_row_bytes(kernel.signature, dims, itemsize)
+        fresh = heuristic._kernel_default(kernel, graph, dims, itemsize, row_bytes)
+        assert heuristic.kernel_default(kernel, graph, dims) == fresh
+    # a large call reads the graph itself, every time
+    big = fake_graph(1 << 14, 1 << 20)
+    assert heuristic._small_class(big, 64, 32 * MIB) is None

@@ -467,7 +467,8 @@ def test_rgcn_and_its_gradient_assemble_for_several_architectures(mapping):
                 assert name == "rgcn__grad_W_rel" and "read no source rows" in str(exc), str(exc)
                 continue
             # the input gradient's (gout[u] / c) @ W^T: a quotient's row the warp lanes split
-            assert name == "rgcn__grad_x_src" and "warp_" in mapping, str(exc)
+            # (its bipartite part, or the square graphs' kernel fusing both parts)
+            assert name in ("rgcn__grad_x_src", "rgcn__grad_x") and "warp_" in mapping, str(exc)
             continue
         ir_text = result.stages["translate-to-nvvm"]
         for arch in ("sm_75", "sm_80", "sm_90"):

@@ -398,13 +398,13 @@ def test_graph_cache_notices_in_place_edits_and_reused_ids():
 
 def test_threads_follow_torch_unless_given(monkeypatch):
     seen = []
-    decide = runtime_module.decide_and_hold
+    call = runtime_module.Kernel.__call__
 
-    def spy(kernel, graph, dims, threads=None, schedule=None):
+    def spy(kernel, graph, *args, threads=None, **kwargs):
         seen.append(threads)  # the threads the call asks the runtime for
-        return decide(kernel, graph, dims, threads, schedule)
+        return call(kernel, graph, *args, threads=threads, **kwargs)
 
-    monkeypatch.setattr(runtime_module, "decide_and_hold", spy)
+    monkeypatch.setattr(runtime_module.Kernel, "__call__", spy)
     x = torch.rand(V, 2)
     before = torch.get_num_threads()
     try:

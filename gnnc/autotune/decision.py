@@ -122,8 +122,8 @@ def decide(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None = 
     """What this call of `kernel` runs on `graph`: made on the first call of its shape, then read from the graph.
 
     `kernel` is a runtime kernel (`module.Kernel`, `cuda.CudaKernel`: its
-    `signature`, `_abi`, `_metadata`, `_refused`, `_serial` and `_variant`
-    are read), `dims` the call's sizes (`prepare_call`'s), `threads` its
+    `signature`, `_abi`, `_arguments`, `_metadata`, `_refused`, `_serial` and
+    `_variant` are read), `dims` the call's sizes (`prepare_call`'s), `threads` its
     `threads=` (None: OMP_NUM_THREADS, else every core this process may
     use), `schedule` its `schedule=` (None, `"auto"`, directive text or a
     dict) or `Request.AS_COMPILED`. Raises what the compiler raises for a
@@ -331,20 +331,38 @@ def _made(
         launches = tuple(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges))
         # one scratch slice per grid thread (a cuda emulation runs each as a worker)
         threads = max(1, max(launches, default=0) * grid.block_size)
-    itemsize = runner.signature.numpy_dtype.itemsize
-    dims_array = np.array([dims[d] for d in record.dims], dtype=np.int64)
-    dims_array.flags.writeable = False
+    spec, arguments = _graph_free(runner, threads, dims)
     return Decision(
         schedule=schedule,
         origin=origin,
         threads=threads,
-        plans=_plan_spec(runner, threads, dims, itemsize),
-        arguments=MappingProxyType({"num_threads": threads, "dims": dims_array}),
-        workspace=_workspace(runner, graph, dims, threads, itemsize),
+        plans=spec,
+        arguments=arguments,
+        workspace=_workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize),
         launches=launches,
         reason=reason,
         kernel=weakref.ref(runner),
     )
+
+
+#: Per kernel that runs, what its decisions share whatever the graph: by (threads, sizes),
+#: the plan spec and the `num_threads` / `dims` arguments (read-only, so decisions share them).
+_GRAPH_FREE: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[PlanSpec, Mapping[str, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _graph_free(runner: Any, threads: int, dims: dict[str, int]) -> tuple[PlanSpec, Mapping[str, Any]]:
+    """The parts of a decision to run `runner` that depend on no graph, made once per threads and sizes."""
+    per_runner = _GRAPH_FREE.setdefault(runner, {})
+    key = (threads, tuple(dims.items()))
+    made = per_runner.get(key)
+    if made is None:
+        dims_array = np.array([dims[d] for d in runner._abi.dims], dtype=np.int64)
+        dims_array.flags.writeable = False
+        spec = _plan_spec(runner, threads, dims, runner.signature.numpy_dtype.itemsize)
+        made = per_runner[key] = (spec, MappingProxyType({"num_threads": threads, "dims": dims_array}))
+    return made
 
 
 def _check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, int]) -> None:
@@ -414,10 +432,9 @@ def _workspace(
 ) -> tuple[tuple[str, int], ...]:
     """The per-call buffers the kernel's arguments name, in elements: never read before written."""
     record = runner._abi
-    sig = runner.signature
     per_thread = abi.scratch_slice_elements(sum(abi.elements(s, dims) for s in record.scratch), itemsize)
     sizes = {"scratch": per_thread * threads}  # whole lines per worker
-    arguments = abi.kernel_arguments(record, [p.name for p in sig.params], [r.name for r in sig.results])
+    arguments = runner._arguments  # abi.kernel_arguments of its record, listed once by the runtime
     rows = {"V": graph.num_dst, "E": graph.num_edges}
     for side, domain in (("src", "RS"), ("dst", "RD")):
         if side in record.pairs:

@@ -42,6 +42,7 @@ docs/design/default-schedule.md.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,12 +129,48 @@ def result_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> tup
     return tuple(r.row_elements(dims) * itemsize for r in signature.results if r.domain == "V")
 
 
+#: Per kernel, the defaults of its small calls (`_small_class`) by sizes and class of graph.
+_SMALL_DEFAULTS: weakref.WeakKeyDictionary[Any, dict[tuple, str | None]] = weakref.WeakKeyDictionary()
+
+
+def _small_class(graph: Any, row_bytes: int, llc_bytes: int) -> tuple | None:
+    """What `default_directives` reads of a graph with fewer than SPECIALIZE_MIN_EDGES edges
+    that source partitions would not split: whether it has vertices, nothing else (every
+    other rule needs a large call). None for other graphs, which it reads whole. Mini-batch
+    blocks are such graphs, a new one each call: their defaults are looked up, not made."""
+    v, e = graph.num_vertices, graph.num_edges
+    if e >= SPECIALIZE_MIN_EDGES:
+        return None
+    if v and row_bytes > 0 and v * row_bytes >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes:
+        return None  # partitions may be cut, in a number that depends on the rows
+    return (v == 0,)
+
+
 def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
-    """default_directives for a call of a compiled kernel (its signature and ABI record)."""
+    """default_directives for a call of a compiled kernel (its signature and ABI record);
+    a small call's is computed once per kernel, sizes and `_small_class`."""
     itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
+    row_bytes = source_row_bytes(kernel.signature, dims, itemsize)
+    small = _small_class(graph, row_bytes, plans.last_level_cache_bytes())
+    memo: dict[tuple, str | None] | None = None
+    if small is not None:
+        try:
+            memo = _SMALL_DEFAULTS.setdefault(kernel, {})
+        except TypeError:  # a kernel that cannot be weakly referenced or hashed: computed each time
+            memo = None
+        key = (tuple(dims.items()), small)
+        if memo is not None and key in memo:
+            return memo[key]
+    directives = _kernel_default(kernel, graph, dims, itemsize, row_bytes)
+    if memo is not None:
+        memo[key] = directives
+    return directives
+
+
+def _kernel_default(kernel: Any, graph: Any, dims: dict[str, int], itemsize: int, row_bytes: int) -> str | None:
     return default_directives(
         graph,
-        source_row_bytes(kernel.signature, dims, itemsize),
+        row_bytes,
         phases=kernel._abi.phases,
         dims=dims,
         itemsize=itemsize,

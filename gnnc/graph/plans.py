@@ -106,6 +106,33 @@ def _prefix(counts: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Up to this many blocks, `_split_prefix` cuts them in Python.
+_FEW_BLOCKS = 16
+
+
+def _split_work(indptr: np.ndarray, n: int) -> np.ndarray:
+    """`_split_prefix` of the prefix `indptr[j] + j` (in-degree + 1 per destination) for few
+    blocks, by bisection in Python: no array of the prefix is made."""
+    items = indptr.shape[0] - 1
+    total = int(indptr[-1]) + items
+    found = []
+    for i in range(1, n):
+        target = (i * total + n - 1) // n
+        lo, hi = 0, items + 1  # the first j with indptr[j] + j >= target
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if int(indptr[mid]) + mid < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        found.append(lo)
+    b = [0, *found, items]
+    return np.array(
+        [0, *(b[j] - 1 if b[j] == b[j + 1] and b[j] - b[j - 1] >= 2 else b[j] for j in range(1, n)), items],
+        dtype=np.int64,
+    )
+
+
 def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
     """n + 1 boundaries splitting items with work prefix ``prefix`` into n contiguous runs.
 
@@ -118,6 +145,13 @@ def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
     """
     items = prefix.shape[0] - 1
     total = int(prefix[-1])
+    if n <= _FEW_BLOCKS:  # the same rule in Python: a dozen numpy calls cost more for few blocks
+        found = prefix.searchsorted([(i * total + n - 1) // n for i in range(1, n)], side="left").tolist()
+        b = [0, *found, items]
+        return np.array(
+            [0, *(b[j] - 1 if b[j] == b[j + 1] and b[j] - b[j - 1] >= 2 else b[j] for j in range(1, n)), items],
+            dtype=np.int64,
+        )
     bounds = np.empty(n + 1, dtype=np.int64)
     bounds[0], bounds[n] = 0, items
     if n > 1:
@@ -136,10 +170,21 @@ def _split_prefix(prefix: np.ndarray, n: int) -> np.ndarray:
 # ------------------------------------------------------------- work blocks
 
 
+#: 0, 1, 2, ...: the identity orders of every graph are read-only views of it (grown as needed).
+_IDENTITY = _readonly(np.arange(1 << 16, dtype=np.int64))
+
+
+def _identity(n: int) -> np.ndarray:
+    global _IDENTITY
+    if n > _IDENTITY.shape[0]:
+        _IDENTITY = _readonly(np.arange(max(n, 2 * _IDENTITY.shape[0]), dtype=np.int64))
+    return _IDENTITY[:n]
+
+
 def destination_order(graph: Any, kind: str) -> np.ndarray:
     """The destination processed at each position: identity, degree, locality or rcm order."""
     if kind == "identity":
-        return _cached(graph, ("identity_order",), lambda: _readonly(np.arange(graph.num_vertices, dtype=np.int64)))
+        return _cached(graph, ("identity_order",), lambda: _identity(graph.num_vertices))
     if kind == "degree":
         return degree_order(graph)
     if kind == "locality":
@@ -211,8 +256,10 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
             work = np.diff(graph.in_indptr)[order] + 1
             prefix = np.concatenate([[0], np.cumsum(work)]).astype(np.int64)
             return _readonly(_split_prefix(prefix, n))
+        if n <= _FEW_BLOCKS:
+            return _readonly(_split_work(graph.in_indptr, n))
         # prefix of (deg + 1) is in_indptr + arange: no pass over the degrees needed
-        prefix = graph.in_indptr + np.arange(v + 1, dtype=np.int64)
+        prefix = graph.in_indptr + _identity(v + 1)
         return _readonly(_split_prefix(prefix, n))
 
     key = ("balanced_blocks", n) if order is None or _is_identity(graph, order) else ("balanced_blocks", n, id(order))

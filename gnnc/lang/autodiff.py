@@ -74,7 +74,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from gnnc.errors import CompileError, SourceError
 from gnnc.lang import ast
@@ -119,6 +119,9 @@ class GradKernel:
     #: runtime sums per relation ("sum"), or multiplies per relation as F[ends]^T G over the
     #: relation's edges, F the `factor` read at the edges' source ("u") or destination ("v").
     relation: str = ""
+    #: On which graphs it runs: every one (None), square ones only (True: a fused kernel that
+    #: replaces the two below), bipartite ones only (False: an input's parts at u and at v).
+    square: bool | None = None
 
 
 @dataclass
@@ -141,6 +144,8 @@ class GradProgram:
     saved: list[str] = field(default_factory=list)
     #: The forward kernel with those intermediates as extra results (`NAME__forward`), or "".
     forward: str = ""
+    #: `source + forward` parsed and checked (None when there is no source): read it, not the text again.
+    checked: Any = field(default=None, repr=False, compare=False)
 
 
 def _fmt_type(t: ast.TensorType) -> str:
@@ -296,6 +301,7 @@ class _Builder:
         reduce: bool = False,
         factor: str = "",
         relation: str = "",
+        square: bool | None = None,
     ) -> None:
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
@@ -304,7 +310,7 @@ class _Builder:
             signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
             inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation))
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation, square))
 
     def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
         """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
@@ -343,6 +349,24 @@ class _Builder:
             if reads <= set(self.forward_stages):
                 self.forward_stages[name] = f"{name}[{index}] = {body}"
         return self.stages[key]
+
+    def drop_unread_stages(self) -> None:
+        """Drops the intermediates no gradient reads, with their kernels: differentiating one
+        input may make a stage that its final expression no longer reads (GCN's neighbour
+        sum, a V x F array the training forward would otherwise also write)."""
+        read: set[str] = set()
+        keep = []
+        for i in reversed(range(len(self.kernels))):
+            k = self.kernels[i]
+            if not k.wrt.endswith("__") or k.wrt in read:
+                keep.append(i)
+                read.update(k.inputs)
+                if k.factor:
+                    read.add(k.factor)
+        keep.reverse()
+        self.pieces = [self.pieces[i] for i in keep]
+        self.kernels = [self.kernels[i] for i in keep]
+        self.forward_stages = {n: stmt for n, stmt in self.forward_stages.items() if n in read}
 
     def forward_source(self) -> str:
         """The forward kernel computing, beside its results, the intermediates that need no gout.
@@ -418,14 +442,23 @@ class _Builder:
             ptype = _fmt(param_type.dtype, "V", lead + param_type.shape)
             name = f"{base}_param" + (str(i) if len(param_sites) > 1 else "")
             self.emit(name, target, False, ptype, f"out[v] = {' + '.join(terms)}", reduce=True)
+        # an input read at u and, with no edge sum, at v (GCN's, GIN's x, GAT's h): on a square
+        # graph one reversed kernel computes both parts, the v part as its direct term, instead
+        # of two kernels and their sum (a V x F array written, read and added the less)
+        fused = bool(by_site["u"]) and bool(by_site["v"]) and all(c == "vertex" for c, _ in by_site["v"])
+        parts = False if fused else None  # the two parts then run on bipartite graphs only
         if by_site["u"]:
             body = " + ".join(t for _, t in by_site["u"])
-            self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})")
+            self.emit(f"{base}_src", target, True, rtype, f"out[v] = sum({swap_uv(body)})", square=parts)
         if by_site["v"]:
             edge = [t for c, t in by_site["v"] if c == "edge"]
             direct = [t for c, t in by_site["v"] if c == "vertex"]
             terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
-            self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}")
+            self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}", square=parts)
+        if fused:
+            at_v = " + ".join(t for _, t in by_site["v"])
+            body = " + ".join(t for _, t in by_site["u"])
+            self.emit(base, target, True, rtype, f"out[v] = {at_v} + sum({swap_uv(body)})", square=True)
         if by_site["e"]:
             body = " + ".join(t for _, t in by_site["e"])
             self.emit(f"{base}_edge", target, False, rtype, f"out[e] = {body}")
@@ -903,13 +936,15 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
             d.products,
             d.relation_products,
         )
+    builder.drop_unread_stages()
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
+    checked = None
     if source:
         from gnnc.lang import parse_and_check
 
         try:
-            parse_and_check(source + forward, f"<gradient of {kernel.name}>")
+            checked = parse_and_check(source + forward, f"<gradient of {kernel.name}>")
         except SourceError as exc:
             raise CompileError(f"{kernel.name}: its gradient is not expressible as kernels yet: {exc}") from exc
     gouts = [gout_name(kernel, r.name) for r in kernel.results]
@@ -924,6 +959,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         builder.relation_transposes,
         list(builder.forward_stages),
         forward,
+        checked,
     )
 
 

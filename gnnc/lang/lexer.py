@@ -23,11 +23,8 @@ TokenKind = Literal["IDENT", "NUMBER", "OP", "NEWLINE", "EOF"]
 #: Punctuation and operators; two-character ones first.
 OPERATORS = ("->", "(", ")", "[", "]", "{", "}", ",", ":", "+", "-", "*", "/", "@", "=")
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 # What a number must not run into: `2x`, `1e`, `1.2.3`.
 _NUMBER_TAIL = re.compile(r"[A-Za-z0-9_.]+")
-_SPACE = " \t\r\n\x0b\x0c"
 
 
 @dataclass(frozen=True)
@@ -48,6 +45,16 @@ class Token:
         return f"'{self.text}'"
 
 
+#: One token (or a run of spaces, or a comment) at a position: a single match per token.
+_TOKEN = re.compile(
+    r"(?P<space>[ \t\r\n\x0b\x0c]+)|(?P<comment>#)|(?P<semi>;)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<op>" + "|".join(re.escape(op) for op in OPERATORS) + ")"
+)
+_OPENING = frozenset("([")
+_CLOSING = frozenset(")]")
+
+
 def tokenize(source: str, file: str = "<string>") -> list[Token]:
     """The tokens of ``source``, ending with one ``EOF`` token.
 
@@ -55,60 +62,54 @@ def tokenize(source: str, file: str = "<string>") -> list[Token]:
     malformed number.
     """
     tokens: list[Token] = []
+    append = tokens.append
     depth = 0  # open ( and [ : line breaks inside them are not separators
     lines = source.splitlines()
     last_line, last_col = 1, 1  # where EOF is reported: after the last token
+    match = _TOKEN.match
     for lineno, line in enumerate(lines, start=1):
         col = 0
         n = len(line)
         while col < n:
-            ch = line[col]
-            if ch in _SPACE:
-                col += 1
+            m = match(line, col)
+            if m is None:
+                ch = line[col]
+                shown = ch if ch.isprintable() else repr(ch)[1:-1]
+                raise SourceError(f"unexpected character '{shown}'", SourceLocation(file, lineno, col + 1), source)
+            kind = m.lastgroup
+            end = m.end()
+            if kind == "space":
+                col = end
                 continue
-            if ch == "#":
+            if kind == "comment":
                 break
-            loc_col = col + 1
-            if ch == ";":
-                tokens.append(Token("NEWLINE", ";", SourceLocation(file, lineno, loc_col)))
-                col += 1
-            elif (m := _IDENT.match(line, col)) is not None:
-                text = m.group()
-                tokens.append(Token("IDENT", text, SourceLocation(file, lineno, loc_col, len(text))))
-                col = m.end()
-            elif (m := _NUMBER.match(line, col)) is not None:
-                end = m.end()
+            text = m.group()
+            if kind == "ident":
+                append(Token("IDENT", text, SourceLocation(file, lineno, col + 1, len(text))))
+            elif kind == "op":
+                if text in _OPENING:
+                    depth += 1
+                elif text in _CLOSING:
+                    depth = max(0, depth - 1)
+                elif text in ("{", "}"):
+                    # a brace always closes any bracket left open before it, so
+                    # one missing ')' does not swallow the rest of the file
+                    depth = 0
+                append(Token("OP", text, SourceLocation(file, lineno, col + 1, len(text))))
+            elif kind == "number":
                 tail = _NUMBER_TAIL.match(line, end)
                 if tail is not None:
                     bad = line[col : tail.end()]
                     raise SourceError(
-                        f"malformed number '{bad}'",
-                        SourceLocation(file, lineno, loc_col, len(bad)),
-                        source,
+                        f"malformed number '{bad}'", SourceLocation(file, lineno, col + 1, len(bad)), source
                     )
-                text = m.group()
-                tokens.append(Token("NUMBER", text, SourceLocation(file, lineno, loc_col, len(text))))
-                col = end
-            else:
-                for op in OPERATORS:
-                    if line.startswith(op, col):
-                        break
-                else:
-                    shown = ch if ch.isprintable() else repr(ch)[1:-1]
-                    raise SourceError(f"unexpected character '{shown}'", SourceLocation(file, lineno, loc_col), source)
-                if op in ("(", "["):
-                    depth += 1
-                elif op in (")", "]"):
-                    depth = max(0, depth - 1)
-                elif op in ("{", "}"):
-                    # a brace always closes any bracket left open before it, so
-                    # one missing ')' does not swallow the rest of the file
-                    depth = 0
-                tokens.append(Token("OP", op, SourceLocation(file, lineno, loc_col, len(op))))
-                col += len(op)
+                append(Token("NUMBER", text, SourceLocation(file, lineno, col + 1, len(text))))
+            else:  # ";"
+                append(Token("NEWLINE", ";", SourceLocation(file, lineno, col + 1)))
+            col = end
             last_line, last_col = lineno, col + 1
         if depth == 0 and tokens and tokens[-1].kind != "NEWLINE":
-            tokens.append(Token("NEWLINE", "\n", SourceLocation(file, lineno, len(line) + 1)))
+            append(Token("NEWLINE", "\n", SourceLocation(file, lineno, len(line) + 1)))
     tokens.append(Token("EOF", "", SourceLocation(file, last_line, last_col)))
     return tokens
 

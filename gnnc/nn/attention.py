@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import self_loops
+from gnnc.nn import derived, self_loops
 from gnnc.nn.kernels import kernel, literal
 from gnnc.torch.kernels import Kernel
 
@@ -269,8 +269,8 @@ class Loops:
 
 
 def loops(edge_index: torch.Tensor, num_src: Any, num_dst: Any, dtype: torch.dtype) -> Loops:
-    keep = (edge_index[0] != edge_index[1]).to(dtype)
-    return Loops(keep, min(num_src, num_dst), num_dst)
+    """The call's loops (`keep` depends on the edges alone: made once per edge_index, gnnc.nn.derived)."""
+    return Loops(derived.keep(edge_index, dtype), min(num_src, num_dst), num_dst)
 
 
 def loop_attr(edge_index: torch.Tensor, edge_attr: torch.Tensor, lp: Loops, fill_value: Any) -> torch.Tensor:

@@ -25,7 +25,10 @@ On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
 may read it only where the forward kernel read destinations (at `u` of the
 reversed graph, num_dst rows): it gets the leading rows. A gradient part per
-destination (num_dst rows) of such an input adds into its leading rows.
+destination (num_dst rows) of such an input adds into its leading rows. On
+a square graph an input's part at `v` (with no edge sum) and its part at `u`
+come from one reversed kernel instead (GradKernel.square: the fused kernel
+runs on square graphs, the two parts on bipartite ones).
 
 What happens to arrays between kernels (summing parts, transposing a
 weight, casting, zeros) goes through an `Arrays` object: `HostArrays`
@@ -58,6 +61,14 @@ class HostArrays:
     calls one kernel and returns its result(s) as arrays of that library."""
 
     def run(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None) -> Any:
+        signature = getattr(kernel, "signature", None)
+        if signature is not None and len(named) == len(signature.params):
+            try:  # positionally: a warm call of a compiled kernel runs prepared (runtime/prepared.py)
+                args = [named[p.name] for p in signature.params]
+            except KeyError:
+                pass
+            else:
+                return kernel(graph, *args, threads=threads) if threads is not None else kernel(graph, *args)
         return kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
 
     def dtype(self, a: Any) -> np.dtype:
@@ -132,7 +143,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, str]],
+        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, str, bool | None]],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -171,7 +182,7 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor, _ in reversed(self.kernels):
+        for _, wrt, _, _, inputs, factor, _, _ in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
                 if factor:
@@ -259,9 +270,12 @@ class Gradient:
         if unknown:
             raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
         values.update(saved or {})
-        for name, wrt, reverse, reduce, inputs, factor, relation in self.kernels:
+        square = not graph.bipartite
+        for name, wrt, reverse, reduce, inputs, factor, relation, on_square in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
+            if on_square is not None and on_square != square:
+                continue  # a fused kernel on a bipartite graph, or its two parts on a square one
             g = graph.reversed() if reverse else graph
             call = dict(named)
             # the reference module returns float64 whatever the kernel's type: intermediates take it back
@@ -347,12 +361,13 @@ def _destination_rows(named: dict, name: str, graph: Graph) -> Any:
 
 
 def _add_parts(total: np.ndarray, part: np.ndarray) -> np.ndarray:
-    """The sum of two gradient parts; on a bipartite graph a block-convention input has
-    one part per source and one per destination, and the shorter adds into the leading rows."""
+    """The sum of two gradient parts, into `total` (a kernel's fresh result, owned by the
+    gradient); on a bipartite graph a block-convention input has one part per source and one
+    per destination, and the shorter adds into the leading rows."""
     if total.shape == part.shape:
-        return total + part
+        return np.add(total, part, out=total) if total.dtype == part.dtype and total.flags.writeable else total + part
     big, small = (total, part) if total.shape[0] >= part.shape[0] else (part, total)
-    summed = big.copy()
+    summed = big if big.flags.writeable else big.copy()
     summed[: small.shape[0]] += small
     return summed
 

@@ -47,6 +47,7 @@ import numpy as np
 from gnnc.errors import ToolchainError
 from gnnc.host import host_cpu_flags
 from gnnc.ir import abi
+from gnnc.runtime import memory
 
 METADATA_SYMBOL = "gnnc_metadata"
 METADATA_SIZE_SYMBOL = "gnnc_metadata_size"
@@ -279,46 +280,6 @@ def check_cpu_features(metadata: dict) -> None:
 # ------------------------------------------------------------------ calls
 
 
-def _addresses_by_ctypes(arrays: list[np.ndarray]) -> list[int]:
-    return [a.ctypes.data for a in arrays]
-
-
-def _addresses_by_struct(arrays: list[np.ndarray]) -> list[int]:
-    # PyArrayObject begins with PyObject_HEAD and then the data pointer
-    # (numpy's ndarraytypes.h, PyArrayObject_fields), in every numpy since 1.7
-    return [_read_pointer(id(a) + _DATA_OFFSET).value or 0 for a in arrays]
-
-
-_DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
-_read_pointer = ctypes.c_void_p.from_address
-
-
-def _pick_addresses() -> Callable[[list[np.ndarray]], list[int]]:
-    """Data pointers of the buffers a kernel is called with: `ndarray.ctypes.data`
-    costs 1.3-1.9 us an array, most of a small graph's per-call overhead (14
-    buffers: 26 of 43 us), where the struct field costs 0.1 us. The field is
-    used only if it agrees with `.ctypes.data` here, on arrays of each kind a
-    call passes (fresh, views at an offset, empty, read-only)."""
-    base = np.arange(64, dtype=np.float64)
-    probes: list[np.ndarray] = [
-        base,
-        base[3:],
-        base[5:9],
-        np.empty(0, np.int64),
-        np.zeros((4, 3), np.float32)[1:],
-        np.frombuffer(b"abcdefgh", dtype=np.uint8),
-    ]
-    try:
-        if _addresses_by_struct(probes) == _addresses_by_ctypes(probes):
-            return _addresses_by_struct
-    except (OSError, ValueError):  # pragma: no cover - an interpreter without the layout
-        pass
-    return _addresses_by_ctypes  # pragma: no cover
-
-
-_addresses = _pick_addresses()
-
-
 class Function:
     """One kernel's C function, `gnnc_K`, with its arguments (`abi.kernel_arguments`) in order."""
 
@@ -342,11 +303,14 @@ class Function:
         values.update(zip(self._results, outputs))
         for arguments in named:
             values.update(arguments)
-        global _pool_started
         if values.get("num_threads", 1) > 1:
-            _pool_started = True  # from here on a forked child must run on one thread
-        addresses = iter(_addresses([values[name] for name in self._pointers]))
+            note_pool_started()
+        addresses = iter(memory.addresses([values[name] for name in self._pointers]))
         self._function(*[next(addresses) if pointer else values[name] for name, pointer in self._layout])
+
+    def call(self, values: list[Any]) -> None:
+        """Runs the kernel on its arguments in ABI order, pointers as addresses (a prepared call's)."""
+        self._function(*values)
 
 
 # libgomp is not fork-safe. It keeps its worker threads in a pool and registers
@@ -361,6 +325,12 @@ class Function:
 _pool_started = False
 #: This process was forked from one whose pool had started: kernels run on one thread.
 forked_after_pool = False
+
+
+def note_pool_started() -> None:
+    """A kernel runs on several threads: from here on a forked child must run on one."""
+    global _pool_started
+    _pool_started = True
 
 
 def _after_fork_in_child() -> None:
@@ -378,6 +348,7 @@ __all__ = [
     "Function",
     "check_cpu_features",
     "host_cpu_flags",
+    "note_pool_started",
     "open_shared_object",
     "read_metadata",
 ]

@@ -132,12 +132,23 @@ class Kernel:
         relations = self._relations(graph, edge_type, num_relations, tensors, edge_index)
         graph_args = (edge_index, num_src, num_dst, *relations)
         n = len(self.results)
-        saving = self.ops.forward_saving
-        if saving is not None and _keeps_for_backward(tensors):
-            # the variant that also returns what the gradient would recompute (softmax weights, argmax)
-            out = saving(*graph_args, *tensors, threads)[:n]
+        ops = self.ops
+        keeps = _keeps_for_backward(tensors)
+        # the variant that also returns what the gradient would recompute (softmax weights, argmax)
+        saving = keeps and ops.forward_saving is not None
+        if _eager():
+            if keeps:
+                out = ops.eager(saving).apply(*graph_args, *tensors, threads)
+            else:  # nothing to differentiate: the op below autograd
+                with torch._C._AutoDispatchBelowAutograd():
+                    out = (ops.forward_saving if saving else ops.forward)(*graph_args, *tensors, threads)
+        elif saving:
+            out = ops.forward_saving(*graph_args, *tensors, threads)
+        else:
+            out = ops.forward(*graph_args, *tensors, threads)
+        if saving:
+            out = out[:n]
             return out[0] if n == 1 else self._result_type(*out)  # type: ignore[misc]
-        out = self.ops.forward(*graph_args, *tensors, threads)
         return out if n == 1 else self._result_type(*out)  # type: ignore[misc]
 
     def _relations(
@@ -266,6 +277,13 @@ def _graph_arguments(graph: Graph, num_vertices: Any, size: Any, device: torch.d
     Not traced: a compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
     graphs.as_graph(graph, num_vertices, size)  # checks that they agree
     return graphs.edge_index_of(graph, device), graph.num_src, graph.num_dst
+
+
+def _eager() -> bool:
+    """Whether a call runs eagerly, outside every tracer and transform that records ops
+    (torch.compile, export, jit.trace, functorch's grad and vmap): it may then take
+    `KernelOps.eager`'s autograd Function, or the op below autograd."""
+    return not (torch.compiler.is_compiling() or _jit_tracing() or torch._C._are_functorch_transforms_active())
 
 
 def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:

@@ -94,6 +94,11 @@ def variant_source(source: str, declared: str, dtype: str) -> str:
 
 def dtype_name(tensors: Sequence[torch.Tensor], declared: str) -> str:
     """'f32' or 'f64' after the tensors' dtype (all the same), or the declared one without tensors."""
+    if not tensors:
+        return declared
+    first = tensors[0].dtype
+    if first in DTYPES and all(t.dtype == first for t in tensors):
+        return DTYPES[first]
     dtypes = {t.dtype for t in tensors}
     if not dtypes:
         return declared
@@ -104,9 +109,11 @@ def dtype_name(tensors: Sequence[torch.Tensor], declared: str) -> str:
 
 def _array(t: torch.Tensor) -> np.ndarray:
     """The tensor's memory as a numpy array (no copy unless it is not contiguous)."""
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ArgumentError(f"gnnc's CPU kernels got a tensor on {t.device}")
-    return t.detach().contiguous().numpy()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy(force=True)  # detached; a CPU float tensor is not copied
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -206,14 +213,15 @@ class KernelOps:
             if not grad.kernels:
                 raise CompileError(f"{name}: no input has a gradient kernel")
             if grad.saved:
-                variant = parse_and_check(grad.source + grad.forward, f"<gradient of {name}>")
-                extra = kernel_signature(variant.kernel(f"{name}__forward")).results
+                extra = kernel_signature(grad.checked.kernel(f"{name}__forward")).results
                 self.saved = tuple(r for r in extra if r.name in grad.saved)
         except GnncError as exc:
             self.grad_error = exc
         self._lock = threading.Lock()
         self._forward_kernels: dict[str, Any] = {}
         self._gradients: dict[tuple[str, tuple[str, ...]], Any] = {}
+        #: the forward ops as autograd Functions for eager calls, plain and saving (`eager`)
+        self._eager: list[Any] = [None, None]
         self.cuda = cuda.CudaVariants(source, name, options)
         self._register()
 
@@ -229,8 +237,8 @@ class KernelOps:
         self._define(self.base, f"({graph}{inputs}, int? threads) -> {_returns(len(self.results))}")
         self.forward = self._overload(self.base)
         self._implement(self.base, self._forward_impl, self._cuda_forward_impl, self._forward_fake)
-        self.forward_saving = None
-        self.backward = None
+        self.forward_saving: Any = None
+        self.backward: Any = None
         if self.grad_error is None:
             if self.saved:
                 n = len(self.results) + len(self.saved)
@@ -536,9 +544,41 @@ class KernelOps:
             g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
             for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
         ]
-        out = self.backward(*graph_args, *params, *gouts, list(saved), wanted, threads)
+        arguments = (*graph_args, *params, *gouts, list(saved), wanted, threads)
+        if torch.is_grad_enabled():  # create_graph=True: the backward op's autograd raises the clear error
+            out = self.backward(*arguments)
+        else:
+            with torch._C._AutoDispatchBelowAutograd():  # as torch's own wrapper would, without its Python
+                out = self.backward(*arguments)
         out = (out,) if n == 1 else out
         return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
+
+    def eager(self, saving: bool) -> Any:
+        """The forward op (`saving`: the one that also returns what the gradient reuses) as an
+        `autograd.Function`, for eager calls that need a gradient: the same op below autograd,
+        the same context and backward as the op's registered autograd, without the Python
+        layers torch wraps a registered autograd in (half a small call's cost). Traced and
+        compiled calls record the op itself."""
+        made = self._eager[saving]
+        if made is None:
+            ops = self
+
+            class Eager(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx: Any, *inputs: Any) -> Any:
+                    ctx.set_materialize_grads(False)  # a result the loss does not use comes as None
+                    with torch._C._AutoDispatchBelowAutograd():
+                        output = (ops.forward_saving if saving else ops.forward)(*inputs)
+                    ops._setup(ctx, inputs, output, saving)
+                    return output
+
+                @staticmethod
+                def backward(ctx: Any, *grads: Any) -> Any:
+                    return ops._autograd_backward(ctx, *grads)
+
+            Eager.__name__ = Eager.__qualname__ = f"{self.base}{'_forward' if saving else ''}"
+            made = self._eager[saving] = Eager
+        return made
 
     def _no_double_backward(self, ctx: Any, *grads: Any) -> tuple:
         raise CompileError(

@@ -36,6 +36,29 @@ from gnnc.nn.precompile import WarmUp
 LAYER = "GATConv"
 
 
+#: `scores` folds the attention vector into the projection while in_channels <= this x out_channels.
+FOLD_MAX_RATIO = 16
+
+
+def scores(lin: Linear, x: Any, att: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+    """`<lin(x), att>` per head ([N, H]; `h` is lin(x) as [N, H, C] where it was computed).
+
+    With lin's weight W ([H*C, in]) the score is `x @ M.T`, M[h] = sum_c att[h, c] W[h*C + c]:
+    an [H, in] matrix, so no [N, H, C] product is made (nor its gradient), where PyG multiplies
+    and sums h. The same sum in another order, for `in <= FOLD_MAX_RATIO * C` (beyond it the
+    product costs more than the memory it saves: docs/design/training.md); a lazy `lin` not
+    yet sized takes the product too."""
+    heads, channels = att.shape[-2], att.shape[-1]
+    weight = lin.weight
+    if lin.lazy or weight.shape[1] > FOLD_MAX_RATIO * channels:
+        if h is None:
+            h = lin(x).view(-1, heads, channels)
+        return (h * att).sum(-1)
+    folded = (weight.view(heads, channels, -1) * att.view(heads, channels, 1)).sum(1)
+    bias = None if lin.bias is None else (lin.bias.view(heads, channels) * att.view(heads, channels)).sum(-1)
+    return F.linear(x, folded, bias)
+
+
 class GATConv(WarmUp, nn.Module):
     """PyG's `GATConv(in_channels, out_channels, heads, concat, negative_slope, dropout,
     add_self_loops, edge_dim, fill_value, bias, residual, **kwargs)`.
@@ -158,8 +181,11 @@ class GATConv(WarmUp, nn.Module):
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, size, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]
-        a_src = (h_src * self.att_src).sum(-1)
-        a_dst = (h_dst * self.att_dst).sum(-1) if h_dst is not None else h_src.new_zeros(num_dst, H)
+        lin_src = self.lin if self.lin is not None else self.lin_src
+        lin_dst = self.lin if self.lin is not None else self.lin_dst
+        assert lin_src is not None and lin_dst is not None
+        a_src = scores(lin_src, x_src, self.att_src, h_src)
+        a_dst = scores(lin_dst, x_dst, self.att_dst, h_dst) if h_dst is not None else h_src.new_zeros(num_dst, H)
         if edge_attr is not None and self.lin_edge is None:
             raise ArgumentError(
                 f"{LAYER}: edge_attr needs a layer built with edge_dim (PyG ignores it there; "
@@ -170,7 +196,7 @@ class GATConv(WarmUp, nn.Module):
         if ea is not None and self.lin_edge is not None and self.att_edge is not None:
             assert self.edge_dim is not None
             ea = attention.edge_features(ea, num_edges, self.edge_dim, LAYER).to(h_src.dtype)
-            a_edge = (self.lin_edge(ea).view(-1, H, C) * self.att_edge).sum(-1)
+            a_edge = scores(self.lin_edge, ea, self.att_edge)
         kind = attention.loop_kind(self.add_self_loops, num_src, num_dst)
         lp = attention.loops(edges, num_src, num_dst, h_src.dtype) if kind != LoopKind.NONE else None
         drop = self.training and self.dropout > 0.0
@@ -181,9 +207,9 @@ class GATConv(WarmUp, nn.Module):
             n = lp.count
             raw = a_src[:n] + a_dst[:n]
             if a_edge is not None:
-                assert ea is not None and self.lin_edge is not None
+                assert ea is not None and self.lin_edge is not None and self.att_edge is not None
                 loop_ea = attention.loop_attr(edges, ea, lp, self.fill_value)
-                raw = raw + (self.lin_edge(loop_ea).view(-1, H, C) * self.att_edge).sum(-1)
+                raw = raw + scores(self.lin_edge, loop_ea, self.att_edge)
             if kind != LoopKind.SQUARE:  # the loop's message, a row per destination
                 args.append(lp.pad(h_src[:n]))
             args += [lp.pad(F.leaky_relu(raw, self.negative_slope)), lp.keep]

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import inputs, self_loops
+from gnnc.nn import derived, inputs, self_loops
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
@@ -111,6 +111,9 @@ class GCNConv(WarmUp, nn.Module):
         # PyG 2.8 fills remaining loops with 2 only for a weighted graph: without
         # edge_weight its loops weigh 1, improved or not; same outputs here
         fill = 2.0 if self.improved and (weight is not None or adj.sparse) else 1.0
+        if weight is None and not adj.sparse and self.add_self_loops:
+            # they depend on the edges alone: made once per edge_index (gnnc.nn.derived)
+            return derived.gcn_loops(adj.edge_index, num_nodes, fill, dtype)
         return self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,81 @@
+"""Values that depend on an edge_index alone, made once per tensor, eager or compiled.
+
+GCNConv's self-loop weights (for a graph without edge weights) and the
+attention layers' `keep` mask (0 on the graph's own self loops) are O(E)
+tensor code that every call would otherwise run again. They are kept with
+the edge_index (`gnnc.torch.graphs.derived`: dropped with the tensor, made
+again after an in-place edit of it). An eager call reads them there; a
+call under torch.compile gets them from a custom op (`gnnc::nn_gcn_loops`,
+`gnnc::nn_keep`) whose implementation reads the same cache and returns a
+copy (the compiled graph owns its outputs), so a compiled model does not
+recompute them either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gnnc.nn import self_loops
+from gnnc.torch import graphs
+
+_LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
+_LIBRARY.define("nn_gcn_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype) -> (Tensor, Tensor)")
+_LIBRARY.define("nn_keep(Tensor edge_index, ScalarType dtype) -> Tensor")
+
+
+def _loops(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> tuple:
+    def make() -> tuple:
+        # ordinary tensors even when first made under inference_mode: a later training call reuses them
+        with torch.inference_mode(False):
+            return self_loops.remaining_loops(edge_index, None, num_nodes, fill, dtype)
+
+    return graphs.derived(edge_index, ("nn.gcn_loops", fill, dtype, num_nodes), make)
+
+
+def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        with torch.inference_mode(False):
+            return (edge_index[0] != edge_index[1]).to(dtype)
+
+    return graphs.derived(edge_index, ("nn.keep", dtype), make)
+
+
+@torch.library.impl(_LIBRARY, "nn_gcn_loops", "CompositeExplicitAutograd")
+def _loops_op(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> tuple:
+    weight, loop = _loops(edge_index, int(num_nodes), fill, dtype)
+    return weight.clone(), loop.clone()
+
+
+@torch.library.impl(_LIBRARY, "nn_keep", "CompositeExplicitAutograd")
+def _keep_op(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return _keep(edge_index, dtype).clone()
+
+
+@torch.library.register_fake("gnnc::nn_gcn_loops", lib=_LIBRARY)
+def _loops_fake(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> tuple:
+    return edge_index.new_empty(edge_index.shape[1], dtype=dtype), edge_index.new_empty(num_nodes, dtype=dtype)
+
+
+@torch.library.register_fake("gnnc::nn_keep", lib=_LIBRARY)
+def _keep_fake(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return edge_index.new_empty(edge_index.shape[1], dtype=dtype)
+
+
+def gcn_loops(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> tuple:
+    """(edge weights with self loops zeroed, loop weight per vertex) of PyG's `add_remaining_self_loops`
+    on an unweighted edge_index (`self_loops.remaining_loops`), made once per tensor."""
+    if torch.compiler.is_compiling():
+        return torch.ops.gnnc.nn_gcn_loops(edge_index, num_nodes, fill, dtype)
+    return _loops(edge_index, num_nodes, fill, dtype)
+
+
+def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """1.0 on the edges that are not self loops, 0.0 on those that are, made once per tensor."""
+    if torch.compiler.is_compiling():
+        return torch.ops.gnnc.nn_keep(edge_index, dtype)
+    return _keep(edge_index, dtype)
+
+
+__all__ = ["gcn_loops", "keep"]

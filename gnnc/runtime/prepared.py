@@ -1,0 +1,133 @@
+"""A call's native arguments, laid out once per call shape and graph; warm calls run them directly.
+
+A kernel call's check (`signature.prepare_call`), its decision
+(`autotune.decision.decide`), its plans (`graph.plans.build`) and the layout
+of its native arguments depend only on the graph, on the inputs' dtypes,
+shapes and layout, and on the threads and schedule asked for. `make` lays
+the arguments out as a `Prepared` call: every fixed value (the graph's
+arrays and counts, the decision's `num_threads` and `dims`) in place, and
+where the call's inputs, results and workspace go. Every call runs through
+one. When the inputs came as C-contiguous numpy arrays of the kernel's
+dtype (by position or by name), the kernel keeps it on the graph (in
+`graph.plans`, beside the decision, so it goes with the graph), and a later
+call of the same shape (`runtime.module.call_key`) runs it without checking
+or deciding again:
+it allocates the results and the workspace, reads the arrays' addresses and
+calls the native code. Everything else (`out=`, Python numbers, other
+arrays, a dict schedule) takes the checked way every time.
+
+On a 1,300-edge block this took a warm call's own cost from about 20 us to
+about 5 us (docs/design/training.md, "Per-call overhead").
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gnnc.autotune.decision import Decision
+from gnnc.runtime import memory, native
+
+#: Small workspaces are kept for the next call of the shape (one set per call in flight):
+#: allocating them costs more than a small call's work; larger ones are allocated per call.
+KEEP_WORKSPACE_BYTES = 1 << 20
+
+#: Where a pointer argument comes from: a fixed array, or the call's inputs, results, workspace.
+_FIXED, _INPUT, _OUTPUT, _WORKSPACE = range(4)
+
+
+@dataclass(eq=False)
+class Prepared:
+    """One call shape of one kernel on one graph, its native arguments laid out (see the module docstring)."""
+
+    #: the kernel that runs (the called one or a variant), weakly: variants live on their kernel
+    runner: weakref.ref[Any]
+    dtype: np.dtype
+    #: the results' shapes, in result order, and their names (None: one result, returned bare)
+    results: tuple[tuple[int, ...], ...]
+    names: tuple[str, ...] | None
+    #: (name, elements) of each workspace buffer
+    workspace: tuple[tuple[str, int], ...]
+    #: the native arguments in ABI order, scalars in place (None where an address goes) ...
+    values: list[Any]
+    #: ... and each pointer argument: (position, source, index or the fixed array)
+    pointers: tuple[tuple[int, int, Any], ...]
+    threads: int
+    #: what the runtime logs at DEBUG for each call (the decision's reason)
+    reason: str
+    #: workspace sets of earlier calls, free for the next one (small workspaces only)
+    spare: list[list[np.ndarray]]
+    keep_workspace: bool
+    #: what the fixed arrays belong to: the graph's plans and the decision
+    keep: tuple[Any, ...]
+
+    def accepts(self, args: tuple) -> bool:
+        dtype = self.dtype
+        return all(a.dtype == dtype for a in args)
+
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None = None) -> Any:
+        """Runs the native code on inputs of the prepared shape, into `outputs` (fresh results
+        without them); the result(s), or None when the kernel that would run is gone (the
+        caller then takes the checked way)."""
+        runner = self.runner()
+        if runner is None:
+            return None
+        dtype = self.dtype
+        if outputs is None:
+            outputs = [memory.empty(shape, dtype) for shape in self.results]
+        try:
+            workspace = self.spare.pop()
+        except IndexError:
+            workspace = [memory.empty(n, dtype) for _, n in self.workspace]
+        sources: tuple[Sequence[np.ndarray], ...] = ((), inputs, outputs, workspace)
+        arrays = [index if source == _FIXED else sources[source][index] for _, source, index in self.pointers]
+        values = list(self.values)
+        for (position, _, _), address in zip(self.pointers, memory.addresses(arrays)):
+            values[position] = address
+        if self.threads > 1:
+            native.note_pool_started()
+        runner._native.call(values)
+        if self.keep_workspace:
+            self.spare.append(workspace)
+        return outputs[0] if self.names is None else dict(zip(self.names, outputs))
+
+
+def make(runner: Any, decided: Decision, graph_arguments: Mapping[str, Any], outputs: Sequence[np.ndarray]) -> Prepared:
+    """The call `runner` makes with `decided`, these graph arguments and outputs of these shapes."""
+    function = runner._native
+    # by the ABI's names: a parameter named like a fixed argument gets a trailing underscore there
+    sources = {name: (_INPUT, i) for i, name in enumerate(function._params)}
+    sources.update({name: (_OUTPUT, i) for i, name in enumerate(function._results)})
+    sources.update({name: (_WORKSPACE, i) for i, (name, _) in enumerate(decided.workspace)})
+    fixed = {**graph_arguments, **decided.arguments}
+    values: list[Any] = []
+    pointers = []
+    for position, (name, pointer) in enumerate(function._layout):
+        source, index = sources.get(name, (_FIXED, fixed.get(name)))
+        if pointer:
+            pointers.append((position, source, index))
+            values.append(None)
+        else:
+            values.append(index)
+    dtype = runner._dtype
+    return Prepared(
+        runner=weakref.ref(runner),
+        dtype=dtype,
+        results=tuple(o.shape for o in outputs),
+        names=None if runner._single_result else runner._result_names,
+        workspace=decided.workspace,
+        values=values,
+        pointers=tuple(pointers),
+        threads=int(decided.arguments.get("num_threads", 1)),
+        reason=decided.reason,
+        spare=[],
+        keep_workspace=sum(n for _, n in decided.workspace) * dtype.itemsize <= KEEP_WORKSPACE_BYTES,
+        keep=(graph_arguments, decided),
+    )
+
+
+__all__ = ["KEEP_WORKSPACE_BYTES", "Prepared", "make"]
