@@ -554,3 +554,51 @@ def test_ptx_entries_are_checked_like_objects(cache):
         calls.clear()
         assert compiler.compile_cached_ptx(SOURCE, "<string>", options) == ptx
         assert len(calls) == 1 and ptx.read_text() == good
+
+
+def test_cached_builds_keep_no_stage_text_and_verify_once(cache, monkeypatch):
+    """The cache's builds print no IR and verify after the pipeline only (and the frontend's
+    module); the same object."""
+    from xdsl.dialects.builtin import ModuleOp
+
+    verified = []
+    verify = ModuleOp.verify
+
+    def counting(self):
+        verified.append(1)
+        return verify(self)
+
+    monkeypatch.setattr(ModuleOp, "verify", counting)
+    options = compiler.CompileOptions()
+    lean = compiler.compile_source(SOURCE, "k.gnn", options, keep_stages=False)
+    assert not lean.stages and len(verified) == 2
+    full = compiler.compile_source(SOURCE, "k.gnn", options)
+    assert len(full.stages) > 10 and len(verified) > 10
+    assert lean.object_code == full.object_code
+
+
+def test_a_pass_breaking_the_ir_is_named_on_a_cached_build(cache, monkeypatch):
+    """Verified once at the end, a broken IR is compiled again pass by pass to name the pass."""
+    from xdsl.dialects import arith, builtin
+
+    from gnnc.driver import pipeline
+
+    make_pass = pipeline.make_pass
+
+    class Breaking:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def apply(self, ctx, module):
+            self.inner.apply(ctx, module)
+            # an i32 constant typed f32: the verifier refuses it
+            value = builtin.IntegerAttr(1, builtin.i32)
+            module.body.block.add_op(arith.ConstantOp.create(properties={"value": value}, result_types=[builtin.f32]))
+
+    def patched(entry):
+        made = make_pass(entry)
+        return Breaking(made) if pipeline.stage_name(entry) == "convert-loop-to-scf" else made
+
+    monkeypatch.setattr(pipeline, "make_pass", patched)
+    with pytest.raises(gnnc.CompileError, match="internal error: IR after 'convert-loop-to-scf' does not verify"):
+        compiler.compile_cached(SOURCE + "\n# broken\n", "k.gnn")

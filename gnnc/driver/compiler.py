@@ -158,30 +158,68 @@ def compile_source(
     options: CompileOptions | None = None,
     observe: Callable[[str, str], None] = _no_observer,
     stop_after: str | None = None,
+    *,
+    keep_stages: bool = True,
 ) -> CompileResult:
     """Compiles source text; `stop_after` is one of EMIT_KINDS (default: obj).
 
     The steps: check the source and pick its kernels, build their graph-dialect
     module, run the target's pipeline on it, then emit the target's code. The
     IR after each stage goes to the result's `stages` and to `observe`.
+
+    `keep_stages=False` (the compile cache's builds) keeps no stage's text
+    (printing the module after each pass, and the assembly, cost half of a
+    kernel's compile) and verifies the IR once, after the pipeline: where it
+    does not verify, the pipeline runs again verifying after each pass, so
+    the error names the pass either way.
     """
+    options = options or CompileOptions()
+    program, kernels = _checked_kernels(source, file, options)
+    record = _Recorder(observe, wanted=keep_stages or observe is not _no_observer)
+    try:
+        return _compile_checked(program, kernels, source, file, options, record, stop_after, verify_each=record.wanted)
+    except _LateVerifyError as exc:
+        # a pass broke the IR: compile again, verifying after each pass, for the error naming it
+        _compile_checked(program, kernels, source, file, options, record, stop_after, verify_each=True)
+        raise CompileError(f"internal error: the IR does not verify after the pipeline: {exc.__cause__}") from exc
+
+
+class _Recorder:
+    """Keeps each stage's IR text in `stages` and hands it to the observer, when `wanted`;
+    the text is made (printed) only then."""
+
+    def __init__(self, observe: Callable[[str, str], None], wanted: bool):
+        self.observe, self.wanted, self.stages = observe, wanted, Stages()
+
+    def __call__(self, stage: str, text: Callable[[], str]) -> None:
+        if self.wanted:
+            self.stages[stage] = text()
+            self.observe(stage, self.stages[stage])
+
+
+class _LateVerifyError(Exception):
+    """The IR did not verify after the pipeline (passes run without verification between them)."""
+
+
+def _compile_checked(
+    program: Program,
+    kernels: list[Kernel],
+    source: str,
+    file: str,
+    options: CompileOptions,
+    record: _Recorder,
+    stop_after: str | None,
+    verify_each: bool,
+) -> CompileResult:
     from gnnc.driver.pipeline import FRONTEND_STAGE
     from gnnc.lang.irgen import build_module
     from gnnc.lang.signature import kernel_signature
 
-    options = options or CompileOptions()
-    program, kernels = _checked_kernels(source, file, options)
-    stages = Stages()
-
-    def record(stage: str, text: str) -> None:
-        stages[stage] = text
-        observe(stage, text)
-
-    result = CompileResult(metadata={}, stages=stages)
+    result = CompileResult(metadata={}, stages=record.stages)
     module = build_module(program, [k.name for k in kernels])
-    record(FRONTEND_STAGE, str(module))
+    record(FRONTEND_STAGE, lambda: str(module))
     signatures = {k.name: kernel_signature(k).to_dict() for k in kernels}
-    if not _run_passes(module, _pipeline(options), record, stop_after) or stop_after == "scf":
+    if not _run_passes(module, _pipeline(options), record, stop_after, verify_each) or stop_after == "scf":
         return result
     emit = _emit_cuda if options.target == "cuda" else _emit_cpu
     return emit(result, module, signatures, source, file, options, record, stop_after)
@@ -226,23 +264,40 @@ _STOP_BEFORE = {"graph": ("convert-graph-to-loop",), "loop": ("convert-loop-to-s
 
 
 def _run_passes(
-    module: ModuleOp, entries: list[str], record: Callable[[str, str], None], stop_after: str | None
+    module: ModuleOp,
+    entries: list[str],
+    record: _Recorder,
+    stop_after: str | None,
+    verify_each: bool = True,
 ) -> bool:
-    """Runs the entries on module, verifying and recording the IR after each;
-    False where `stop_after` ends the compile before an entry."""
+    """Runs the entries on module, recording the IR after each and verifying it after
+    each (`verify_each`) or after the last (`_LateVerifyError`); False where
+    `stop_after` ends the compile before an entry."""
     from gnnc.driver import pipeline
 
     ctx = pipeline.make_context()
+    finished = True
     for entry in entries:
         if pipeline.stage_name(entry) in _STOP_BEFORE.get(stop_after or "", ()):
-            return False
+            finished = False
+            break
         pipeline.make_pass(entry).apply(ctx, module)
+        if verify_each:
+            _verify(module, f"after '{entry}'")
+        record(entry, lambda: str(module))
+    if not verify_each:
         try:
             module.verify()
-        except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
-            raise CompileError(f"internal error: IR after '{entry}' does not verify: {exc}") from exc
-        record(entry, str(module))
-    return True
+        except Exception as exc:
+            raise _LateVerifyError() from exc
+    return finished
+
+
+def _verify(module: ModuleOp, where: str) -> None:
+    try:
+        module.verify()
+    except Exception as exc:  # a pass produced invalid IR: our bug, reported clearly
+        raise CompileError(f"internal error: IR {where} does not verify: {exc}") from exc
 
 
 def _kernel_records(module: ModuleOp, signatures: dict) -> list[dict]:
@@ -285,7 +340,7 @@ def _emit_cpu(
     source: str,
     file: str,
     options: CompileOptions,
-    record: Callable[[str, str], None],
+    record: _Recorder,
     stop_after: str | None,
 ) -> CompileResult:
     """LLVM IR with the metadata record embedded, optimised to object code (CPU, cuda-emulation)."""
@@ -299,12 +354,12 @@ def _emit_cpu(
     )
     ir_module = translate_module(module, module_name=Path(file).stem or "gnnc")
     codegen.embed_metadata(ir_module, result.metadata)
-    record("translate-to-llvm", str(ir_module))
+    record("translate-to-llvm", lambda: str(ir_module))
     if stop_after == "llvm":
         return result
-    opt_ir, obj, asm = codegen.optimize_and_emit(ir_module, target, options.opt_level)
-    record("llvm-opt", opt_ir)
-    record("emit-asm", asm)
+    opt_ir, obj, asm = codegen.optimize_and_emit(ir_module, target, options.opt_level, texts=record.wanted)
+    record("llvm-opt", lambda: opt_ir)
+    record("emit-asm", lambda: asm)
     result.object_code = obj
     return result
 
@@ -316,7 +371,7 @@ def _emit_cuda(
     source: str,
     file: str,
     options: CompileOptions,
-    record: Callable[[str, str], None],
+    record: _Recorder,
     stop_after: str | None,
 ) -> CompileResult:
     """NVVM IR and PTX for the cuda target; the PTX starts with the metadata record."""
@@ -326,13 +381,13 @@ def _emit_cuda(
     kernels = _kernel_records(module, signatures)
     result.metadata = _metadata("gnnc-ptx", source, file, options, {"target": "cuda", "arch": options.arch}, kernels)
     ir_module = translate_module(module, module_name=Path(file).stem or "gnnc", triple=NVPTX_TRIPLE)
-    record("translate-to-nvvm", str(ir_module))
+    record("translate-to-nvvm", lambda: str(ir_module))
     if stop_after in ("llvm", "nvvm"):
         return result
     optimized, ptx = codegen.optimize_and_emit_ptx(ir_module, options.arch, options.opt_level)
-    record("llvm-opt", optimized)
+    record("llvm-opt", lambda: optimized)
     result.ptx = codegen.with_metadata(ptx, result.metadata)
-    record("emit-ptx", result.ptx)
+    record("emit-ptx", lambda: result.ptx or "")
     return result
 
 
@@ -510,7 +565,7 @@ def compile_cached(source: str, file: str = "<string>", options: CompileOptions 
             _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
             return store.path / name
         start = time.perf_counter()
-        result = compile_source(source, file, options)
+        result = compile_source(source, file, options, keep_stages=False)
         assert result.object_code is not None
         path = _keep(store, name, key, codegen.shared_object_bytes(result.object_code))
     _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
@@ -527,7 +582,7 @@ def compile_cached_ptx(source: str, file: str = "<string>", options: CompileOpti
             _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
             return store.path / name
         start = time.perf_counter()
-        result = compile_source(source, file, options)
+        result = compile_source(source, file, options, keep_stages=False)
         assert result.ptx is not None
         path = _keep(store, name, key, result.ptx.encode())
     _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)

@@ -170,9 +170,12 @@ def _export_arity(ir_module: ir.Module, symbol: str) -> None:
 # ---------------------------------------------------------------- optimise and emit
 
 
-def optimize_and_emit(ir_module: ir.Module | str, target: CpuTarget, opt_level: int = 3) -> tuple[str, bytes, str]:
+def optimize_and_emit(
+    ir_module: ir.Module | str, target: CpuTarget, opt_level: int = 3, texts: bool = True
+) -> tuple[str, bytes, str]:
     """Parses and verifies the IR, runs LLVM's O<opt_level> pipeline (loop and SLP
-    vectorisation on) for `target`, and returns (optimised IR, object, assembly)."""
+    vectorisation on) for `target`, and returns (optimised IR, object, assembly); the
+    IR and assembly texts are empty without `texts` (making them costs a third of LLVM's time)."""
     tm = target.target_machine(opt_level)
     text = str(ir_module)
     try:
@@ -197,6 +200,8 @@ def optimize_and_emit(ir_module: ir.Module | str, target: CpuTarget, opt_level: 
         module.verify()
     except RuntimeError as exc:  # an LLVM bug rather than ours, but say where it happened
         raise CompileError(f"internal error: LLVM IR does not verify after optimisation: {exc}") from exc
+    if not texts:
+        return "", bytes(tm.emit_object(module)), ""
     optimized = str(module)
     return optimized, bytes(tm.emit_object(module)), tm.emit_assembly(module)
 
