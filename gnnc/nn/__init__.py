@@ -15,12 +15,14 @@ NeighborLoader batch, DGL blocks, `(edge_index, size)` pairs) as its graph;
 
 from gnnc.nn.conv import (
     APPNP,
+    FastRGCNConv,
     GATConv,
     GATv2Conv,
     GCNConv,
     GINConv,
     GINEConv,
     GraphConv,
+    RGCNConv,
     SAGEConv,
     TransformerConv,
 )
@@ -30,12 +32,14 @@ from gnnc.nn.sampled import Block, blocks
 __all__ = [
     "APPNP",
     "Block",
+    "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
     "GCNConv",
     "GINConv",
     "GINEConv",
     "GraphConv",
+    "RGCNConv",
     "SAGEConv",
     "TransformerConv",
     "blocks",
