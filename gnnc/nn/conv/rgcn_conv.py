@@ -140,7 +140,7 @@ class RGCNConv(WarmUp, nn.Module):
         """W: `[R, in, out]` (formed from the bases with num_bases), or `[R, B, in / B, out / B]` blocks."""
         if self.comp is None:
             return self.weight
-        return (self.comp @ self.weight.view(self.num_bases, -1)).view(
+        return (self.comp @ self.weight.view(self.comp.shape[1], -1)).view(
             self.num_relations, self.in_channels_l, self.out_channels
         )
 
@@ -196,7 +196,7 @@ class RGCNConv(WarmUp, nn.Module):
 
     def _propagate(self, x_src: torch.Tensor, edges: relations.TypedEdges, weight: torch.Tensor, sizes: tuple) -> Any:
         """The relations' aggregation: `[num_dst, out_channels]`."""
-        call = {"size": sizes, "edge_type": edges.edge_type, "num_relations": self.num_relations}
+        call: dict[str, Any] = {"size": sizes, "edge_type": edges.edge_type, "num_relations": self.num_relations}
         if _is_index(x_src):
             if self.num_blocks is not None:
                 raise ArgumentError(
