@@ -163,3 +163,93 @@ def test_bad_arguments_get_clear_errors():
         gnn.RGCNConv(2, 4, 2, num_blocks=2)(None, edge_index, torch.tensor([0, 1]))
     with pytest.raises(ArgumentError, match="flow="):
         gnn.RGCNConv(4, 4, 2, flow="target_to_source")
+
+
+# ----------------------------------------------------------------- RGATConv
+
+RGAT_OPTIONS = [
+    {},
+    {"heads": 2},
+    {"attention_mechanism": "within-relation"},
+    {"attention_mechanism": "within-relation", "heads": 2, "mod": "f-scaled"},
+    {"attention_mode": "multiplicative-self-attention"},
+    {"attention_mode": "multiplicative-self-attention", "dim": 2, "heads": 2},
+    {"mod": "f-additive"},
+    {"mod": "f-scaled"},
+    {"mod": "additive", "heads": 2},
+    {"mod": "scaled"},
+    {"attention_mode": "multiplicative-self-attention", "dim": 2, "mod": "additive"},
+    {"attention_mode": "multiplicative-self-attention", "dim": 2, "mod": "scaled", "heads": 2},
+    {"num_bases": 2},
+    {"num_blocks": 2, "heads": 2},
+    {"concat": False, "heads": 3},
+    {"concat": False, "heads": 2, "dim": 2, "attention_mode": "multiplicative-self-attention"},
+    {"edge_dim": 3},
+    {"edge_dim": 3, "heads": 2, "attention_mode": "multiplicative-self-attention"},
+    {"bias": False, "negative_slope": 0.1},
+]
+
+
+def _rgat_args(options, n, edge_index, edge_type, seed):
+    edge_attr = (features(edge_index.shape[1], 3, seed + 1),) if "edge_dim" in options else ()
+    return (features(n, 4, seed), edge_index, edge_type, *edge_attr)
+
+
+@given(graph=typed_graphs(), options=st.sampled_from(RGAT_OPTIONS), seed=st.integers(0, 2**16))
+def test_rgat_matches_pyg(graph, options, seed):
+    edge_index, edge_type, n, r = graph
+    torch.manual_seed(seed)
+    pyg, ours = _pair("RGATConv", 4, 3, r, **options)
+    compare(pyg, ours, _rgat_args(options, n, edge_index, edge_type, seed))
+
+
+@pytest.mark.parametrize("mechanism", ["across-relation", "within-relation"])
+def test_rgat_attention_weights_and_dropout(mechanism):
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 0, 2, 2], [1, 2, 3, 4, 0, 2, 2, 1]])
+    edge_type = torch.tensor([0, 1, 1, 0, 2, 2, 0, 0])
+    x = features(5, 4, 0)
+    torch.manual_seed(0)
+    options = {"attention_mechanism": mechanism, "heads": 2}
+    pyg, ours = _pair("RGATConv", 4, 3, 3, **options)
+    expected, got = compare(pyg, ours, (x, edge_index, edge_type), {"return_attention_weights": True})
+    assert torch.equal(got[1][0], edge_index)
+    close(got[1][1], expected[1][1], "attention weights")
+    # dropout in training: the mask drawn as PyG draws it
+    pyg, ours = _pair("RGATConv", 4, 3, 3, dropout=0.5, **options)
+    ours.load_state_dict(pyg.state_dict())
+    torch.manual_seed(5)
+    expected = pyg(x, edge_index, edge_type)
+    torch.manual_seed(5)
+    close(ours(x, edge_index, edge_type), expected, "dropout")
+    close(ours.eval()(x, edge_index, edge_type), pyg.eval()(x, edge_index, edge_type), "eval")
+
+
+def test_rgat_pairs_and_size():
+    num_src, num_dst = 7, 4
+    edge_index = bipartite(num_src, num_dst, 25, seed=4)
+    edge_type = torch.randint(0, 2, (25,), generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(0)
+    pyg, ours = _pair("RGATConv", 4, 3, 2)
+    compare(pyg, ours, ((features(num_src, 4, 1), features(num_dst, 4, 2)), edge_index, edge_type))
+    # one x with size=: the destinations are its leading rows (PyG refuses the sizes; a block's convention)
+    x = features(num_src, 4, 3)
+    close(ours(x, edge_index, edge_type, size=(num_src, num_dst)), pyg((x, x[:num_dst]), edge_index, edge_type), "size")
+
+
+def test_rgat_bad_arguments():
+    with pytest.raises(ArgumentError, match="attention mechanism must either be"):
+        gnn.RGATConv(4, 4, 2, attention_mechanism="both")
+    with pytest.raises(ArgumentError, match="cannot be applied when value of d is greater than 1"):
+        gnn.RGATConv(4, 4, 2, dim=2)
+    with pytest.raises(ArgumentError, match="mod must be None with dropout"):
+        gnn.RGATConv(4, 4, 2, mod="additive", dropout=0.1)
+    with pytest.raises(ArgumentError, match="mod must be one of"):
+        gnn.RGATConv(4, 4, 2, mod="other")
+    with pytest.raises(ArgumentError, match="aggr="):
+        gnn.RGATConv(4, 4, 2, aggr="mean")
+    conv = gnn.RGATConv(4, 4, 2)
+    edge_index, edge_type = torch.tensor([[0, 1], [1, 0]]), torch.tensor([0, 1])
+    with pytest.raises(ArgumentError, match="edge_attr needs edge_dim"):
+        conv(torch.randn(2, 4), edge_index, edge_type, torch.randn(2, 3))
+    with pytest.raises(ArgumentError, match="float features"):
+        conv(torch.arange(2), edge_index, edge_type)
