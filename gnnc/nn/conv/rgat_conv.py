@@ -281,9 +281,10 @@ class RGATConv(WarmUp, nn.Module):
             num_src, num_dst = inputs.sizes(adj, x_src, None, size, bipartite=False)
             x_dst = x_src[:num_dst]
         else:
-            x_src, x_dst = inputs.pair(inputs.on_block(x, adj), LAYER)
-            if x_dst is None:
+            x_src, given_dst = inputs.pair(inputs.on_block(x, adj), LAYER)
+            if given_dst is None:
                 raise ArgumentError(f"{LAYER}: x[1] (the destinations' features) must be a tensor")
+            x_dst = given_dst
             num_src, num_dst = inputs.sizes(adj, x_src, x_dst, size, bipartite=True)
         for what, t in (("x", x_src), ("x_dst", x_dst)):
             if t.dim() != 2 or t.shape[-1] != self.in_channels:
@@ -340,7 +341,7 @@ class RGATConv(WarmUp, nn.Module):
             args += [wq, wk, spread]
         num_edges = edges.edge_index.shape[1]
         edge = edge_attr is not None
-        if edge:
+        if edge_attr is not None:
             if self.lin_edge is None or self.e is None:
                 raise ArgumentError(f"{LAYER}: edge_attr needs edge_dim: set 'edge_dim = edge_attr.size(-1)'")
             ea = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
