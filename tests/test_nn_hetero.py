@@ -1,0 +1,159 @@
+"""gnnc.nn's HGTConv and HeteroConv against PyG's: dictionaries of node and edge types in and out.
+
+The same seed gives the same parameters (PyG's initialisation, draw for
+draw), a PyG state_dict loads, and outputs and gradients (features, every
+parameter) agree on random heterogeneous graphs: node types without
+in-edges, edge types without edges, an edge type of the metadata missing
+from the call, a node type of several edge types' destinations.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.nn_oracle import close, features
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+import gnnc.nn as gnn  # noqa: E402
+from gnnc.errors import ArgumentError  # noqa: E402
+
+#: HeteroConv warns (as PyG) when a source node type is no destination: intended here
+pytestmark = pytest.mark.filterwarnings("ignore:There exist node types")
+
+META = (["a", "b", "c"], [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a"), ("c", "to", "b")])
+CHANNELS = {"a": 5, "b": 3, "c": 4}
+
+
+@st.composite
+def hetero_graphs(draw):
+    """(x_dict, edge_index_dict): 1-8 nodes per type, 0-20 edges per edge type; ("c", "to", "b") left out
+    of the call at times (a metadata edge type without a tensor)."""
+    sizes = {t: draw(st.integers(1, 8)) for t in META[0]}
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    edges = {}
+    for t in META[1]:
+        if t == ("c", "to", "b") and draw(st.booleans()):
+            continue
+        count = draw(st.integers(0, 20))
+        edges[t] = torch.stack(
+            [torch.randint(0, sizes[t[0]], (count,), generator=g), torch.randint(0, sizes[t[2]], (count,), generator=g)]
+        )
+    x = {t: features(sizes[t], CHANNELS[t], seed + i) for i, t in enumerate(META[0])}
+    return x, edges
+
+
+def _compare_dicts(pyg, ours, x, edges, *extra, **named):
+    ours.load_state_dict(pyg.state_dict())
+    xa = {k: v.detach().clone().requires_grad_() for k, v in x.items()}
+    xb = {k: v.detach().clone().requires_grad_() for k, v in x.items()}
+    expected, got = pyg(xa, edges, *extra, **named), ours(xb, edges, *extra, **named)
+    assert expected.keys() == got.keys()
+    g = torch.Generator().manual_seed(3)
+    weights = {k: torch.randn(v.shape, generator=g) for k, v in expected.items()}
+    for k in expected:
+        close(got[k], expected[k], f"output {k}")
+    if not expected or not any(v.requires_grad for v in expected.values()):
+        return
+    sum((expected[k] * weights[k]).sum() for k in expected).backward()
+    sum((got[k] * weights[k]).sum() for k in got).backward()
+    for k in xa:
+        a, b = xa[k].grad, xb[k].grad
+        close(b if b is not None else torch.zeros_like(xb[k]), a if a is not None else torch.zeros_like(xa[k]), k)
+    params = dict(ours.named_parameters())
+    for name, p in pyg.named_parameters():
+        q = params[name]
+        gp = p.grad if p.grad is not None else torch.zeros_like(p)
+        close(q.grad if q.grad is not None else torch.zeros_like(q), gp, f"gradient of {name}")
+
+
+@given(graph=hetero_graphs(), heads=st.sampled_from([1, 2]))
+def test_hgt_matches_pyg(graph, heads):
+    x, edges = graph
+    torch.manual_seed(0)
+    pyg = pyg_nn.HGTConv(CHANNELS, 8, META, heads=heads)
+    torch.manual_seed(0)
+    ours = gnn.HGTConv(CHANNELS, 8, META, heads=heads)
+    for (k1, v1), (k2, v2) in zip(pyg.state_dict().items(), ours.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), f"{k1} / {k2}: initialised apart"
+    _compare_dicts(pyg, ours, x, edges)
+
+
+def test_hgt_lazy_and_one_width():
+    """in_channels -1 sizes the projections by the first call; out == in gives the gated skip."""
+    g = torch.Generator().manual_seed(1)
+    x = {t: features(6, 8, i) for i, t in enumerate(META[0])}
+    edges = {t: torch.randint(0, 6, (2, 12), generator=g) for t in META[1]}
+    pyg, ours = pyg_nn.HGTConv(-1, 8, META, heads=2), gnn.HGTConv(-1, 8, META, heads=2)
+    pyg(x, edges)
+    ours(x, edges)
+    _compare_dicts(pyg, ours, x, edges)
+
+
+def _convs(module, aggr):
+    return module.HeteroConv(
+        {
+            ("a", "to", "b"): module.SAGEConv((5, 3), 6),
+            ("b", "to", "a"): module.GraphConv((3, 5), 6),
+            ("a", "self", "a"): module.GCNConv(5, 6),
+            ("c", "to", "b"): module.GATConv((4, 3), 6, add_self_loops=False, edge_dim=2),
+        },
+        aggr=aggr,
+    )
+
+
+@pytest.mark.parametrize("aggr", ["sum", "mean", "max", "min", "cat", None])
+def test_hetero_conv_matches_pyg(aggr):
+    g = torch.Generator().manual_seed(2)
+    sizes = {"a": 7, "b": 5, "c": 4}
+    x = {t: features(sizes[t], CHANNELS[t], i) for i, t in enumerate(META[0])}
+    edges = {
+        t: torch.stack(
+            [torch.randint(0, sizes[t[0]], (15,), generator=g), torch.randint(0, sizes[t[2]], (15,), generator=g)]
+        )
+        for t in META[1]
+    }
+    edge_attr = {("c", "to", "b"): features(15, 2, 9)}
+    torch.manual_seed(0)
+    pyg = _convs(pyg_nn, aggr)
+    torch.manual_seed(0)
+    ours = _convs(gnn, aggr)
+    assert list(pyg.state_dict()) == list(ours.state_dict())
+    _compare_dicts(pyg, ours, x, edges, edge_attr_dict=edge_attr)
+
+
+def test_hetero_conv_of_relational_layers():
+    """gnnc's relational layers inside, per-edge-type arguments by keyword."""
+    g = torch.Generator().manual_seed(4)
+    x = {"a": features(6, 4, 0), "b": features(5, 4, 1)}
+    edges = {
+        ("a", "to", "b"): torch.stack(
+            [torch.randint(0, 6, (20,), generator=g), torch.randint(0, 5, (20,), generator=g)]
+        )
+    }
+    types = {("a", "to", "b"): torch.randint(0, 3, (20,), generator=g)}
+    torch.manual_seed(0)
+    pyg = pyg_nn.HeteroConv({("a", "to", "b"): pyg_nn.RGCNConv((4, 4), 3, 3)})
+    torch.manual_seed(0)
+    ours = gnn.HeteroConv({("a", "to", "b"): gnn.RGCNConv((4, 4), 3, 3)})
+    _compare_dicts(pyg, ours, x, edges, types)
+
+
+def test_bad_arguments():
+    with pytest.raises(ArgumentError, match="must be divisible by the number of heads"):
+        gnn.HGTConv(4, 6, META, heads=4)
+    with pytest.raises(ArgumentError, match="metadata must be"):
+        gnn.HGTConv(4, 6, ["a"])
+    with pytest.raises(ArgumentError, match="add_self_loops"):
+        gnn.HeteroConv({("a", "to", "b"): gnn.GCNConv(4, 4)})
+    with pytest.raises(ArgumentError, match="aggr must be"):
+        gnn.HeteroConv({("a", "to", "a"): gnn.GCNConv(4, 4)}, aggr="median_of_means")
+    conv = gnn.HeteroConv({("a", "to", "a"): gnn.GCNConv(4, 4)})
+    with pytest.raises(ArgumentError, match="need to end with '_dict'"):
+        conv({"a": torch.randn(2, 4)}, {("a", "to", "a"): torch.tensor([[0], [1]])}, edge_weight=None)
+    hgt = gnn.HGTConv(4, 4, META)
+    with pytest.raises(ArgumentError, match="which x_dict lacks"):
+        hgt({"a": torch.randn(3, 4)}, {("a", "to", "b"): torch.tensor([[0], [1]])})
