@@ -93,6 +93,8 @@ class PairGraph:
     #: `[P]`: each pair's destination (sorted) and relation.
     vertex: torch.Tensor
     relation: torch.Tensor
+    #: `[2, P]`: an edge from each pair to its destination (edge id = pair id; its type the pair's relation).
+    to_destinations: torch.Tensor
 
     @property
     def num_pairs(self) -> int:
@@ -107,10 +109,12 @@ def pair_graph(edges: TypedEdges, num_relations: int) -> PairGraph:
         dst = edge_index[1].to(torch.int64)
         rel = edge_type.to(torch.int64)
         codes, pair = torch.unique(dst * num_relations + rel, return_inverse=True)
+        vertex = torch.div(codes, num_relations, rounding_mode="floor")
         made = PairGraph(
             torch.stack([edge_index[0].to(torch.int64), pair.view(-1)]),
-            torch.div(codes, num_relations, rounding_mode="floor"),
+            vertex,
             codes % num_relations,
+            torch.stack([torch.arange(codes.shape[0], device=codes.device), vertex]),
         )
         return weakref.ref(edge_type), graphs.state_of(edge_type), made
 

@@ -5,7 +5,11 @@
     }
 
 `aggr="mean"` averages each relation's in-edges apart (deg_in(v, rel(e)) is
-R-GCN's c_{v,r}); "sum"/"add" drops the division. The compiler computes
+R-GCN's c_{v,r}); "sum"/"add" drops the division. "max" (RGCNConv only, as
+PyG) is PyG's max of each relation's in-edge features, transformed and
+summed over relations: a max kernel over the graph whose destinations are the
+(destination, relation) pairs (`relations.pair_graph`), then the sum kernel
+on the graph from each pair to its destination, the pair's relation its type. The compiler computes
 `x[u] @ W[rel(e)]` once per (source, relation) pair where that pays, one
 dense product per relation (`relation-transform-first`, `segment-matmul`;
 docs/design/heterogeneous.md). The root term `x_dst @ root` and the bias
@@ -33,7 +37,7 @@ from gnnc.nn.precompile import WarmUp
 from gnnc.torch.kernels import Kernel
 
 #: The aggregations of the relational layers, PyG's names to the kernels'.
-AGGREGATIONS = {"mean": "mean", "sum": "sum", "add": "sum"}
+AGGREGATIONS = {"mean": "mean", "sum": "sum", "add": "sum", "max": "max"}
 
 
 def _source(aggr: str, blocks: bool, rows: bool) -> tuple[str, str]:
@@ -52,8 +56,20 @@ def _source(aggr: str, blocks: bool, rows: bool) -> tuple[str, str]:
 
 
 def kernels(aggr: str) -> dict[str, Kernel]:
-    """The layer's kernels for `aggr` (a kernel name): dense weights, blocks, rows per edge."""
-    return {form: kernel(*_source(aggr, form == "blocks", form == "rows")) for form in ("dense", "blocks", "rows")}
+    """The layer's kernels for `aggr` (a kernel name): dense weights, blocks, rows per edge; for "max",
+    the sums over the pairs' graph and the max over each pair's in-edges (features or rows)."""
+    made = {
+        form: kernel(*_source("sum" if aggr == "max" else aggr, form == "blocks", form == "rows"))
+        for form in ("dense", "blocks", "rows")
+    }
+    if aggr == "max":
+        made["pair_max"] = kernel(
+            "kernel rgcn_pair_max(x: f32[V, K]) -> f32[V, K] { out[v] = max(x[u]) }\n", "rgcn_pair_max"
+        )
+        made["pair_max_rows"] = kernel(
+            "kernel rgcn_pair_max_rows(m: f32[E, N]) -> f32[V, N] { out[v] = max(m[e]) }\n", "rgcn_pair_max_rows"
+        )
+    return made
 
 
 def _is_index(x: Any) -> bool:
@@ -70,8 +86,8 @@ class RGCNConv(WarmUp, nn.Module):
     relation per edge (None with a SparseTensor, whose values are the types).
     Parameters `weight` (`[R, in, out]`; `[B, in, out]` with num_bases,
     `[R, B, in / B, out / B]` with num_blocks), `comp` (`[R, B]`, bases only),
-    `root` (`[in_dst, out]`), `bias`. aggr: "mean", "sum"/"add" ("max" is
-    refused). `is_sorted` tells PyG the edges are sorted by type; gnnc groups
+    `root` (`[in_dst, out]`), `bias`. aggr: "mean", "sum"/"add", "max"
+    (RGCNConv only, as PyG). `is_sorted` tells PyG the edges are sorted by type; gnnc groups
     them by relation itself, so it changes nothing.
     """
 
@@ -113,6 +129,8 @@ class RGCNConv(WarmUp, nn.Module):
         self.num_bases, self.num_blocks = num_bases, num_blocks
         self.aggr, self.root_weight, self.is_sorted = aggr, root_weight, is_sorted
         self.in_channels_l = src
+        if aggr == "max" and self.LAYER == "FastRGCNConv":
+            raise ArgumentError(f"{layer}: aggr='max' is not supported (PyG's FastRGCNConv takes 'add', 'sum', 'mean')")
         self._kernels = kernels(AGGREGATIONS[aggr])
         if num_bases is not None:
             self.weight = nn.Parameter(torch.empty(num_bases, src, out_channels))
@@ -196,23 +214,46 @@ class RGCNConv(WarmUp, nn.Module):
 
     def _propagate(self, x_src: torch.Tensor, edges: relations.TypedEdges, weight: torch.Tensor, sizes: tuple) -> Any:
         """The relations' aggregation: `[num_dst, out_channels]`."""
+        if _is_index(x_src) and self.num_blocks is not None:
+            raise ArgumentError(
+                f"{self.LAYER}: Block-diagonal decomposition not supported for non-continuous input features."
+            )
+        if not _is_index(x_src):
+            self._check_width(x_src, self.in_channels_l, "x")
+            weight = weight.to(x_src.dtype)
+        if self.aggr == "max":
+            return self._propagate_max(x_src, edges, weight, sizes)
         call: dict[str, Any] = {"size": sizes, "edge_type": edges.edge_type, "num_relations": self.num_relations}
         if _is_index(x_src):
-            if self.num_blocks is not None:
-                raise ArgumentError(
-                    f"{self.LAYER}: Block-diagonal decomposition not supported for non-continuous input features."
-                )
             rows = self._kernels["rows"]
             if not rows.ops.relational:  # a plain sum of the rows reads no relation
                 call = {"size": sizes}
             return rows(edges.edge_index, self._embedding_rows(x_src, edges, weight), **call)
-        self._check_width(x_src, self.in_channels_l, "x")
-        weight = weight.to(x_src.dtype)
+        return self._transform(edges.edge_index, x_src, weight, call)
+
+    def _transform(self, edge_index: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, call: dict) -> Any:
+        """The dense or block kernel: `sum(x[u] @ W[rel(e)])` (divided by the pair's count with "mean")."""
         if self.num_blocks is None:
-            return self._kernels["dense"](edges.edge_index, x_src, weight, **call)
+            return self._kernels["dense"](edge_index, x, weight, **call)
         blocks, k = weight.shape[1], weight.shape[2]
-        out = self._kernels["blocks"](edges.edge_index, x_src.reshape(-1, blocks, k), weight, **call)
-        return out.reshape(-1, self.out_channels)
+        return self._kernels["blocks"](edge_index, x.reshape(-1, blocks, k), weight, **call).reshape(
+            -1, self.out_channels
+        )
+
+    def _propagate_max(
+        self, x_src: torch.Tensor, edges: relations.TypedEdges, weight: torch.Tensor, sizes: tuple
+    ) -> Any:
+        """PyG's "max": per relation the max of the in-edges' features, then its transform, summed."""
+        pairs = relations.pair_graph(edges, self.num_relations)
+        to_pairs = {"size": (sizes[0], pairs.num_pairs)}
+        if _is_index(x_src):  # the max of the rows themselves, each pair's row added into its destination
+            rows = self._kernels["pair_max_rows"](
+                pairs.edge_index, self._embedding_rows(x_src, edges, weight), **to_pairs
+            )
+            return rows.new_zeros(sizes[1], rows.shape[1]).index_add(0, pairs.vertex, rows)
+        per_pair = self._kernels["pair_max"](pairs.edge_index, x_src, **to_pairs)
+        call = {"size": (pairs.num_pairs, sizes[1]), "edge_type": pairs.relation, "num_relations": self.num_relations}
+        return self._transform(pairs.to_destinations, per_pair, weight, call)
 
     def _embedding_rows(self, x_src: torch.Tensor, edges: relations.TypedEdges, weight: torch.Tensor) -> torch.Tensor:
         """Each edge's message without features: row x_src[u] of its relation's weight (PyG's
