@@ -222,6 +222,8 @@ def test_rgat_matches_pyg(graph, options, seed):
     edge_index, edge_type, n, r = graph
     torch.manual_seed(seed)
     pyg, ours = _pair("RGATConv", 4, 3, r, **options)
+    with torch.no_grad():  # PyG leaves l2 uninitialised (its "scaled" mod reads it)
+        pyg.l2.copy_(torch.randn(pyg.l2.shape, generator=torch.Generator().manual_seed(seed)) * 0.3)
     compare(pyg, ours, _rgat_args(options, n, edge_index, edge_type, seed))
 
 

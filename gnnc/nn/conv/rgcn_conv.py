@@ -245,7 +245,7 @@ class RGCNConv(WarmUp, nn.Module):
     ) -> Any:
         """PyG's "max": per relation the max of the in-edges' features, then its transform, summed."""
         pairs = relations.pair_graph(edges, self.num_relations)
-        to_pairs = {"size": (sizes[0], pairs.num_pairs)}
+        to_pairs: dict[str, Any] = {"size": (sizes[0], pairs.num_pairs)}
         if _is_index(x_src):  # the max of the rows themselves, each pair's row added into its destination
             rows = self._kernels["pair_max_rows"](
                 pairs.edge_index, self._embedding_rows(x_src, edges, weight), **to_pairs
