@@ -224,7 +224,13 @@ def test_rgat_matches_pyg(graph, options, seed):
     pyg, ours = _pair("RGATConv", 4, 3, r, **options)
     with torch.no_grad():  # PyG leaves l2 uninitialised (its "scaled" mod reads it)
         pyg.l2.copy_(torch.randn(pyg.l2.shape, generator=torch.Generator().manual_seed(seed)) * 0.3)
-    compare(pyg, ours, _rgat_args(options, n, edge_index, edge_type, seed))
+    args = _rgat_args(options, n, edge_index, edge_type, seed)
+    if edge_index.shape[1] and int(torch.bincount(edge_index[1]).max()) > 200:
+        # a hub's thousands of equal-looking scores: the softmax's gradient is a sum that cancels to
+        # near 0, where float32 leaves noise of the terms' size in PyG and gnnc alike: compare in float64
+        pyg, ours = pyg.double(), ours.double()
+        args = tuple(a.double() if a.is_floating_point() else a for a in args)
+    compare(pyg, ours, args)
 
 
 @pytest.mark.parametrize("mechanism", ["across-relation", "within-relation"])
