@@ -173,6 +173,7 @@ def homogeneous(
     num_nodes: int,
     relation_of: Mapping[EdgeType, int],
     layer: str,
+    device: Any = None,
 ) -> Homogeneous:
     """The edge types of `edge_index_dict` that `relation_of` numbers, as one typed graph (see the module)."""
     parts = []
@@ -185,19 +186,20 @@ def homogeneous(
             raise ArgumentError(f"{layer}: edge type {edge_type!r} connects node type {missing!r}, which x_dict lacks")
         parts.append((edge_type, edge_tensor(value, edge_type, layer)))
     if not parts:
-        empty = torch.zeros(2, 0, dtype=torch.int64)
-        return Homogeneous(empty, torch.zeros(0, dtype=torch.int64), num_nodes)
+        empty = torch.zeros(2, 0, dtype=torch.int64, device=device)
+        return Homogeneous(empty, torch.zeros(0, dtype=torch.int64, device=device), num_nodes)
     key = ("nn.homogeneous", tuple((t, offsets[t[0]], offsets[t[2]], relation_of[t]) for t, _ in parts), num_nodes)
     states = tuple((weakref.ref(e), graphs.state_of(e)) for _, e in parts)
 
     def make() -> tuple[tuple, Homogeneous]:
         index = torch.cat(
-            [e.to(torch.int64) + torch.tensor([[offsets[t[0]]], [offsets[t[2]]]], device=e.device) for t, e in parts],
+            [
+                torch.stack([e[0].to(torch.int64) + offsets[t[0]], e[1].to(torch.int64) + offsets[t[2]]])
+                for t, e in parts
+            ],
             dim=1,
         )
-        types = torch.cat(
-            [torch.full((e.shape[1],), relation_of[t], dtype=torch.int64, device=e.device) for t, e in parts]
-        )
+        types = torch.cat([e.new_full((e.shape[1],), relation_of[t], dtype=torch.int64) for t, e in parts])
         return states, Homogeneous(index, types, num_nodes)
 
     first = parts[0][1]

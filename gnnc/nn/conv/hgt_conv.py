@@ -138,7 +138,7 @@ class HGTConv(WarmUp, nn.Module):
             total += x.shape[0]
         parts = [torch.tensor_split(kqv[t], 3, dim=1) for t in x_dict]
         ks, qs, vs = (torch.cat([p[i] for p in parts]).view(-1, h, d) for i in range(3))
-        graph = hetero.homogeneous(edge_index_dict, offsets, total, self.edge_types_map, LAYER)
+        graph = hetero.homogeneous(edge_index_dict, offsets, total, self.edge_types_map, LAYER, qs.device)
         p = torch.cat([self.p_rel["__".join(t)] for t in self.edge_types]).to(dtype)
         out = self._kernel(
             graph.edge_index,
