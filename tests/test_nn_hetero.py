@@ -157,3 +157,49 @@ def test_bad_arguments():
     hgt = gnn.HGTConv(4, 4, META)
     with pytest.raises(ArgumentError, match="which x_dict lacks"):
         hgt({"a": torch.randn(3, 4)}, {("a", "to", "b"): torch.tensor([[0], [1]])})
+
+
+class _RelationalNet(torch.nn.Module):
+    def __init__(self, module=gnn):
+        super().__init__()
+        self.rgcn = module.RGCNConv(4, 6, 3, num_blocks=2)
+        self.rgat = module.RGATConv(6, 3, 3, heads=2, dropout=0.3)
+        self.rgcn_max = module.RGCNConv(6, 6, 3, aggr="max")
+
+    def forward(self, x, edge_index, edge_type, pairs=True):
+        h = self.rgcn(x, edge_index, edge_type).relu()
+        out = self.rgat(h, edge_index, edge_type)
+        return out + self.rgcn_max(h, edge_index, edge_type) if pairs else out
+
+
+def test_relational_layers_under_torch_compile():
+    """fullgraph where no shape depends on the data; the pairs' graph (aggr="max", within-relation
+    attention) is a graph break, as PyG's masks per relation are."""
+    torch.manual_seed(0)
+    model = _RelationalNet().train()
+    g = torch.Generator().manual_seed(1)
+    x, edge_index, edge_type = features(9, 4, 0), torch.randint(0, 9, (2, 30), generator=g), torch.randint(0, 3, (30,))
+    for fullgraph, pairs in ((True, False), (False, True)):
+        compiled = torch.compile(model, fullgraph=fullgraph, backend="aot_eager")
+        torch.manual_seed(5)
+        eager = model(x, edge_index, edge_type, pairs)
+        torch.manual_seed(5)
+        got = compiled(x, edge_index, edge_type, pairs)
+        close(got, eager, f"compiled (fullgraph={fullgraph})")
+        grads = torch.autograd.grad(got.sum(), [x, *model.parameters()], allow_unused=True)
+        torch.manual_seed(5)
+        expected = torch.autograd.grad(
+            model(x, edge_index, edge_type, pairs).sum(), [x, *model.parameters()], allow_unused=True
+        )
+        for a, b in zip(grads, expected):
+            if b is not None:
+                close(a, b, "gradient")
+    hgt = gnn.HGTConv({"a": 4, "b": 3}, 4, (["a", "b"], [("a", "to", "b"), ("b", "to", "a")]), heads=2)
+    x_dict = {"a": features(5, 4, 1), "b": features(4, 3, 2)}
+    edges = {
+        ("a", "to", "b"): torch.tensor([[0, 1, 4, 2], [0, 3, 3, 1]]),
+        ("b", "to", "a"): torch.tensor([[3, 2], [0, 4]]),
+    }
+    got, expected = torch.compile(hgt, fullgraph=True, backend="aot_eager")(x_dict, edges), hgt(x_dict, edges)
+    for key in expected:
+        close(got[key], expected[key], f"HGTConv {key}")

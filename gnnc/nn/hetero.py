@@ -202,6 +202,10 @@ def homogeneous(
         types = torch.cat([e.new_full((e.shape[1],), relation_of[t], dtype=torch.int64) for t, e in parts])
         return states, Homogeneous(index, types, num_nodes)
 
+    if torch.compiler.is_compiling():
+        # traced, the concatenation is part of the compiled graph; its result is a new tensor per
+        # call, so the op builds its gnnc Graph per call (not cached as in eager mode)
+        return make()[1]
     first = parts[0][1]
     kept, made = graphs.derived(first, key, make)
     fresh = [(r(), s) for r, s in kept] == [(e, graphs.state_of(e)) for _, e in parts]

@@ -101,8 +101,11 @@ class PairGraph:
         return int(self.vertex.shape[0])
 
 
+@torch.compiler.disable(reason="the number of (destination, relation) pairs depends on the data")
 def pair_graph(edges: TypedEdges, num_relations: int) -> PairGraph:
-    """The pair graph of `edges`, made once per (edge_index, edge_type) while neither changes."""
+    """The pair graph of `edges`, made once per (edge_index, edge_type) while neither changes.
+
+    Its size depends on the data: under torch.compile it is a graph break (as PyG's masks per relation)."""
     edge_index, edge_type = edges.edge_index, edges.edge_type
 
     def make() -> tuple[weakref.ref, tuple, PairGraph]:
