@@ -203,3 +203,24 @@ def test_relational_layers_under_torch_compile():
     got, expected = torch.compile(hgt, fullgraph=True, backend="aot_eager")(x_dict, edges), hgt(x_dict, edges)
     for key in expected:
         close(got[key], expected[key], f"HGTConv {key}")
+
+
+def test_layers_copy_pickle_and_list_their_kernels():
+    import copy
+    import io
+    import pickle
+
+    from gnnc.nn.precompile import kernels_of
+
+    layers = [
+        gnn.RGCNConv(4, 3, 2, aggr="max"),
+        gnn.RGATConv(4, 3, 2, dropout=0.2, edge_dim=2),
+        gnn.HGTConv(4, 4, META, heads=2),
+        gnn.HeteroConv({("a", "to", "b"): gnn.SAGEConv((4, 4), 3), ("b", "to", "a"): gnn.RGCNConv(4, 3, 2)}),
+    ]
+    for layer in layers:
+        for other in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+            assert list(other.state_dict()) == list(layer.state_dict())
+        torch.save(layer, io.BytesIO())
+        assert kernels_of(layer)
+    assert len(kernels_of(layers[1])) == 8  # edge features, dropout mask, weights returned: each with or without
