@@ -152,3 +152,66 @@ def test_layers_launch_their_ptx_through_the_driver(monkeypatch, name):
     assert {launch["stream"] for launch in driver.launches} == {7}  # torch's current stream
     # the graph went over once; nothing else the layer made was copied
     assert {kind for kind, _, _ in driver.copies} <= {"sync"} and mode.uploads == []
+
+
+EDGE_TYPE = torch.tensor([0, 1, 2, 0, 1, 1, 0, 2, 2, 0, 1, 0])
+RELATIONAL = {
+    "RGCNConv": lambda: gnn.RGCNConv(4, 3, 3),
+    "RGCNConv-max-blocks": lambda: gnn.RGCNConv(4, 4, 3, aggr="max", num_blocks=2),
+    "RGCNConv-featureless": lambda: gnn.RGCNConv(N, 3, 3, num_bases=2),
+    "FastRGCNConv-sum": lambda: gnn.FastRGCNConv(4, 3, 3, aggr="sum"),
+    "RGATConv-dropout": lambda: gnn.RGATConv(4, 3, 3, heads=2, dropout=0.4),
+    "RGATConv-within-f-scaled": lambda: gnn.RGATConv(4, 3, 3, attention_mechanism="within-relation", mod="f-scaled"),
+    "RGATConv-multiplicative-scaled": lambda: gnn.RGATConv(
+        4, 3, 3, attention_mode="multiplicative-self-attention", dim=2, mod="scaled"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RELATIONAL))
+def test_relational_layers_run_on_the_input_device(monkeypatch, name):
+    launches: list = []
+    mode = stand_in_cuda(monkeypatch, launches)
+    torch.manual_seed(0)
+    layer = RELATIONAL[name]().train()
+
+    def run(layer, device):
+        x = None if name.endswith("featureless") else device(features(N, 4, 1, grad=False))
+        torch.manual_seed(3)
+        return layer(x, device(EDGE_INDEX), device(EDGE_TYPE))
+
+    with torch.no_grad():
+        expected = run(layer, lambda t: t)
+        with mode:
+            out = run(on_gpu(layer), _on_gpu)
+    assert isinstance(out, OnGpu) and out.device.type == "cuda"
+    torch.testing.assert_close(out.inner, expected, rtol=1e-5, atol=1e-6)
+    assert mode.gnnc_ops and launches
+    assert all(device.type == "cuda" for _, devices, _ in launches for device in devices)
+    assert mode.uploads == []
+
+
+def test_hgt_runs_on_the_input_device(monkeypatch):
+    launches: list = []
+    mode = stand_in_cuda(monkeypatch, launches)
+    meta = (["a", "b"], [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a")])
+    torch.manual_seed(0)
+    layer = gnn.HGTConv({"a": 4, "b": 3}, 4, meta, heads=2)
+
+    def run(layer, device):
+        x = {"a": device(features(5, 4, 1, grad=False)), "b": device(features(4, 3, 2, grad=False))}
+        edges = {
+            ("a", "to", "b"): device(torch.tensor([[0, 1, 4, 2], [0, 3, 3, 1]])),
+            ("b", "to", "a"): device(torch.tensor([[3, 2], [0, 4]])),
+            ("a", "self", "a"): device(torch.tensor([[0, 1, 2], [1, 2, 2]])),
+        }
+        return layer(x, edges)
+
+    with torch.no_grad():
+        expected = run(layer, lambda t: t)
+        with mode:
+            out = run(on_gpu(layer), _on_gpu)
+    for key in expected:
+        assert isinstance(out[key], OnGpu) and out[key].device.type == "cuda"
+        torch.testing.assert_close(out[key].inner, expected[key], rtol=1e-5, atol=1e-6)
+    assert mode.gnnc_ops and launches and mode.uploads == []

@@ -136,3 +136,84 @@ def test_relation_pairs_invariants(graph):
         for r in range(graph.num_relations):
             assert np.all(pairs.rel[pairs.offsets[r] : pairs.offsets[r + 1]] == r)
         np.testing.assert_array_equal(np.bincount(pairs.edge_pair, minlength=pairs.num_pairs), pairs.count)
+
+
+# ------------------------------------------------------- heterogeneous graphs from PyG and DGL
+
+
+def _hetero_edges(seed: int) -> tuple[dict[str, int], dict[tuple[str, str, str], np.ndarray]]:
+    """Node counts and edges per type: an edge type without edges, a node type without any."""
+    rng = np.random.default_rng(seed)
+    counts = {"author": 4, "paper": 6, "venue": 2, "lonely": 3}
+    edges = {
+        ("author", "writes", "paper"): rng.integers(0, [[4], [6]], (2, 9)),
+        ("paper", "cites", "paper"): rng.integers(0, 6, (2, 7)),
+        ("paper", "in", "venue"): rng.integers(0, [[6], [2]], (2, 6)),
+        ("venue", "empty", "author"): np.zeros((2, 0), np.int64),
+    }
+    return counts, edges
+
+
+def _check_hetero(graph, counts, edges):
+    types = graph.types
+    assert types.node_types == tuple(counts) and types.edge_types == tuple(edges)
+    assert graph.num_vertices == sum(counts.values()) and graph.num_relations == len(edges)
+    np.testing.assert_array_equal(types.offsets, np.cumsum([0, *counts.values()]))
+    assert not types.node_type.flags.writeable and not types.offsets.flags.writeable
+    for t, n in counts.items():
+        assert types.nodes(t).stop - types.nodes(t).start == n
+        assert (types.node_type[types.nodes(t)] == types.node_types.index(t)).all()
+    start = 0
+    for r, ((s, _, d), e) in enumerate(edges.items()):
+        stop = start + e.shape[1]
+        np.testing.assert_array_equal(graph.src[start:stop], e[0] + types.offsets[types.node_types.index(s)])
+        np.testing.assert_array_equal(graph.dst[start:stop], e[1] + types.offsets[types.node_types.index(d)])
+        assert (graph.edge_type[start:stop] == r).all()
+        assert types.relation((s, _, d)) == r
+        start = stop
+    assert types.relation("cites") == 1
+    assert graph.reversed().types is types and graph.sorted_by_destination()[0].types is types
+
+
+def test_from_pyg_hetero_data():
+    torch = pytest.importorskip("torch")
+    data_module = pytest.importorskip("torch_geometric.data")
+    counts, edges = _hetero_edges(0)
+    data = data_module.HeteroData()
+    for t, n in counts.items():
+        data[t].x = torch.randn(n, 3 + len(t))  # widths differ: only the structure is taken
+    for t, e in edges.items():
+        data[t].edge_index = torch.from_numpy(e)
+    graph = gnnc.Graph.from_hetero(data)
+    _check_hetero(graph, counts, edges)
+    homogeneous = data.to_homogeneous(node_attrs=[], edge_attrs=[])
+    np.testing.assert_array_equal(graph.edge_index(), homogeneous.edge_index.numpy())
+    np.testing.assert_array_equal(graph.types.node_type, homogeneous.node_type.numpy())
+
+
+def test_from_dgl_heterograph():
+    from tests.test_nn_blocks import _dgl
+
+    dgl = _dgl()
+    torch = pytest.importorskip("torch")
+    counts, edges = _hetero_edges(1)
+    hg = dgl.heterograph(
+        {t: (torch.from_numpy(e[0]), torch.from_numpy(e[1])) for t, e in edges.items()}, num_nodes_dict=counts
+    )
+    counts = {t: counts[t] for t in hg.ntypes}  # DGL sorts the types by name
+    edges = {t: edges[t] for t in hg.canonical_etypes}
+    graph = gnnc.Graph.from_hetero(hg)
+    _check_hetero(graph, counts, edges)
+    homogeneous = dgl.to_homogeneous(hg)
+    src, dst = homogeneous.edges(order="eid")
+    np.testing.assert_array_equal(graph.src, src.numpy())
+    np.testing.assert_array_equal(graph.dst, dst.numpy())
+    np.testing.assert_array_equal(graph.edge_type, homogeneous.edata[dgl.ETYPE].numpy())
+    np.testing.assert_array_equal(graph.types.node_type, homogeneous.ndata[dgl.NTYPE].numpy())
+
+
+def test_from_hetero_refuses_other_objects():
+    with pytest.raises(gnnc.GraphError, match="takes a PyG HeteroData or a DGL heterograph"):
+        gnnc.Graph.from_hetero(EDGES)
+    graph = gnnc.Graph(EDGES)
+    assert graph.types is None

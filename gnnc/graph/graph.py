@@ -7,6 +7,7 @@
     graph = gnnc.Graph.from_scipy(A)          # A[u, v] != 0 is the edge u -> v
     block = gnnc.Graph(edge_index, shape=(num_src, num_dst))   # bipartite
     kg = gnnc.Graph(edge_index, edge_type=t, num_relations=R)  # heterogeneous
+    kg = gnnc.Graph.from_hetero(data)         # PyG HeteroData or a DGL heterograph
 
 A graph has ``num_src`` sources and ``num_dst`` destinations. Without a
 ``shape`` they are one vertex set (``num_src == num_dst == num_vertices``);
@@ -20,7 +21,9 @@ A graph may carry a relation type per edge (``edge_type``, integers in
 ``[0, num_relations)``, in edge-id order), as knowledge graphs do: kernels
 index relation tensors with it (``W[rel(e)]``) and count in-edges per
 relation (``deg_in(v, rel(e))``). ``num_relations`` may exceed the largest
-type + 1 (relations without edges); it defaults to that.
+type + 1 (relations without edges); it defaults to that. A graph made from a
+heterogeneous one (``from_hetero``) also keeps its node types (``types``:
+names, per-type offsets, a type per node; ``hetero.py``).
 
 An edge id is the edge's position in what the user gave (an ``edge_index``
 column, a COO position, a position in CSR ``indices``, the ``A.tocoo()``
@@ -52,6 +55,7 @@ import numpy as np
 
 from gnnc.errors import ArgumentError, GraphError
 from gnnc.graph import limits, reorder
+from gnnc.graph.hetero import GraphTypes, hetero_parts
 from gnnc.graph.tensors import is_torch_tensor
 
 __all__ = ["Graph"]
@@ -193,6 +197,8 @@ class Graph:
     num_relations: int | None
     #: Per-graph preprocessing data (partitions, permutations, ...), by plan name.
     plans: dict
+    #: The node and edge types of a graph made by `from_hetero` (None otherwise): `hetero.GraphTypes`.
+    types: GraphTypes | None
 
     def __init__(
         self,
@@ -210,6 +216,7 @@ class Graph:
             if edge_type is None and num_relations is None and obj.edge_type is not None:
                 edge_type, num_relations = obj.edge_type, obj.num_relations
             self._build(obj.src, obj.dst, obj.num_src, obj.num_dst, checked=True)
+            self.types = obj.types  # the same vertex ids
         elif _is_scipy_sparse(obj):
             if num_vertices is not None or shape is not None:
                 raise GraphError(
@@ -314,6 +321,20 @@ class Graph:
         return graph
 
     @classmethod
+    def from_hetero(cls, data: Any) -> Graph:
+        """From a PyG ``HeteroData`` (through ``to_homogeneous()``) or a DGL heterograph: nodes
+        numbered type after type, relations by edge type (``HeteroData.edge_types``, DGL's
+        ``canonical_etypes``), as both libraries' ``to_homogeneous`` number them; the node types
+        are kept in ``graph.types`` (``graph.types.nodes("paper")`` is that type's id range,
+        ``graph.types.node_type`` a type per node). See ``hetero.py``."""
+        src, dst, edge_type, num_nodes, types = hetero_parts(data)
+        graph = cls._new(
+            *_coo_from_coo(src, dst, num_nodes), edge_type, max(len(types.edge_types), 1 if src.size else 0)
+        )
+        graph.types = types
+        return graph
+
+    @classmethod
     def from_scipy(cls, matrix: Any) -> Graph:
         """From a scipy sparse matrix: ``A[u, v] != 0`` is the edge ``u -> v``.
 
@@ -380,6 +401,7 @@ class Graph:
         self._degrees: dict[tuple[str, Any, bool], np.ndarray] = {}
         self._edges_sorted: bool | None = edges_sorted
         self.edge_type, self.num_relations = None, None
+        self.types = None
         self.plans = {}
 
     @property
@@ -451,6 +473,7 @@ class Graph:
         graph._build(np.array(self.in_src), dst, self.num_src, self.num_dst, checked=True)
         if self.edge_type is not None:
             graph._set_relations(_readonly(self.edge_type[self.in_eid]), self.num_relations, checked=True)
+        graph.types = self.types  # the same vertex ids
         return graph, np.array(self.in_eid)
 
     # --------------------------------------------------------------- out-CSR
@@ -485,6 +508,7 @@ class Graph:
             rev = Graph.__new__(Graph)
             rev._build(self.dst, self.src, self.num_dst, self.num_src, checked=True)
             rev._set_relations(self.edge_type, self.num_relations, checked=True)
+            rev.types = self.types  # the same vertex ids
             rev._reversed = self
             self._reversed = rev
         return self._reversed

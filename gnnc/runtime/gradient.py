@@ -43,9 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from gnnc.autotune.decision import resolve_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph import plans
 from gnnc.graph.graph import Graph
+from gnnc.runtime import products
 from gnnc.runtime.signature import NO_GRAPH, take_graph, vertex_rows
 
 #: The suffix of an input's destination rows, `NAME_dst__` (lang.autodiff's dst_view_name).
@@ -101,9 +103,9 @@ class HostArrays:
     def zeros_like(self, a: Any) -> Any:
         return np.zeros_like(np.asarray(a))
 
-    def product(self, factor: Any, summed: Any) -> Any:
-        """F^T G over the vertex (and leading) axes (see `_product`)."""
-        return _product(factor, summed)
+    def product(self, factor: Any, summed: Any, threads: int = 1) -> Any:
+        """F^T G over the vertex (and leading) axes (see `_product`), on `threads` workers."""
+        return _product(factor, summed, threads)
 
     def transposed_last(self, a: Any) -> Any:
         """The last two axes swapped, contiguous (a relation tensor's matrices, each transposed)."""
@@ -120,11 +122,13 @@ class HostArrays:
                 out[r] = rows[order[offsets[r] : offsets[r + 1]]].sum(axis=0, dtype=rows.dtype)
         return out
 
-    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0) -> Any:
+    def relation_products(
+        self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0, threads: int = 1
+    ) -> Any:
         """Per relation r, F[ends[r's edges]]^T G[r's edges] over the edge (and leading) axes:
         [R, K, N] from F [V, .., K] and G [E, .., N]; with `blocks` leading axes kept, one
-        product per leading index, [R, .., K, N] (see `_relation_products`)."""
-        return _relation_products(np.asarray(factor), np.asarray(rows), ends, graph, blocks)
+        product per leading index, [R, .., K, N] (see `_relation_products`); on `threads` workers."""
+        return _relation_products(np.asarray(factor), np.asarray(rows), ends, graph, blocks, threads)
 
 
 HOST = HostArrays()
@@ -271,6 +275,7 @@ class Gradient:
             raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
         values.update(saved or {})
         square = not graph.bipartite
+        workers = resolve_threads(threads)  # the weight products' (runtime/products.py)
         for name, wrt, reverse, reduce, inputs, factor, relation, on_square in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
@@ -295,10 +300,10 @@ class Gradient:
                 f = values[factor] if factor.endswith("__") else named[factor]
                 # a block per leading index (W: [R, .., K, N]) or one matrix for them all ([R, K, N])
                 blocks = len(arrays.shape(named[wrt])) - 3
-                part = arrays.relation_products(f, part, ends, graph, blocks)
+                part = arrays.relation_products(f, part, ends, graph, blocks, threads=workers)
             elif factor:
                 # an intermediate's name ends in `__`; an input's part of values is its gradient
-                part = arrays.product(values[factor] if factor.endswith("__") else named[factor], part)
+                part = arrays.product(values[factor] if factor.endswith("__") else named[factor], part, threads=workers)
             values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
         grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
@@ -311,7 +316,7 @@ class Gradient:
         return grads
 
 
-def _product(factor: Any, summed: np.ndarray) -> np.ndarray:
+def _product(factor: Any, summed: np.ndarray, threads: int = 1) -> np.ndarray:
     """F^T G over the vertex (and leading) axes: F [V, .., K], G [V, .., N] -> [K, N].
 
     On a bipartite graph a factor read at `v` of an input with num_src rows
@@ -319,11 +324,11 @@ def _product(factor: Any, summed: np.ndarray) -> np.ndarray:
     f = np.asarray(factor)[: summed.shape[0]].astype(summed.dtype, copy=False)
     if f.shape[:-1] != summed.shape[:-1]:
         raise ArgumentError(f"a weight gradient's factor has shape {f.shape}, its adjoint sum {summed.shape}")
-    return np.ascontiguousarray(f.reshape(-1, f.shape[-1]).T @ summed.reshape(-1, summed.shape[-1]))
+    return products.product(f.reshape(-1, f.shape[-1]), summed.reshape(-1, summed.shape[-1]), threads)
 
 
 def _relation_products(
-    factor: np.ndarray, rows: np.ndarray, ends: np.ndarray, graph: Graph, blocks: int = 0
+    factor: np.ndarray, rows: np.ndarray, ends: np.ndarray, graph: Graph, blocks: int = 0, threads: int = 1
 ) -> np.ndarray:
     """Per relation r: F[ends[r's edges]]^T G[r's edges], F [V, .., K] and G [E, .., N] -> [R, K, N],
     summed over the leading axes; with `blocks` (the leading axes, a matrix per leading index of
@@ -331,7 +336,9 @@ def _relation_products(
 
     The factor's rows at an edge's end: its source (`graph.src`) or destination
     (`graph.dst`); on a bipartite graph a factor read at `v` of a block-convention
-    input has its destinations first, so destination ids index it too."""
+    input has its destinations first, so destination ids index it too. Each
+    relation's edges are cut into items of at most CHUNK_ROWS, gathered and
+    multiplied on the call's threads (runtime/products.py)."""
     if factor.shape[1:-1] != rows.shape[1:-1]:
         raise ArgumentError(f"a relation weight's factor has shape {factor.shape}, its edge adjoints {rows.shape}")
     order, offsets = plans.relation_edges(graph)
@@ -339,16 +346,21 @@ def _relation_products(
     lead = factor.shape[1:-1] if blocks else ()
     size = int(np.prod(lead, dtype=np.int64)) if blocks else 1
     relations = graph.num_relations or 0
+    items = [(r, a, b) for r in range(relations) for a, b in products.chunks(int(offsets[r]), int(offsets[r + 1]))]
+
+    def work(i: int) -> np.ndarray:
+        _, a, b = items[i]
+        edges = order[a:b]
+        f = factor[ends[edges]].astype(rows.dtype, copy=False).reshape(b - a, -1, k)
+        g = rows[edges].reshape(b - a, -1, n)
+        if blocks:  # [B, K, E] @ [B, E, N]: a product per block
+            return np.matmul(f.transpose(1, 2, 0), g.transpose(1, 0, 2))
+        return f.reshape(-1, k).T @ g.reshape(-1, n)
+
     out = np.zeros((relations, size, k, n), dtype=rows.dtype)
-    for r in range(relations):
-        edges = order[offsets[r] : offsets[r + 1]]
-        if edges.size:
-            f = factor[ends[edges]].astype(rows.dtype, copy=False).reshape(edges.size, -1, k)
-            g = rows[edges].reshape(edges.size, -1, n)
-            if blocks:
-                out[r] = np.einsum("ebk,ebn->bkn", f, g)
-            else:
-                out[r, 0] = f.reshape(-1, k).T @ g.reshape(-1, n)
+    # partials added in item order: the result does not depend on the thread count
+    for (r, _, _), part in zip(items, products.run_items(work, [b - a for _, a, b in items], threads)):
+        out[r] += part
     return out.reshape((relations, *lead, k, n))
 
 

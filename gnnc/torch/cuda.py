@@ -137,8 +137,8 @@ class TorchArrays(HostArrays):
     def zeros_like(self, a: Any) -> Any:
         return torch.zeros_like(a) if isinstance(a, torch.Tensor) else np.zeros_like(np.asarray(a))
 
-    def product(self, factor: Any, summed: Any) -> Any:
-        """F^T G over the vertex (and leading) axes, on the device."""
+    def product(self, factor: Any, summed: Any, threads: int = 1) -> Any:
+        """F^T G over the vertex (and leading) axes, on the device (`threads` is the host's: unused)."""
         f = factor[: summed.shape[0]].to(summed.dtype)
         if tuple(f.shape[:-1]) != tuple(summed.shape[:-1]):
             raise ArgumentError(
@@ -163,8 +163,11 @@ class TorchArrays(HostArrays):
                 out[r] = rows.index_select(0, order[offsets[r] : offsets[r + 1]]).sum(dim=0)
         return out
 
-    def relation_products(self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0) -> Any:
-        """Per relation r, F[ends[r's edges]]^T G[r's edges] (per leading index with `blocks`), on the device."""
+    def relation_products(
+        self, factor: Any, rows: Any, ends: np.ndarray, graph: Graph, blocks: int = 0, threads: int = 1
+    ) -> Any:
+        """Per relation r, F[ends[r's edges]]^T G[r's edges] (per leading index with `blocks`), on the device
+        (`threads` is the host's: unused)."""
         order, offsets = self._relation_runs(graph)
         ends_t = torch.as_tensor(np.asarray(ends), device=self.device)
         k, n = factor.shape[-1], rows.shape[-1]

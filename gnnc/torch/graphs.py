@@ -169,6 +169,18 @@ def derived(t: torch.Tensor, key: Any, make: Any) -> Any:
     return entry.derived[key]
 
 
+def replace_derived(t: torch.Tensor, key: Any, value: Any) -> Any:
+    """`value` kept as `derived(t, key, ...)`'s from now on (a value that depends on more than `t`)."""
+    _entry(t).derived[key] = value
+    return value
+
+
+def state_of(t: torch.Tensor) -> tuple:
+    """What an in-place edit of `t` changes (its version, storage, shape): a cached value made
+    from `t` is stale when this differs from what it was made at."""
+    return _state(t)
+
+
 def as_graph(graph: Any, num_vertices: int | None = None, size: Any = None) -> Graph:
     """A `gnnc.Graph` for a Graph or an edge_index tensor (converted once per tensor).
 
@@ -206,4 +218,13 @@ def edge_index_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Ten
     return t
 
 
-__all__ = ["as_graph", "derived", "edge_index_of", "edge_type_of", "graph_of", "typed_graph"]
+__all__ = [
+    "as_graph",
+    "derived",
+    "edge_index_of",
+    "edge_type_of",
+    "graph_of",
+    "replace_derived",
+    "state_of",
+    "typed_graph",
+]

@@ -6,17 +6,26 @@ from gnnc.nn.conv.gatv2_conv import GATv2Conv
 from gnnc.nn.conv.gcn_conv import GCNConv
 from gnnc.nn.conv.gin_conv import GINConv, GINEConv
 from gnnc.nn.conv.graph_conv import GraphConv
+from gnnc.nn.conv.hetero_conv import HeteroConv
+from gnnc.nn.conv.hgt_conv import HGTConv
+from gnnc.nn.conv.rgat_conv import RGATConv
+from gnnc.nn.conv.rgcn_conv import FastRGCNConv, RGCNConv
 from gnnc.nn.conv.sage_conv import SAGEConv
 from gnnc.nn.conv.transformer_conv import TransformerConv
 
 __all__ = [
     "APPNP",
+    "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
     "GCNConv",
     "GINConv",
     "GINEConv",
     "GraphConv",
+    "HGTConv",
+    "HeteroConv",
+    "RGATConv",
+    "RGCNConv",
     "SAGEConv",
     "TransformerConv",
 ]

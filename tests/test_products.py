@@ -1,0 +1,71 @@
+"""Weight gradients' dense products on gnnc's workers (runtime/products.py): exact, the same for
+every thread count, numpy's BLAS thread count restored."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import gnnc
+from gnnc.runtime import gradient, products
+
+
+def _graph(edges: int, relations: int, seed: int = 0) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, 50, (2, edges))
+    types = rng.integers(0, max(1, relations - 1), edges)  # the last relation has no edges
+    return gnnc.Graph.from_coo(src, dst, num_vertices=50, edge_type=types, num_relations=relations)
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+def test_relation_products_match_a_float64_sum_and_ignore_the_thread_count(monkeypatch, blocks):
+    monkeypatch.setattr(products, "CHUNK_ROWS", 37)  # several items per relation
+    graph = _graph(700, 5)
+    rng = np.random.default_rng(1)
+    lead = (3,) if blocks else ()
+    factor = rng.standard_normal((50, *lead, 4)).astype(np.float32)
+    rows = rng.standard_normal((700, *lead, 6)).astype(np.float32)
+    got = [gradient._relation_products(factor, rows, graph.src, graph, blocks=len(lead), threads=t) for t in (1, 2, 3)]
+    assert all(np.array_equal(got[0], g) for g in got[1:])
+    f64, g64 = factor.astype(np.float64), rows.astype(np.float64)
+    expected = np.zeros((5, *lead, 4, 6))
+    for e in range(700):
+        r, u = graph.edge_type[e], graph.src[e]
+        expected[r] += np.einsum("...k,...n->...kn", f64[u], g64[e])
+    if not blocks:
+        expected = expected.reshape(5, 4, 6)
+    np.testing.assert_allclose(got[0], expected, rtol=1e-4, atol=1e-4)
+    assert not got[0][4].any()
+
+
+def test_dense_product_over_chunks(monkeypatch):
+    monkeypatch.setattr(products, "CHUNK_ROWS", 100)
+    rng = np.random.default_rng(2)
+    f, g = rng.standard_normal((1001, 7)), rng.standard_normal((1001, 5))
+    got = [products.product(f, g, t) for t in (1, 2, 4)]
+    assert all(np.array_equal(got[0], x) for x in got[1:])
+    np.testing.assert_allclose(got[0], f.T @ g, rtol=1e-12)
+    assert products.product(f[:0], g[:0], 2).shape == (7, 5)
+
+
+def test_blas_thread_count_is_restored():
+    controls = products.blas_controls()
+    if controls is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS gnnc can find")
+    get, _ = controls
+    before = get()
+    with products.single_threaded_blas():
+        assert get() == 1
+    assert get() == before
+
+
+def test_items_run_in_a_forked_child():
+    products.run_items(lambda i: i, [1, 1], 2)  # the pool exists in the parent
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        ok = products.run_items(lambda i: i * 2, [1, 1, 1], 2) == [0, 2, 4]
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
