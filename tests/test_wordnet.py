@@ -254,3 +254,77 @@ def test_committed_copy_is_the_package():
     for name in ("src", "dst", "edge_type", "labels", "synset_type", "synset_offset", "token_ptr", "tokens"):
         np.testing.assert_array_equal(getattr(parsed, name), getattr(committed, name))
     assert parsed.vocabulary == committed.vocabulary
+
+
+# ------------------------------------------------------------------ the example and the benchmark
+
+
+def _load_script(path: Path, name: str):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not COMMITTED.exists(), reason="examples/data/wordnet.npz is not in this checkout")
+def test_example_neighbourhood_is_connected_and_distinct():
+    example = _load_script(REPO / "examples" / "wordnet_rgcn.py", "wordnet_rgcn_example")
+    wn = load_wordnet(COMMITTED)
+    piece = example.neighbourhood(wn, 500, seed=3)
+    assert len(piece) == 500 and len(np.unique(piece)) == 500
+    sub = wn.subgraph(piece)
+    assert sub.num_edges >= sub.num_vertices - 1  # a breadth-first piece: a spanning tree's edges at least
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not COMMITTED.exists(), reason="examples/data/wordnet.npz is not in this checkout")
+def test_example_gnnc_matches_pyg_on_a_piece(capsys):
+    pytest.importorskip("torch_geometric")
+    example = _load_script(REPO / "examples" / "wordnet_rgcn.py", "wordnet_rgcn_example")
+    accuracy = example.main(["--compare", "--vertices", "600", "--epochs", "4", "--seeds", "2", "--threads", "2"])
+    assert set(accuracy) == {"rgcn", "rgat"}
+    for model, by_backend in accuracy.items():
+        assert set(by_backend) == {"gnnc", "pyg"}
+        # the same weights (gnnc.nn initialises as PyG), the same dropout: the same predictions
+        assert abs(by_backend["gnnc"] - by_backend["pyg"]) <= 1.0, (model, by_backend)
+        assert 0 < by_backend["gnnc"] <= 100
+    assert "gnnc - pyg" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not COMMITTED.exists(), reason="examples/data/wordnet.npz is not in this checkout")
+def test_benchmark_quick_mode(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "hetero.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "hetero.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "target (>= 3x the best baseline" in proc.stdout
+    cells = json.loads(out.read_text())["cells"]
+    assert {(c["graph"], c["model"]) for c in cells} == {
+        (g, m) for g in ("wordnet", "synthetic") for m in ("rgcn", "rgat")
+    }
+    for cell in cells:
+        assert isinstance(cell["gnnc"], float) and cell["gnnc"] > 0, cell
+        assert isinstance(cell["pyg"], float), cell
+        # every system starts from the same weights: the first forwards agree
+        for key, value in cell.items():
+            if key.endswith("max|err|"):
+                assert value < 1e-3, (key, cell)
+        memory = cell["memory MiB"]
+        assert isinstance(memory["gnnc"], float), memory
