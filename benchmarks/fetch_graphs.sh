@@ -8,13 +8,15 @@
 #   libmetis-doc        METIS test graphs: 4elt, copter2, mdual (METIS .graph)
 #   python3-graph-tool  graph-tool's collection: email-Enron, cond-mat, astro-ph,
 #                       as-22july06, pgp-strong-2009, polblogs, ... (.gt.gz)
+#   wordnet-base        WordNet 3.0's database (usr/share/wordnet/data.{noun,verb,adj,adv}):
+#                       a typed graph of synsets, read by gnnc.graph.wordnet.load_wordnet
 # Each package is fetched with `apt-get download` and unpacked with `dpkg -x`
 # (nothing is installed). Running it again does nothing for packages already
 # unpacked; benchmarks/graphs.py finds the files where this script puts them.
 set -euo pipefail
 
 DATA="${GNNC_DATA:-$HOME/.cache/gnnc/data}"
-PACKAGES=(libmetis-doc python3-graph-tool)
+PACKAGES=(libmetis-doc python3-graph-tool wordnet-base)
 
 for tool in apt-get dpkg; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -65,3 +67,4 @@ echo
 echo "graph files in $DATA:"
 find "$DATA" \( -name '*.graph' -o -name '*.gt.gz' -o -name '*.mtx' -o -name '*.mtx.gz' \) -type f \
     -printf '%10s  %p\n' | sort -k2
+find "$DATA" -path '*/usr/share/wordnet/data.noun' -type f -printf '%10s  %p (WordNet 3.0)\n'

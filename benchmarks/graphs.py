@@ -12,6 +12,12 @@ Synthetic graphs are generated with fixed seeds, vectorised:
 - ``featgraph_rand100k()``: FeatGraph's rand-100K: 20K vertices of average
   in-degree 2000 and 80K of average in-degree 100, sources uniform over all
   100K vertices (48M edges); ``scale`` shrinks the vertex counts.
+- ``relational_edges(scale, edge_factor, R)``: a typed graph, R-MAT endpoints
+  and Zipf-distributed relation types (a few relations hold most edges, as in
+  knowledge graphs).
+
+``wordnet()`` is WordNet 3.0 as a typed graph (``gnnc.graph.wordnet``): the
+package's data files if fetch_graphs.sh unpacked them, else the committed copy.
 
 Each generator has an ``*_edges`` twin returning ``(src, dst, num_vertices)``
 int64 arrays for baselines that do not take a gnnc ``Graph``.
@@ -30,6 +36,7 @@ from gnnc.graph import io as graph_io
 
 if TYPE_CHECKING:
     from gnnc.graph.graph import Graph
+    from gnnc.graph.wordnet import WordNet
 
 EdgeArrays = tuple[np.ndarray, np.ndarray, int]
 
@@ -52,6 +59,10 @@ PACKAGE_GRAPHS: dict[str, Path] = {
     "pgp-strong": _GT_DIR / "pgp-strong-2009.gt.gz",
     "polblogs": _GT_DIR / "polblogs.gt.gz",
 }
+
+#: WordNet's data files inside the data folder, and the committed processed copy
+WORDNET_DIR = Path("wordnet-base/usr/share/wordnet")
+WORDNET_COPY = EXAMPLE_DATA / "wordnet.npz"
 
 # committed copies, used when the packages have not been fetched
 EXAMPLE_GRAPHS: dict[str, Path] = {
@@ -93,6 +104,18 @@ def edges(name: str, *, symmetric: bool | None = None) -> EdgeArrays:
 def load(name: str, *, symmetric: bool | None = None) -> Graph:
     """A benchmark graph as a runtime ``Graph``."""
     return graph_io.load_graph(path_of(name), symmetric=symmetric)
+
+
+def wordnet(data: str | os.PathLike[str] | None = None) -> WordNet:
+    """WordNet 3.0 (``gnnc.graph.wordnet.WordNet``): the unpacked package's files, else the committed copy."""
+    from gnnc.graph.wordnet import load_wordnet
+
+    root = Path(data) if data is not None else data_dir()
+    if (root / WORDNET_DIR / "data.noun").is_file():
+        return load_wordnet(root / WORDNET_DIR)
+    if WORDNET_COPY.is_file():
+        return load_wordnet(WORDNET_COPY)
+    raise GraphError(f"WordNet not found in {root / WORDNET_DIR} nor {WORDNET_COPY}: run benchmarks/fetch_graphs.sh")
 
 
 # ---------------------------------------------------------------------- synthetic
@@ -164,6 +187,20 @@ def rmat(
 ) -> Graph:
     """An R-MAT graph (see ``rmat_edges``) as a runtime ``Graph``."""
     return _graph(rmat_edges(scale, edge_factor, a, b, c, seed, permute=permute))
+
+
+def relational_edges(
+    scale: int, edge_factor: int, num_relations: int, seed: int = 0, zipf: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(src, dst, edge_type, num_vertices)``: an R-MAT graph (``rmat_edges``) whose edges draw their
+    relation types independently, relation ``r`` with probability proportional to ``1 / (r + 1) ** zipf``."""
+    if num_relations < 1:
+        raise ValueError(f"relational_edges: need at least one relation, got {num_relations}")
+    src, dst, n = rmat_edges(scale, edge_factor, seed=seed)
+    weight = 1.0 / np.arange(1, num_relations + 1, dtype=np.float64) ** zipf
+    rng = np.random.default_rng(seed + 1)
+    edge_type = rng.choice(num_relations, size=len(src), p=weight / weight.sum())
+    return src, dst, edge_type.astype(np.int64), n
 
 
 def featgraph_rand100k_edges(seed: int = 0, scale: float = 1.0) -> EdgeArrays:
