@@ -6,10 +6,16 @@ on a CUDA CSR tensor (cuSPARSE's SpMM) and DGL's `update_all` on the GPU if
 DGL is installed with CUDA. gnnc's runtime copies inputs to the device and
 results back on every call, so its times include those transfers; the
 baselines' inputs already live on the GPU (this is stated in the output).
+The torch path (gnnc.nn layers on CUDA tensors, borrowed without copies) is
+timed by `benchmarks/nn.py --device cuda`.
+
+    python benchmarks/gpu.py --scales 16,18 --features 32,128   # standalone: R-MAT graphs
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -59,7 +65,11 @@ def run(problems: dict[str, Any], features: list[int], repeat: int = 5) -> list[
     import torch
 
     print("\n#### GPU section (gnnc times include host<->device copies; baselines' data is on the GPU)")
-    module = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda", arch="sm_80")
+    from gnnc.torch.cuda import arch_for
+
+    arch = arch_for(torch.cuda.get_device_capability())
+    print(f"# {torch.cuda.get_device_name()}, gnnc's PTX for {arch}")
+    module = gnnc.compile(EXAMPLES / "gcn.gnn", target="cuda", arch=arch)
     rows = []
     for name, p in problems.items():
         for f in features:
@@ -94,3 +104,27 @@ def run(problems: dict[str, Any], features: list[int], repeat: int = 5) -> list[
             )
             rows.append(row)
     return rows
+
+
+def main() -> None:
+    """The GPU section on its own, on R-MAT graphs (no graph files needed)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", default="16,18", help="R-MAT scales (edge factor 16)")
+    parser.add_argument("--features", default="32,128")
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    import baselines
+    import graphs
+
+    problems = {}
+    for scale in map(int, args.scales.split(",")):
+        src, dst, n = graphs.rmat_edges(scale, 16, seed=0)
+        order = np.lexsort((src, dst))  # edge ids in CSR order
+        graph = gnnc.Graph.from_coo(np.asarray(src)[order], np.asarray(dst)[order], num_vertices=n)
+        problems[f"rmat-{scale}"] = baselines.problem_from_graph(f"rmat-{scale}", graph)
+    run(problems, [int(f) for f in args.features.split(",")], args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,7 @@
 
     python benchmarks/nn.py                                    # mdual and rmat-16, hidden 64 and 256, every model
     python benchmarks/nn.py --graphs rmat-16 --hidden 64 --models gcn,gat --reps 3 --no-memory
+    python benchmarks/nn.py --device cuda --graphs rmat-18 --frameworks pyg,gnnc   # on a GPU
 
 Issue 26's target: every cell (GCN, GraphSAGE mean and max, GAT with 4
 heads, GIN; mdual and an R-MAT graph of >= 1M edges; hidden 64 and 256) at
@@ -37,6 +38,9 @@ Before the reset the heap's free pages go back to the system (glibc's
 the warm-up epochs freed and malloc kept served the measured epoch without
 raising VmHWM, and the peak measured which sizes the allocator happened to
 keep (DGL's epochs showed 17 MiB, below the size of one of their arrays).
+With `--device cuda` the peak is torch's own count of device memory
+(`max_memory_allocated` over one epoch, less what was allocated before it),
+taken in the same process, and an epoch ends with a synchronize.
 """
 
 from __future__ import annotations
@@ -66,9 +70,12 @@ MODELS = ("gcn", "sage_mean", "sage_max", "gat", "gin")
 HEADS = 4
 
 
-def machine() -> str:
+def machine(device: str = "cpu") -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    return f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    text = f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    if device.startswith("cuda"):
+        text += f", {torch.cuda.get_device_name(torch.device(device))}"
+    return text
 
 
 # ------------------------------------------------------------------ models
@@ -172,6 +179,8 @@ class Run:
         import gnnc.nn
 
         edge_index, n, x, y = data
+        device = torch.device(args.device)
+        edge_index, x, y = edge_index.to(device), x.to(device), y.to(device)
         torch.manual_seed(0)
         reference = PygShaped(model, torch_geometric.nn, args.in_features, hidden, args.classes)
         if framework.startswith("pyg"):
@@ -183,7 +192,9 @@ class Run:
             self.graph = edge_index
         else:
             net = dgl_model(model, args.in_features, hidden, args.classes)
-            self.graph = dgl_graph(model, edge_index, n)
+            self.graph = dgl_graph(model, edge_index, n).to(device)
+        net = net.to(device)
+        self.cuda = device.type == "cuda"
         self.model = net
         self.opt = torch.optim.Adam(net.parameters())
         self.call = torch.compile(net, fullgraph=framework == "gnnc-compile") if framework.endswith("compile") else net
@@ -193,6 +204,8 @@ class Run:
         self.opt.zero_grad()
         F.cross_entropy(self.call(self.x, self.graph), self.y).backward()
         self.opt.step()
+        if self.cuda:
+            torch.cuda.synchronize()
 
 
 def make_data(graph: str, args: argparse.Namespace) -> tuple:
@@ -298,7 +311,18 @@ def time_cell(graph: str, model: str, hidden: int, frameworks: list[str], args: 
             times[fw].append(time.perf_counter() - start)
     for fw, t in times.items():
         result[fw] = statistics.median(t)
+    if args.device.startswith("cuda") and not args.no_memory:
+        result["memory MiB"] = {fw: _cuda_epoch_peak(run) for fw, run in runs.items()}
     return result
+
+
+def _cuda_epoch_peak(run: Run) -> float:
+    """MiB of device memory one epoch allocates beyond what was live before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run.epoch()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def main() -> None:
@@ -313,6 +337,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda to train every framework on the GPU")
     parser.add_argument("--json", help="write every cell's numbers to this file")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -323,7 +348,7 @@ def main() -> None:
         memory_child(args)
         return
     frameworks = args.frameworks.split(",")
-    print(f"# {machine()}")
+    print(f"# {machine(args.device)}")
     cells = []
     header = f"{'graph':9s} {'model':9s} {'hid':>4s} " + " ".join(f"{fw:>12s}" for fw in frameworks)
     header += f" {'best/gnnc':>9s} {'eager/cmp':>9s}"
@@ -345,7 +370,14 @@ def main() -> None:
                 for fw in frameworks:
                     if isinstance(cell.get(fw), str):
                         print(f"#   {fw}: {cell[fw]}")
-                if not args.no_memory:
+                if args.device.startswith("cuda") and "memory MiB" in cell:
+                    mem = cell["memory MiB"]
+                    print(
+                        f"{'':9s} {'peak MiB':9s} {'':4s} "
+                        + " ".join(f"{mem[fw]:12.0f}" if fw in mem else f"{'-':>12s}" for fw in frameworks),
+                        flush=True,
+                    )
+                elif not args.no_memory:
                     mem = {fw: measure_memory(fw, graph, model, hidden, args) for fw in frameworks}
                     print(
                         f"{'':9s} {'peak MiB':9s} {'':4s} "

@@ -78,6 +78,28 @@ def test_real_kernels_on_the_gpu_match_the_reference(name, mapping):
     assert_matches(kernel(graph, **inputs), getattr(reference, name)(graph, **inputs), graph, np.float32)
 
 
+@pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
+@pytest.mark.parametrize(
+    "mapping",
+    ["map thread_vertex", "map warp_vertex", "map thread_edge", "map warp_edge", "map warp_vertex hybrid 4"],
+)
+@pytest.mark.parametrize("name", ["gcn", "gat", "mlp_aggr", "sage_max"])
+def test_strided_grids_on_the_gpu_match_the_reference(monkeypatch, name, mapping):
+    """Launches of 2 blocks walk grids of many more (grid-stride loops), scratch slices by launched thread."""
+    monkeypatch.setattr(cuda_runtime.abi, "CUDA_MAX_BLOCKS", 2)
+    try:
+        module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda", schedule=mapping)
+    except gnnc.CompileError as exc:
+        pytest.skip(f"{name} does not take {mapping}: {exc}")
+    reference = gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
+    rng = np.random.default_rng(1)
+    v = 3000
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, 20000), rng.integers(0, v, 20000), num_vertices=v)
+    kernel = getattr(module, name)
+    inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 1)
+    assert_matches(kernel(graph, **inputs), getattr(reference, name)(graph, **inputs), graph, np.float32)
+
+
 # ---------------------------------------------- device arrays (no GPU needed to check them)
 
 
@@ -242,6 +264,36 @@ def test_the_gpu_runtime_passes_what_each_ptx_entry_declares(tmp_path, monkeypat
     results = got.values() if isinstance(got, dict) else [got]
     assert all(isinstance(r, cuda_runtime.DeviceArray) for r in results)
     assert all(r.copy_to_host().shape == r.shape for r in results)
+
+
+@pytest.mark.parametrize("mapping", ["map thread_vertex", "map warp_edge"])
+def test_a_launch_starts_at_most_cuda_max_blocks_and_scratch_follows_it(tmp_path, monkeypatch, mapping):
+    """Grids stride (convert-grid-to-nvvm): a launch starts at most CUDA_MAX_BLOCKS blocks whatever
+    the graph, and the per-thread scratch is one slice per launched thread, not per grid thread
+    (a warp_edge grid of a 4M-edge graph asked for 139 GiB of scratch before)."""
+    monkeypatch.setattr(cuda_runtime.abi, "CUDA_MAX_BLOCKS", 3)
+    result = compiler.compile_source(
+        (EXAMPLES / "mlp_aggr.gnn").read_text(), options=compiler.CompileOptions(target="cuda", schedule=mapping)
+    )
+    path = tmp_path / "mlp_aggr.ptx"
+    path.write_text(result.ptx)
+    fake = FakeDriver(result.ptx)
+    monkeypatch.setattr(cuda_runtime, "driver", lambda: fake)
+    kernel = cuda_runtime.CudaModule(path).mlp_aggr
+    rng = np.random.default_rng(0)
+    v, e = 2000, 9000
+    graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+    dims = {"D1": 5, "D2": 7}
+    kernel(graph, **random_inputs(kernel.signature, graph, dims, np.float32, 0))
+    grid_blocks = cuda_runtime.abi.grid_blocks(kernel._abi.grid, v, e)
+    assert max(grid_blocks) > 3
+    assert [launch["blocks"] for launch in fake.launches] == [min(n, 3) for n in grid_blocks if n]
+    scratch = [n for kind, n in fake.allocations if kind.startswith("stream") or kind == "sync"]
+    per_thread = cuda_runtime.abi.scratch_slice_elements(
+        sum(cuda_runtime.abi.elements(s, dims) for s in kernel._abi.scratch), 4
+    )
+    assert per_thread * 3 * 256 * 4 in scratch
+    assert max(scratch) < per_thread * max(grid_blocks) * 256 * 4
 
 
 def test_the_gpu_runtime_logs_the_default_mapping_of_a_call(tmp_path, monkeypatch, caplog):

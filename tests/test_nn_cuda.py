@@ -215,3 +215,67 @@ def test_hgt_runs_on_the_input_device(monkeypatch):
         assert isinstance(out[key], OnGpu) and out[key].device.type == "cuda"
         torch.testing.assert_close(out[key].inner, expected[key], rtol=1e-5, atol=1e-6)
     assert mode.gnnc_ops and launches and mode.uploads == []
+
+
+# ------------------------------------------------------------------------- on a real GPU
+
+
+def _real_gpu_missing() -> str | None:
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU"
+    from gnnc.errors import ToolchainError
+    from gnnc.runtime import cuda as cuda_runtime
+
+    try:
+        cuda_runtime.driver()
+    except ToolchainError as exc:
+        return str(exc)
+    return None
+
+
+REAL_GPU_MISSING = _real_gpu_missing()
+REAL_DEVICE = "cuda"
+
+
+def _random_graph(n: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, n, (2, e), generator=g)
+    edge_index[1, : e // 10] = 0  # a hub: many in-edges on one destination
+    return edge_index, torch.randint(0, 3, (e,), generator=g)
+
+
+@pytest.mark.skipif(REAL_GPU_MISSING is not None, reason=f"no GPU: {REAL_GPU_MISSING}")
+@pytest.mark.parametrize(
+    "name", [n for n in LAYERS if n not in FORMS] + [n for n in RELATIONAL if "featureless" not in n]
+)
+def test_layers_on_a_real_gpu_match_the_cpu(name):
+    """Forward and backward of each layer on CUDA tensors equal the same layer's on the CPU
+    (eval mode: dropout draws from a different generator on each device)."""
+    n, e = 300, 3000
+    edge_index, edge_type = _random_graph(n, e, 5)
+    torch.manual_seed(0)
+    make = LAYERS.get(name) or RELATIONAL[name]
+    layer = make().eval()
+
+    def run(layer, device):
+        torch.manual_seed(3)
+        x = features(n, 4, 1, grad=False).to(device).requires_grad_(True)
+        ei = edge_index.to(device)
+        if name in RELATIONAL:
+            out = layer(x, ei, edge_type.to(device))
+        else:
+            attr = features(e, 2, 2, grad=False).to(device)
+            out = _call(name, layer, x, ei, attr)
+        out.square().sum().backward()
+        grads = [p.grad.detach().cpu() for p in layer.parameters() if p.grad is not None]
+        grads.append(x.grad.detach().cpu())
+        return out.detach().cpu(), grads
+
+    cpu_out, cpu_grads = run(layer, "cpu")
+    layer.zero_grad()
+    gpu_layer = layer.to(REAL_DEVICE)
+    gpu_out, gpu_grads = run(gpu_layer, REAL_DEVICE)
+    torch.testing.assert_close(gpu_out, cpu_out, rtol=1e-4, atol=1e-4)
+    assert len(gpu_grads) == len(cpu_grads)
+    for a, b in zip(gpu_grads, cpu_grads):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)

@@ -280,7 +280,7 @@ def test_cuda_tensors_match_the_cpu_op(name, dtype):
     inputs = [t.detach().to(dtype) for t in CASES[name]()]
 
     def run(device):
-        ts = [t.to(device).requires_grad_(True) for t in inputs]
+        ts = [t.detach().to(device).requires_grad_(True) for t in inputs]
         out = kernel(edge_index.to(device), *ts, num_vertices=v)
         outs = list(out) if isinstance(out, tuple) else [out]
         sum(o.square().sum() for o in outs).backward()

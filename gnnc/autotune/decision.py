@@ -329,7 +329,9 @@ def _made(
     launches: tuple[int, ...] = ()
     if grid is not None:
         launches = tuple(abi.grid_blocks(grid, graph.num_vertices, graph.num_edges))
-        # one scratch slice per grid thread (a cuda emulation runs each as a worker)
+        if runner._metadata.get("target") == "cuda":
+            launches = tuple(abi.launched_blocks(launches))  # the launched blocks stride over the rest
+        # one scratch slice per launched thread (a cuda emulation runs each grid thread as a worker)
         threads = max(1, max(launches, default=0) * grid.block_size)
     spec, arguments = _graph_free(runner, threads, dims)
     return Decision(

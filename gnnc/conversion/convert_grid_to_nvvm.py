@@ -19,34 +19,105 @@ from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import AnyFloat, FloatAttr, IndexType, IntegerType, ModuleOp, StringAttr, UnitAttr, i64
-from xdsl.ir import Block, SSAValue
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from gnnc.ir import kernel_abi, loop
-from gnnc.ir.llvm_ext import NvvmSregOp, ShflBflyOp
+from gnnc.ir.llvm_ext import BarrierOp, NvvmSregOp, ShflBflyOp
+from gnnc.ir.loop import SCRATCH_BASE_ATTR
 
 #: func.func attribute marking a function as a PTX kernel entry point.
 PTX_KERNEL_ATTR = "gnnc.ptx_kernel"
 
 
 def _keep_grid(fn: func.FuncOp, keep: int) -> None:
-    """Erases every grid of fn but the `keep`-th and inlines that one on %ctaid / %tid."""
+    """Erases every grid of fn but the `keep`-th and makes that one a grid-stride loop on
+    %ctaid / %tid: block b = %ctaid, %ctaid + %nctaid, ... below the grid's block count, so
+    the runtime may launch fewer blocks than the grid has (`abi.CUDA_MAX_BLOCKS`)."""
     rewriter = Rewriter()
     grids = [op for op in fn.walk() if isinstance(op, loop.GridOp)]
     for i, grid in reversed(list(enumerate(grids))):
         if i != keep:
             rewriter.erase_op(grid)
             continue
-        block_id, thread_id = NvvmSregOp("ctaid.x"), NvvmSregOp("tid.x")
-        rewriter.insert_op([block_id, thread_id], InsertPoint.before(grid))
+        block_id, thread_id, launched = NvvmSregOp("ctaid.x"), NvvmSregOp("tid.x"), NvvmSregOp("nctaid.x")
+        rewriter.insert_op([block_id, thread_id, launched], InsertPoint.before(grid))
         body = grid.body.block
         terminator = body.last_op
         assert isinstance(terminator, loop.YieldOp)
-        rewriter.erase_op(terminator)
-        rewriter.inline_block(body, InsertPoint.before(grid), [block_id.result, thread_id.result])
-        rewriter.erase_op(grid)
+        block_size = grid.block_size.value.data
+        physical = _physical_thread(block_id.result, thread_id.result, block_size, rewriter, grid)
+        has_barrier = any(isinstance(o, BarrierOp) for o in body.walk())
+        step_body = Block(arg_types=[IndexType()])
+        rewriter.replace_op(terminator, [BarrierOp()] if has_barrier else [])
+        block_arg, thread_arg = body.args
+        rewriter.inline_block(body, InsertPoint.at_end(step_body), [step_body.args[0], thread_id.result])
+        step_body.add_op(scf.YieldOp())
+        del block_arg, thread_arg
+        _scratch_by_physical_thread(step_body, step_body.args[0], thread_id.result, block_size, physical)
+        if not physical.uses:  # no scratch slice in this grid
+            add = cast(arith.AddiOp, physical.owner)
+            scaled = cast(arith.MuliOp, add.lhs.owner)
+            size = scaled.rhs.owner
+            for dead in (add, scaled, size):
+                rewriter.erase_op(cast(Operation, dead))
+        strided = scf.ForOp(block_id.result, grid.num_blocks, launched.result, [], step_body)
+        rewriter.replace_op(grid, strided)
+
+
+def _physical_thread(
+    block_id: SSAValue, thread_id: SSAValue, block_size: int, rewriter: Rewriter, before: Operation
+) -> SSAValue:
+    """%ctaid * block_size + %tid: this thread's index in the launch (not in the grid)."""
+    size = arith.ConstantOp(IntegerAttr(block_size, IndexType()))
+    scaled = arith.MuliOp(block_id, size)
+    physical = arith.AddiOp(scaled, thread_id)
+    rewriter.insert_op([size, scaled, physical], InsertPoint.before(before))
+    return physical.result
+
+
+def _scratch_by_physical_thread(
+    body: Block, block: SSAValue, thread_id: SSAValue, block_size: int, physical: SSAValue
+) -> None:
+    """A thread's scratch slice is indexed by its grid thread id (`block * block_size + tid`:
+    map-threads' worker); with blocks strided, the launch has fewer threads than the grid, so
+    the slice goes by the thread's index in the launch instead (the runtime allocates one
+    per launched thread). Only slices of `scratch` move: a destination's rows in
+    `dst_scratch` (edge mappings) are indexed by the destination."""
+    for op in list(body.walk()):
+        if not (isinstance(op, arith.AddiOp) and op.rhs is thread_id):
+            continue
+        scaled = op.lhs.owner
+        if not (
+            isinstance(scaled, arith.MuliOp)
+            and scaled.lhs is block
+            and isinstance(scaled.rhs.owner, arith.ConstantOp)
+            and cast(IntegerAttr, scaled.rhs.owner.value).value.data == block_size
+        ):
+            continue
+        for use in list(op.result.uses):
+            base = use.operation
+            if isinstance(base, arith.MuliOp) and use.index == 0 and _feeds_scratch_base(base):
+                base.operands = [physical, base.rhs]
+
+
+def _feeds_scratch_base(op: arith.MuliOp) -> bool:
+    return any(
+        isinstance(use.operation, arith.AddiOp) and SCRATCH_BASE_ATTR in use.operation.attributes
+        for use in op.result.uses
+    )
 
 
 def _group_mask(lanes: int, lane: SSAValue, ops: list) -> SSAValue:

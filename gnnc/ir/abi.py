@@ -145,6 +145,18 @@ def scratch_slice_elements(elements: int, itemsize: int) -> int:
 PTX_METADATA_PREFIX = "// gnnc-metadata: "
 
 
+#: The most blocks one launch of a cuda kernel starts: its grid's blocks beyond
+#: these are walked by the launched ones (a grid-stride loop, convert-grid-to-nvvm),
+#: so per-thread scratch is sized by the launch, not by the work. 2048 blocks of
+#: 256 threads are twice what an H100 / H200 (132 SMs x 2048 threads) keeps resident.
+CUDA_MAX_BLOCKS = 2048
+
+
+def launched_blocks(blocks: Sequence[int]) -> list[int]:
+    """The blocks each launch of a cuda kernel starts for grids of `blocks` blocks."""
+    return [min(b, CUDA_MAX_BLOCKS) for b in blocks]
+
+
 def grid_blocks(grid: Grid, num_vertices: int, num_edges: int = 0) -> list[int]:
     """Blocks of each grid (launch) of a kernel, in order: each `lanes` threads run
     `group` destinations (a vertex grid) or in-CSR positions (an edge grid)."""

@@ -5,7 +5,8 @@
 // grid-wide barrier, so each grid becomes a kernel of its own: @gnnc_wsum
 // keeps grid 0, @gnnc_wsum_phase1 grid 1, both with every argument; the block
 // and thread ids are %ctaid.x and %tid.x; the record (on the first) lists the
-// phases in launch order.
+// phases in launch order. Each grid is a grid-stride loop (blocks %ctaid.x,
+// %ctaid.x + %nctaid.x, ...): the runtime launches at most CUDA_MAX_BLOCKS.
 
 builtin.module {
   func.func @gnnc_wsum(%num_vertices: index, %num_edges: index, %num_threads: index, %num_blocks: index, %dst_blocks: memref<?xi64> {llvm.noalias, llvm.readonly}, %dst_order: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_indptr: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_src: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_eid: memref<?xi64> {llvm.noalias, llvm.readonly}, %deg_in: memref<?xf32> {llvm.noalias, llvm.readonly}, %deg_out: memref<?xf32> {llvm.noalias, llvm.readonly}, %dims: memref<?xi64> {llvm.noalias, llvm.readonly}, %scratch: memref<?xf32> {llvm.noalias}, %w: memref<?xf32> {llvm.noalias, llvm.readonly}, %out: memref<?xf32> {llvm.noalias}) attributes {gnnc.ir.abi = "{\22acc_rows\22: [], \22dims\22: [], \22edge_order\22: null, \22grid\22: {\22block_size\22: 256, \22dst_scratch\22: false, \22grids\22: [{\22group\22: 1, \22over\22: \22V\22}, {\22group\22: 1, \22over\22: \22E\22}], \22group\22: 1, \22hybrid\22: null, \22lanes\22: 1, \22mapping\22: \22thread_edge\22, \22schedule_given\22: true}, \22groups\22: null, \22order\22: \22identity\22, \22partitions\22: null, \22phases\22: [{\22edge_walks\22: 1, \22row_dim\22: \22F\22}], \22schedule_given\22: false, \22scratch\22: [], \22source_sweep\22: false, \22stream\22: false, \22temps\22: []}"} {
@@ -38,9 +39,12 @@ builtin.module {
 // CHECK:         %vertex_blocks = arith.divui
 // CHECK-NEXT:    [[B:%.*]] = llvm_ext.nvvm_sreg "ctaid.x"
 // CHECK-NEXT:    [[T:%.*]] = llvm_ext.nvvm_sreg "tid.x"
-// CHECK-NEXT:    %base = arith.muli [[B]], %c256 : index
-// CHECK-NEXT:    %v = arith.addi %base, [[T]] : index
-// CHECK-NEXT:    memref.store %zero, %out[%v]
+// CHECK-NEXT:    [[N:%.*]] = llvm_ext.nvvm_sreg "nctaid.x"
+// CHECK-NEXT:    scf.for %block = [[B]] to %vertex_blocks step [[N]] {
+// CHECK-NEXT:      %base = arith.muli %block, %c256 : index
+// CHECK-NEXT:      %v = arith.addi %base, [[T]] : index
+// CHECK-NEXT:      memref.store %zero, %out[%v]
+// CHECK-NEXT:    }
 // CHECK-NEXT:    %edge_blocks = arith.divui
 // CHECK-NEXT:    func.return
 // CHECK-LABEL: func.func @gnnc_wsum_phase1(
@@ -49,10 +53,13 @@ builtin.module {
 // CHECK:         %edge_blocks = arith.divui
 // CHECK-NEXT:    [[B:%.*]] = llvm_ext.nvvm_sreg "ctaid.x"
 // CHECK-NEXT:    [[T:%.*]] = llvm_ext.nvvm_sreg "tid.x"
-// CHECK-NEXT:    %base = arith.muli [[B]], %c256 : index
-// CHECK-NEXT:    %pos = arith.addi %base, [[T]] : index
-// CHECK-NEXT:    %we = memref.load %w[%pos]
-// CHECK-NEXT:    llvm_ext.atomic_rmw "fadd" %out[%pos], %we
+// CHECK-NEXT:    [[N:%.*]] = llvm_ext.nvvm_sreg "nctaid.x"
+// CHECK-NEXT:    scf.for %block = [[B]] to %edge_blocks step [[N]] {
+// CHECK-NEXT:      %base = arith.muli %block, %c256 : index
+// CHECK-NEXT:      %pos = arith.addi %base, [[T]] : index
+// CHECK-NEXT:      %we = memref.load %w[%pos]
+// CHECK-NEXT:      llvm_ext.atomic_rmw "fadd" %out[%pos], %we
+// CHECK-NEXT:    }
 // CHECK-NEXT:    func.return
 // CHECK-NOT:     loop.
 
@@ -88,6 +95,8 @@ builtin.module {
 // CHECK-SAME:    gnnc.ptx_kernel
 // CHECK:         [[B:%.*]] = llvm_ext.nvvm_sreg "ctaid.x"
 // CHECK-NEXT:    [[T:%.*]] = llvm_ext.nvvm_sreg "tid.x"
+// CHECK-NEXT:    [[N:%.*]] = llvm_ext.nvvm_sreg "nctaid.x"
+// CHECK-NEXT:    scf.for %block = [[B]] to %num_blocks step [[N]] {
 // CHECK-NEXT:    %lane = arith.remui [[T]], %c8 : index
 // CHECK-NEXT:    [[FZERO:%.*]] = arith.constant 0.000000e+00 : f32
 // CHECK-NEXT:    [[LANES:%.*]] = arith.constant 8 : index
@@ -105,5 +114,45 @@ builtin.module {
 // CHECK-NEXT:    [[S2:%.*]] = arith.addf [[S4]], [[O2]] : f32
 // CHECK-NEXT:    [[O1:%.*]] = llvm_ext.shfl_bfly [[S2]], 1 : i32 mask [[MASK]] : f32
 // CHECK-NEXT:    [[S1:%.*]] = arith.addf [[S2]], [[O1]] : f32
-// CHECK-NEXT:    memref.store [[S1]], %out{{\[}}[[B]]{{\]}} : memref<?xf32>
+// CHECK-NEXT:    memref.store [[S1]], %out[%block] : memref<?xf32>
+// CHECK-NEXT:    }
 // CHECK-NOT:     loop.
+
+// -----
+
+// A thread's scratch slice goes by its index in the launch (%ctaid.x * 256 +
+// %tid.x), not by its grid thread (%block * 256 + %tid.x), which indexes the
+// work: the runtime allocates one slice per launched thread.
+
+builtin.module {
+  func.func @gnnc_slots(%num_vertices: index, %num_edges: index, %num_threads: index, %num_blocks: index, %dst_blocks: memref<?xi64> {llvm.noalias, llvm.readonly}, %dst_order: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_indptr: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_src: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_eid: memref<?xi64> {llvm.noalias, llvm.readonly}, %deg_in: memref<?xf32> {llvm.noalias, llvm.readonly}, %deg_out: memref<?xf32> {llvm.noalias, llvm.readonly}, %dims: memref<?xi64> {llvm.noalias, llvm.readonly}, %scratch: memref<?xf32> {llvm.noalias}, %out: memref<?xf32> {llvm.noalias}) attributes {gnnc.ir.abi = "{\22acc_rows\22: [], \22dims\22: [], \22edge_order\22: null, \22grid\22: {\22block_size\22: 256, \22dst_scratch\22: false, \22grids\22: [{\22group\22: 1, \22over\22: \22V\22}], \22group\22: 1, \22hybrid\22: null, \22lanes\22: 1, \22mapping\22: \22thread_vertex\22, \22schedule_given\22: true}, \22groups\22: null, \22order\22: \22identity\22, \22partitions\22: null, \22phases\22: [{\22edge_walks\22: 1, \22row_dim\22: \22F\22}], \22schedule_given\22: false, \22scratch\22: [[2]], \22source_sweep\22: false, \22stream\22: false, \22temps\22: []}"} {
+    %c16 = arith.constant 16 : index
+    %zero = arith.constant 0.000000e+00 : f32
+    loop.grid blocks %num_blocks threads 256 mapping thread_vertex {
+    ^bb0(%block: index, %thread: index):
+      %c256 = arith.constant 256 : index
+      %base = arith.muli %block, %c256 : index
+      %gid = arith.addi %base, %thread : index
+      %slot = arith.muli %gid, %c16 : index
+      %at = arith.addi %slot, %c16 {gnnc.scratch_base} : index
+      memref.store %zero, %scratch[%at] : memref<?xf32>
+      %acc = memref.load %scratch[%at] : memref<?xf32>
+      memref.store %acc, %out[%gid] : memref<?xf32>
+      loop.yield
+    }
+    func.return
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_slots(
+// CHECK:         [[B:%.*]] = llvm_ext.nvvm_sreg "ctaid.x"
+// CHECK-NEXT:    [[T:%.*]] = llvm_ext.nvvm_sreg "tid.x"
+// CHECK-NEXT:    [[N:%.*]] = llvm_ext.nvvm_sreg "nctaid.x"
+// CHECK-NEXT:    [[SIZE:%.*]] = arith.constant 256 : index
+// CHECK-NEXT:    [[FIRST:%.*]] = arith.muli [[B]], [[SIZE]] : index
+// CHECK-NEXT:    [[PHYSICAL:%.*]] = arith.addi [[FIRST]], [[T]] : index
+// CHECK-NEXT:    scf.for %block = [[B]] to %num_blocks step [[N]] {
+// CHECK:           %gid = arith.addi %base, [[T]] : index
+// CHECK-NEXT:      %slot = arith.muli [[PHYSICAL]], %c16 : index
+// CHECK-NEXT:      %at = arith.addi %slot, %c16 {gnnc.scratch_base} : index
+// CHECK:           memref.store %acc, %out[%gid]
