@@ -228,3 +228,43 @@ def test_factored_weight_gradients_match_finite_differences(name, products):
     for p in args:
         want = numeric_grad(lambda **a: forward(GRAPH, **a), args, p, gout)
         np.testing.assert_allclose(got[p], want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("layer", ["GINConv", "GINEConv"])
+def test_gin_eps_gradient_is_one_reduction_not_a_partial_per_destination(layer):
+    """With train_eps the kernel is the sum alone and `(1 + eps) * x` is torch's: the kernels
+    that take eps (whose gradient would be a [V] partial) never run under autograd; outputs and
+    gradients still equal PyG's."""
+    torch = pytest.importorskip("torch")
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    import gnnc.nn as gnn
+
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(4, 3))
+
+    torch.manual_seed(0)
+    kwargs = {"edge_dim": 2} if layer == "GINEConv" else {}
+    pyg = getattr(pyg_nn, layer)(mlp(), eps=0.2, train_eps=True, **kwargs)
+    ours = getattr(gnn, layer)(mlp(), eps=0.2, train_eps=True, **kwargs)
+    ours.load_state_dict(pyg.state_dict())
+    with_eps = [
+        getattr(ours, k)
+        for k in ("_square", "_pair", "_square_weighted", "_pair_weighted", "_root")
+        if hasattr(ours, k)
+    ]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a kernel that takes eps ran under autograd")
+
+    for k in ("_square", "_pair", "_square_weighted", "_pair_weighted", "_root"):
+        if hasattr(ours, k):
+            setattr(ours, k, refuse)
+    assert with_eps
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 4, 1], [1, 2, 0, 0, 3, 1, 1]])
+    x = torch.randn(5, 4)
+    args = (x, edge_index) + ((torch.randn(7, 2),) if layer == "GINEConv" else ())
+    expected, got = pyg(*args), ours(*args)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    expected.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(ours.eps.grad, pyg.eps.grad, rtol=1e-4, atol=1e-5)

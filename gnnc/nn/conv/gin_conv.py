@@ -9,7 +9,9 @@
 
 A bipartite pair reads the root term from `x_dst` (a kernel with `xs` and
 `xd`); with `x_dst` None there is no root term. `nn` (the MLP) runs in torch
-on the kernel's result.
+on the kernel's result. With `train_eps` (and autograd on) the kernel is the
+sum alone and `(1 + eps) * x` is added in torch, so that eps's gradient is
+one reduction, not a partial per destination.
 """
 
 from __future__ import annotations
@@ -71,6 +73,18 @@ kernel gine_conv_no_root(xs: f32[V, F], ea: f32[E, F]) -> f32[V, F] {
 """
 
 
+def _eps_trained(eps: torch.Tensor) -> bool:
+    """Whether this call needs eps's gradient (train_eps, under autograd)."""
+    return torch.is_grad_enabled() and eps.requires_grad
+
+
+def _plus_root(aggregate: torch.Tensor, x_dst: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """`(1 + eps) * x_dst + aggregate` in torch: with eps trained, its gradient is then torch's
+    reduction of `x_dst * grad` (one scalar), where the fused kernel's would be a partial per
+    destination ([V]) that the runtime sums."""
+    return aggregate + (1 + eps.to(x_dst.dtype)) * x_dst
+
+
 class _GIN(WarmUp, nn.Module):
     """What GINConv and GINEConv share: `nn`, `eps` (a buffer, or a parameter with train_eps)."""
 
@@ -125,7 +139,14 @@ class GINConv(_GIN):
         edges = adj.edge_index
         if w is not None:
             w = w.to(x_src.dtype)
-        if isinstance(x, torch.Tensor) and size is None:
+        if x_dst is not None and _eps_trained(self.eps):
+            out = (
+                self._no_root(edges, x_src, size=sizes)
+                if w is None
+                else self._no_root_weighted(edges, x_src, w, size=sizes)
+            )
+            out = _plus_root(out, x_dst, eps)
+        elif isinstance(x, torch.Tensor) and size is None:
             if w is None:
                 out = self._square(edges, x, eps, size=sizes)
             else:
@@ -192,6 +213,8 @@ class GINEConv(_GIN):
         edge_attr = edge_attr.to(x_src.dtype)
         if x_dst is None:
             out = self._no_root(adj.edge_index, x_src, edge_attr, size=sizes)
+        elif _eps_trained(self.eps):
+            out = _plus_root(self._no_root(adj.edge_index, x_src, edge_attr, size=sizes), x_dst, self.eps)
         else:
             eps = self.eps.to(x_src.dtype)
             out = self._root(adj.edge_index, x_src, x_dst, edge_attr, eps, size=sizes)
