@@ -19,20 +19,24 @@ def _graph(edges: int, relations: int, seed: int = 0) -> gnnc.Graph:
     return gnnc.Graph.from_coo(src, dst, num_vertices=50, edge_type=types, num_relations=relations)
 
 
+@pytest.mark.parametrize("end", ["src", "dst", "other"])
 @pytest.mark.parametrize("blocks", [False, True])
-def test_relation_products_match_a_float64_sum_and_ignore_the_thread_count(monkeypatch, blocks):
+def test_relation_products_match_a_float64_sum_and_ignore_the_thread_count(monkeypatch, blocks, end):
+    """Per relation, sums over edges of outer(factor[end], row); the graph's own src / dst go
+    by (vertex, relation) pairs (rows summed per pair first), another array by edge."""
     monkeypatch.setattr(products, "CHUNK_ROWS", 37)  # several items per relation
     graph = _graph(700, 5)
     rng = np.random.default_rng(1)
     lead = (3,) if blocks else ()
     factor = rng.standard_normal((50, *lead, 4)).astype(np.float32)
     rows = rng.standard_normal((700, *lead, 6)).astype(np.float32)
-    got = [gradient._relation_products(factor, rows, graph.src, graph, blocks=len(lead), threads=t) for t in (1, 2, 3)]
+    ends = {"src": graph.src, "dst": graph.dst, "other": graph.src.copy()}[end]
+    got = [gradient._relation_products(factor, rows, ends, graph, blocks=len(lead), threads=t) for t in (1, 2, 3)]
     assert all(np.array_equal(got[0], g) for g in got[1:])
     f64, g64 = factor.astype(np.float64), rows.astype(np.float64)
     expected = np.zeros((5, *lead, 4, 6))
     for e in range(700):
-        r, u = graph.edge_type[e], graph.src[e]
+        r, u = graph.edge_type[e], ends[e]
         expected[r] += np.einsum("...k,...n->...kn", f64[u], g64[e])
     if not blocks:
         expected = expected.reshape(5, 4, 6)

@@ -53,6 +53,7 @@ __all__ = [
     "tile_blocks",
     "relation_degrees",
     "relation_edges",
+    "relation_edges_by_end",
     "relation_pairs",
     "gather_reuse_share",
     "group_offsets_by_dst",
@@ -863,6 +864,23 @@ def relation_edges(graph: Any) -> tuple[np.ndarray, np.ndarray]:
         return _readonly(order), _readonly(offsets)
 
     return _cached(graph, ("relation_edges",), compute)
+
+
+def relation_edges_by_end(graph: Any, side: str) -> tuple[np.ndarray, np.ndarray]:
+    """``relation_edges``' runs with each relation's edges ordered by their `side` end
+    ("src" or "dst"), ties in increasing id: ``(order, offsets)``. A relation weight's
+    gradient then sums the adjoint rows of a (vertex, relation) pair's edges before its
+    product, and gathers the factor's rows in increasing vertex order."""
+    _require_relations(graph)
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        order, offsets = relation_edges(graph)
+        ends = np.asarray(graph.src if side == "src" else graph.dst)
+        relation = np.repeat(np.arange(graph.num_relations, dtype=np.int64), np.diff(offsets))
+        by_end = order[np.lexsort((ends[order], relation))]
+        return _readonly(by_end), offsets
+
+    return _cached(graph, ("relation_edges_by_end", side), compute)
 
 
 def relation_degrees(graph: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:

@@ -338,10 +338,16 @@ def _relation_products(
     (`graph.dst`); on a bipartite graph a factor read at `v` of a block-convention
     input has its destinations first, so destination ids index it too. Each
     relation's edges are cut into items of at most CHUNK_ROWS, gathered and
-    multiplied on the call's threads (runtime/products.py)."""
+    multiplied on the call's threads (runtime/products.py). Within a relation the edges
+    go by their end (`plans.relation_edges_by_end`), and an item first sums the rows of
+    each run of edges with one end (a (vertex, relation) pair): one factor row gathered
+    and multiplied per pair, not per edge (WordNet: 0.61 pairs an edge)."""
     if factor.shape[1:-1] != rows.shape[1:-1]:
         raise ArgumentError(f"a relation weight's factor has shape {factor.shape}, its edge adjoints {rows.shape}")
-    order, offsets = plans.relation_edges(graph)
+    if ends is graph.src or ends is graph.dst:
+        order, offsets = plans.relation_edges_by_end(graph, "src" if ends is graph.src else "dst")
+    else:
+        order, offsets = plans.relation_edges(graph)
     k, n = factor.shape[-1], rows.shape[-1]
     lead = factor.shape[1:-1] if blocks else ()
     size = int(np.prod(lead, dtype=np.int64)) if blocks else 1
@@ -351,8 +357,14 @@ def _relation_products(
     def work(i: int) -> np.ndarray:
         _, a, b = items[i]
         edges = order[a:b]
-        f = factor[ends[edges]].astype(rows.dtype, copy=False).reshape(b - a, -1, k)
-        g = rows[edges].reshape(b - a, -1, n)
+        at = ends[edges]
+        starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
+        g = rows[edges]
+        if len(starts) < len(edges):  # sum each pair's rows
+            g = np.add.reduceat(g, starts, axis=0)
+        m = len(starts)
+        f = factor[at[starts]].astype(rows.dtype, copy=False).reshape(m, -1, k)
+        g = g.reshape(m, -1, n)
         if blocks:  # [B, K, E] @ [B, E, N]: a product per block
             return np.matmul(f.transpose(1, 2, 0), g.transpose(1, 0, 2))
         return f.reshape(-1, k).T @ g.reshape(-1, n)
