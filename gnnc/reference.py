@@ -57,6 +57,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     # 1 above 0, 0 at or below it, NaN for NaN
     "step": lambda x: np.where(x > 0, 1.0, np.where(x <= 0, 0.0, x)),
+    "detach": lambda x: x,
 }
 
 

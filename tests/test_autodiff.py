@@ -133,6 +133,7 @@ def test_every_builtin_is_differentiated(func):
         "transpose": "transpose(outer(x[u], x[v] * x[v]))",
         "softmax": "softmax(x[u]) * x[v]",
         "step": "step(x[u] - 1.0) * x[v]",  # piecewise constant: the gradient is through x[v]
+        "detach": "detach(x[u]) * x[v]",  # a constant to the gradient: through x[v] only
     }
     rank = {"dot": "", "outer": ", K, K", "transpose": ", K, K"}.get(func, ", K")
     source = f"kernel k(x: f64[V, K]) -> f64[E{rank}] {{\n    out[e] = {calls.get(func, func + '(x[u])')}\n}}\n"
@@ -141,6 +142,11 @@ def test_every_builtin_is_differentiated(func):
     forward = gnnc.compile(source, target="reference").k
     gout = rng.normal(size=forward(GRAPH, **args).shape)
     got = compile_grad(source, "k", target="reference")(GRAPH, gout=gout, **args)["x"]
+    if func == "detach":
+        # the numeric gradient of the same kernel with the detached x an input of its own
+        twin = f"kernel k(x: f64[V, K], c: f64[V, K]) -> f64[E{rank}] {{\n    out[e] = c[u] * x[v]\n}}\n"
+        forward = gnnc.compile(twin, target="reference").k
+        args = {**args, "c": args["x"].copy()}
     np.testing.assert_allclose(got, _numeric(forward, GRAPH, args, {"out": gout}, "x"), rtol=1e-6, atol=1e-7)
 
 

@@ -279,3 +279,38 @@ def test_layers_on_a_real_gpu_match_the_cpu(name):
     assert len(gpu_grads) == len(cpu_grads)
     for a, b in zip(gpu_grads, cpu_grads):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("mapping", ["map thread_edge", "map warp_edge"])
+def test_gat_training_forward_takes_the_edge_mappings(mapping):
+    """The softmax's shift is detached, so the saving forward returns no argmax and a hub graph's
+    default cuda mapping (an edge one) runs GAT's training forward; on the CPU emulation of the
+    mapping it equals the reference."""
+    import numpy as np
+
+    import gnnc
+    from gnnc.lang.autodiff import gradient_source
+    from gnnc.nn import attention
+    from tests.helpers import assert_matches
+    from tests.strategies import random_inputs
+
+    config = attention.Config(
+        name="gat_conv",
+        params=("h: f32[V, H, F]", "a_src: f32[V, H]", "a_dst: f32[V, H]"),
+        score="leaky_relu(a_src[u] + a_dst[v], 0.2)",
+        message="h[u]",
+        **attention.loop_fields(attention.LoopKind.SQUARE, "h[v]"),
+    )
+    source = gradient_source(attention.source(config), "<gat>", ["gat_conv"])
+    assert "argmax" not in source
+    module = gnnc.compile(source, target="cuda-emulation", kernels=["gat_conv__forward"], schedule=mapping)
+    reference = gnnc.compile(source, target="reference", kernels=["gat_conv__forward"])
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 60, 400), np.r_[rng.integers(0, 60, 300), np.zeros(100, np.int64)]
+    graph = gnnc.Graph.from_coo(src, dst, num_vertices=60)
+    kernel = module.gat_conv__forward
+    inputs = random_inputs(kernel.signature, graph, {"H": 2, "F": 3}, np.float32, 0)
+    inputs["keep"] = (src != dst).astype(np.float32)
+    got, want = kernel(graph, **inputs), reference.gat_conv__forward(graph, **inputs)
+    for name in want:
+        assert_matches(got[name], want[name], graph, np.float32)

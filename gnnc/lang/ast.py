@@ -126,7 +126,7 @@ class Binary(Expr):
 
 
 #: Elementwise functions of one argument.
-UNARY_FUNCTIONS = frozenset({"exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "step"})
+UNARY_FUNCTIONS = frozenset({"exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "step", "detach"})
 #: Aggregations over the in-edges of the destination.
 AGGREGATIONS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 

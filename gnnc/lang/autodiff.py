@@ -843,6 +843,8 @@ class _Differentiator:
             return
         if e.func == "step":
             return  # zero almost everywhere
+        if e.func == "detach":
+            return  # a constant to the gradient, as torch's detach
         (a,) = e.args[:1]
         t = self.text(a)
         derivative = {

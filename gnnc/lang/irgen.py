@@ -111,6 +111,8 @@ class _KernelBuilder:
         return self.add(graph.BinaryOp(_BINARY_KINDS[e.op], lhs, rhs))
 
     def expr_Call(self, e: ast.Call) -> SSAValue:
+        if e.func == "detach":  # the value itself: only the gradient (autodiff, on the AST) differs
+            return self.expr(e.args[0])
         if e.func in ast.UNARY_FUNCTIONS:
             return self.add(graph.UnaryOp(e.func, self.expr(e.args[0])))
         if e.func == "leaky_relu":

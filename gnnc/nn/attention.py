@@ -20,13 +20,17 @@ The softmax over the in-edges and the loop is then written out, stable as
 the built-in one (the shift `m[v]` is the largest score of the two):
 
     s[e] = SCORE
-    m[v] = sl[v] + max(keep[e] * relu(s[e] - sl[v]))
+    m[v] = detach(sl[v] + max(keep[e] * relu(s[e] - sl[v])))
     p[e] = keep[e] * exp(s[e] - m[v])
     q[v] = exp(sl[v] - m[v])
     z[v] = q[v] + sum(p[e])
     out[v] = (q[v] * h[v] + sum(p[e] * h[u])) / z[v]
 
-z >= 1 (the largest term is exp(0)), so the division never meets 0. On a
+z >= 1 (the largest term is exp(0)), so the division never meets 0. The
+shift is `detach`ed: out and alpha do not depend on it, so its gradient is
+zero, and without detach the generated gradient would save the max's
+winning edge (an argmax, which no cuda edge mapping can compute) and walk
+back through it. On a
 bipartite graph with fewer sources than destinations only the first
 num_src destinations get a loop (PyG's rule): `has[v]` says which, and the
 others take the plain maximum of their in-edge scores as their shift.
@@ -122,10 +126,10 @@ def source(c: Config) -> str:
         body = [f"s[e] = {c.score}"]
         shifted = "sl[v] + max(keep[e] * relu(s[e] - sl[v]))"
         if c.loops == "some":
-            body.append(f"m[v] = has[v] * ({shifted}) + (1 - has[v]) * max(s[e])")
+            body.append(f"m[v] = detach(has[v] * ({shifted}) + (1 - has[v]) * max(s[e]))")
             body.append("q[v] = has[v] * exp(sl[v] - m[v])")
         else:
-            body.append(f"m[v] = {shifted}")
+            body.append(f"m[v] = detach({shifted})")
             body.append("q[v] = exp(sl[v] - m[v])")
         body.append("p[e] = keep[e] * exp(s[e] - m[v])")
         body.append("z[v] = q[v] + sum(p[e])")
