@@ -27,7 +27,7 @@ from tests.strategies import random_kernels
 _EXAMPLE_SOURCES = [p.read_text() for p in sorted(cases.EXAMPLES.glob("*.gnn"))]
 _WORDS = [
     "kernel", "schedule", "for", "cpu", "cuda", "sum", "max", "min", "mean", "softmax", "argmax", "dot", "outer",
-    "transpose", "exp", "tanh", "relu", "leaky_relu", "deg_in", "deg_out", "edge_id", "step", "rsqrt",
+    "transpose", "exp", "tanh", "relu", "leaky_relu", "deg_in", "deg_out", "edge_id", "step", "rsqrt", "detach",
     "x", "y", "w", "W", "u", "v", "e", "V", "E", "F", "H", "f32", "f64", "out", "threads", "graph",
     "(", ")", "[", "]", "{", "}", ",", ":", "->", "+", "-", "*", "/", "@", "=", ";", "\n", "#",
     "0", "1", "2.5", "1e400", "0x1", "1.2.3", "partition", "src", "tile", "features", "vectorize", "edges",
