@@ -24,9 +24,13 @@ the built-in one (the shift `m[v]` is the largest score of the two):
     p[e] = keep[e] * exp(s[e] - m[v])
     q[v] = exp(sl[v] - m[v])
     z[v] = q[v] + sum(p[e])
-    out[v] = (q[v] * h[v] + sum(p[e] * h[u])) / z[v]
+    r[v] = 1.0 / z[v]
+    out[v] = q[v] * r[v] * h[v] + sum(p[e] * r[v] * h[u])
 
 z >= 1 (the largest term is exp(0)), so the division never meets 0. The
+weights are scaled by r = 1 / z inside the sum rather than the sum divided
+by z: the generated gradient then keeps no [V, H, F] sum from the forward
+(the quotient rule's numerator). The
 shift is `detach`ed: out and alpha do not depend on it, so its gradient is
 zero, and without detach the generated gradient would save the max's
 winning edge (an argmax, which no cuda edge mapping can compute) and walk
@@ -135,11 +139,14 @@ def source(c: Config) -> str:
         body.append("z[v] = q[v] + sum(p[e])")
         # z >= 1 where a destination has a loop or an in-edge; 0 (no terms) else: divide by 1 there
         z = "z[v]" if c.loops == "all" else "(z[v] + (1 - step(z[v])))"
+        # the weights are scaled by 1 / z before the sum, not the sum divided after it: the
+        # generated gradient then needs no [V, H, F] sum of the forward kept for the quotient rule
+        body.append(f"r[v] = 1.0 / {z}")
         edge_w, loop_w = ("p[e] * mask[e]", "q[v] * mloop[v]") if c.mask else ("p[e]", "q[v]")
         if c.weights:
-            body.append(f"alpha[e] = {edge_w} / {z}")
-            body.append(f"alpha_loop[v] = {loop_w} / {z}")
-        body.append(f"out[v] = ({loop_w} * {c.loop_message} + sum({edge_w} * {c.message})) / {z}")
+            body.append(f"alpha[e] = {edge_w} * r[v]")
+            body.append(f"alpha_loop[v] = {loop_w} * r[v]")
+        body.append(f"out[v] = {loop_w} * r[v] * {c.loop_message} + sum({edge_w} * r[v] * {c.message})")
     result = results[0].split(": ")[1] if len(results) == 1 else "(" + ", ".join(results) + ")"
     lines = [f"kernel {c.name}({', '.join(params)}) -> {result} {{"]
     lines += [f"    {line}" for line in body]
