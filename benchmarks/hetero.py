@@ -58,7 +58,6 @@ epoch of the best baseline: where the time goes.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
@@ -81,6 +80,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import graphs  # noqa: E402
+import procmem  # noqa: E402
 
 SYSTEMS = {"rgcn": ("gnnc", "pyg", "pyg-fast", "dgl", "dgl-sorted"), "rgat": ("gnnc", "pyg", "dgl")}
 BASELINES = ("pyg", "pyg-fast", "dgl", "dgl-sorted")
@@ -298,14 +298,6 @@ def needs_bytes(system: str, model: str, data: Data, dims: list[tuple[int, int]]
     return total
 
 
-def available_bytes() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 1 << 34
-
-
 class Run:
     """One system's model, optimizer and inputs: `epoch()` trains once, `forward()` evaluates once."""
 
@@ -350,23 +342,6 @@ class Run:
 # ------------------------------------------------------------------ memory
 
 
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _trim_heap() -> None:
-    """Free heap pages back to the system (glibc's malloc_trim), so that the RSS at the reset is what is live."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the peak then counts only growth past what was kept
-        pass
-
-
 def memory_child(args: argparse.Namespace) -> None:
     """In a subprocess: one system's transient epoch peak, as JSON {"delta": bytes}."""
     system, graph, model, hidden = args.memory_child.split(":")
@@ -375,12 +350,10 @@ def memory_child(args: argparse.Namespace) -> None:
     for _ in range(max(args.warmup, 1)):
         run.epoch()
     gc.collect()
-    _trim_heap()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    base = _status("VmRSS")
+    procmem.trim_heap()
+    base = procmem.reset_peak()
     run.epoch()
-    print(json.dumps({"delta": _status("VmHWM") - base, "base": base}))
+    print(json.dumps({"delta": procmem.status("VmHWM") - base, "base": base}))
 
 
 def child_args(args: argparse.Namespace) -> list[str]:
@@ -413,7 +386,7 @@ def first_line(exc: BaseException) -> str:
 def skip_reason(system: str, model: str, hidden: int, data: Data, args: argparse.Namespace) -> str | None:
     dims = [(data.x.shape[1], hidden), (hidden, data.num_classes)]
     need = needs_bytes(system, model, data, dims)
-    if need > args.mem_fraction * available_bytes():
+    if need > args.mem_fraction * procmem.mem_available(1 << 34):
         return f"skipped: needs {need / 2**30:.1f} GiB"
     return None
 

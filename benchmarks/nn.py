@@ -46,7 +46,6 @@ taken in the same process, and an epoch ends with a synchronize.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import platform
@@ -63,6 +62,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 import graphs  # noqa: E402
+import procmem  # noqa: E402
 
 FRAMEWORKS = ("pyg", "pyg-compile", "dgl", "gnnc", "gnnc-compile")
 BASELINES = ("pyg", "pyg-compile", "dgl")
@@ -225,25 +225,6 @@ def make_data(graph: str, args: argparse.Namespace) -> tuple:
 # ------------------------------------------------------------------ memory
 
 
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _trim_heap() -> None:
-    """Returns the heap's free pages to the system (glibc's malloc_trim), so that the RSS at the
-    reset is what is live: memory an earlier epoch freed but malloc kept would otherwise serve the
-    next epoch without raising VmHWM, and the peak would depend on which sizes the allocator kept."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the peak then counts only growth past what was kept
-        pass
-
-
 def memory_child(args: argparse.Namespace) -> None:
     """In a subprocess: one framework's transient epoch peak, as JSON {"delta": bytes}."""
     framework, graph, model, hidden = args.memory_child.split(":")
@@ -252,13 +233,11 @@ def memory_child(args: argparse.Namespace) -> None:
     for _ in range(max(args.warmup, 1)):
         run.epoch()  # compiles, builds caches and optimizer state
     gc.collect()
-    _trim_heap()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    base = _status("VmRSS")
+    procmem.trim_heap()
+    base = procmem.reset_peak()
     for _ in range(2):
         run.epoch()
-    print(json.dumps({"delta": _status("VmHWM") - base, "base": base}))
+    print(json.dumps({"delta": procmem.status("VmHWM") - base, "base": base}))
 
 
 def measure_memory(framework: str, graph: str, model: str, hidden: int, args: argparse.Namespace) -> float | str:

@@ -244,6 +244,7 @@ sys.path.insert(0, str(HERE))
 
 import baselines as B  # noqa: E402
 import graphs as bench_graphs  # noqa: E402
+import procmem  # noqa: E402
 
 import gnnc  # noqa: E402
 from gnnc.errors import ArgumentError, GnncError  # noqa: E402
@@ -295,14 +296,6 @@ def _status_kib(key: str) -> int:
             if line.startswith(key):
                 return int(line.split()[1])
     return 0
-
-
-def mem_available() -> int:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 8 << 30
 
 
 def _malloc_trim() -> Callable[[], Any]:
@@ -580,7 +573,7 @@ def run_cell(
                 )
             )
             continue
-        budget = args.mem_fraction * mem_available()
+        budget = args.mem_fraction * procmem.mem_available(8 << 30)
         if MEM_SLACK * b.mem_bytes > budget:
             rows.append(
                 Result(
@@ -1046,7 +1039,7 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"machine: {machine.cpu}; STREAM triad {machine.stream_gbs:.1f} GB/s, "
         f"random 256-B row gather {machine.gather_gbs:.1f} GB/s (numba prange, {args.threads} threads); "
-        f"MemAvailable {mem_available() / 2**30:.1f} GiB"
+        f"MemAvailable {procmem.mem_available(8 << 30) / 2**30:.1f} GiB"
     )
     print("libraries: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     load_start = os.getloadavg()[0]

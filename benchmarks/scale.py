@@ -74,6 +74,7 @@ sys.path.insert(0, str(HERE.parent / "examples"))
 sys.path.insert(0, str(HERE.parent))  # this checkout's gnnc
 
 import graphs  # noqa: E402
+import procmem  # noqa: E402
 
 FRAMEWORKS = ("gnnc", "pyg", "dgl")
 MINIBATCH_MODELS = ("sage", "gat")
@@ -134,32 +135,6 @@ def features(num_vertices: int, width: int, seed: int = 0) -> Any:
         stop = min(num_vertices, start + step)
         x[start:stop] = torch.randn(stop - start, width, generator=g)
     return x, torch.randint(0, CLASSES, (num_vertices,), generator=g)
-
-
-# ----------------------------------------------------------------------------- memory
-
-
-def status(field_name: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field_name} in /proc/self/status")
-
-
-def reset_peak() -> int:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM back to the current RSS
-    return status("VmRSS")
-
-
-def mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 # ----------------------------------------------------------------------------- models
@@ -438,10 +413,10 @@ def minibatch(args: argparse.Namespace, graph_name: str) -> list[MiniBatchCell]:
         # per process, which a batch past 16K edges may need), first calls, and the transient peak
         compiles = _CompileCount()
         for fw in frameworks:
-            base = reset_peak()
+            base = procmem.reset_peak()
             for x, y, blocks in epoch:
                 step(fw, x, y, convert(fw, blocks))
-            peaks[fw] = (status("VmHWM") - base) / (1 << 20)
+            peaks[fw] = (procmem.status("VmHWM") - base) / (1 << 20)
         compiles.stop()
         progress = _progress(num_batches, f"{graph_name} {model} mini-batch", args)
         for b, (x, y, blocks) in enumerate(epoch):
@@ -585,14 +560,14 @@ def fullbatch_child(args: argparse.Namespace) -> None:
         F.cross_entropy(net(x, [g_arg, g_arg]), y).backward()
         opt.step()
 
-    base = reset_peak()
+    base = procmem.reset_peak()
     epoch()  # warm-up: compiles, first calls
     times = []
     for _ in range(args.epochs):
         start = time.perf_counter()
         epoch()
         times.append(time.perf_counter() - start)
-    print(json.dumps({"epoch_s": min(times), "peak": status("VmHWM"), "base": base}))
+    print(json.dumps({"epoch_s": min(times), "peak": procmem.status("VmHWM"), "base": base}))
 
 
 def fullbatch(args: argparse.Namespace, graph_name: str) -> list[FullBatchCell]:
@@ -603,7 +578,7 @@ def fullbatch(args: argparse.Namespace, graph_name: str) -> list[FullBatchCell]:
             continue
         for fw in args.frameworks:
             need = fullbatch_estimate(fw, model, files, args)
-            free = mem_available() - args.reserve_gib * GIB
+            free = procmem.mem_available(0) - args.reserve_gib * GIB
             if need > free:
                 note = f"skipped: needs ~{need / GIB:.0f} GiB, {max(0, free) / GIB:.0f} GiB available"
                 cells.append(FullBatchCell(graph_name, model, fw, None, None, note))
@@ -623,7 +598,7 @@ def run_fullbatch_child(args: argparse.Namespace, graph_name: str, model: str, f
 
     def watch() -> None:  # the machine is shared: stop the child before the OOM killer picks anyone
         while child.poll() is None:
-            if mem_available() < args.reserve_gib * GIB:
+            if procmem.mem_available(0) < args.reserve_gib * GIB:
                 low.set()
                 child.kill()
                 return

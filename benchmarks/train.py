@@ -59,6 +59,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
+import procmem  # noqa: E402
 
 # The graph part of a GAT layer, attention projection included (PyG computes
 # el and er in torch: `(h * att).sum(-1)`): gnnc computes them in the
@@ -221,27 +222,17 @@ def build(framework: str, model: str, hidden: int, args: argparse.Namespace, dat
 # ---------------------------------------------------------------- memory
 
 
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def memory_child(args: argparse.Namespace) -> None:
     """Runs in a subprocess: prints {"delta": bytes, "hwm": bytes} as JSON."""
     data = make_data(args)
     epoch = build(args.memory_child, args.models[0], args.hidden[0], args, data)
     epoch()  # compiles, builds caches
     gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    base = _status("VmRSS")
+    base = procmem.reset_peak()
     for _ in range(args.memory_epochs):
         epoch()
-    print(json.dumps({"delta": _status("VmHWM") - base, "base": base, "hwm": _status("VmHWM")}))
+    hwm = procmem.status("VmHWM")
+    print(json.dumps({"delta": hwm - base, "base": base, "hwm": hwm}))
 
 
 def measure_memory(framework: str, model: str, hidden: int, args: argparse.Namespace) -> dict | str:
