@@ -58,21 +58,18 @@ def _keep_grid(fn: func.FuncOp, keep: int) -> None:
         terminator = body.last_op
         assert isinstance(terminator, loop.YieldOp)
         block_size = grid.block_size.value.data
-        physical = _physical_thread(block_id.result, thread_id.result, block_size, rewriter, grid)
         has_barrier = any(isinstance(o, BarrierOp) for o in body.walk())
         step_body = Block(arg_types=[IndexType()])
         rewriter.replace_op(terminator, [BarrierOp()] if has_barrier else [])
-        block_arg, thread_arg = body.args
         rewriter.inline_block(body, InsertPoint.at_end(step_body), [step_body.args[0], thread_id.result])
         step_body.add_op(scf.YieldOp())
-        del block_arg, thread_arg
-        _scratch_by_physical_thread(step_body, step_body.args[0], thread_id.result, block_size, physical)
-        if not physical.uses:  # no scratch slice in this grid
-            add = cast(arith.AddiOp, physical.owner)
-            scaled = cast(arith.MuliOp, add.lhs.owner)
-            size = scaled.rhs.owner
-            for dead in (add, scaled, size):
-                rewriter.erase_op(cast(Operation, dead))
+        slices = _scratch_slices(step_body, step_body.args[0], thread_id.result, block_size)
+        if slices:
+            # with blocks strided, the launch has fewer threads than the grid: a slice goes by
+            # the thread's index in the launch (the runtime allocates one per launched thread)
+            physical = _physical_thread(block_id.result, thread_id.result, block_size, rewriter, grid)
+            for base in slices:
+                base.operands = [physical, base.rhs]
         strided = scf.ForOp(block_id.result, grid.num_blocks, launched.result, [], step_body)
         rewriter.replace_op(grid, strided)
 
@@ -88,15 +85,12 @@ def _physical_thread(
     return physical.result
 
 
-def _scratch_by_physical_thread(
-    body: Block, block: SSAValue, thread_id: SSAValue, block_size: int, physical: SSAValue
-) -> None:
-    """A thread's scratch slice is indexed by its grid thread id (`block * block_size + tid`:
-    map-threads' worker); with blocks strided, the launch has fewer threads than the grid, so
-    the slice goes by the thread's index in the launch instead (the runtime allocates one
-    per launched thread). Only slices of `scratch` move: a destination's rows in
-    `dst_scratch` (edge mappings) are indexed by the destination."""
-    for op in list(body.walk()):
+def _scratch_slices(body: Block, block: SSAValue, thread_id: SSAValue, block_size: int) -> list[arith.MuliOp]:
+    """The products `grid thread * slice size` that place a thread's scratch slice: map-threads'
+    worker is the grid thread `block * block_size + tid`. Only slices of `scratch`: a
+    destination's rows in `dst_scratch` (edge mappings) are indexed by the destination."""
+    slices = []
+    for op in body.walk():
         if not (isinstance(op, arith.AddiOp) and op.rhs is thread_id):
             continue
         scaled = op.lhs.owner
@@ -107,10 +101,11 @@ def _scratch_by_physical_thread(
             and cast(IntegerAttr, scaled.rhs.owner.value).value.data == block_size
         ):
             continue
-        for use in list(op.result.uses):
+        for use in op.result.uses:
             base = use.operation
             if isinstance(base, arith.MuliOp) and use.index == 0 and _feeds_scratch_base(base):
-                base.operands = [physical, base.rhs]
+                slices.append(base)
+    return slices
 
 
 def _feeds_scratch_base(op: arith.MuliOp) -> bool:
