@@ -14,6 +14,21 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 @functools.cache
+def torch_gpu_missing() -> str | None:
+    """Why CUDA tensors cannot run through gnnc here (no CUDA GPU for torch, or no driver), or None."""
+    import torch
+
+    from gnnc.runtime import cuda as cuda_runtime
+
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU"
+    try:
+        cuda_runtime.driver()
+    except gnnc.ToolchainError as exc:
+        return str(exc)
+    return None
+
+
 def compiled_example(name: str, schedule: str):
     """examples/NAME.gnn compiled with `schedule`, or the CompileError it was refused with."""
     try:

@@ -69,10 +69,16 @@ def test_a_file_that_is_not_gnnc_ptx_is_refused(tmp_path):
 @pytest.mark.parametrize("name", sorted(DIMS))
 def test_real_kernels_on_the_gpu_match_the_reference(name, mapping):
     module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda", schedule=mapping)
+    _assert_matches_the_reference(module, name, vertices=1000, edges=5000, seed=0)
+
+
+def _assert_matches_the_reference(module, name: str, vertices: int, edges: int, seed: int) -> None:
+    """`module`'s kernel `name` on a random graph equals the reference's."""
     reference = gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
-    rng = np.random.default_rng(0)
-    v = 1000
-    graph = gnnc.Graph.from_coo(rng.integers(0, v, 5000), rng.integers(0, v, 5000), num_vertices=v)
+    rng = np.random.default_rng(seed)
+    graph = gnnc.Graph.from_coo(
+        rng.integers(0, vertices, edges), rng.integers(0, vertices, edges), num_vertices=vertices
+    )
     kernel = getattr(module, name)
     inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 1)
     assert_matches(kernel(graph, **inputs), getattr(reference, name)(graph, **inputs), graph, np.float32)
@@ -91,13 +97,7 @@ def test_strided_grids_on_the_gpu_match_the_reference(monkeypatch, name, mapping
         module = gnnc.compile(EXAMPLES / f"{name}.gnn", target="cuda", schedule=mapping)
     except gnnc.CompileError as exc:
         pytest.skip(f"{name} does not take {mapping}: {exc}")
-    reference = gnnc.compile(EXAMPLES / f"{name}.gnn", target="reference")
-    rng = np.random.default_rng(1)
-    v = 3000
-    graph = gnnc.Graph.from_coo(rng.integers(0, v, 20000), rng.integers(0, v, 20000), num_vertices=v)
-    kernel = getattr(module, name)
-    inputs = random_inputs(kernel.signature, graph, DIMS[name], np.float32, 1)
-    assert_matches(kernel(graph, **inputs), getattr(reference, name)(graph, **inputs), graph, np.float32)
+    _assert_matches_the_reference(module, name, vertices=3000, edges=20000, seed=1)
 
 
 # ---------------------------------------------- device arrays (no GPU needed to check them)

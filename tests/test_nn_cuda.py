@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.fake_cuda import OnGpu, on_gpu, stand_in_cuda
+from tests.helpers import torch_gpu_missing
 from tests.nn_oracle import features
 
 pytest.importorskip("torch_geometric")
@@ -220,21 +221,7 @@ def test_hgt_runs_on_the_input_device(monkeypatch):
 # ------------------------------------------------------------------------- on a real GPU
 
 
-def _real_gpu_missing() -> str | None:
-    if not torch.cuda.is_available():
-        return "PyTorch sees no CUDA GPU"
-    from gnnc.errors import ToolchainError
-    from gnnc.runtime import cuda as cuda_runtime
-
-    try:
-        cuda_runtime.driver()
-    except ToolchainError as exc:
-        return str(exc)
-    return None
-
-
-REAL_GPU_MISSING = _real_gpu_missing()
-REAL_DEVICE = "cuda"
+REAL_GPU_MISSING = torch_gpu_missing()
 
 
 def _random_graph(n: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,8 +260,8 @@ def test_layers_on_a_real_gpu_match_the_cpu(name):
 
     cpu_out, cpu_grads = run(layer, "cpu")
     layer.zero_grad()
-    gpu_layer = layer.to(REAL_DEVICE)
-    gpu_out, gpu_grads = run(gpu_layer, REAL_DEVICE)
+    gpu_layer = layer.to("cuda")
+    gpu_out, gpu_grads = run(gpu_layer, "cuda")
     torch.testing.assert_close(gpu_out, cpu_out, rtol=1e-4, atol=1e-4)
     assert len(gpu_grads) == len(cpu_grads)
     for a, b in zip(gpu_grads, cpu_grads):

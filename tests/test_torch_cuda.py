@@ -17,6 +17,7 @@ from gnnc.runtime import cuda as cuda_runtime  # noqa: E402
 from gnnc.torch import cuda as torch_cuda  # noqa: E402
 from gnnc.torch import ops  # noqa: E402
 from tests.fake_cuda import FakeDriver  # noqa: E402
+from tests.helpers import torch_gpu_missing  # noqa: E402
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 EDGE_INDEX = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 2, 0, 1, 0, 3]])
@@ -255,17 +256,7 @@ def test_torch_arrays_match_the_host_arrays():
 # ------------------------------------------------------------------------- on a real GPU
 
 
-def _gpu_missing() -> str | None:
-    if not torch.cuda.is_available():
-        return "PyTorch sees no CUDA GPU"
-    try:
-        cuda_runtime.driver()
-    except gnnc.ToolchainError as exc:
-        return str(exc)
-    return None
-
-
-GPU_MISSING = _gpu_missing()
+GPU_MISSING = torch_gpu_missing()
 
 
 @pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
