@@ -126,10 +126,13 @@ def compile_grad(
     if not grad.kernels:
         raise CompileError(f"{kernel}: no input has a gradient kernel")
     module = compile(grad.source + grad.forward, target=target, **options)
+    pair_module = None
+    if grad.pair_source:  # `schedule=` is written for the kernel's own sizes: not theirs
+        pair_module = compile(grad.pair_source, target=target, **{k: v for k, v in options.items() if k != "schedule"})
     return Gradient(
         module,
         kernel,
-        [(k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square) for k in grad.kernels],
+        [(k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs) for k in grad.kernels],
         [p.name for p in forward.params],
         grad.constant,
         grad.skipped,
@@ -139,4 +142,5 @@ def compile_grad(
         grad.transposes,
         grad.saved,
         grad.relation_transposes,
+        pair_module,
     )

@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc.api import compile_grad
+from gnnc.graph import plans
 from gnnc.lang import parse_and_check
 from gnnc.lang.autodiff import gradient_program
 from gnnc.lang.signature import kernel_signature
+from gnnc.runtime import gradient as gradient_module
 from tests.helpers import EXAMPLES, assert_matches, numeric_grad, slow_except
 from tests.strategies import graphs, random_inputs, relation_graphs
 
@@ -324,6 +326,58 @@ def test_relation_weight_gradient_is_one_product_per_relation():
     assert "W_T__: f32[R, N, K]" in program.source
     # the input gradient on the reversed graph reads the count of the same (vertex, relation) pair
     assert "sum(((((gout__[u]) / deg_out(u, rel(e)))) @ W_T__[rel(e)]))" in program.source
+    # its adjoints summed per (source, relation) pair on the pair graph, read at the forward
+    # destination (its source there), where that pair's count is deg_out(u, rel(e))
+    assert w_kernel.pairs == "rgcn__grad_W_rel_pairs"
+    assert "kernel rgcn__grad_W_rel_pairs(gout__: f32[V, N]) -> f32[V, N]" in program.pair_source
+    assert "out[v] = sum(((gout__[u]) / deg_out(u, rel(e))))" in program.pair_source
+
+
+def test_a_pair_kernel_needs_an_adjoint_without_the_pairs_own_end():
+    """RGAT's weight adjoints read the score's slope from both ends: no pair kernel, the runtime
+    sums the edge kernel's rows."""
+    program = gradient_program(parse_and_check((EXAMPLES / "rgat.gnn").read_text()).kernels[0])
+    assert [k.pairs for k in program.kernels if k.relation in ("u", "v")] == ["", ""]
+    assert program.pair_source == ""
+
+
+class _Recording(gradient_module.HostArrays):
+    """Host arrays that record the kernels run, and may turn the pair kernels off."""
+
+    def __init__(self, pair_sums: bool) -> None:
+        self.pair_sums = pair_sums
+        self.ran: list[tuple[str, tuple[int, ...]]] = []
+
+    def run(self, kernel, graph, named, threads):
+        out = super().run(kernel, graph, named, threads)
+        self.ran.append((kernel.name, np.shape(out)))
+        return out
+
+
+@pytest.mark.parametrize("bipartite", [False, True])
+def test_relation_weight_gradient_runs_the_pair_kernel_and_no_edge_tensor(bipartite):
+    """rgcn's dW through the pair kernel equals the edge kernel's rows summed by the runtime
+    and the reference, and no [E, N] tensor of adjoints is made."""
+    rng = np.random.default_rng(5)
+    shape = (40, 15) if bipartite else (40, 40)
+    graph = gnnc.Graph.from_coo(
+        rng.integers(0, shape[0], 300), rng.integers(0, shape[1], 300), shape=shape, edge_type=rng.integers(0, 4, 300)
+    )
+    forward = gnnc.compile(RGCN, target="reference").rgcn
+    args = _inputs(forward, graph, np.float32, 2)
+    args["x"] = rng.standard_normal((shape[0], GRAD_DIMS["K"])).astype(np.float32)
+    gout = rng.standard_normal((shape[1], GRAD_DIMS["N"])).astype(np.float32)
+    grad = compile_grad(RGCN, "rgcn")
+    fused, edges = _Recording(True), _Recording(False)
+    got = grad.with_arrays(fused)(graph, gout=gout, **args)
+    old = grad.with_arrays(edges)(graph, gout=gout, **args)
+    want = compile_grad(RGCN, "rgcn", target="reference")(graph, gout=gout, **args)
+    assert ("rgcn__grad_W_rel_pairs", (plans.relation_pairs(graph, "src").num_pairs, GRAD_DIMS["N"])) in fused.ran
+    assert all(s[0] != graph.num_edges for _, s in fused.ran)
+    assert ("rgcn__grad_W_rel", (graph.num_edges, GRAD_DIMS["N"])) in edges.ran
+    for p in args:
+        assert_matches(got[p], want[p], graph, np.float32)
+        np.testing.assert_allclose(got[p], old[p], rtol=1e-5, atol=1e-5)
 
 
 @given(graph=relation_graphs(max_vertices=15, max_edges=60), seed=st.integers(0, 2**32 - 1))

@@ -49,6 +49,7 @@ __all__ = [
     "edges_in_long_walks",
     "RelationPairs",
     "pair_blocks",
+    "pair_graph",
     "pair_tiles",
     "tile_blocks",
     "relation_degrees",
@@ -806,6 +807,27 @@ def relation_pairs(graph: Any, side: str) -> RelationPairs:
         )
 
     return _cached(graph, ("relation_pairs", side), compute)
+
+
+def pair_graph(graph: Any, side: str) -> Any:
+    """The graph of `side`'s (vertex, relation) pairs (`relation_pairs`) as destinations: the
+    same edges, with the same ids and relation types, each from its other end to its pair (for
+    ``"src"`` pairs, from its destination). An aggregation over a pair's in-edges is a sum per
+    pair of values of the edge and of its other end: a relation weight's gradient sums its
+    adjoints so (runtime/gradient.py). Built once per graph (a sort of the edges by pair)."""
+
+    def compute() -> Any:
+        pairs = relation_pairs(graph, side)
+        others, n = (graph.dst, graph.num_dst) if side == "src" else (graph.src, graph.num_src)
+        return type(graph).from_coo(
+            others,
+            pairs.edge_pair,
+            shape=(n, pairs.num_pairs),
+            edge_type=graph.edge_type,
+            num_relations=graph.num_relations,
+        )
+
+    return _cached(graph, ("pair_graph", side), compute)
 
 
 def pair_blocks(graph: Any, side: str, threads: int) -> np.ndarray:

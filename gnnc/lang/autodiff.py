@@ -122,6 +122,10 @@ class GradKernel:
     #: On which graphs it runs: every one (None), square ones only (True: a fused kernel that
     #: replaces the two below), bipartite ones only (False: an input's parts at u and at v).
     square: bool | None = None
+    #: A relation product's (`relation` "u" or "v") kernel that sums its adjoints per (end,
+    #: relation) pair on `plans.pair_graph` without writing them per edge, or "" (the runtime
+    #: then runs this kernel and sums its rows itself). See `_Builder.pair_kernel`.
+    pairs: str = ""
 
 
 @dataclass
@@ -146,6 +150,10 @@ class GradProgram:
     forward: str = ""
     #: `source + forward` parsed and checked (None when there is no source): read it, not the text again.
     checked: Any = field(default=None, repr=False, compare=False)
+    #: The kernels summing relation products' edge rows per pair (`GradKernel.pairs`), or "".
+    #: Apart from `source`: they read only an edge tensor, so a schedule written for the
+    #: forward kernel's sizes (`specialize K 5`) cannot apply to them.
+    pair_source: str = ""
 
 
 def _fmt_type(t: ast.TensorType) -> str:
@@ -254,6 +262,9 @@ class _Builder:
         self.signature = ", ".join(f"{p.name}: {_fmt_type(p.type)}" for p in kernel.params)
         for r in kernel.results:
             self.signature += f", {gout_name(kernel, r.name)}: {_fmt_type(r.type)}"
+        #: the forward inputs and the gouts, by name: their types (a pair kernel takes those it reads)
+        self.input_types = {p.name: _fmt_type(p.type) for p in kernel.params}
+        self.input_types.update({gout_name(kernel, r.name): _fmt_type(r.type) for r in kernel.results})
         params = {p.name: p for p in kernel.params}
         self.params = set(params)
         #: vertex inputs and their types, for their destination views (`_destination_views`)
@@ -282,6 +293,8 @@ class _Builder:
             self.signature += f", {transpose_name(w)}: {_fmt(self.dtype, 'R', (*lead, n, k))}"
         self.pieces: list[str] = []
         self.kernels: list[GradKernel] = []
+        #: the pair-sum kernels of relation products (`GradKernel.pairs`), by name
+        self.pair_pieces: dict[str, str] = {}
         self.stage_types: dict[str, str] = {}
         self.stages: dict[tuple, str] = {}
         #: stages that read only forward inputs (and such stages): their statements
@@ -302,6 +315,7 @@ class _Builder:
         factor: str = "",
         relation: str = "",
         square: bool | None = None,
+        pairs: str = "",
     ) -> None:
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
@@ -310,7 +324,37 @@ class _Builder:
             signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
             inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation, square))
+        if pairs:
+            piece = self.pair_kernel(pairs, rtype, stmt.split("=", 1)[1].strip(), relation)
+            pairs = pairs if piece else ""
+            if piece:
+                self.pair_pieces[pairs] = piece
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation, square, pairs))
+
+    def pair_kernel(self, name: str, rtype: str, adjoint: str, side: str) -> str:
+        """The kernel summing a relation product's edge adjoints per (end, relation) pair
+        without writing them: `out[v] = sum(adjoint)` on `plans.pair_graph`, whose sources are
+        the edges' other ends, destinations the pairs and edge ids the graph's. There the
+        forward's other end is `u` (for pairs of sources the adjoint is read on the swapped
+        ends, as on the reversed graph: `deg_in(v, rel(e))` is `deg_out(u, rel(e))`, the same
+        count) and the edge `e`; "" where the adjoint reads the pair's own end (it cannot be
+        read there) or is not a kernel the language takes: the runtime then sums the edge
+        kernel's rows itself."""
+        from gnnc.lang import parse_and_check
+
+        expr = swap_uv(adjoint) if side == "u" else adjoint
+        if re.search(r"\[v\]|\(v[,)]", expr):
+            return ""
+        types = {**self.input_types, **self.stage_types}
+        read = [n for n in types if re.search(rf"\b{re.escape(n)}\b", expr)]
+        vtype = rtype.replace("[E", "[V", 1)
+        signature = ", ".join(f"{n}: {types[n]}" for n in read)
+        piece = f"kernel {name}({signature}) -> {vtype} {{\n    out[v] = sum({expr})\n}}\n"
+        try:
+            parse_and_check(piece, f"<pair sums of {name}>")
+        except SourceError:
+            return ""
+        return piece
 
     def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
         """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
@@ -500,9 +544,12 @@ class _Builder:
 
         The sum over relation r's edges of outer(f(end), g_e) is F_r^T G_r, F_r the
         factor's rows at those edges' ends (f is read at one end, `u` or `v`) and G_r
-        their adjoints: an edge kernel writes G ([E, .., N]), and the runtime gathers
-        each relation's edges (`plans.relation_edges`) and multiplies. The memory is
-        an edge tensor of the result's width, never K x N per destination or edge.
+        their adjoints. A kernel on `plans.pair_graph` (`NAME_pairs`) sums G per
+        (end, relation) pair, and the runtime multiplies relation by relation, one
+        factor row per pair: the memory is a pair tensor of the result's width.
+        Where G cannot be summed so (`pair_kernel`), an edge kernel writes it ([E,
+        .., N]) and the runtime gathers and sums its rows per relation. Never K x N
+        per destination or edge.
         """
         groups: dict[tuple[str, str, tuple], list[str]] = {}
         for side, ftext, shape, _, adj in products:
@@ -511,7 +558,8 @@ class _Builder:
             factor = self.factor(side, ftext, shape)
             rtype = _fmt(self.dtype, "E", tuple(shape[:-1]) + (param_type.shape[-1],))
             name = f"{base}_rel{i if i else ''}"
-            self.emit(name, target, False, rtype, f"out[e] = {' + '.join(adjoints)}", factor=factor, relation=side)
+            stmt = f"out[e] = {' + '.join(adjoints)}"
+            self.emit(name, target, False, rtype, stmt, factor=factor, relation=side, pairs=f"{name}_pairs")
 
     def factor(self, side: str, ftext: str, shape: tuple) -> str:
         """The [V, ..] tensor F of a dense product: an input or intermediate read as is, or a stage.
@@ -962,6 +1010,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         list(builder.forward_stages),
         forward,
         checked,
+        "\n".join(builder.pair_pieces[k.pairs] for k in builder.kernels if k.pairs),
     )
 
 

@@ -39,6 +39,7 @@ runner drives the PTX gradient kernels without leaving the device.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,10 @@ class HostArrays:
 
     Another array library subclasses it and overrides every method; `run`
     calls one kernel and returns its result(s) as arrays of that library."""
+
+    #: Whether relation products sum their edge rows per pair with the gradient's `pairs`
+    #: kernel (`pair_products`); else `relation_products` gathers them per relation.
+    pair_sums = True
 
     def run(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None) -> Any:
         signature = getattr(kernel, "signature", None)
@@ -130,6 +135,12 @@ class HostArrays:
         product per leading index, [R, .., K, N] (see `_relation_products`); on `threads` workers."""
         return _relation_products(np.asarray(factor), np.asarray(rows), ends, graph, blocks, threads)
 
+    def pair_products(self, factor: Any, sums: Any, graph: Graph, side: str, blocks: int = 0, threads: int = 1) -> Any:
+        """Per relation r, F[r's pairs' vertices]^T S[r's pairs]: [R, K, N] (or [R, .., K, N] with
+        `blocks`) from F [V, .., K] and the rows summed per (vertex, relation) pair of `side`,
+        S [P, .., N] (see `_pair_products`); on `threads` workers."""
+        return _pair_products(np.asarray(factor), np.asarray(sums), plans.relation_pairs(graph, side), blocks, threads)
+
 
 HOST = HostArrays()
 
@@ -147,7 +158,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, str, bool | None]],
+        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, str, bool | None, str]],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -157,8 +168,11 @@ class Gradient:
         transposes: list[str] | None = None,
         saved: list[str] | None = None,
         relation_transposes: list[str] | None = None,
+        pair_module: Any = None,
     ):
         self.module = module
+        #: the kernels that sum relation products' edge rows per pair (`pairs` of `kernels`)
+        self.pair_module = pair_module
         self.name = kernel
         self.kernels = kernels
         self.params = params
@@ -186,7 +200,7 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor, _, _ in reversed(self.kernels):
+        for _, wrt, _, _, inputs, factor, _, _, _ in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
                 if factor:
@@ -276,7 +290,7 @@ class Gradient:
         values.update(saved or {})
         square = not graph.bipartite
         workers = resolve_threads(threads)  # the weight products' (runtime/products.py)
-        for name, wrt, reverse, reduce, inputs, factor, relation, on_square in self.kernels:
+        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
             if on_square is not None and on_square != square:
@@ -287,6 +301,17 @@ class Gradient:
             call.update({n: arrays.cast(values[n], dtype) for n in inputs if n in values})
             # an input read at both ends by a reversed kernel: its reads at forward destinations
             call.update({n: _destination_rows(named, n[: -len(_DST)], graph) for n in inputs if n not in values})
+            if relation in ("u", "v") and pairs and self.pair_module is not None and arrays.pair_sums:
+                # a relation weight's adjoints summed per (end, relation) pair, never written per
+                # edge, then one factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
+                side = "src" if relation == "u" else "dst"
+                kernel, g = getattr(self.pair_module, pairs), plans.pair_graph(graph, side)
+                sums = arrays.run(kernel, g, _leading_rows(kernel, g, _read_by(kernel, call)), threads)
+                f = values[factor] if factor.endswith("__") else named[factor]
+                blocks = len(arrays.shape(named[wrt])) - 3
+                part = arrays.pair_products(f, sums, graph, side, blocks, threads=workers)
+                values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
+                continue
             kernel = getattr(self.module, name)
             if graph.bipartite:
                 call = _leading_rows(kernel, g, call)
@@ -296,10 +321,10 @@ class Gradient:
             if relation == "sum":
                 part = arrays.relation_sums(part, graph)
             elif relation:
-                ends = graph.src if relation == "u" else graph.dst
                 f = values[factor] if factor.endswith("__") else named[factor]
                 # a block per leading index (W: [R, .., K, N]) or one matrix for them all ([R, K, N])
                 blocks = len(arrays.shape(named[wrt])) - 3
+                ends = graph.src if relation == "u" else graph.dst
                 part = arrays.relation_products(f, part, ends, graph, blocks, threads=workers)
             elif factor:
                 # an intermediate's name ends in `__`; an input's part of values is its gradient
@@ -348,29 +373,70 @@ def _relation_products(
         order, offsets = plans.relation_edges_by_end(graph, "src" if ends is graph.src else "dst")
     else:
         order, offsets = plans.relation_edges(graph)
-    k, n = factor.shape[-1], rows.shape[-1]
-    lead = factor.shape[1:-1] if blocks else ()
-    size = int(np.prod(lead, dtype=np.int64)) if blocks else 1
-    relations = graph.num_relations or 0
-    items = [(r, a, b) for r in range(relations) for a, b in products.chunks(int(offsets[r]), int(offsets[r + 1]))]
 
-    def work(i: int) -> np.ndarray:
-        _, a, b = items[i]
+    def item(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         edges = order[a:b]
         at = ends[edges]
         starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
         g = rows[edges]
         if len(starts) < len(edges):  # sum each pair's rows
             g = np.add.reduceat(g, starts, axis=0)
-        m = len(starts)
-        f = factor[at[starts]].astype(rows.dtype, copy=False).reshape(m, -1, k)
+        return factor[at[starts]], g
+
+    return _products_by_relation(factor.shape, rows, offsets, graph.num_relations or 0, item, blocks, threads)
+
+
+def _pair_products(
+    factor: np.ndarray, sums: np.ndarray, pairs: plans.RelationPairs, blocks: int = 0, threads: int = 1
+) -> np.ndarray:
+    """Per relation r, F[r's pairs' vertices]^T S[r's pairs], F [V, .., K] and S [P, .., N] (the
+    edge adjoints summed per (vertex, relation) pair, pairs numbered relation by relation:
+    `plans.relation_pairs`) -> [R, K, N], or [R, .., K, N] with `blocks` (see
+    `_relation_products`). Each relation's pairs are one run of S's rows, cut into items of at
+    most CHUNK_ROWS that gather their factor rows and multiply on the call's threads."""
+    if factor.shape[1:-1] != sums.shape[1:-1]:
+        raise ArgumentError(f"a relation weight's factor has shape {factor.shape}, its pair adjoints {sums.shape}")
+    vertex = pairs.vertex
+    return _products_by_relation(
+        factor.shape,
+        sums,
+        pairs.offsets,
+        pairs.offsets.shape[0] - 1,
+        lambda a, b: (factor[vertex[a:b]], sums[a:b]),
+        blocks,
+        threads,
+    )
+
+
+def _products_by_relation(
+    factor_shape: tuple[int, ...],
+    rows: np.ndarray,
+    offsets: np.ndarray,
+    relations: int,
+    item: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+    blocks: int,
+    threads: int,
+) -> np.ndarray:
+    """Sum over relation r's items of F_i^T G_i, where `item(a, b)` gives the factor and adjoint
+    rows (m of each) of positions [a, b) of r's run [offsets[r], offsets[r + 1]); the runs are cut
+    into items of at most CHUNK_ROWS, run on `threads` workers and added in item order, so the
+    result does not depend on the thread count."""
+    k, n = factor_shape[-1], rows.shape[-1]
+    lead = factor_shape[1:-1] if blocks else ()
+    size = int(np.prod(lead, dtype=np.int64)) if blocks else 1
+    items = [(r, a, b) for r in range(relations) for a, b in products.chunks(int(offsets[r]), int(offsets[r + 1]))]
+
+    def work(i: int) -> np.ndarray:
+        _, a, b = items[i]
+        f, g = item(a, b)
+        m = f.shape[0]
+        f = f.astype(rows.dtype, copy=False).reshape(m, -1, k)
         g = g.reshape(m, -1, n)
         if blocks:  # [B, K, E] @ [B, E, N]: a product per block
             return np.matmul(f.transpose(1, 2, 0), g.transpose(1, 0, 2))
         return f.reshape(-1, k).T @ g.reshape(-1, n)
 
     out = np.zeros((relations, size, k, n), dtype=rows.dtype)
-    # partials added in item order: the result does not depend on the thread count
     for (r, _, _), part in zip(items, products.run_items(work, [b - a for _, a, b in items], threads)):
         out[r] += part
     return out.reshape((relations, *lead, k, n))
@@ -394,6 +460,14 @@ def _add_parts(total: np.ndarray, part: np.ndarray) -> np.ndarray:
     summed = big if big.flags.writeable else big.copy()
     summed[: small.shape[0]] += small
     return summed
+
+
+def _read_by(kernel: Any, named: dict) -> dict:
+    """The inputs among `named` that `kernel` takes (a pair kernel takes those its adjoint reads)."""
+    signature = getattr(kernel, "signature", None)
+    if signature is None:
+        return named
+    return {p.name: named[p.name] for p in signature.params if p.name in named}
 
 
 def _leading_rows(kernel: Any, graph: Graph, named: dict) -> dict:
