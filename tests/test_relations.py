@@ -695,3 +695,15 @@ def test_bipartite_blocks_with_relation_types(schedule):
         expected = compile_grad(source, name, target="reference")(graph, gout=gout, **inputs)
         for p in inputs:
             assert_matches(got[p], expected[p], graph, np.float32)
+
+
+def test_a_weight_gradient_alone_runs_no_kernel_of_its_factor():
+    """dW alone (a first layer's features need no gradient): the factor x is read, not
+    differentiated, so x's kernels are left out."""
+    grad = compile_grad(RGCN, "rgcn")
+    kept = grad.restricted_to(("W",))
+    assert {k[1] for k in kept.kernels} == {"W"}
+    graph = _graph(4)
+    args = _inputs(gnnc.compile(RGCN, target="reference").rgcn, graph, np.float32, 3)
+    gout = np.random.default_rng(4).standard_normal((graph.num_vertices, GRAD_DIMS["N"])).astype(np.float32)
+    np.testing.assert_allclose(kept(graph, gout=gout, **args)["W"], grad(graph, gout=gout, **args)["W"], rtol=1e-6)

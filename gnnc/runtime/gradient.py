@@ -203,7 +203,7 @@ class Gradient:
         for _, wrt, _, _, inputs, factor, _, _, _ in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
-                if factor:
+                if factor.endswith("__"):  # an intermediate; an input factor is read, not differentiated
                     needed.add(factor)
         pruned = copy.copy(self)
         pruned.kernels = [k for k in self.kernels if k[1] in needed]
