@@ -334,11 +334,33 @@ def test_relation_weight_gradient_is_one_product_per_relation():
 
 
 def test_a_pair_kernel_needs_an_adjoint_without_the_pairs_own_end():
-    """RGAT's weight adjoints read the score's slope from both ends: no pair kernel, the runtime
-    sums the edge kernel's rows."""
-    program = gradient_program(parse_and_check((EXAMPLES / "rgat.gnn").read_text()).kernels[0])
-    assert [k.pairs for k in program.kernels if k.relation in ("u", "v")] == ["", ""]
+    """An adjoint that reads the source (`y[u]`) cannot be summed per (source, relation) pair on
+    the pair graph: the edge kernel writes it and the runtime sums it, as the reference does."""
+    source = """kernel scaled(x: f32[V, K], y: f32[V, N], W: f32[R, K, N]) -> f32[V, N] {
+    out[v] = sum((x[u] @ W[rel(e)]) * y[u])
+}
+"""
+    program = gradient_program(parse_and_check(source).kernels[0])
+    assert [k.pairs for k in program.kernels if k.relation in ("u", "v")] == [""]
     assert program.pair_source == ""
+    graph = _graph(6)
+    args = _inputs(gnnc.compile(source, target="reference").scaled, graph, np.float32, 7)
+    gout = np.random.default_rng(8).standard_normal((graph.num_vertices, GRAD_DIMS["N"])).astype(np.float32)
+    got = compile_grad(source, "scaled")(graph, gout=gout, **args)
+    want = compile_grad(source, "scaled", target="reference")(graph, gout=gout, **args)
+    for p in args:
+        assert_matches(got[p], want[p], graph, np.float32)
+
+
+def test_rgat_scores_adjoint_is_one_intermediate_and_its_weights_take_pair_kernels():
+    """RGAT's leaky ReLU reads a product at both ends: its adjoint is computed once (an edge
+    intermediate), so no kernel recomputes the products for the slope, and the weights'
+    adjoints read no end: each takes a pair kernel."""
+    program = gradient_program(parse_and_check((EXAMPLES / "rgat.gnn").read_text()).kernels[0])
+    relation = [k for k in program.kernels if k.relation in ("u", "v")]
+    assert [k.pairs for k in relation] == [f"{k.name}_pairs" for k in relation] and len(relation) == 2
+    readers = [p for p in program.source.split("kernel ")[1:] if "step(" in p]
+    assert len(readers) == 1  # the intermediate's own kernel
 
 
 class _Recording(gradient_module.HostArrays):

@@ -909,7 +909,15 @@ class _Differentiator:
         }.get(e.func)
         if derivative is None:
             raise self.fail(e, f"'{e.func}'")
-        self.back(a, f"(({adj}) * {derivative()})", ctx)
+        part = f"(({adj}) * {derivative()})"
+        if ctx == "edge" and "[rel(e)]" in t and "@" in t and "[u]" in t and "[v]" in t:
+            # an edge value whose argument is a relation's product at both ends (RGAT's score):
+            # its adjoint is computed once, as an intermediate, where every kernel downstream
+            # would recompute both products, and the relation weights' adjoints then read no end,
+            # so they take pair kernels. Not for other products: the intermediate is an edge
+            # tensor of the value's width (mlp_aggr's [E, N]), which they do without
+            part = f"{self.builder.stage(part, 'e', shape)}[e]"
+        self.back(a, part, ctx)
 
     @staticmethod
     def _leaky(e: ast.Call, t: str) -> str:
