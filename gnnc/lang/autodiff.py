@@ -916,8 +916,20 @@ class _Differentiator:
             # would recompute both products, and the relation weights' adjoints then read no end,
             # so they take pair kernels. Not for other products: the intermediate is an edge
             # tensor of the value's width (mlp_aggr's [E, N]), which they do without
-            part = f"{self.builder.stage(part, 'e', shape)}[e]"
+            part = self.staged_product(adj, derivative(), shape)
         self.back(a, part, ctx)
+
+    def staged_product(self, adj: str, factor: str, shape: tuple) -> str:
+        """`adj * factor` as an edge intermediate, read as `stN__[e]`. Where `adj` is itself
+        one (a softmax's adjoint, RGAT's), the product is computed in that intermediate's
+        kernel (same prelude), which no other kernel then reads and `drop_unread_stages`
+        drops: one walk over the edges, not two."""
+        read = re.fullmatch(r"(st\d+__)\[e\]", adj)
+        inner = next((key for key, name in self.builder.stages.items() if read and name == read.group(1)), None)
+        if inner is not None and inner[0] == "e":
+            _, body, prelude = inner
+            return f"{self.builder.stage(f'({body}) * {factor}', 'e', shape, prelude)}[e]"
+        return f"{self.builder.stage(f'(({adj}) * {factor})', 'e', shape)}[e]"
 
     @staticmethod
     def _leaky(e: ast.Call, t: str) -> str:
