@@ -127,7 +127,9 @@ def compile_grad(
         raise CompileError(f"{kernel}: no input has a gradient kernel")
     module = compile(grad.source + grad.forward, target=target, **options)
     pair_module = None
-    if grad.pair_source:  # `schedule=` is written for the kernel's own sizes: not theirs
+    # the CUDA runner sums relation products per edge (TorchArrays.pair_sums); `schedule=` is
+    # written for the kernel's own sizes, not the pair kernels'
+    if grad.pair_source and target != "cuda":
         pair_module = compile(grad.pair_source, target=target, **{k: v for k, v in options.items() if k != "schedule"})
     return Gradient(
         module,

@@ -237,6 +237,19 @@ def test_a_parameter_gradient_is_summed_on_the_device(fake):
     assert dx.shape == (V, 3) and deps.shape == () and deps.dtype == torch.float32
 
 
+def test_a_relation_weight_gradient_runs_its_edge_kernel_on_the_device(fake):
+    """The CUDA runner sums a relation weight's adjoints per relation itself (TorchArrays has no
+    pair products): the gradient takes no pair kernels, and dW runs on the device."""
+    rgcn = _kernel("rgcn")
+    types = torch.tensor([0, 1, 0, 1, 1, 0])
+    graph = gnnc.Graph.from_edge_index(EDGE_INDEX, shape=(V, V), edge_type=types, num_relations=2)
+    x, w, root, gout = torch.rand(V, 3), torch.rand(2, 3, 4), torch.rand(3, 4), torch.rand(V, 4)
+    dx, dw, droot = rgcn.ops.cuda_backward(_call(graph), [x, w, root], [gout], [], [False, True, False])
+    assert dw.shape == w.shape and dx.numel() == droot.numel() == 0
+    assert rgcn.ops._cuda_gradient(_call(graph), ("W",)).pair_module is None
+    assert any("grad_W_rel" in launch["function"] for launch in fake.launches)
+
+
 def test_torch_arrays_match_the_host_arrays():
     from gnnc.runtime.gradient import HOST
 

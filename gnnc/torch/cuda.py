@@ -91,6 +91,10 @@ class DevicePointer:
 class TorchArrays(HostArrays):
     """A gradient's kernels on the GPU: tensors in, tensors out, the arithmetic between them in torch."""
 
+    #: relation products gather the edge kernel's rows per relation (`relation_products`): the
+    #: pair kernels' path (`pair_products`) has no device implementation yet
+    pair_sums = False
+
     def __init__(self, device: torch.device, stream: int | None):
         self.device, self.stream = device, stream
 
