@@ -324,11 +324,6 @@ class _Builder:
             signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
             inputs += tuple(dst_view_name(n) for n in views)
         self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        if pairs:
-            piece = self.pair_kernel(pairs, rtype, stmt.split("=", 1)[1].strip(), relation)
-            pairs = pairs if piece else ""
-            if piece:
-                self.pair_pieces[pairs] = piece
         self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation, square, pairs))
 
     def pair_kernel(self, name: str, rtype: str, adjoint: str, side: str) -> str:
@@ -558,8 +553,13 @@ class _Builder:
             factor = self.factor(side, ftext, shape)
             rtype = _fmt(self.dtype, "E", tuple(shape[:-1]) + (param_type.shape[-1],))
             name = f"{base}_rel{i if i else ''}"
-            stmt = f"out[e] = {' + '.join(adjoints)}"
-            self.emit(name, target, False, rtype, stmt, factor=factor, relation=side, pairs=f"{name}_pairs")
+            adjoint = " + ".join(adjoints)
+            pairs = f"{name}_pairs"
+            piece = self.pair_kernel(pairs, rtype, adjoint, side)
+            if piece:
+                self.pair_pieces[pairs] = piece
+            stmt = f"out[e] = {adjoint}"
+            self.emit(name, target, False, rtype, stmt, factor=factor, relation=side, pairs=pairs if piece else "")
 
     def factor(self, side: str, ftext: str, shape: tuple) -> str:
         """The [V, ..] tensor F of a dense product: an input or intermediate read as is, or a stage.

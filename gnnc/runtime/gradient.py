@@ -19,7 +19,10 @@ elementwise) comes per edge: a kernel gives one row per edge id, and the
 part is, per relation r, the sum of r's rows (`relation` "sum") or the
 product F_r^T G_r of the factor's rows at r's edges' sources ("u") or
 destinations ("v") and r's rows of G: one dense product per relation,
-over the edges `plans.relation_edges` groups.
+over the edges `plans.relation_edges` groups. Where the gradient has a pair
+kernel for it (`pairs`), G is never written per edge: that kernel sums it per
+(end, relation) pair on `plans.pair_graph`, and the product takes one factor
+row per pair.
 
 On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
@@ -301,34 +304,31 @@ class Gradient:
             call.update({n: arrays.cast(values[n], dtype) for n in inputs if n in values})
             # an input read at both ends by a reversed kernel: its reads at forward destinations
             call.update({n: _destination_rows(named, n[: -len(_DST)], graph) for n in inputs if n not in values})
+            # an intermediate's name ends in `__`; an input's part of values is its gradient
+            f = (values[factor] if factor.endswith("__") else named[factor]) if factor else None
+            # a relation weight: a block per leading index (W: [R, .., K, N]) or one matrix ([R, K, N])
+            blocks = len(arrays.shape(named[wrt])) - 3 if relation in ("u", "v") else 0
             if relation in ("u", "v") and pairs and self.pair_module is not None and arrays.pair_sums:
-                # a relation weight's adjoints summed per (end, relation) pair, never written per
-                # edge, then one factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
+                # its adjoints summed per (end, relation) pair, never written per edge, then one
+                # factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
                 side = "src" if relation == "u" else "dst"
                 kernel, g = getattr(self.pair_module, pairs), plans.pair_graph(graph, side)
                 sums = arrays.run(kernel, g, _leading_rows(kernel, g, _read_by(kernel, call)), threads)
-                f = values[factor] if factor.endswith("__") else named[factor]
-                blocks = len(arrays.shape(named[wrt])) - 3
                 part = arrays.pair_products(f, sums, graph, side, blocks, threads=workers)
-                values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
-                continue
-            kernel = getattr(self.module, name)
-            if graph.bipartite:
-                call = _leading_rows(kernel, g, call)
-            part = arrays.run(kernel, g, call, threads)
-            if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
-                part = arrays.sum_leading(part, len(arrays.shape(part)) - len(arrays.shape(named[wrt])))
-            if relation == "sum":
-                part = arrays.relation_sums(part, graph)
-            elif relation:
-                f = values[factor] if factor.endswith("__") else named[factor]
-                # a block per leading index (W: [R, .., K, N]) or one matrix for them all ([R, K, N])
-                blocks = len(arrays.shape(named[wrt])) - 3
-                ends = graph.src if relation == "u" else graph.dst
-                part = arrays.relation_products(f, part, ends, graph, blocks, threads=workers)
-            elif factor:
-                # an intermediate's name ends in `__`; an input's part of values is its gradient
-                part = arrays.product(values[factor] if factor.endswith("__") else named[factor], part, threads=workers)
+            else:
+                kernel = getattr(self.module, name)
+                if graph.bipartite:
+                    call = _leading_rows(kernel, g, call)
+                part = arrays.run(kernel, g, call, threads)
+                if reduce:  # partial gradients of a parameter: per vertex (and head), summed down to its shape
+                    part = arrays.sum_leading(part, len(arrays.shape(part)) - len(arrays.shape(named[wrt])))
+                if relation == "sum":
+                    part = arrays.relation_sums(part, graph)
+                elif relation:
+                    ends = graph.src if relation == "u" else graph.dst
+                    part = arrays.relation_products(f, part, ends, graph, blocks, threads=workers)
+                elif factor:
+                    part = arrays.product(f, part, threads=workers)
             values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
         grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
