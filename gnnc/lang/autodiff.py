@@ -150,9 +150,9 @@ class GradProgram:
     forward: str = ""
     #: `source + forward` parsed and checked (None when there is no source): read it, not the text again.
     checked: Any = field(default=None, repr=False, compare=False)
-    #: The kernels summing relation products' edge rows per pair (`GradKernel.pairs`), or "".
-    #: Apart from `source`: they read only an edge tensor, so a schedule written for the
-    #: forward kernel's sizes (`specialize K 5`) cannot apply to them.
+    #: The kernels summing relation products' adjoints per pair (`GradKernel.pairs`), or "".
+    #: Apart from `source`: they take only the inputs their adjoint reads, so a schedule
+    #: written for the forward kernel's sizes (`specialize K 5`) may name sizes they lack.
     pair_source: str = ""
 
 
@@ -909,14 +909,15 @@ class _Differentiator:
         }.get(e.func)
         if derivative is None:
             raise self.fail(e, f"'{e.func}'")
-        part = f"(({adj}) * {derivative()})"
+        slope = derivative()
+        part = f"(({adj}) * {slope})"
         if ctx == "edge" and "[rel(e)]" in t and "@" in t and "[u]" in t and "[v]" in t:
             # an edge value whose argument is a relation's product at both ends (RGAT's score):
             # its adjoint is computed once, as an intermediate, where every kernel downstream
             # would recompute both products, and the relation weights' adjoints then read no end,
             # so they take pair kernels. Not for other products: the intermediate is an edge
             # tensor of the value's width (mlp_aggr's [E, N]), which they do without
-            part = self.staged_product(adj, derivative(), shape)
+            part = self.staged_product(adj, slope, shape)
         self.back(a, part, ctx)
 
     def staged_product(self, adj: str, factor: str, shape: tuple) -> str:
