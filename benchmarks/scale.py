@@ -621,6 +621,11 @@ def run_fullbatch_child(args: argparse.Namespace, graph_name: str, model: str, f
     return FullBatchCell(graph_name, model, fw, got["epoch_s"], got["peak"] / GIB)
 
 
+# One node on loopback by address: with --standalone, torchrun gives the ranks MASTER_ADDR =
+# socket.getfqdn(), which some machines resolve to an interface the ranks cannot reach.
+LOOPBACK = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--local-addr", "127.0.0.1"]
+
+
 def _env(args: argparse.Namespace) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(HERE.parent)}
 
@@ -732,7 +737,7 @@ def ranks(args: argparse.Namespace, graph_name: str) -> RanksCell:
     common += ["--fanouts", args.fanouts]
     for label, launcher, threads in (
         ("one", [sys.executable, __file__], 2),
-        ("two", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__], 1),
+        ("two", [sys.executable, "-m", "torch.distributed.run", *LOOPBACK, "--nproc_per_node", "2", __file__], 1),
     ):
         path = Path(f"/tmp/gnnc-scale-ranks-{os.getpid()}-{label}.pt")
         env = {**_env(args), "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}

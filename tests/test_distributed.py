@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,9 +58,22 @@ def test_two_ranks_average_to_one_process_on_the_union_of_their_batches(tmp_path
         "GLOO_SOCKET_IFNAME": "lo",  # loopback only
         "OMP_NUM_THREADS": str(os.cpu_count() or 2),  # torch's count per rank: the whole machine
     }
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    # Loopback by address: without --local-addr, torchrun hands the ranks MASTER_ADDR =
+    # socket.getfqdn(), which on some machines names an interface the ranks cannot reach,
+    # and they wait on it for gloo's 30-minute timeout.
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
+    command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--local-addr", "127.0.0.1"]
     command += [str(EXAMPLE), "--check-gradients", str(tmp_path)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    launcher = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        printed, _ = launcher.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)  # the launcher and both ranks
+        printed, _ = launcher.communicate()
+        pytest.fail(f"2 ranks still running after 240 s; they printed:\n{printed[-6000:]}")
+    done = subprocess.CompletedProcess(command, launcher.returncode, printed, "")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     # each rank's kernels ran on its share of the cores, not on torch's whole-machine count
