@@ -373,8 +373,8 @@ class RGATConv(WarmUp, nn.Module):
             out = (out.view(-1, h * d, c) * factor.view(-1, 1, c)).reshape(-1, h * d * c)
         if not self.concat:
             out = out.view(-1, h, d * c).mean(dim=1)
-        if self.bias is not None:
-            out = out + self.bias
+        if self.bias is not None:  # into the kernel's fresh result (or a product of it): nothing saved reads it
+            out = out.add_(self.bias)
         return out
 
     def __repr__(self) -> str:

@@ -197,15 +197,17 @@ class RGCNConv(WarmUp, nn.Module):
         if adj.size is not None and sizes != adj.size:
             raise ArgumentError(f"{layer}: x gives (num_src, num_dst) = {sizes}, the graph {adj.size}")
         weight = self.relation_weights()
+        # `out` is the kernel's fresh result, which its backward does not read: the root term and
+        # the bias add into it in place (no copy of a [num_dst, out] tensor, nor its fresh pages)
         out = self._propagate(x_src, edges, weight, sizes)
         if self.root is not None:
             if _is_index(x_dst):
-                out = out + self.root[x_dst]
+                out = out.add_(self.root[x_dst])
             else:
                 self._check_width(x_dst, self.root.shape[0], "x_dst")
-                out = torch.addmm(out, x_dst.to(out.dtype), self.root.to(out.dtype))
+                out = out.addmm_(x_dst.to(out.dtype), self.root.to(out.dtype))
         if self.bias is not None:
-            out = out + self.bias
+            out = out.add_(self.bias)
         return out
 
     def _check_width(self, x: torch.Tensor, width: int, what: str) -> None:
