@@ -35,7 +35,7 @@ import numpy as np
 
 #: The most rows one product item takes: large enough for BLAS to run at full speed,
 #: small enough that the gathered rows of one item per thread stay in a few MB.
-CHUNK_ROWS = 16384
+CHUNK_ROWS = 4096
 
 #: The thread-count functions' names in the OpenBLAS builds numpy ships (scipy-openblas: a prefix
 #: and, for 64-bit integers, a suffix) and in a system OpenBLAS.
