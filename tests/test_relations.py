@@ -242,6 +242,7 @@ def test_compiled_relation_kernels_match_the_reference(name, graph, threads, see
     [
         "relations per_edge",  # one product per edge, in the walk
         "specialize K 5 N 17",  # segment-matmul: tiles of 4 pairs of one relation
+        "specialize K 5 N 45",  # two 16-wide slices of a pair's row, then one overlapping the second
         "relations compact\nvectorize 8\nsort degree",  # pairs row by row, a destination order
     ],
 )
@@ -251,7 +252,8 @@ def test_every_form_of_the_transform_matches_the_reference(schedule, graph, seed
     kernel = _compiled("rgcn", schedule).rgcn
     assert bool(kernel._abi.pairs) == ("per_edge" not in schedule)
     assert (kernel._abi.pair_rows is not None) == ("specialize" in schedule)
-    inputs = random_inputs(kernel.signature, graph, KERNEL_DIMS, np.float32, seed)
+    dims = {**KERNEL_DIMS, "N": 45} if "N 45" in schedule else KERNEL_DIMS
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
     want = gnnc.compile(RGCN, target="reference").rgcn(graph, **inputs)
     assert_matches(kernel(graph, threads=2, **inputs), want, graph, np.float32)
 

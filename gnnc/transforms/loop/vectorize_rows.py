@@ -66,7 +66,8 @@ def _check_partitioned_accumulators(fn: func.FuncOp, for_dst: loop.ForDstOp, wid
 
 
 def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) -> None:
-    if constant_index(extent) == width:
+    size = constant_index(extent)
+    if size == width:
         # The row is one slice already, its loops of constant extent. A slice loop
         # of one trip would be worse than useless: LLVM finds the streamed row's
         # stores at one address in every trip, moves them after the loop and
@@ -79,10 +80,7 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
     terminator = body.last_op
     assert terminator is not None
     c0, w = _const(0), _const(width)
-    remainder = arith.RemSIOp(extent, w)
-    full = arith.SubiOp(extent, remainder)
-    has_tail = arith.CmpiOp(full, extent, "slt")
-    body.insert_ops_before([c0, w, remainder, full, has_tail], terminator)
+    body.insert_ops_before([c0, w], terminator)
 
     def copy(block: Block, offset: SSAValue, slice_width: SSAValue) -> None:
         mapping: dict[SSAValue, SSAValue] = {}
@@ -105,8 +103,26 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
     slices = Block(arg_types=[index])
     copy(slices, slices.args[0], w.result)
     tail = Block()
-    copy(tail, full.result, remainder.result)
-    body.insert_ops_before([scf.ForOp(c0, full, w, [], slices), scf.IfOp(has_tail, [], [tail])], terminator)
+    if size is not None and size > width and size % width and sweep_kind(for_dst) is SweepKind.PAIRS:
+        # The last slice full width, overlapping the one before: a pair's row is computed from
+        # zero in each slice and only written, so the overlap writes the same values again,
+        # and the tail keeps its accumulators in registers like every other slice (a tail of
+        # N % W columns did not: docs/design/heterogeneous.md).
+        full, last = _const(size - size % width), _const(size - width)
+        copy(tail, last.result, w.result)
+        tail_ops = list(tail.ops)[:-1]  # without the yield
+        for op in tail_ops:
+            op.detach()
+        body.insert_ops_before([full, last, scf.ForOp(c0, full, w, [], slices), *tail_ops], terminator)
+    else:
+        remainder = arith.RemSIOp(extent, w)
+        full = arith.SubiOp(extent, remainder)
+        has_tail = arith.CmpiOp(full, extent, "slt")
+        copy(tail, full.result, remainder.result)
+        body.insert_ops_before(
+            [remainder, full, has_tail, scf.ForOp(c0, full, w, [], slices), scf.IfOp(has_tail, [], [tail])],
+            terminator,
+        )
     for op in reversed(ops):
         op.detach()
         op.erase()

@@ -168,3 +168,45 @@ builtin.module {
 
 // CHECK: vectorize 8: the kernel reduces over the feature axis 'F' (a dot or @ along it), which row slicing would split
 // W4:    vectorize 4: the kernel reduces over the feature axis 'F' (a dot or @ along it), which row slicing would split
+
+// -----
+
+// A pairs sweep (a relation's transform per (vertex, relation) pair) whose row has a
+// constant extent that the width does not divide: full slices, then one more full-width
+// slice ending at the row's end (overlapping the one before), never a narrower tail; the
+// pair's row is computed from zero in each slice and only written, so the overlap
+// writes the same values again.
+
+builtin.module {
+  func.func @gnnc_pairs(%num_vertices: index, %num_edges: index, %num_threads: index, %num_blocks: index, %dst_blocks: memref<?xi64> {llvm.noalias, llvm.readonly}, %dims: memref<?xi64> {llvm.noalias, llvm.readonly}, %x: memref<?xf32> {llvm.noalias, llvm.readonly}, %out: memref<?xf32> {llvm.noalias}) attributes {gnnc.ir.abi = "{\22acc_rows\22: [], \22dims\22: [\22N\22], \22edge_order\22: null, \22groups\22: null, \22order\22: \22identity\22, \22partitions\22: null, \22phases\22: [], \22schedule_given\22: true, \22scratch\22: [], \22source_sweep\22: false, \22stream\22: false, \22temps\22: []}"} {
+    %N = arith.constant 10 : index
+    loop.for_dst %num_vertices blocks %dst_blocks[%num_blocks] threads %num_threads schedule {parallel = "pairs", vectorize = 4 : i64} : memref<?xi64> {
+    ^bb0(%p: index, %worker: index):
+      %p_row = arith.muli %p, %N : index
+      loop.for_feature %N dim "N" {
+      ^bb0(%n: index):
+        %at = arith.addi %p_row, %n : index
+        %value = memref.load %x[%at] : memref<?xf32>
+        memref.store %value, %out[%at] : memref<?xf32>
+        loop.yield
+      }
+      loop.yield
+    }
+    func.return
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_pairs(
+// CHECK:         %[[LAST:.*]] = arith.constant 6 : index
+// CHECK:         scf.for %[[AT:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           loop.for_feature %{{.*}} dim "N" {
+// CHECK:             arith.addi %{{.*}}, %[[AT]] : index
+// CHECK:         }
+// CHECK-NOT:     scf.if
+// CHECK:         loop.for_feature %{{.*}} dim "N" {
+// CHECK:           arith.addi %{{.*}}, %[[LAST]] : index
+// CHECK-NOT:     scf.if
+
+// W4-LABEL: func.func @gnnc_pairs(
+// W4:         arith.constant 6 : index
+// W4-NOT:     scf.if
