@@ -108,12 +108,12 @@ def _slice_rows(for_dst: loop.ForDstOp, width: int, dim: str, extent: SSAValue) 
         # zero in each slice and only written, so the overlap writes the same values again,
         # and the tail keeps its accumulators in registers like every other slice (a tail of
         # N % W columns did not: docs/design/heterogeneous.md).
-        full, last = _const(size - size % width), _const(size - width)
+        whole, last = _const(size - size % width), _const(size - width)
         copy(tail, last.result, w.result)
         tail_ops = list(tail.ops)[:-1]  # without the yield
         for op in tail_ops:
             op.detach()
-        body.insert_ops_before([full, last, scf.ForOp(c0, full, w, [], slices), *tail_ops], terminator)
+        body.insert_ops_before([whole, last, scf.ForOp(c0, whole, w, [], slices), *tail_ops], terminator)
     else:
         remainder = arith.RemSIOp(extent, w)
         full = arith.SubiOp(extent, remainder)
