@@ -404,6 +404,41 @@ def test_relation_weight_gradient_runs_the_pair_kernel_and_no_edge_tensor(bipart
         np.testing.assert_allclose(got[p], old[p], rtol=1e-5, atol=1e-5)
 
 
+def test_large_pair_sums_are_kept_for_the_next_call_of_their_shape(monkeypatch):
+    """Pair sums above KEEP_PAIR_SUMS_BYTES go into an array kept between calls (no fresh
+    pages each epoch); each call's gradient is still its own, for any shape, and a call on
+    another graph keeps its own array."""
+    rng = np.random.default_rng(7)
+    graphs = [
+        gnnc.Graph.from_coo(
+            rng.integers(0, 40, e), rng.integers(0, 40, e), shape=(40, 40), edge_type=rng.integers(0, 4, e)
+        )
+        for e in (300, 200)
+    ]
+    grad = compile_grad(RGCN, "rgcn")
+    forward = gnnc.compile(RGCN, target="reference").rgcn
+
+    def call(graph, seed):
+        args = _inputs(forward, graph, np.float32, seed)
+        gout = np.random.default_rng(seed).standard_normal((40, GRAD_DIMS["N"])).astype(np.float32)
+        return grad(graph, gout=gout, **args)
+
+    monkeypatch.setattr(gradient_module, "KEEP_PAIR_SUMS_BYTES", 1 << 62)
+    fresh = [call(g, seed) for g in graphs for seed in (1, 2)]
+    assert not grad._kept._arrays
+    monkeypatch.setattr(gradient_module, "KEEP_PAIR_SUMS_BYTES", 1)
+    first = call(graphs[0], 1)
+    ((key, kept),) = grad._kept._arrays.items()
+    assert key[1] == (plans.relation_pairs(graphs[0], "src").num_pairs, GRAD_DIMS["N"])
+    second = call(graphs[0], 2)
+    assert next(iter(grad._kept._arrays.values())) is kept  # written again, not allocated
+    others = [call(graphs[1], seed) for seed in (1, 2)]
+    assert len(grad._kept._arrays) == 2
+    for got, want in zip([first, second, *others], fresh):
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
 @given(graph=relation_graphs(max_vertices=15, max_edges=60), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=8)
 def test_f32_gradients_match_the_reference_on_random_graphs(graph, seed):

@@ -42,6 +42,8 @@ runner drives the PTX gradient kernels without leaving the device.
 from __future__ import annotations
 
 import copy
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -51,11 +53,19 @@ from gnnc.autotune.decision import resolve_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph import plans
 from gnnc.graph.graph import Graph
-from gnnc.runtime import products
+from gnnc.runtime import memory, products
 from gnnc.runtime.signature import NO_GRAPH, take_graph, vertex_rows
 
 #: The suffix of an input's destination rows, `NAME_dst__` (lang.autodiff's dst_view_name).
 _DST = "_dst__"
+
+#: Pair sums of at least this many bytes go into an array kept for the next call of that shape.
+#: glibc serves an allocation above its mmap threshold (at most 32 MiB) with fresh pages and
+#: unmaps them when freed: WordNet R-GCN-64's two pair sums (54 and 38 MiB) then cost 6,000
+#: page faults and about 45 ms of system time an epoch, 10% of it (docs/design/heterogeneous.md).
+KEEP_PAIR_SUMS_BYTES = 16 << 20
+#: Kept pair-sum arrays per gradient, the least recently used dropped first.
+KEEP_PAIR_SUMS = 4
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
 _F32_EXACT = 2**24
 
@@ -80,6 +90,12 @@ class HostArrays:
             else:
                 return kernel(graph, *args, threads=threads) if threads is not None else kernel(graph, *args)
         return kernel(graph, threads=threads, **named) if threads is not None else kernel(graph, **named)
+
+    def run_into(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None, out: Any) -> Any:
+        """`run`, the kernel's one result written into `out`."""
+        return (
+            kernel(graph, out=out, threads=threads, **named) if threads is not None else kernel(graph, out=out, **named)
+        )
 
     def dtype(self, a: Any) -> np.dtype:
         """The element type of an array or a Python number, as a numpy dtype."""
@@ -191,6 +207,8 @@ class Gradient:
         self.saved = saved or []
         #: how kernels are called and their arrays treated (`with_arrays`)
         self.arrays = HOST
+        #: large pair-sum arrays kept between calls, shared by this gradient's copies
+        self._kept = _KeptArrays()
 
     def with_arrays(self, arrays: HostArrays) -> Gradient:
         """A copy that calls its kernels and treats their arrays through `arrays`."""
@@ -313,8 +331,18 @@ class Gradient:
                 # factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
                 side = "src" if relation == "u" else "dst"
                 kernel, g = getattr(self.pair_module, pairs), plans.pair_graph(graph, side)
-                sums = arrays.run(kernel, g, _leading_rows(kernel, g, _read_by(kernel, call)), threads)
+                fitted = _leading_rows(kernel, g, _read_by(kernel, call))
+                # a pair's adjoint row is the product's: [.., N] of W [R, .., K, N]
+                weight = arrays.shape(named[wrt])
+                key = (pairs, (g.num_dst, *weight[1:-2], weight[-1]), dtype)
+                out = self._kept.take(key)
+                sums = (
+                    arrays.run(kernel, g, fitted, threads)
+                    if out is None
+                    else arrays.run_into(kernel, g, fitted, threads, out)
+                )
                 part = arrays.pair_products(f, sums, graph, side, blocks, threads=workers)
+                self._kept.keep(key, sums)
             else:
                 kernel = getattr(self.module, name)
                 if graph.bipartite:
@@ -339,6 +367,34 @@ class Gradient:
         for name in self.constant:
             grads[name] = arrays.zeros_like(named[name])
         return grads
+
+
+class _KeptArrays:
+    """Arrays of at least KEEP_PAIR_SUMS_BYTES kept between calls by (name, shape, dtype), at most
+    KEEP_PAIR_SUMS of them; a call in flight has taken its array out, so calls on other threads
+    get fresh ones. `take` gives a kept array, a fresh one for a large key not kept yet, or None
+    for a small key (the allocator serves those from memory it keeps)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrays: OrderedDict[tuple, np.ndarray] = OrderedDict()
+
+    def take(self, key: tuple) -> np.ndarray | None:
+        _, shape, dtype = key
+        dtype = np.dtype(dtype)
+        if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize < KEEP_PAIR_SUMS_BYTES:
+            return None
+        with self._lock:
+            kept = self._arrays.pop(key, None)
+        return memory.empty(shape, dtype) if kept is None else kept
+
+    def keep(self, key: tuple, array: Any) -> None:
+        if not isinstance(array, np.ndarray) or array.nbytes < KEEP_PAIR_SUMS_BYTES:
+            return
+        with self._lock:
+            self._arrays[key] = array
+            while len(self._arrays) > KEEP_PAIR_SUMS:
+                self._arrays.popitem(last=False)
 
 
 def _product(factor: Any, summed: np.ndarray, threads: int = 1) -> np.ndarray:
