@@ -255,15 +255,25 @@ class RelationTransformFirstPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         forced = RelationForm(self.form) if self.form is not None else None
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and graph.RESULT_NAMES in f.attributes]:
-            # the entry stays on the kernel (it is part of the schedule it was compiled with);
-            # nothing after this pass reads it
-            if _form_of(fn, forced) is not RelationForm.COMPACT:
-                continue
+        # the entry stays on the kernel (it is part of the schedule it was compiled with);
+        # nothing after this pass reads it
+        compact = [
+            f
+            for f in op.ops
+            if isinstance(f, func.FuncOp)
+            and graph.RESULT_NAMES in f.attributes
+            and _form_of(f, forced) is RelationForm.COMPACT
+        ]
+        for fn in compact:
             PatternRewriteWalker(
                 GreedyRewritePatternApplier([ScalarOutOfMatVec(), DistributeRelationMatVec()])
             ).rewrite_region(fn.body)
+        # x[u] @ W[rel(e)] written twice (a training forward's saved intermediate repeats its
+        # definition) is one product before it is hoisted: graph.materialize_pairs writes a
+        # tensor, which CSE does not merge, so two hoists were two pair sweeps (RGAT's
+        # training forward computed each transform twice)
+        CommonSubexpressionElimination().apply(ctx, op)
+        for fn in compact:
             PatternRewriteWalker(HoistPairTransform()).rewrite_region(fn.body)
-        # x[u] @ W[rel(e)] twice (a value and its reuse) became two pair sweeps: CSE makes them one
         CommonSubexpressionElimination().apply(ctx, op)
         DeadCodeElimination().apply(ctx, op)

@@ -127,3 +127,30 @@ builtin.module {
 // CHECK-NOT:     graph.materialize_pairs
 
 // ERR: gnnc-opt: error: relation-transform-first{form="diagonal"}: unknown form; use one of compact, per_edge
+
+// -----
+
+// The same transform written twice (a training forward returns a saved intermediate
+// that repeats a definition): one pair sweep, both edge values read its rows.
+
+builtin.module {
+  func.func @twice(%x: !graph.tensor<V, f32, [K]>, %W: !graph.tensor<R, f32, [K, N]>) -> (!graph.value<A, f32, [N]>, !graph.value<A, f32, [N]>) attributes {graph.param_names = ["x", "W"], graph.result_names = ["out", "st0__"], graph.result_types = [!graph.tensor<V, f32, [N]>, !graph.tensor<V, f32, [N]>]} {
+    %xu = graph.gather %x "src" : !graph.tensor<V, f32, [K]> -> !graph.value<S, f32, [K]>
+    %Wr = graph.gather %W "rel" : !graph.tensor<R, f32, [K, N]> -> !graph.value<E, f32, [K, N]>
+    %m = graph.matvec %xu, %Wr : (!graph.value<S, f32, [K]>, !graph.value<E, f32, [K, N]>) -> !graph.value<E, f32, [N]>
+    %a = graph.aggregate sum %m : !graph.value<E, f32, [N]> -> !graph.value<A, f32, [N]>
+    %xu2 = graph.gather %x "src" : !graph.tensor<V, f32, [K]> -> !graph.value<S, f32, [K]>
+    %Wr2 = graph.gather %W "rel" : !graph.tensor<R, f32, [K, N]> -> !graph.value<E, f32, [K, N]>
+    %m2 = graph.matvec %xu2, %Wr2 : (!graph.value<S, f32, [K]>, !graph.value<E, f32, [K, N]>) -> !graph.value<E, f32, [N]>
+    %b = graph.aggregate max %m2 : !graph.value<E, f32, [N]> -> !graph.value<A, f32, [N]>
+    func.return %a, %b : !graph.value<A, f32, [N]>, !graph.value<A, f32, [N]>
+  }
+}
+
+// CHECK-LABEL: func.func @twice
+// CHECK:         [[Y:%.*]] = graph.materialize_pairs %{{.*}} "src"
+// CHECK-NOT:     graph.materialize_pairs
+// CHECK:         [[YE:%.*]] = graph.gather [[Y]] "src_rel"
+// CHECK-NOT:     graph.materialize_pairs
+// CHECK:         graph.aggregate sum [[YE]]
+// CHECK:         graph.aggregate max [[YE]]
