@@ -40,23 +40,38 @@ from gnnc.ir import graph
 DEFAULT_ROWS = 4
 #: More would spill the accumulators on every vector unit gnnc targets.
 MAX_ROWS = 16
+#: Pairs a tile computes at once for a transform of 2 to 4 columns (RGAT's scores, one per
+#: head): LLVM packs 4 rows x N columns into one vector and gathers the rows' x elements
+#: for it, each k; a tile of one row broadcasts them. WordNet, K = 128 (znver5): N = 4
+#: 37 ms -> 20, N = 2 44 -> 21 for the kernel around it; N = 1, 6, 8 are fastest at 4
+#: (docs/design/heterogeneous.md).
+NARROW_ROWS = 1
 
 
-def _fixed_sizes(fn: func.FuncOp) -> set[str]:
-    """The dimensions the kernel's schedule compiles in (`specialize NAME N ...`)."""
+def default_rows(n: int | str) -> int:
+    """The tile height for a transform of `n` columns."""
+    return NARROW_ROWS if isinstance(n, int) and 1 < n <= 4 else DEFAULT_ROWS
+
+
+def _fixed_sizes(fn: func.FuncOp) -> dict[str, int]:
+    """The dimensions the kernel's schedule compiles in (`specialize NAME N ...`), with their sizes."""
     attr = fn.attributes.get(graph.SCHEDULE)
     entry = attr.data.get("cpu.specialize") if isinstance(attr, DictionaryAttr) else None
-    return set(entry.data.split()[::2]) if isinstance(entry, StringAttr) else set()
+    if not isinstance(entry, StringAttr):
+        return {}
+    words = entry.data.split()
+    return {name: int(size) if size.isdigit() else 0 for name, size in zip(words[::2], words[1::2])}
 
 
 class SegmentMatMul(RewritePattern):
     """materialize_pairs(matvec(gather(x, dst), gather(W, rel))) -> segment_matmul(x, W), where
     the matrix's K and N are constants."""
 
-    def __init__(self, rows: int, fixed: set[str]):
+    def __init__(self, rows: int | None, fixed: set[str], sizes: dict[str, int]):
         super().__init__()
         self.rows = rows
         self.fixed = fixed
+        self.sizes = sizes
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.MaterializePairsOp, rewriter: PatternRewriter) -> None:
@@ -79,7 +94,9 @@ class SegmentMatMul(RewritePattern):
             return  # rows with head axes keep the per-pair sweep
         if any(isinstance(d, str) and d not in self.fixed for d in wt.shape):
             return  # sizes known at run time only: the per-pair sweep is faster
-        rewriter.replace(op, graph.SegmentMatMulOp(x.tensor, w.tensor, op.side.data, self.rows))
+        n = wt.shape[1]
+        rows = self.rows if self.rows is not None else default_rows(self.sizes.get(n, 0) if isinstance(n, str) else n)
+        rewriter.replace(op, graph.SegmentMatMulOp(x.tensor, w.tensor, op.side.data, rows))
 
 
 @dataclass(frozen=True)
@@ -88,14 +105,18 @@ class SegmentMatMulPass(ModulePass):
 
     name = "segment-matmul"
 
-    rows: int = DEFAULT_ROWS
-    """the pairs of one relation a tile computes at once (each loaded row of W serves them all)"""
+    rows: int | None = None
+    """the pairs of one relation a tile computes at once (each loaded row of W serves them all);
+    none: 1 for a transform of 2 to 4 columns (NARROW_ROWS), else 4 (DEFAULT_ROWS)"""
 
     def __post_init__(self) -> None:
+        if self.rows is None:
+            return
         if isinstance(self.rows, bool) or not isinstance(self.rows, int) or not 1 <= self.rows <= MAX_ROWS:
             raise CompileError(f"{self.spec()}: rows must be an integer from 1 to {MAX_ROWS}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and graph.RESULT_NAMES in f.attributes]:
-            PatternRewriteWalker(SegmentMatMul(self.rows, _fixed_sizes(fn))).rewrite_region(fn.body)
+            sizes = _fixed_sizes(fn)
+            PatternRewriteWalker(SegmentMatMul(self.rows, set(sizes), sizes)).rewrite_region(fn.body)
         DeadCodeElimination().apply(ctx, op)

@@ -81,4 +81,27 @@ builtin.module {
 // CHECK:         %d = graph.materialize_pairs %t "dst"
 // CHECK-NOT:     graph.segment_matmul
 
+// -----
+
+// A transform of 4 columns (RGAT's scores, one per head): tiles of one pair, unless the
+// pass is given `rows`.
+
+builtin.module {
+  func.func @scores(%x: !graph.tensor<V, f32, [K]>, %W: !graph.tensor<R, f32, [K, A]>) -> !graph.value<A, f32, [A]> attributes {graph.param_names = ["x", "W"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [A]>], graph.single_result, graph.schedule = {"cpu.specialize" = "K 64 A 4"}} {
+    %xv = graph.gather %x "dst" : !graph.tensor<V, f32, [K]> -> !graph.value<D, f32, [K]>
+    %Wr = graph.gather %W "rel" : !graph.tensor<R, f32, [K, A]> -> !graph.value<E, f32, [K, A]>
+    %t = graph.matvec %xv, %Wr : (!graph.value<D, f32, [K]>, !graph.value<E, f32, [K, A]>) -> !graph.value<E, f32, [A]>
+    %y = graph.materialize_pairs %t "src" : !graph.value<E, f32, [A]> -> !graph.tensor<RS, f32, [A]>
+    %ye = graph.gather %y "src_rel" : !graph.tensor<RS, f32, [A]> -> !graph.value<E, f32, [A]>
+    %out = graph.aggregate sum %ye : !graph.value<E, f32, [A]> -> !graph.value<A, f32, [A]>
+    func.return %out : !graph.value<A, f32, [A]>
+  }
+}
+
+// CHECK-LABEL: func.func @scores
+// CHECK-NEXT:    graph.segment_matmul %x, %W "src" rows 1 :
+// ROWS-LABEL:  func.func @scores
+// ROWS-NEXT:     graph.segment_matmul %x, %W "src" rows 2 :
+
+
 // ERR: gnnc-opt: error: segment-matmul{rows=0}: rows must be an integer from 1 to 16
