@@ -258,6 +258,30 @@ def test_every_form_of_the_transform_matches_the_reference(schedule, graph, seed
     assert_matches(kernel(graph, threads=2, **inputs), want, graph, np.float32)
 
 
+SCORES = """kernel scores(xs: f32[V, K], xd: f32[V, K], Wv: f32[R, K, M], Wq: f32[R, K, A], Wk: f32[R, K, A], J: f32[A, M]) -> f32[V, M] {
+    s[e] = leaky_relu((xd[v] @ Wq[rel(e)]) + (xs[u] @ Wk[rel(e)]), 0.2)
+    alpha[e] = softmax(s[e])
+    out[v] = sum((alpha[e] @ J) * (xs[u] @ Wv[rel(e)]))
+}
+"""
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 6])
+@given(graph=relation_graphs(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8)
+def test_narrow_and_wide_transforms_of_one_side_share_its_tiles(heads, graph, seed):
+    """RGAT's shape with its sizes compiled in: the source side's message transform (M = 17,
+    tiles of 4 pairs) and score transform (A columns: tiles of one pair for 2 to 4) step
+    through the same tiles; every pair row of both is written (a narrow product once
+    computed only the first row of each tile)."""
+    kernel = gnnc.compile(SCORES, schedule=f"specialize K 5 M 17 A {heads}").scores
+    assert kernel._abi.pair_rows == 4
+    dims = {"K": 5, "M": 17, "A": heads}
+    inputs = random_inputs(kernel.signature, graph, dims, np.float32, seed)
+    want = gnnc.compile(SCORES, target="reference").scores(graph, **inputs)
+    assert_matches(kernel(graph, threads=2, **inputs), want, graph, np.float32)
+
+
 @given(graph=graphs(), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_one_relation_is_the_homogeneous_kernel(graph, seed):

@@ -42,6 +42,7 @@ class PhaseEmission(DestinationEmission):
     result_names: list[str]
     result_types: list[graph.TensorType]
     materializes: list[graph.MaterializeOp]
+    segment_matmuls: list[graph.SegmentMatMulOp]
     swept: list[graph.MaterializeOp]
     #: per pair side, its arrays by name (`pair_vertex`, ...) and (pair count, pair blocks)
     pair_args: dict[str, dict[str, SSAValue]]
@@ -177,16 +178,18 @@ class PhaseEmission(DestinationEmission):
         the `rows` accumulators (written out per row, so the tile's accumulators stay in
         vector registers across the K axis once vectorize-rows slices N). A tile shorter
         than `rows` repeats its last pair: the repeats compute and write that pair's row
-        again, the same values, in the tile's own rows.
+        again, the same values, in the tile's own rows. The runtime cuts one set of tiles,
+        as tall as the kernel's tallest product: a product of fewer rows (segment-matmul's
+        narrow transforms) steps through each tile.
         """
         side = op.side.data
         args = self.pair_args[side]
         tiles, tile_blocks = self.pair_counts[side][2:]
         rows = op.rows.value.data
-        xt, wt = op.x.type, op.w.type
-        assert isinstance(xt, graph.TensorType) and isinstance(wt, graph.TensorType)
-        k_dim, n_dim = wt.shape
-        x_buf, w_buf, out = self.param_buf[op.x], self.param_buf[op.w], self.temp_buf[op]
+        tile_rows = max(s.rows.value.data for s in self.segment_matmuls)
+        wt = op.w.type
+        assert isinstance(wt, graph.TensorType)
+        n_dim = wt.shape[1]
         schedule = dict(loop_schedule(self.src_fn).data)
         schedule["parallel"] = StringAttr(SweepKind.PAIRS)
         schedule["order"] = StringAttr("identity")
@@ -197,52 +200,68 @@ class PhaseEmission(DestinationEmission):
         t, worker = body.args
         self.worker = worker
         one = self.em.index_const(1)
-        zero = self.em.float_const(0.0, self.elem)
         with self.em.nested(body):
             self.worker_base = self.em.op(arith.MuliOp(worker, self._scratch_total.result))
             lo = self.em.op(arith.IndexCastOp(self.load(args["pair_tiles"], t), index))
             hi = self.em.op(arith.IndexCastOp(self.load(args["pair_tiles"], self.em.op(arith.AddiOp(t, one))), index))
             last = self.em.op(arith.SubiOp(hi, one))
             rel = self.em.op(arith.IndexCastOp(self.load(args["pair_rel"], lo), index))
-            w_base = self.row_base(rel, wt.shape)
-            pairs, x_rows = [], []
-            for i in range(rows):
-                at = self.em.op(arith.AddiOp(lo, self.em.index_const(i))) if i else lo
-                pair = self.em.op(arith.MinUIOp(at, last)) if i else lo
-                vertex = self.em.op(arith.IndexCastOp(self.load(args["pair_vertex"], pair), index))
-                pairs.append(pair)
-                x_rows.append(self.row_base(vertex, xt.shape))
             acc = self.alloc_scratch((rows, n_dim))
-            self.for_features(
-                (rows, n_dim), lambda idx: self.store(zero, self.scratch, self.linear(acc, (rows, n_dim), idx))
-            )
-
-            def k_step(kdx: list[SSAValue]) -> None:
-                k = kdx[0]
-                a = [self.load(x_buf, self.em.op(arith.AddiOp(x_row, k))) for x_row in x_rows]
-                w_row = self.em.op(arith.AddiOp(w_base, self.em.op(arith.MuliOp(k, self.extent(n_dim)))))
-
-                def n_step(ndx: list[SSAValue]) -> None:
-                    n = ndx[0]
-                    w = self.load(w_buf, self.em.op(arith.AddiOp(w_row, n)))
-                    for i in range(rows):
-                        at = self.linear(acc, (rows, n_dim), [self.em.index_const(i), n])
-                        product = self.em.op(arith.MulfOp(a[i], w))
-                        self.store(self.em.op(arith.AddfOp(self.load(self.scratch, at), product)), self.scratch, at)
-
-                self.for_features((n_dim,), n_step)
-
-            self.for_features((k_dim,), k_step)
-
-            def write(ndx: list[SSAValue]) -> None:
-                for i in range(rows):
-                    value = self.load(self.scratch, self.linear(acc, (rows, n_dim), [self.em.index_const(i), ndx[0]]))
-                    self.store(value, out, self.linear(self.row_base(pairs[i], (n_dim,)), (n_dim,), ndx))
-
-            self.for_features((n_dim,), write)
+            # the runtime's tiles have the height of the kernel's tallest product (the ABI's
+            # pair_rows): a shorter product runs its rows over the tile in steps
+            for start in range(0, tile_rows, rows):
+                self._segment_rows(op, start, lo, last, rel, acc)
             self.em.op(loop.YieldOp())
         sweep = loop.ForDstOp(tiles, args["tile_blocks"], tile_blocks, self.num_threads, body, DictionaryAttr(schedule))
         self.em.op(sweep)
+
+    def _segment_rows(
+        self, op: graph.SegmentMatMulOp, start: int, lo: SSAValue, last: SSAValue, rel: SSAValue, acc: SSAValue
+    ) -> None:
+        """Rows start .. start + rows of a segment-matmul tile at `lo` (clamped to its `last`
+        pair): their x rows times W[rel], accumulated in `acc` and written to the pair rows."""
+        args = self.pair_args[op.side.data]
+        rows = op.rows.value.data
+        xt, wt = op.x.type, op.w.type
+        assert isinstance(xt, graph.TensorType) and isinstance(wt, graph.TensorType)
+        k_dim, n_dim = wt.shape
+        x_buf, w_buf, out = self.param_buf[op.x], self.param_buf[op.w], self.temp_buf[op]
+        zero = self.em.float_const(0.0, self.elem)
+        w_base = self.row_base(rel, wt.shape)
+        pairs, x_rows = [], []
+        for i in range(start, start + rows):
+            at = self.em.op(arith.AddiOp(lo, self.em.index_const(i))) if i else lo
+            pair = self.em.op(arith.MinUIOp(at, last)) if i else lo
+            vertex = self.em.op(arith.IndexCastOp(self.load(args["pair_vertex"], pair), index))
+            pairs.append(pair)
+            x_rows.append(self.row_base(vertex, xt.shape))
+        self.for_features(
+            (rows, n_dim), lambda idx: self.store(zero, self.scratch, self.linear(acc, (rows, n_dim), idx))
+        )
+
+        def k_step(kdx: list[SSAValue]) -> None:
+            k = kdx[0]
+            a = [self.load(x_buf, self.em.op(arith.AddiOp(x_row, k))) for x_row in x_rows]
+            w_row = self.em.op(arith.AddiOp(w_base, self.em.op(arith.MuliOp(k, self.extent(n_dim)))))
+
+            def n_step(ndx: list[SSAValue]) -> None:
+                n = ndx[0]
+                w = self.load(w_buf, self.em.op(arith.AddiOp(w_row, n)))
+                for i in range(rows):
+                    at = self.linear(acc, (rows, n_dim), [self.em.index_const(i), n])
+                    product = self.em.op(arith.MulfOp(a[i], w))
+                    self.store(self.em.op(arith.AddfOp(self.load(self.scratch, at), product)), self.scratch, at)
+
+            self.for_features((n_dim,), n_step)
+
+        self.for_features((k_dim,), k_step)
+
+        def write(ndx: list[SSAValue]) -> None:
+            for i in range(rows):
+                value = self.load(self.scratch, self.linear(acc, (rows, n_dim), [self.em.index_const(i), ndx[0]]))
+                self.store(value, out, self.linear(self.row_base(pairs[i], (n_dim,)), (n_dim,), ndx))
+
+        self.for_features((n_dim,), write)
 
     def _emit_phase(self, sinks: list[Sink]) -> None:
         schedule = loop_schedule(self.src_fn)
