@@ -283,3 +283,21 @@ def test_rgat_bad_arguments():
         conv(torch.randn(2, 4), edge_index, edge_type, torch.randn(2, 3))
     with pytest.raises(ArgumentError, match="float features"):
         conv(torch.arange(2), edge_index, edge_type)
+
+
+@pytest.mark.parametrize(
+    "layer, options",
+    [("RGCNConv", {}), ("RGCNConv", {"aggr": "add"}), ("RGATConv", {"heads": 4}), ("RGATConv", {"heads": 2})],
+)
+def test_layers_on_a_graph_the_default_schedule_specializes(layer, options):
+    """20K edges: the default schedule compiles the sizes in (segment matmuls over each
+    relation's pairs, tiles of several pairs, narrow score transforms), which the small
+    hypothesis graphs never reach; PyG is still the oracle, forward and backward."""
+    rng = np.random.default_rng(3)
+    n, e, r = 500, 20_000, 3  # 1,500 (vertex, relation) pairs at most: the compact form pays
+    edge_index = torch.from_numpy(rng.integers(0, n, (2, e)))
+    edge_type = torch.from_numpy(rng.integers(0, r, e))
+    torch.manual_seed(0)
+    channels = (16, 45) if layer == "RGCNConv" else (16, 8)
+    pyg, ours = _pair(layer, *channels, r, **options)
+    compare(pyg, ours, (features(n, 16, 1), edge_index, edge_type))
