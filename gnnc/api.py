@@ -134,7 +134,10 @@ def compile_grad(
     return Gradient(
         module,
         kernel,
-        [(k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs) for k in grad.kernels],
+        [
+            (k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs, k.via_pairs)
+            for k in grad.kernels
+        ],
         [p.name for p in forward.params],
         grad.constant,
         grad.skipped,

@@ -428,6 +428,71 @@ def test_relation_weight_gradient_runs_the_pair_kernel_and_no_edge_tensor(bipart
         np.testing.assert_allclose(got[p], old[p], rtol=1e-5, atol=1e-5)
 
 
+RGCN_MEAN = """kernel rgcn_mean(x: f32[V, K], W: f32[R, K, N]) -> f32[V, N] {
+    out[v] = sum((x[u] @ W[rel(e)]) / deg_in(v, rel(e)))
+}
+"""
+
+
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("wanted", [None, ("x",)])
+def test_input_gradient_through_the_weights_pair_sums(bipartite, wanted):
+    """dx of `x[u] @ W[rel(e)]` as one row per (source, relation) pair times W^T[r], summed per
+    vertex (`via_pairs`): the pair sums are W's gradient's own, computed once, also when W
+    needs no gradient (wanted x alone); equal to the reversed kernel's per-edge products and
+    to the reference."""
+    program = gradient_program(parse_and_check(RGCN_MEAN, "<t>").kernels[0])
+    (x_kernel,) = [k for k in program.kernels if k.wrt == "x"]
+    assert x_kernel.via_pairs == (("rgcn_mean__grad_W_rel_pairs", "rgcn_mean__grad_x_src_pairs_W", "W", "u"),)
+    assert "out[v] = sum(s[e] @ W_T__[rel(e)])" in program.pair_source
+    rng = np.random.default_rng(9)
+    shape = (40, 15) if bipartite else (40, 40)
+    graph = gnnc.Graph.from_coo(
+        rng.integers(0, shape[0], 300), rng.integers(0, shape[1], 300), shape=shape, edge_type=rng.integers(0, 5, 300)
+    )
+    args = {
+        "x": rng.standard_normal((shape[0], GRAD_DIMS["K"])).astype(np.float32),
+        "W": rng.standard_normal((5, GRAD_DIMS["K"], GRAD_DIMS["N"])).astype(np.float32),
+    }
+    gout = rng.standard_normal((shape[1], GRAD_DIMS["N"])).astype(np.float32)
+    grad = compile_grad(RGCN_MEAN, "rgcn_mean")
+    if wanted:
+        grad = grad.restricted_to(wanted)
+    pairs, edges = _Recording(True), _Recording(False)
+    got = grad.with_arrays(pairs)(graph, gout=gout, **args)
+    old = grad.with_arrays(edges)(graph, gout=gout, **args)
+    want = compile_grad(RGCN_MEAN, "rgcn_mean", target="reference")(graph, gout=gout, **args)
+    ran = [name for name, _ in pairs.ran]
+    assert ran.count("rgcn_mean__grad_W_rel_pairs") == 1
+    assert ("rgcn_mean__grad_x_src_pairs_W", (shape[0], GRAD_DIMS["K"])) in pairs.ran
+    assert "rgcn_mean__grad_x_src" not in ran and "rgcn_mean__grad_x_src" in [n for n, _ in edges.ran]
+    for p in wanted or args:
+        assert_matches(got[p], want[p], graph, np.float32)
+        np.testing.assert_allclose(got[p], old[p], rtol=1e-5, atol=1e-5)
+
+
+def test_rgat_input_gradients_through_pair_sums():
+    """RGAT's xs (its message and key transforms) and xd (its query) take their gradients
+    through the weights' pair sums, equal to the per-edge kernels and the reference."""
+    source = (EXAMPLES / "rgat.gnn").read_text()
+    program = gradient_program(parse_and_check(source, "<t>").kernels[0])
+    via = {k.wrt: {w for _, _, w, _ in k.via_pairs} for k in program.kernels if k.via_pairs}
+    assert via and all(via.values())
+    graph = _graph(11, v=30, e=200, r=4)
+    forward = gnnc.compile(source, target="reference").rgat
+    args = _inputs(forward, graph, np.float32, 6)
+    gout = np.random.default_rng(6).standard_normal(forward(graph, **args).shape).astype(np.float32)
+    grad = compile_grad(source, "rgat")
+    pairs, edges = _Recording(True), _Recording(False)
+    got = grad.with_arrays(pairs)(graph, gout=gout, **args)
+    old = grad.with_arrays(edges)(graph, gout=gout, **args)
+    want = compile_grad(source, "rgat", target="reference")(graph, gout=gout, **args)
+    assert any("_pairs_" in name for name, _ in pairs.ran)
+    for p in args:
+        assert_matches(got[p], want[p], graph, np.float32)
+        np.testing.assert_allclose(got[p], old[p], rtol=1e-4, atol=1e-5)
+
+
 def test_large_pair_sums_are_kept_for_the_next_call_of_their_shape(monkeypatch):
     """Pair sums above KEEP_PAIR_SUMS_BYTES go into an array kept between calls (no fresh
     pages each epoch); each call's gradient is still its own, for any shape, and a call on

@@ -830,6 +830,26 @@ def pair_graph(graph: Any, side: str) -> Any:
     return _cached(graph, ("pair_graph", side), compute)
 
 
+def pair_vertex_graph(graph: Any, side: str) -> Any:
+    """The graph whose edges are `side`'s (vertex, relation) pairs (`relation_pairs`): pair p
+    is edge p (its id), from source p to its vertex, of its relation. A sum over a vertex's
+    in-edges there is a sum over its pairs: an input's gradient through a relation weight
+    takes one row per pair so (runtime/gradient.py). Built once per graph."""
+
+    def compute() -> Any:
+        pairs = relation_pairs(graph, side)
+        n = graph.num_src if side == "src" else graph.num_dst
+        return type(graph).from_coo(
+            np.arange(pairs.num_pairs, dtype=np.int64),
+            pairs.vertex,
+            shape=(pairs.num_pairs, n),
+            edge_type=pairs.rel,
+            num_relations=graph.num_relations,
+        )
+
+    return _cached(graph, ("pair_vertex_graph", side), compute)
+
+
 def pair_blocks(graph: Any, side: str, threads: int) -> np.ndarray:
     """Boundaries of even blocks of a side's (vertex, relation) pairs, for the sweep that
     computes a value per pair (every pair costs the same: a row of a transform)."""

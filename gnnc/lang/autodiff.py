@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from gnnc.errors import CompileError, SourceError
@@ -126,6 +126,14 @@ class GradKernel:
     #: relation) pair on `plans.pair_graph` without writing them per edge, or "" (the runtime
     #: then runs this kernel and sums its rows itself). See `_Builder.pair_kernel`.
     pairs: str = ""
+    #: An input's gradient at one end that is only terms `adj @ W_T__[rel(e)]` (the input read
+    #: directly by `x[u] @ W[rel(e)]`): the same part as (pair-sum kernel, transform kernel,
+    #: W, side) entries, summed. The pair-sum kernel sums `adj` per (end, relation) pair (W's
+    #: gradient's own, where W has one), and the transform kernel multiplies each pair's row
+    #: by its relation's W^T and sums them per vertex, on `plans.pair_vertex_graph`: P x N x K
+    #: multiply-adds where this kernel does E x N x K. The runtime takes them where it sums
+    #: pairs (`HostArrays.pair_sums`), else runs this kernel. See `_Builder.resolve_pair_inputs`.
+    via_pairs: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclass
@@ -295,6 +303,11 @@ class _Builder:
         self.kernels: list[GradKernel] = []
         #: the pair-sum kernels of relation products (`GradKernel.pairs`), by name
         self.pair_pieces: dict[str, str] = {}
+        #: a pair-sum kernel's name by (side, row type, adjoint): one kernel for W's gradient and x's
+        self.pair_sum_names: dict[tuple[str, str, str], str] = {}
+        #: input kernels whose part may come through pair sums: (kernel name, side, [(W, adjoint)])
+        self.pending_pair_inputs: list[tuple[str, str, list[tuple[str, str]]]] = []
+        self.param_types = params
         self.stage_types: dict[str, str] = {}
         self.stages: dict[tuple, str] = {}
         #: stages that read only forward inputs (and such stages): their statements
@@ -350,6 +363,51 @@ class _Builder:
         except SourceError:
             return ""
         return piece
+
+    def resolve_pair_inputs(self) -> None:
+        """Gives the pending input kernels (`gradient_kernels`) their `via_pairs`: per W, the
+        pair-sum kernel of the summed adjoints (W's gradient's own where it has that kernel,
+        else one of their own) and a transform kernel `out[v] = sum(s[e] @ W_T__[rel(e)])`,
+        whose edges are the pairs (`plans.pair_vertex_graph`). None where a piece cannot be
+        made (the adjoint reads the pair's own end): the kernel then runs as it is."""
+        from gnnc.lang import parse_and_check
+
+        for kernel_name, site, found in self.pending_pair_inputs:
+            by_weight: dict[str, list[str]] = {}
+            for w, adj in found:
+                by_weight.setdefault(w, []).append(adj)
+            entries = []
+            for w, adjoints in by_weight.items():
+                *lead, k, n = self.param_types[w].type.shape
+                if lead:
+                    break  # blocks (W: [R, B, K, N]): not taken through pairs
+                rtype = _fmt(self.dtype, "E", (n,))
+                adjoint = " + ".join(adjoints)
+                key = (site, rtype, adjoint)
+                sums = self.pair_sum_names.get(key, "")
+                if not sums:
+                    sums = f"{self.kernel.name}__pairs_{w}_{'src' if site == 'u' else 'dst'}"
+                    piece = self.pair_kernel(sums, rtype, adjoint, site)
+                    if not piece:
+                        break
+                    self.pair_pieces[sums] = piece
+                    self.pair_sum_names[key] = sums
+                transform = f"{kernel_name}_pairs_{w}"
+                wt = transpose_name(w)
+                piece = (
+                    f"kernel {transform}(s: {rtype}, {wt}: {_fmt(self.dtype, 'R', (n, k))}) -> "
+                    f"{_fmt(self.dtype, 'V', (k,))} {{\n    out[v] = sum(s[e] @ {wt}[rel(e)])\n}}\n"
+                )
+                try:
+                    parse_and_check(piece, f"<pair transform of {kernel_name}>")
+                except SourceError:
+                    break
+                self.pair_pieces[transform] = piece
+                entries.append((sums, transform, w, site))
+            else:
+                self.kernels = [
+                    replace(g, via_pairs=tuple(entries)) if g.name == kernel_name else g for g in self.kernels
+                ]
 
     def _destination_views(self, stmt: str) -> tuple[str, tuple[str, ...]]:
         """A reversed kernel's reads at `u` of the inputs it reads at both ends, renamed `NAME_dst__`.
@@ -442,6 +500,7 @@ class _Builder:
         contributions: list[tuple[str, str, str]],
         products: list[Product] | None = None,
         relation_products: list[Product] | None = None,
+        pair_inputs: list[tuple[str, str, str, str]] | None = None,
     ) -> None:
         """Kernels whose results sum to the gradient `target`: (site, ctx, adjoint) contributions.
 
@@ -456,7 +515,9 @@ class _Builder:
         into dense products (see `product_kernels`), `relation_products` those of
         `a @ W[rel(e)]` (`relation_product_kernels`). Contributions at a relation
         tensor's rows (site `r`, `W[rel(e)]` read elementwise) are an edge kernel
-        whose rows the runtime sums per relation.
+        whose rows the runtime sums per relation. `pair_inputs` (site, W, adj, term) are
+        the contributions `adj @ W_T__[rel(e)]` of `target[site] @ W[rel(e)]`: a site's
+        kernel made only of them may take its part through pair sums (`resolve_pair_inputs`).
         """
         if products:
             assert param_type is not None
@@ -494,6 +555,16 @@ class _Builder:
             direct = [t for c, t in by_site["v"] if c == "vertex"]
             terms = direct + ([f"sum({' + '.join(edge)})"] if edge else [])
             self.emit(f"{base}_dst", target, False, rtype, f"out[v] = {' + '.join(terms)}", square=parts)
+        for site, suffix in (("u", "src"), ("v", "dst")):
+            found = [(w, adj) for s, w, adj, _ in pair_inputs or [] if s == site]
+            terms = [t for s, _, _, t in pair_inputs or [] if s == site]
+            if (
+                found
+                and not fused
+                and all(c == "edge" for c, _ in by_site[site])
+                and sorted(terms) == sorted(t for _, t in by_site[site])
+            ):
+                self.pending_pair_inputs.append((f"{base}_{suffix}", site, found))
         if fused:
             at_v = " + ".join(t for _, t in by_site["v"])
             body = " + ".join(t for _, t in by_site["u"])
@@ -558,6 +629,7 @@ class _Builder:
             piece = self.pair_kernel(pairs, rtype, adjoint, side)
             if piece:
                 self.pair_pieces[pairs] = piece
+                self.pair_sum_names.setdefault((side, rtype, adjoint), pairs)
             stmt = f"out[e] = {adjoint}"
             self.emit(name, target, False, rtype, stmt, factor=factor, relation=side, pairs=pairs if piece else "")
 
@@ -635,6 +707,9 @@ class _Differentiator:
         self.products: list[Product] = []
         # the same for `a @ wrt[rel(e)]`, one product per relation (_Builder.relation_product_kernels)
         self.relation_products: list[Product] = []
+        # (site, W, adj, contribution) of `wrt[site] @ W[rel(e)]` in an edge sum, read directly:
+        # contributions the gradient may take through pair sums (_Builder.resolve_pair_inputs)
+        self.pair_inputs: list[tuple[str, str, str, str]] = []
         # the same for vertex values read by later statements (and vertex results)
         self.vertex_adjoints: dict[str, list[tuple[str, str, str]]] = {}
         # softmax node -> the adjoints of its uses, summed before one backward step (one stage)
@@ -763,7 +838,10 @@ class _Differentiator:
         if e.op == "@" and isinstance(b, ast.Index) and b.index == "rel":
             # a relation's matrix: d a = adj @ W^T[rel(e)] (the runtime transposes each relation's),
             # d W[r] = the sum of outer(a, adj) over r's edges, one dense product per relation
-            self.back(a, f"(({adj}) @ {transpose_name(b.name)}[rel(e)])", ctx)
+            term = f"(({adj}) @ {transpose_name(b.name)}[rel(e)])"
+            if isinstance(a, ast.Index) and a.name == self.wrt and a.index in ("u", "v") and ctx == "edge":
+                self.pair_inputs.append((a.index, b.name, adj, term))
+            self.back(a, term, ctx)
             if self.depends(b):
                 products = self.factored(a, adj, ctx)
                 if products is None:
@@ -1006,7 +1084,9 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
             d.contributions,
             d.products,
             d.relation_products,
+            d.pair_inputs,
         )
+    builder.resolve_pair_inputs()
     builder.drop_unread_stages()
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
@@ -1031,8 +1111,15 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
         list(builder.forward_stages),
         forward,
         checked,
-        "\n".join(builder.pair_pieces[k.pairs] for k in builder.kernels if k.pairs),
+        "\n".join(builder.pair_pieces[n] for n in _pair_piece_names(builder.kernels)),
     )
+
+
+def _pair_piece_names(kernels: list[GradKernel]) -> list[str]:
+    """The pair module's kernels the gradient's kernels name, once each, in order."""
+    names = [k.pairs for k in kernels if k.pairs]
+    names += [n for k in kernels for sums, transform, _, _ in k.via_pairs for n in (sums, transform)]
+    return list(dict.fromkeys(names))
 
 
 def gradient_source(source: str, file: str, kernels: list[str] | None = None) -> str:

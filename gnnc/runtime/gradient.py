@@ -177,7 +177,11 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple[str, str, bool, bool, tuple[str, ...], str, str, bool | None, str]],
+        kernels: list[
+            tuple[
+                str, str, bool, bool, tuple[str, ...], str, str, bool | None, str, tuple[tuple[str, str, str, str], ...]
+            ]
+        ],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -221,7 +225,7 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor, _, _, _ in reversed(self.kernels):
+        for _, wrt, _, _, inputs, factor, _, _, _, _ in reversed(self.kernels):
             if wrt in needed:
                 needed.update(inputs)
                 if factor.endswith("__"):  # an intermediate; an input factor is read, not differentiated
@@ -311,7 +315,27 @@ class Gradient:
         values.update(saved or {})
         square = not graph.bipartite
         workers = resolve_threads(threads)  # the weight products' (runtime/products.py)
-        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs in self.kernels:
+        by_pairs = self.pair_module is not None and arrays.pair_sums
+        summed: dict[str, Any] = {}  # pair sums by kernel: a weight's and an input's gradient share them
+        taken: list[tuple[tuple, Any]] = []  # kept arrays this call wrote, given back at its end
+
+        def pair_sums(pairs: str, side: str, weight: str, call: dict) -> Any:
+            """The adjoints summed per (end, relation) pair by kernel `pairs` (`_Builder.pair_kernel`)."""
+            if pairs not in summed:
+                kernel, g = getattr(self.pair_module, pairs), plans.pair_graph(graph, side)
+                fitted = _leading_rows(kernel, g, _read_by(kernel, call))
+                # a pair's adjoint row is the product's: [.., N] of W [R, .., K, N]
+                w = arrays.shape(named[weight])
+                key = (pairs, (g.num_dst, *w[1:-2], w[-1]), dtype)
+                out = self._kept.take(key)
+                if out is None:  # the reference module's are float64: the kernels that read them take dtype
+                    summed[pairs] = arrays.cast(arrays.run(kernel, g, fitted, threads), dtype)
+                else:
+                    summed[pairs] = arrays.run_into(kernel, g, fitted, threads, out)
+                    taken.append((key, out))
+            return summed[pairs]
+
+        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs, via in self.kernels:
             if saved and wrt in saved:
                 continue  # the forward pass computed it
             if on_square is not None and on_square != square:
@@ -326,23 +350,23 @@ class Gradient:
             f = (values[factor] if factor.endswith("__") else named[factor]) if factor else None
             # a relation weight: a block per leading index (W: [R, .., K, N]) or one matrix ([R, K, N])
             blocks = len(arrays.shape(named[wrt])) - 3 if relation in ("u", "v") else 0
-            if relation in ("u", "v") and pairs and self.pair_module is not None and arrays.pair_sums:
+            if relation in ("u", "v") and pairs and by_pairs:
                 # its adjoints summed per (end, relation) pair, never written per edge, then one
                 # factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
                 side = "src" if relation == "u" else "dst"
-                kernel, g = getattr(self.pair_module, pairs), plans.pair_graph(graph, side)
-                fitted = _leading_rows(kernel, g, _read_by(kernel, call))
-                # a pair's adjoint row is the product's: [.., N] of W [R, .., K, N]
-                weight = arrays.shape(named[wrt])
-                key = (pairs, (g.num_dst, *weight[1:-2], weight[-1]), dtype)
-                out = self._kept.take(key)
-                sums = (
-                    arrays.run(kernel, g, fitted, threads)
-                    if out is None
-                    else arrays.run_into(kernel, g, fitted, threads, out)
-                )
+                sums = pair_sums(pairs, side, wrt, call)
                 part = arrays.pair_products(f, sums, graph, side, blocks, threads=workers)
-                self._kept.keep(key, sums)
+            elif via and by_pairs:
+                # an input's part through its weights' pair sums: per pair, the row times its
+                # relation's W^T, summed per vertex (`_Builder.resolve_pair_inputs`)
+                part = None
+                for sums_kernel, transform, weight, site in via:
+                    side = "src" if site == "u" else "dst"
+                    rows = {"s": pair_sums(sums_kernel, side, weight, call), f"{weight}_T__": named[f"{weight}_T__"]}
+                    t = arrays.run(
+                        getattr(self.pair_module, transform), plans.pair_vertex_graph(graph, side), rows, threads
+                    )
+                    part = t if part is None else arrays.add_parts(part, t)
             else:
                 kernel = getattr(self.module, name)
                 if graph.bipartite:
@@ -366,6 +390,8 @@ class Gradient:
                     grads[wrt] = arrays.padded(grad, given[0])
         for name in self.constant:
             grads[name] = arrays.zeros_like(named[name])
+        for key, array in taken:  # no kernel of this call reads them any more
+            self._kept.keep(key, array)
         return grads
 
 
