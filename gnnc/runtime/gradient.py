@@ -22,7 +22,10 @@ destinations ("v") and r's rows of G: one dense product per relation,
 over the edges `plans.relation_edges` groups. Where the gradient has a pair
 kernel for it (`pairs`), G is never written per edge: that kernel sums it per
 (end, relation) pair on `plans.pair_graph`, and the product takes one factor
-row per pair.
+row per pair. An input read by such a product (`x[u] @ W[rel(e)]`) may take
+its gradient from the same pair sums (`via_pairs`): each pair's row times its
+relation's W^T, summed per vertex on `plans.pair_vertex_graph`; the sums are
+computed once per call for both.
 
 On a bipartite graph (DGL's block convention: destinations are the first
 sources) an input read at both sides has num_src rows, yet a gradient kernel
