@@ -417,9 +417,8 @@ class _KeptArrays:
             kept = self._arrays.pop(key, None)
         return memory.empty(shape, dtype) if kept is None else kept
 
-    def keep(self, key: tuple, array: Any) -> None:
-        if not isinstance(array, np.ndarray) or array.nbytes < KEEP_PAIR_SUMS_BYTES:
-            return
+    def keep(self, key: tuple, array: np.ndarray) -> None:
+        """Gives back an array `take` gave for `key`."""
         with self._lock:
             self._arrays[key] = array
             while len(self._arrays) > KEEP_PAIR_SUMS:

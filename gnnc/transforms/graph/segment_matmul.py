@@ -67,10 +67,10 @@ class SegmentMatMul(RewritePattern):
     """materialize_pairs(matvec(gather(x, dst), gather(W, rel))) -> segment_matmul(x, W), where
     the matrix's K and N are constants."""
 
-    def __init__(self, rows: int | None, fixed: set[str], sizes: dict[str, int]):
+    def __init__(self, rows: int | None, sizes: dict[str, int]):
         super().__init__()
         self.rows = rows
-        self.fixed = fixed
+        #: the dimensions compiled in, with their sizes
         self.sizes = sizes
 
     @op_type_rewrite_pattern
@@ -92,7 +92,7 @@ class SegmentMatMul(RewritePattern):
         assert isinstance(xt, graph.TensorType) and isinstance(wt, graph.TensorType)
         if len(xt.shape) != 1 or len(wt.shape) != 2:
             return  # rows with head axes keep the per-pair sweep
-        if any(isinstance(d, str) and d not in self.fixed for d in wt.shape):
+        if any(isinstance(d, str) and d not in self.sizes for d in wt.shape):
             return  # sizes known at run time only: the per-pair sweep is faster
         n = wt.shape[1]
         rows = self.rows if self.rows is not None else default_rows(self.sizes.get(n, 0) if isinstance(n, str) else n)
@@ -117,6 +117,5 @@ class SegmentMatMulPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and graph.RESULT_NAMES in f.attributes]:
-            sizes = _fixed_sizes(fn)
-            PatternRewriteWalker(SegmentMatMul(self.rows, set(sizes), sizes)).rewrite_region(fn.body)
+            PatternRewriteWalker(SegmentMatMul(self.rows, _fixed_sizes(fn))).rewrite_region(fn.body)
         DeadCodeElimination().apply(ctx, op)
