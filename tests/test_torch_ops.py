@@ -469,7 +469,8 @@ def test_kernels_run_in_forked_dataloader_workers():
 def test_forward_keeps_intermediates_only_when_a_gradient_is_needed(monkeypatch):
     op = gt.kernel(EXAMPLES / "sage_max.gnn", "sage_max")
     calls = []
-    for name in ("forward", "forward_saving"):
+    # eager CPU calls run the implementations without the dispatcher (ops.direct)
+    for name in ("forward_impl", "saving_impl"):
         original = getattr(op.ops, name)
         monkeypatch.setattr(op.ops, name, lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
     x = torch.rand(V, 3)
@@ -477,6 +478,39 @@ def test_forward_keeps_intermediates_only_when_a_gradient_is_needed(monkeypatch)
     op(EDGE_INDEX, x.requires_grad_()).sum().backward()
     with torch.no_grad():
         op(EDGE_INDEX, x)
-    assert calls == ["forward", "forward_saving", "forward"]
+    assert calls == ["forward_impl", "saving_impl", "forward_impl"]
     # each destination with in-edges (0, 1 and 2) passes its gradient to one winning source per feature
     torch.testing.assert_close(x.grad.sum(0), torch.full((3,), 3.0))
+
+
+def test_eager_calls_skip_the_dispatcher_only_where_nothing_would_see_it():
+    """An eager CPU call runs the op's implementation directly (ops.direct); under a profiler or
+    a dispatch mode it goes through the dispatcher, so both see the `gnnc::` ops, forward and backward."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    op = gt.kernel(EXAMPLES / "sage_mean.gnn", "sage_mean")
+    x = _input((V, 2))
+    expected = op(EDGE_INDEX, x).detach()
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        out = op(EDGE_INDEX, x)
+        out.sum().backward()
+    gnnc_ops = [o for o in seen.ops if o.startswith("gnnc.")]
+    assert len(gnnc_ops) == 2 and gnnc_ops[1].endswith("_backward.default"), seen.ops
+    torch.testing.assert_close(out.detach(), expected)
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        op(EDGE_INDEX, x).sum().backward()
+    names = [e.name for e in prof.events()]
+    assert any(n.startswith("gnnc::") and not n.endswith("_backward") for n in names), names
+    assert any(n.startswith("gnnc::") and n.endswith("_backward") for n in names), names

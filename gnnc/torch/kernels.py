@@ -28,6 +28,7 @@ from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import NO_GRAPH, take_graph
 from gnnc.torch import cuda, graphs, ops
+from gnnc.torch.ops import direct
 
 #: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
 _jit_tracing = torch.jit.is_tracing  # type: ignore[attr-defined]
@@ -139,9 +140,11 @@ class Kernel:
         if _eager():
             if keeps:
                 out = ops.eager(saving).apply(*graph_args, *tensors, threads)
+            elif direct((*graph_args, *tensors)):  # nothing to differentiate: the CPU code itself
+                out = ops.forward_impl(*graph_args, *tensors, threads)
             else:  # nothing to differentiate: the op below autograd
                 with torch._C._AutoDispatchBelowAutograd():
-                    out = (ops.forward_saving if saving else ops.forward)(*graph_args, *tensors, threads)
+                    out = ops.forward(*graph_args, *tensors, threads)
         elif saving:
             out = ops.forward_saving(*graph_args, *tensors, threads)
         else:
