@@ -244,6 +244,11 @@ def message_passing_seconds(prof: Any, fw: str) -> float:
         if not forward_names(ev.name) or _has_ancestor(ev, forward_names):
             continue
         total += ev.cpu_time_total
+        parent = ev.cpu_parent
+        if fw == "gnnc" and parent is not None and parent.name == ev.name.removeprefix("gnnc::"):
+            # an eager call's op runs inside its autograd Function (gnnc.torch.ops' `eager`):
+            # the backward node, which runs the backward op, carries the Function's number
+            marked.add(parent.sequence_nr)
         for child in _descendants(ev):
             if child.sequence_nr >= 0:
                 marked.add(child.sequence_nr)

@@ -205,12 +205,17 @@ def walk(call, fold_check: bool = True) -> list[str]:
         if name.startswith("gnnc") and code.co_name not in COMPREHENSIONS and (not modules or modules[-1] != name):
             modules.append(name)
 
+    # garbage of earlier tests (a variant's library, whose finalizer is in runtime/native.py)
+    # is collected now, not inside the walk
+    gc.collect()
+    gc.disable()
     previous = sys.getprofile()
     sys.setprofile(profile)
     try:
         call()
     finally:
         sys.setprofile(previous)
+        gc.enable()
     return modules
 
 

@@ -114,3 +114,65 @@ def test_threads_none_follows_omp_num_threads(gat, monkeypatch):
         monkeypatch.setenv("OMP_NUM_THREADS", n)
         gat(graph, *args)
     assert sorted(e.threads for e in _entries(graph)) == [1, 2]
+
+
+def _bipartite(seed: int, n_src: int, n_dst: int, e: int) -> gnnc.Graph:
+    rng = np.random.default_rng(seed)
+    return gnnc.Graph.from_coo(rng.integers(0, n_src, e), rng.integers(0, n_dst, e), shape=(n_src, n_dst))
+
+
+def _count_checks(monkeypatch) -> list:
+    from gnnc.runtime import module
+
+    checks = []
+    original = module.prepare_call
+    monkeypatch.setattr(module, "prepare_call", lambda *a, **k: checks.append(1) or original(*a, **k))
+    return checks
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_new_graphs_reuse_the_layout_of_a_call_shape(gat, gat_reference, monkeypatch, threads):
+    """Mini-batch blocks: each call a new graph of other sizes, the same feature widths. After
+    the first, a call is laid out from the last one of its shape (`Kernel._run_as_before`):
+    no check, and every graph-sized part (results, temps, CSR, counts) its own graph's."""
+    checks = _count_checks(monkeypatch)
+    sizes = [(300, 40, 900), (120, 90, 500), (300, 40, 1), (500, 7, 3000), (64, 64, 0), (300, 40, 900)]
+    for i, (n_src, n_dst, e) in enumerate(sizes):
+        graph = _graph(i, n_src, e) if n_src == n_dst else _bipartite(i, n_src, n_dst, e)
+        h = np.random.default_rng(i).random((n_src, 8), dtype=np.float32)
+        el = np.random.default_rng(i + 1).random(n_src, dtype=np.float32)
+        er = np.random.default_rng(i + 2).random(n_dst, dtype=np.float32)
+        if graph.bipartite:  # att reads el at u and er at v: rows per source and per destination
+            got = gat(graph, h, el, er, threads=threads)
+            want = gat_reference(graph, h=h, el=el, er=er)
+        else:
+            got = gat(graph, h, el, np.resize(er, n_src), threads=threads)
+            want = gat_reference(graph, h=h, el=el, er=np.resize(er, n_src))
+        assert got.shape == (n_dst, 8)
+        assert_matches(got, want, graph, np.float32)
+    assert len(checks) <= 1, "only the first call takes the checked way (none: an earlier test's shape)"
+
+
+def test_a_new_graph_the_inputs_do_not_fit_takes_the_checked_way(gat, monkeypatch):
+    checks = _count_checks(monkeypatch)
+    first = _bipartite(0, 300, 40, 900)
+    gat(first, np.ones((300, 8), np.float32), np.ones(300, np.float32), np.ones(40, np.float32), threads=1)
+    before = len(checks)
+    other = _bipartite(1, 200, 40, 900)  # 200 sources: h's 300 rows do not fit
+    with pytest.raises(gnnc.ArgumentError, match="leading axis"):
+        gat(other, np.ones((300, 8), np.float32), np.ones(300, np.float32), np.ones(40, np.float32), threads=1)
+    assert len(checks) == before + 1
+
+
+def test_a_new_graph_decided_otherwise_is_laid_out_anew():
+    """A graph past the default schedule's small class runs another variant: its own layout."""
+    kernel = gnnc.compile("kernel s(x: f32[V, F]) -> f32[V, F] { out[v] = mean(x[u]) }").s
+    reference = gnnc.compile("kernel s(x: f32[V, F]) -> f32[V, F] { out[v] = mean(x[u]) }", target="reference").s
+    runners = []
+    for i, e in enumerate((500, 40_000, 700, 40_000)):
+        graph = _bipartite(i, 2000, 600, e)
+        x = np.random.default_rng(i).random((2000, 8), dtype=np.float32)
+        assert_matches(kernel(graph, x, threads=1), reference(graph, x=x), graph, np.float32)
+        runners.append([p.runner() for p in _entries(graph)])
+    # the classes alternate: each graph runs its class's kernel, never the other's layout
+    assert runners[0] == runners[2] and runners[1] == runners[3] and runners[0] != runners[1]

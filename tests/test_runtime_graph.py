@@ -62,6 +62,23 @@ def test_coo_matches_loop():
     np.testing.assert_array_equal(g.out_eid, out_eid)
 
 
+@given(edge_lists())
+def test_an_int64_edge_index_with_its_shape_takes_one_copy_and_builds_the_same_graph(edges):
+    """`from_edge_index(int64 2 x E, shape=(n, m))` (a mini-batch block) builds as the general way;
+    an id out of range there gets the general way's message; the graph owns its copy."""
+    src, dst, n = edges
+    edge_index = np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)])
+    want = Graph.from_coo(src, dst, shape=(n, n))
+    got = Graph.from_edge_index(edge_index, shape=(n, n))
+    assert_same_graph(got, want)
+    edge_index[:] = 0  # the caller's array, edited afterwards
+    assert_same_graph(got, want)
+    if src.size:
+        top = int(max(np.max(src), np.max(dst)))  # the largest id is out of range for top vertices
+        with pytest.raises(GraphError, match="out of range"):
+            Graph.from_edge_index(np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)]), shape=(top, top))
+
+
 def test_every_constructor_gives_the_same_edge_ids():
     want = Graph.from_coo(SRC, DST, num_vertices=V)
     assert_same_graph(Graph.from_edge_index(np.stack([SRC, DST]), num_vertices=V), want)

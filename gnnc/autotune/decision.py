@@ -206,6 +206,27 @@ def _decide(
     return _default(kernel, graph, dims, resolved)
 
 
+def _refused(name: str, directives: str) -> str:
+    return f"{name}: runs as compiled (the default {_one_line(directives)!r} does not apply to it)"
+
+
+#: Per kernel, the variant each default schedule text picked, weakly (a module keeps its variants).
+_DEFAULT_VARIANTS: weakref.WeakKeyDictionary[Any, dict[str, weakref.ref]] = weakref.WeakKeyDictionary()
+
+
+def _default_variant(kernel: Any, directives: str) -> Any:
+    """`kernel._variant(directives)`, remembered per kernel and text: every new graph of a
+    class asks for the same default (mini-batch blocks: every call)."""
+    per_kernel = _DEFAULT_VARIANTS.setdefault(kernel, {})
+    ref = per_kernel.get(directives)
+    variant = ref() if ref is not None else None
+    if variant is None:
+        variant = kernel._variant(directives)
+        per_kernel[directives] = weakref.ref(variant)
+    return variant
+
+
+@functools.lru_cache(maxsize=256)
 def _one_line(directives: str) -> str:
     return "; ".join(line.strip() for line in directives.splitlines() if line.strip())
 
@@ -235,16 +256,15 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     if directives is None:
         reason = f"{name}: runs as compiled, the default for {_shape(graph, dims)}"
         return _made(kernel, graph, dims, threads, None, Origin.DEFAULT, reason)
-    refused = f"{name}: runs as compiled (the default {_one_line(directives)!r} does not apply to it)"
     if directives in kernel._refused:
-        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, refused)
+        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, _refused(name, directives))
     try:
-        variant = kernel._variant(directives)
+        variant = _default_variant(kernel, directives)
     except CompileError:
         # the schedule cannot apply to this kernel (partitioning a softmax):
         # it runs as compiled, and the compiler is not asked again
         kernel._refused.add(directives)
-        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, refused)
+        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, _refused(name, directives))
     reason = f"{name}: default schedule {_one_line(directives)!r} for {_shape(graph, dims)}"
     return _made(variant, graph, dims, threads, directives, Origin.DEFAULT, reason)
 
@@ -434,18 +454,15 @@ def _workspace(
 ) -> tuple[tuple[str, int], ...]:
     """The per-call buffers the kernel's arguments name, in elements: never read before written."""
     record = runner._abi
-    per_thread = abi.scratch_slice_elements(sum(abi.elements(s, dims) for s in record.scratch), itemsize)
+    per_thread, temps, row_stride = _workspace_rows(runner, tuple(dims.items()), itemsize)
     sizes = {"scratch": per_thread * threads}  # whole lines per worker
-    arguments = runner._arguments  # abi.kernel_arguments of its record, listed once by the runtime
     rows = {"V": graph.num_dst, "E": graph.num_edges}
     for side, domain in (("src", "RS"), ("dst", "RD")):
         if side in record.pairs:
             rows[domain] = plans.relation_pairs(graph, side).num_pairs
-    temps = [a.name for a in arguments if a.group is abi.Group.TEMPS]
-    for name, temp in zip(temps, record.temps, strict=True):
-        n = graph.num_src if temp.source_rows else rows[temp.domain]
-        sizes[name] = max(1, n * abi.elements(temp.shape, dims))
-    row_stride = sum(abi.elements(s, dims) for s in record.acc_rows)
+    for name, source_rows, domain, row in temps:
+        n = graph.num_src if source_rows else rows[domain]
+        sizes[name] = max(1, n * row)
     if record.partitions:
         sizes["acc_rows"] = max(1, graph.num_vertices * row_stride)
     if record.stream:
@@ -457,3 +474,26 @@ def _workspace(
         # an edge mapping's per-destination accumulators: a scratch slice per vertex
         sizes["dst_scratch"] = max(1, per_thread * graph.num_vertices)
     return tuple(sizes.items())
+
+
+#: Per kernel that runs, by (sizes, itemsize): what `_workspace` reads of it whatever the graph.
+_WORKSPACE_ROWS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple]] = weakref.WeakKeyDictionary()
+
+
+def _workspace_rows(runner: Any, dims: tuple, itemsize: int) -> tuple[int, tuple, int]:
+    """(one worker's scratch elements, per temporary (argument name, rows at sources, row
+    domain, elements per row), accumulator row elements) of `runner` at sizes `dims`, made once."""
+    per_runner = _WORKSPACE_ROWS.setdefault(runner, {})
+    made = per_runner.get((dims, itemsize))
+    if made is None:
+        record, sizes = runner._abi, dict(dims)
+        per_thread = abi.scratch_slice_elements(sum(abi.elements(s, sizes) for s in record.scratch), itemsize)
+        # abi.kernel_arguments of its record, listed once by the runtime
+        names = [a.name for a in runner._arguments if a.group is abi.Group.TEMPS]
+        temps = tuple(
+            (name, temp.source_rows, temp.domain, abi.elements(temp.shape, sizes))
+            for name, temp in zip(names, record.temps, strict=True)
+        )
+        row_stride = sum(abi.elements(s, sizes) for s in record.acc_rows)
+        made = per_runner[(dims, itemsize)] = (per_thread, temps, row_stride)
+    return made

@@ -130,6 +130,10 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+#: The element types degrees take by the language's names (a new graph asks for them by name).
+_FLOAT_NAMES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
+
+
 def _float_dtype(dtype: Any) -> np.dtype:
     aliases = {"f32": np.float32, "f64": np.float64}
     try:
@@ -253,6 +257,10 @@ class Graph:
     ) -> Graph:
         """From a ``2 x E`` array or tensor: row 0 sources, row 1 destinations (as PyG);
         ``edge_type`` (E integers in ``[0, num_relations)``) gives each edge's relation."""
+        if num_vertices is None and edge_type is None and num_relations is None:
+            graph = _from_int64_edge_index(edge_index, shape)
+            if graph is not None:
+                return graph
         return cls._new(*_coo_from_edge_index(edge_index, num_vertices, shape), edge_type, num_relations)
 
     @classmethod
@@ -536,7 +544,8 @@ class Graph:
         key = (direction, dtype if isinstance(dtype, (str, type, np.dtype)) else _float_dtype(dtype), padded)
         deg = self._degrees.get(key)
         if deg is None:
-            dt = _float_dtype(dtype)
+            named = _FLOAT_NAMES.get(dtype) if isinstance(dtype, str) else None
+            dt = named if named is not None else _float_dtype(dtype)
             n = self.num_ids if padded else self.num_dst if direction == "in" else self.num_src
             if direction == "in":
                 counts = self._in_counts_of()  # made with the in-CSR
@@ -649,6 +658,34 @@ def _coo_from_edge_index(
         )
     ids = _ids(arr, "edge_index", 2)  # an owned copy: its rows are the graph's own
     return _with_sizes(ids[0], ids[1], sizes)
+
+
+def _from_int64_edge_index(edge_index: Any, shape: Any) -> Graph | None:
+    """The graph of a ``2 x E`` int64 numpy array or CPU tensor with ``shape=(int, int)`` and
+    every id in range, with one copy and two reductions (a mini-batch block is a new graph every
+    call: `_coo_from_edge_index`'s general checks cost a third of its conversion); None for
+    anything else, which the general way converts or refuses with its message."""
+    if not (isinstance(shape, tuple) and len(shape) == 2 and all(type(n) is int and n >= 0 for n in shape)):
+        return None
+    if isinstance(edge_index, np.ndarray):
+        arr = edge_index
+    elif is_torch_tensor(edge_index) and edge_index.device.type == "cpu" and not edge_index.requires_grad:
+        arr = edge_index.numpy()
+    else:
+        return None
+    if arr.dtype != np.int64 or arr.ndim != 2 or arr.shape[0] != 2:
+        return None
+    ids = arr.copy()  # C-contiguous and owned: its rows are the graph's own
+    n_src, n_dst = shape
+    if ids.shape[1]:
+        top = ids.max(axis=1)
+        if ids.min() < 0 or top[0] >= n_src or top[1] >= n_dst:
+            return None
+    limits.check_graph_size(n_src, n_dst, ids.shape[1])
+    graph = Graph.__new__(Graph)
+    graph._build(ids[0], ids[1], n_src, n_dst, checked=True)
+    graph._set_relations(None, None)
+    return graph
 
 
 def _check_indptr(ptr: np.ndarray, owner: str = "", nnz: int | None = None) -> None:

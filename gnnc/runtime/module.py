@@ -29,7 +29,7 @@ from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
 from gnnc.runtime import compile_hook, memory, native, prepared, records
 from gnnc.runtime.cuda import is_device_array
-from gnnc.runtime.signature import NO_GRAPH, pack_results, prepare_call, take_graph
+from gnnc.runtime.signature import NO_GRAPH, pack_results, prepare_call, result_shapes_on, take_graph
 from gnnc.runtime.variants import Variants
 
 _log = logging.getLogger(__name__)
@@ -70,6 +70,17 @@ def _positional(names: tuple[str, ...], args: tuple, kwargs: dict[str, Any]) -> 
         return None
 
 
+#: Argument layouts a kernel keeps for calls on new graphs (`Kernel._run_as_before`), by call shape.
+MAX_LAYOUTS = 16
+
+
+def _layout_key(leading: tuple[bool, ...], shape: tuple) -> tuple:
+    """A call shape (`call_key`) without the inputs' rows over V, E and R: what the argument
+    layout depends on whatever the graph."""
+    _, serial, shapes, *rest = shape
+    return (serial, tuple(s[1:] if lead else s for lead, s in zip(leading, shapes)), *rest)
+
+
 def call_key(serial: int, inputs: tuple, threads: int | None, schedule: str | None) -> tuple | None:
     """The key of a call's shape in `graph.plans`, where its `Prepared` call is kept: the kernel,
     the inputs' shapes, the threads asked for and what they mean now, the schedule asked for;
@@ -104,6 +115,10 @@ class Kernel:
         self._abi = abi.AbiRecord.from_dict(record["abi"])
         self._dtype = np.dtype(_DTYPES[self.signature.dtype])
         self._param_names = tuple(p.name for p in self.signature.params)
+        #: which inputs have a leading axis over V, E or R (rows that follow the graph)
+        self._leading = tuple(bool(p.domain) for p in self.signature.params)
+        #: the argument layouts of recent call shapes, for calls on new graphs (`_run_as_before`)
+        self._layouts: dict[tuple, tuple[prepared.Prepared, dict[str, int]]] = {}
         self._result_names = tuple(r.name for r in self.signature.results)
         self._single_result = self.signature.single_result
         # the argument layout, once: every call places its values by these names
@@ -158,6 +173,10 @@ class Kernel:
                     result = ready(given)
                     if result is not None:
                         return result
+                elif ready is None and given is not None:
+                    result = self._run_as_before(shape, graph, given, threads, schedule)
+                    if result is not None:
+                        return result
         if not isinstance(deterministic, bool):
             raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
         if graph is NO_GRAPH or "graph" in kwargs:  # a warm call's path stays in this module
@@ -173,7 +192,42 @@ class Kernel:
         call(inputs, outputs)
         if shape is not None and given is not None and all(a is i for a, i in zip(given, inputs)):
             graph.plans[shape] = call  # the check passed these arrays as they are: so will it again
+            self._keep_layout(_layout_key(self._leading, shape), call, dims)
         return results
+
+    def _keep_layout(self, key: tuple, call: prepared.Prepared, dims: dict[str, int]) -> None:
+        """`call` as the layout of its shape (the most recent first out of MAX_LAYOUTS)."""
+        layouts = self._layouts
+        layouts.pop(key, None)
+        layouts[key] = (call, dims)
+        while len(layouts) > MAX_LAYOUTS:
+            try:  # another thread's call may drop the same entry
+                del layouts[next(iter(layouts))]
+            except (KeyError, RuntimeError, StopIteration):
+                break
+
+    def _run_as_before(self, shape: tuple, graph: Graph, given: tuple, threads: int | None, schedule: Any) -> Any:
+        """A call on a graph new to this kernel, of a shape it ran on another graph (the same
+        inputs but their rows): that call's argument layout, refilled with this graph's arrays
+        (`Prepared.rebound`), where the inputs fit this graph and its decision runs the same;
+        None otherwise, for the checked way. Every mini-batch block is a new graph: this leaves
+        out the check and the layout, a third of a small call's cost on a new graph."""
+        before = self._layouts.get(_layout_key(self._leading, shape))
+        if before is None:
+            return None
+        call, dims = before
+        if not call.accepts(given):
+            return None
+        results = result_shapes_on(self.signature, graph, given, dims)
+        if results is None:
+            return None
+        decided, _ = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
+        if not call.runs_as(decided):
+            return None
+        ready = call.rebound(plans.build(graph, decided.plans), decided, results)
+        graph.plans[shape] = ready
+        _log.debug("%s", decided.reason)
+        return ready(given)
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> None:
         """Runs this kernel exactly as compiled, with `n_threads` workers, on checked

@@ -64,6 +64,55 @@ class Prepared:
     keep_workspace: bool
     #: what the fixed arrays belong to: the graph's plans and the decision
     keep: tuple[Any, ...]
+    #: where each fixed value goes: (position, name, its index in `pointers` or None for a scalar)
+    fixed: tuple[tuple[int, str, int | None], ...]
+
+    @property
+    def decision(self) -> Decision:
+        """The decision this call was laid out for."""
+        return self.keep[1]
+
+    def rebound(self, graph_arguments: Mapping[str, Any], decided: Decision, results: tuple) -> Prepared:
+        """This call laid out for another graph: the same kernel, plan spec, arguments and
+        workspace buffers (`decided` must run the same as this call's decision, on the other
+        graph), that graph's arrays and counts in place of this one's, results of `results`'
+        shapes. What `make` would lay out there, without walking the ABI again."""
+        fixed = {**graph_arguments, **decided.arguments}
+        values = list(self.values)
+        pointers = list(self.pointers)
+        for position, name, slot in self.fixed:
+            if slot is None:
+                values[position] = fixed.get(name)
+            else:
+                pointers[slot] = (position, _FIXED, fixed.get(name))
+        return Prepared(
+            runner=self.runner,
+            dtype=self.dtype,
+            results=results,
+            names=self.names,
+            workspace=decided.workspace,
+            values=values,
+            pointers=tuple(pointers),
+            threads=self.threads,
+            reason=decided.reason,
+            # workspace sets of the same sizes serve both (a small call's are graph-free)
+            spare=self.spare if decided.workspace == self.workspace else [],
+            keep_workspace=_keeps(decided.workspace, self.dtype),
+            keep=(graph_arguments, decided),
+            fixed=self.fixed,
+        )
+
+    def runs_as(self, decided: Decision) -> bool:
+        """Whether `decided` (for another graph) runs what this call's decision runs: the same
+        kernel, plan spec, graph-free arguments and workspace buffers (their sizes may differ)."""
+        mine = self.keep[1]
+        return (
+            decided.kernel() is self.runner()
+            and (decided.plans is mine.plans or decided.plans == mine.plans)
+            and decided.arguments is mine.arguments
+            and len(decided.workspace) == len(mine.workspace)
+            and all(a[0] == b[0] for a, b in zip(decided.workspace, mine.workspace))
+        )
 
     def accepts(self, args: tuple) -> bool:
         dtype = self.dtype
@@ -105,9 +154,12 @@ def make(runner: Any, decided: Decision, graph_arguments: Mapping[str, Any], out
     sources.update({name: (_WORKSPACE, i) for i, (name, _) in enumerate(decided.workspace)})
     fixed = {**graph_arguments, **decided.arguments}
     values: list[Any] = []
-    pointers = []
+    pointers: list[tuple[int, int, Any]] = []
+    fixed_at: list[tuple[int, str, int | None]] = []
     for position, (name, pointer) in enumerate(function._layout):
         source, index = sources.get(name, (_FIXED, fixed.get(name)))
+        if source == _FIXED:
+            fixed_at.append((position, name, len(pointers) if pointer else None))
         if pointer:
             pointers.append((position, source, index))
             values.append(None)
@@ -125,9 +177,14 @@ def make(runner: Any, decided: Decision, graph_arguments: Mapping[str, Any], out
         threads=int(decided.arguments.get("num_threads", 1)),
         reason=decided.reason,
         spare=[],
-        keep_workspace=sum(n for _, n in decided.workspace) * dtype.itemsize <= KEEP_WORKSPACE_BYTES,
+        keep_workspace=_keeps(decided.workspace, dtype),
         keep=(graph_arguments, decided),
+        fixed=tuple(fixed_at),
     )
+
+
+def _keeps(workspace: tuple[tuple[str, int], ...], dtype: np.dtype) -> bool:
+    return sum(n for _, n in workspace) * dtype.itemsize <= KEEP_WORKSPACE_BYTES
 
 
 __all__ = ["KEEP_WORKSPACE_BYTES", "Prepared", "make"]

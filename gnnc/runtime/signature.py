@@ -10,6 +10,7 @@ so that nothing is written half-way when an argument is bad.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from gnnc.graph.tensors import is_torch_tensor
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.runtime import memory
 
-__all__ = ["KernelSignature", "TensorSig", "pack_results", "prepare_call"]
+__all__ = ["KernelSignature", "TensorSig", "pack_results", "prepare_call", "result_shapes_on"]
 
 #: Call options: never the name of an input (the frontend rejects such parameters).
 CALL_OPTIONS = ("out", "threads", "schedule", "graph")
@@ -135,17 +136,8 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
     lead = 1 if p.domain else 0
     if arr.ndim != lead + len(p.shape):
         raise ArgumentError(f"{what}: expected {lead + len(p.shape)} axes {p.describe()}, got shape {tuple(arr.shape)}")
-    if p.domain == "V":
-        _check_vertex_rows(what, p, arr.shape[0], graph)
-    if p.domain == "E" and arr.shape[0] != graph.num_edges:
-        raise ArgumentError(
-            f"{what}: its leading axis (E) has {arr.shape[0]} entries but the graph has {graph.num_edges} edges"
-        )
-    if p.domain == "R" and arr.shape[0] != graph.num_relations:
-        raise ArgumentError(
-            f"{what}: its leading axis (R) has {arr.shape[0]} entries but the graph has "
-            f"{graph.num_relations} relation types (num_relations)"
-        )
+    if p.domain:
+        _check_rows(what, p, arr.shape[0], graph)
     for axis, (dim, size) in enumerate(zip(p.shape, arr.shape[lead:]), start=lead):
         if isinstance(dim, str):
             dims.bind(dim, int(size), f"'{p.name}' (axis {axis})")
@@ -155,6 +147,54 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
             )
     # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
     return arr if arr.flags.c_contiguous else np.array(arr, order="C")
+
+
+def _check_rows(what: str, p: TensorSig, rows: int, graph: Any) -> None:
+    """The leading axis of an input over V, E or R against the graph's sizes."""
+    if p.domain == "V":
+        _check_vertex_rows(what, p, rows, graph)
+    elif p.domain == "E" and rows != graph.num_edges:
+        raise ArgumentError(
+            f"{what}: its leading axis (E) has {rows} entries but the graph has {graph.num_edges} edges"
+        )
+    elif p.domain == "R" and rows != graph.num_relations:
+        raise ArgumentError(
+            f"{what}: its leading axis (R) has {rows} entries but the graph has "
+            f"{graph.num_relations} relation types (num_relations)"
+        )
+
+
+def _check_graph(sig: KernelSignature, graph: Any) -> None:
+    """What the kernel needs of any graph it runs on, whatever its inputs."""
+    if graph.bipartite and sig.values_read_at_src:
+        raise ArgumentError(
+            f"{sig.name} reads its vertex value{'s' if len(sig.values_read_at_src) > 1 else ''} "
+            f"{', '.join(repr(n) for n in sig.values_read_at_src)} at u, but a vertex value exists only at "
+            f"destinations: on a bipartite graph ({graph.num_src} sources, {graph.num_dst} destinations) "
+            "sources have none; call it on a square graph"
+        )
+    if (sig.relations or any(p.domain == "R" for p in sig.params)) and not graph.has_relations:
+        raise ArgumentError(
+            f"{sig.name} reads the edges' relation types (rel(e)), but the graph has none: build it with "
+            "gnnc.Graph(edge_index, edge_type=..., num_relations=...)"
+        )
+
+
+def result_shapes_on(
+    sig: KernelSignature, graph: Any, inputs: Sequence[np.ndarray], dims: dict[str, int]
+) -> tuple[tuple[int, ...], ...] | None:
+    """The result shapes of a call on `graph` with `inputs`: C-contiguous arrays of the kernel's
+    dtype that `prepare_call` accepted on another graph with these sizes (`dims`) and the same
+    axes past the leading one; None where they may not fit this graph (`prepare_call` then
+    says why). The part of `prepare_call`'s check that depends on the graph."""
+    try:
+        _check_graph(sig, graph)
+        for p, arr in zip(sig.params, inputs):
+            if p.domain:
+                _check_rows(p.name, p, arr.shape[0], graph)
+        return tuple(_result_shape(sig, r, graph, dims) for r in sig.results)
+    except ArgumentError:
+        return None
 
 
 def vertex_rows(p: TensorSig, graph: Any) -> tuple[int, ...]:
@@ -263,18 +303,7 @@ def prepare_call(
     symbolic dimension to its size.
     """
     bound = _bind_args(sig, tuple(args), dict(kwargs))
-    if graph.bipartite and sig.values_read_at_src:
-        raise ArgumentError(
-            f"{sig.name} reads its vertex value{'s' if len(sig.values_read_at_src) > 1 else ''} "
-            f"{', '.join(repr(n) for n in sig.values_read_at_src)} at u, but a vertex value exists only at "
-            f"destinations: on a bipartite graph ({graph.num_src} sources, {graph.num_dst} destinations) "
-            "sources have none; call it on a square graph"
-        )
-    if (sig.relations or any(p.domain == "R" for p in sig.params)) and not graph.has_relations:
-        raise ArgumentError(
-            f"{sig.name} reads the edges' relation types (rel(e)), but the graph has none: build it with "
-            "gnnc.Graph(edge_index, edge_type=..., num_relations=...)"
-        )
+    _check_graph(sig, graph)
     dims = _Dims()
     inputs = [_convert_input(sig, p, bound[p.name], graph, dims) for p in sig.params]
     given = _given_outputs(sig, out)
