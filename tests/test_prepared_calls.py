@@ -176,3 +176,16 @@ def test_a_new_graph_decided_otherwise_is_laid_out_anew():
         runners.append([p.runner() for p in _entries(graph)])
     # the classes alternate: each graph runs its class's kernel, never the other's layout
     assert runners[0] == runners[2] and runners[1] == runners[3] and runners[0] != runners[1]
+
+
+def test_a_kept_layout_does_not_hold_its_graph_alive(gat):
+    """What a kernel keeps for calls on new graphs holds none of the graph's arrays: a large
+    graph's plans (its CSR, partitions) go with the graph."""
+    graph = _bipartite(5, 300, 40, 900)
+    gat(graph, np.ones((300, 8), np.float32), np.ones(300, np.float32), np.ones(40, np.float32), threads=1)
+    in_src = weakref.ref(graph.in_src)
+    kept = [call for call, _ in gat._layouts.values()]
+    assert kept and all(v is None or not isinstance(v, np.ndarray) for c in kept for v in c.values)
+    assert all(index is None for c in kept for _, source, index in c.pointers if source == prepared._FIXED)
+    del graph
+    assert in_src() is None

@@ -192,11 +192,11 @@ class Kernel:
         call(inputs, outputs)
         if shape is not None and given is not None and all(a is i for a, i in zip(given, inputs)):
             graph.plans[shape] = call  # the check passed these arrays as they are: so will it again
-            self._keep_layout(_layout_key(self._leading, shape), call, dims)
+            self._keep_layout(_layout_key(self._leading, shape), call.layout(), dims)
         return results
 
     def _keep_layout(self, key: tuple, call: prepared.Prepared, dims: dict[str, int]) -> None:
-        """`call` as the layout of its shape (the most recent first out of MAX_LAYOUTS)."""
+        """`call` (a `Prepared.layout`) as the layout of its shape, the MAX_LAYOUTS most recent kept."""
         layouts = self._layouts
         layouts.pop(key, None)
         layouts[key] = (call, dims)

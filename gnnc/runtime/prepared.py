@@ -74,16 +74,38 @@ class Prepared:
     #: where each fixed value goes: (position, name, its index in `pointers` or None for a scalar)
     fixed: tuple[tuple[int, str, int | None], ...]
 
-    @property
-    def decision(self) -> Decision:
-        """The decision this call was laid out for."""
-        return self.keep[1]
+    def layout(self) -> Prepared:
+        """This call without its graph's arrays (the fixed values left empty): what a kernel
+        keeps to lay out calls on other graphs (`rebound`) without holding this graph's
+        plans alive, which for a large graph are gigabytes."""
+        values = list(self.values)
+        pointers = list(self.pointers)
+        for position, _, slot in self.fixed:
+            if slot is None:
+                values[position] = None
+            else:
+                pointers[slot] = (position, _FIXED, None)
+        return Prepared(
+            runner=self.runner,
+            dtype=self.dtype,
+            results=(),
+            names=self.names,
+            workspace=self.workspace,
+            values=values,
+            pointers=tuple(pointers),
+            threads=self.threads,
+            reason="",
+            spare=self.spare,
+            keep_workspace=self.keep_workspace,
+            keep=(None, self.keep[1]),
+            fixed=self.fixed,
+        )
 
     def rebound(self, graph_arguments: Mapping[str, Any], decided: Decision, results: tuple) -> Prepared:
-        """This call laid out for another graph: the same kernel, plan spec, arguments and
-        workspace buffers (`decided` must run the same as this call's decision, on the other
-        graph), that graph's arrays and counts in place of this one's, results of `results`'
-        shapes. What `make` would lay out there, without walking the ABI again."""
+        """This call (a `layout`) laid out for another graph: the same kernel, plan spec,
+        arguments and workspace buffers (`decided` must run the same as this call's decision,
+        on the other graph), that graph's arrays and counts in the fixed places, results of
+        `results`' shapes. What `make` would lay out there, without walking the ABI again."""
         fixed = {**graph_arguments, **decided.arguments}
         values = list(self.values)
         pointers = list(self.pointers)
