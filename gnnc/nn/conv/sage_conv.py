@@ -83,8 +83,8 @@ class SAGEConv(WarmUp, nn.Module):
         if self.root_weight and x_dst is not None:
             if self.lin_r.lazy or x_dst.dim() != 2:
                 out = out + self.lin_r(x_dst)
-            else:  # the root product added as it is made: no [num_dst, out] temporary beside `out`
-                out = torch.addmm(out, x_dst, self.lin_r.weight.t())
+            else:  # the root product added into `out` (which no backward reads): no second [num_dst, out]
+                out = out.addmm_(x_dst, self.lin_r.weight.t())
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
