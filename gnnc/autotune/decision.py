@@ -210,22 +210,6 @@ def _refused(name: str, directives: str) -> str:
     return f"{name}: runs as compiled (the default {_one_line(directives)!r} does not apply to it)"
 
 
-#: Per kernel, the variant each default schedule text picked, weakly (a module keeps its variants).
-_DEFAULT_VARIANTS: weakref.WeakKeyDictionary[Any, dict[str, weakref.ref]] = weakref.WeakKeyDictionary()
-
-
-def _default_variant(kernel: Any, directives: str) -> Any:
-    """`kernel._variant(directives)`, remembered per kernel and text: every new graph of a
-    class asks for the same default (mini-batch blocks: every call)."""
-    per_kernel = _DEFAULT_VARIANTS.setdefault(kernel, {})
-    ref = per_kernel.get(directives)
-    variant = ref() if ref is not None else None
-    if variant is None:
-        variant = kernel._variant(directives)
-        per_kernel[directives] = weakref.ref(variant)
-    return variant
-
-
 @functools.lru_cache(maxsize=256)
 def _one_line(directives: str) -> str:
     return "; ".join(line.strip() for line in directives.splitlines() if line.strip())
@@ -259,7 +243,7 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     if directives in kernel._refused:
         return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, _refused(name, directives))
     try:
-        variant = _default_variant(kernel, directives)
+        variant = kernel._variant(directives)
     except CompileError:
         # the schedule cannot apply to this kernel (partitioning a softmax):
         # it runs as compiled, and the compiler is not asked again

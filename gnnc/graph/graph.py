@@ -135,9 +135,11 @@ _FLOAT_NAMES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtyp
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
-    aliases = {"f32": np.float32, "f64": np.float64}
+    named = _FLOAT_NAMES.get(dtype) if isinstance(dtype, str) else None
+    if named is not None:
+        return named
     try:
-        dt = np.dtype(aliases.get(dtype, dtype)) if isinstance(dtype, str) else np.dtype(dtype)
+        dt = np.dtype(dtype)
     except TypeError as exc:
         raise ArgumentError(f"degrees are float32 or float64, got {dtype!r}") from exc
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -544,8 +546,7 @@ class Graph:
         key = (direction, dtype if isinstance(dtype, (str, type, np.dtype)) else _float_dtype(dtype), padded)
         deg = self._degrees.get(key)
         if deg is None:
-            named = _FLOAT_NAMES.get(dtype) if isinstance(dtype, str) else None
-            dt = named if named is not None else _float_dtype(dtype)
+            dt = _float_dtype(dtype)
             n = self.num_ids if padded else self.num_dst if direction == "in" else self.num_src
             if direction == "in":
                 counts = self._in_counts_of()  # made with the in-CSR

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -78,35 +78,11 @@ class Prepared:
         """This call without its graph's arrays (the fixed values left empty): what a kernel
         keeps to lay out calls on other graphs (`rebound`) without holding this graph's
         plans alive, which for a large graph are gigabytes."""
-        values = list(self.values)
-        pointers = list(self.pointers)
-        for position, _, slot in self.fixed:
-            if slot is None:
-                values[position] = None
-            else:
-                pointers[slot] = (position, _FIXED, None)
-        return Prepared(
-            runner=self.runner,
-            dtype=self.dtype,
-            results=(),
-            names=self.names,
-            workspace=self.workspace,
-            values=values,
-            pointers=tuple(pointers),
-            threads=self.threads,
-            reason="",
-            spare=self.spare,
-            keep_workspace=self.keep_workspace,
-            keep=(None, self.keep[1]),
-            fixed=self.fixed,
-        )
+        values, pointers = self._refilled({})
+        return replace(self, results=(), values=values, pointers=pointers, reason="", keep=(None, self.keep[1]))
 
-    def rebound(self, graph_arguments: Mapping[str, Any], decided: Decision, results: tuple) -> Prepared:
-        """This call (a `layout`) laid out for another graph: the same kernel, plan spec,
-        arguments and workspace buffers (`decided` must run the same as this call's decision,
-        on the other graph), that graph's arrays and counts in the fixed places, results of
-        `results`' shapes. What `make` would lay out there, without walking the ABI again."""
-        fixed = {**graph_arguments, **decided.arguments}
+    def _refilled(self, fixed: Mapping[str, Any]) -> tuple[list[Any], tuple[tuple[int, int, Any], ...]]:
+        """(values, pointers) with every fixed place holding `fixed`'s value of its name (None without one)."""
         values = list(self.values)
         pointers = list(self.pointers)
         for position, name, slot in self.fixed:
@@ -114,6 +90,14 @@ class Prepared:
                 values[position] = fixed.get(name)
             else:
                 pointers[slot] = (position, _FIXED, fixed.get(name))
+        return values, tuple(pointers)
+
+    def rebound(self, graph_arguments: Mapping[str, Any], decided: Decision, results: tuple) -> Prepared:
+        """This call (a `layout`) laid out for another graph: the same kernel, plan spec,
+        arguments and workspace buffers (`decided` must run the same as this call's decision,
+        on the other graph), that graph's arrays and counts in the fixed places, results of
+        `results`' shapes. What `make` would lay out there, without walking the ABI again."""
+        values, pointers = self._refilled({**graph_arguments, **decided.arguments})
         return Prepared(
             runner=self.runner,
             dtype=self.dtype,
@@ -121,7 +105,7 @@ class Prepared:
             names=self.names,
             workspace=decided.workspace,
             values=values,
-            pointers=tuple(pointers),
+            pointers=pointers,
             threads=self.threads,
             reason=decided.reason,
             # workspace sets of the same sizes serve both (a small call's are graph-free)
