@@ -430,6 +430,7 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         relation_degrees=record.relation_degrees,
         pairs=tuple(record.pairs),
         pair_rows=record.pair_rows,
+        edge_ids=record.edge_ids,
     )
 
 

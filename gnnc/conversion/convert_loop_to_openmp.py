@@ -19,6 +19,11 @@ values computed before the loop (dims, sizes, constants) are recomputed there,
 which is cheaper than passing them. Blocks are balanced by edge count by the
 runtime, so a hub cannot starve a thread of work.
 
+Before outlining, the pass notes in the kernel's ABI record whether it reads
+edge ids at all (`edge_ids`, `loop_structure.reads_edge_ids`): afterwards
+every argument travels in the closure and looks read. A kernel that reads
+none lets the runtime pass placeholders for `in_eid` and `part_eid`.
+
 libgomp's dynamic iterator is a while loop; it becomes an `scf.for` over at
 most num_blocks chunk requests (a worker cannot receive more chunks than there
 are blocks; a request after the work is exhausted just returns false).
@@ -26,7 +31,7 @@ are blocks; a request after the work is exhausted just returns false).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, memref, scf
@@ -45,10 +50,10 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gnnc.errors import CompileError
-from gnnc.ir import llvm_ext, loop
+from gnnc.ir import kernel_abi, llvm_ext, loop
 from gnnc.ir.abi import SIMD_BITS_ATTR
 from gnnc.ir.directives import check_directive_option
-from gnnc.ir.loop_structure import WORKSHARING_KEYS, sweeps
+from gnnc.ir.loop_structure import WORKSHARING_KEYS, reads_edge_ids, sweeps
 
 index = IndexType()
 i8 = IntegerType(8)
@@ -305,6 +310,9 @@ class ConvertLoopToOpenmpPass(ModulePass):
             return
         _declare_runtime(op)
         for fn in kernels:
+            if kernel_abi.has_record(fn) and not reads_edge_ids(fn):
+                # once outlined, every argument travels in the closure and looks read
+                kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), edge_ids=False))
             for i, (phase, for_dst) in enumerate(sweeps(fn)):
                 _check_schedule_consumed(for_dst)
                 name = f"{fn.sym_name.data}_phase{i}"

@@ -175,6 +175,9 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
     return _readonly(indptr), _readonly(other[order]), _readonly(order), counts
 
 
+#: A reversed graph with more edges keeps no edge ids; `in_eid` sorts again if asked.
+_KEEP_REVERSED_EIDS = 1 << 20
+
 # ----------------------------------------------------------------------- graph
 
 
@@ -436,9 +439,15 @@ class Graph:
 
     @property
     def in_eid(self) -> np.ndarray:
-        """The user's edge id of the in-edge at each in-CSR position (the identity for `from_csc`)."""
+        """The user's edge id of the in-edge at each in-CSR position (the identity for `from_csc`).
+
+        Made on first use where the graph was built without it: a `from_csc`
+        graph, or a large reversed graph (which sorts again)."""
         if self._in_eid is None:
-            self._in_eid = _readonly(np.arange(self.num_edges, dtype=np.int64))
+            if self.edges_sorted:
+                self._in_eid = _readonly(np.arange(self.num_edges, dtype=np.int64))
+            else:
+                self._in_eid = _csr_by(self.dst, self.src, self.num_dst)[2]
         return self._in_eid
 
     @property
@@ -517,6 +526,9 @@ class Graph:
         if self._reversed is None:
             rev = Graph.__new__(Graph)
             rev._build(self.dst, self.src, self.num_dst, self.num_src, checked=True)
+            if rev.num_edges > _KEEP_REVERSED_EIDS:
+                # most gradient kernels read no edge ids (`plans.PlanSpec.edge_ids`): 8 bytes an edge
+                rev._in_eid = None
             rev._set_relations(self.edge_type, self.num_relations, checked=True)
             rev.types = self.types  # the same vertex ids
             rev._reversed = self

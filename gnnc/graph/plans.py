@@ -628,7 +628,9 @@ def grouped_blocks(graph: Any, group_size: int, n_blocks: int) -> np.ndarray:
 # ------------------------------------------------------ source partitions
 
 
-def source_partitions(graph: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def source_partitions(
+    graph: Any, k: int, eids: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """FeatGraph's 1-D source partitioning into ``k`` contiguous source ranges.
 
     Returns ``(bounds, part_indptr, part_src, part_eid)``. Partition p holds
@@ -639,32 +641,43 @@ def source_partitions(graph: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     part_indptr[p*(V+1)+v+1]`` of ``part_src`` / ``part_eid``, in increasing
     edge id. A kernel sweeps the partitions one after the other, so the
     source rows it gathers stay in cache.
+
+    ``eids=False`` (for a kernel that reads no edge ids) returns None for
+    ``part_eid`` and neither makes nor keeps it: a graph's edge ids are as
+    large as its sources. Asked for later, they are made then.
     """
     k = _positive(k, "k")
-
-    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        # sources are split (num_src of them); each partition's in-CSR is by destination (num_dst)
-        v, e, n_src = graph.num_dst, graph.num_edges, graph.num_src
-        out_deg = np.bincount(graph.src, minlength=n_src)
-        bounds = _split_prefix(_prefix(out_deg) + np.arange(n_src + 1, dtype=np.int64), k)
-        part_of = np.repeat(np.arange(k, dtype=np.int64), np.diff(bounds))
-        # in-CSR order is (dst, eid); a stable sort by partition alone keeps it
-        # within each partition. Small integer keys sort by radix.
-        pos_part = part_of[graph.in_src] if e else np.zeros(0, dtype=np.int64)
-        narrow = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
-        order = np.argsort(pos_part.astype(narrow), kind="stable")
-        part_src = graph.in_src[order]
-        part_eid = graph.in_eid[order]
+    key, eid_key = ("source_partitions", k), ("source_partition_eids", k)
+    plan, part_eid = graph.plans.get(key), graph.plans.get(eid_key)
+    if plan is not None and (part_eid is not None or not eids):
+        return (*plan, part_eid if eids else None)
+    # sources are split (num_src of them); each partition's in-CSR is by destination (num_dst)
+    v, e, n_src = graph.num_dst, graph.num_edges, graph.num_src
+    out_deg = np.bincount(graph.src, minlength=n_src)
+    bounds = _split_prefix(_prefix(out_deg) + np.arange(n_src + 1, dtype=np.int64), k)
+    del out_deg
+    # in-CSR order is (dst, eid); a stable sort by partition alone keeps it
+    # within each partition. Small integer keys sort by radix.
+    narrow = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+    part_of = np.repeat(np.arange(k, dtype=narrow), np.diff(bounds))
+    pos_part = part_of[graph.in_src] if e else np.zeros(0, dtype=narrow)
+    del part_of
+    order = np.argsort(pos_part, kind="stable")
+    if eids:
+        part_eid = graph.plans[eid_key] = _readonly(graph.in_eid[order])
+    if plan is None:
+        part_src = _readonly(graph.in_src[order])
         # part_indptr[j] counts the edges whose key p * (V + 1) + dst is below j;
         # the keys are sorted, so one repeat writes it without a k * V temporary
-        pos_dst = np.repeat(np.arange(v, dtype=np.int64), np.diff(graph.in_indptr))
         keys = np.empty(e + 2, dtype=np.int64)
         keys[0], keys[-1] = -1, k * (v + 1) - 1
-        np.add(pos_part[order] * (v + 1), pos_dst[order], out=keys[1:-1])
+        np.multiply(pos_part[order], v + 1, out=keys[1:-1], dtype=np.int64)
+        del pos_part
+        keys[1:-1] += np.repeat(np.arange(v, dtype=np.int64), np.diff(graph.in_indptr))[order]
+        del order
         part_indptr = np.repeat(np.arange(e + 1, dtype=np.int64), np.diff(keys))
-        return _readonly(bounds), _readonly(part_indptr), _readonly(part_src), _readonly(part_eid)
-
-    return _cached(graph, ("source_partitions", k), compute)
+        plan = graph.plans[key] = (_readonly(bounds), _readonly(part_indptr), part_src)
+    return (*plan, part_eid if eids else None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -1011,6 +1024,8 @@ class PlanSpec:
     pairs: tuple[str, ...] = ()
     #: `segment-matmul`: the pairs a tile holds (`pair_tiles`, `tile_blocks`); None: no tiles
     pair_rows: int | None = None
+    #: the kernel reads `in_eid` / `part_eid` (its record's `edge_ids`); False: placeholders
+    edge_ids: bool = True
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -1020,6 +1035,10 @@ def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
     sources). Assembled once per graph and spec, from the plans cached on the graph;
     the mapping is read-only, and so is every array in it."""
     return _cached(graph, ("build", spec), lambda: MappingProxyType(_build(graph, spec)))
+
+
+#: What a kernel that reads no edge ids gets for them (its record's `edge_ids` is False).
+_NO_EDGE_IDS = _readonly(np.zeros(1, dtype=np.int64))
 
 
 def _nonempty(arr: np.ndarray) -> np.ndarray:
@@ -1040,7 +1059,7 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
             blocks = grouped_blocks(graph, spec.groups, n_blocks)
         else:
             blocks = balanced_blocks(graph, n_blocks, order=order)
-    in_csr = (graph.in_indptr, graph.in_src, graph.in_eid)
+    in_csr = (graph.in_indptr, graph.in_src, graph.in_eid if spec.edge_ids else _NO_EDGE_IDS)
     if spec.ordered_edges:
         # the sweep walks edges by position in its order (transforms/loop/order_destinations.py)
         in_csr = ordered_in_csr(graph, spec.order)
@@ -1062,7 +1081,10 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
         values["src_meta"] = _readonly(np.array([graph.num_src, src_blocks.shape[0] - 1]))
         values["src_blocks"] = src_blocks
     if spec.partitions is not None:
-        _, values["part_indptr"], values["part_src"], values["part_eid"] = source_partitions(graph, spec.partitions)
+        _, values["part_indptr"], values["part_src"], part_eid = source_partitions(
+            graph, spec.partitions, eids=spec.edge_ids
+        )
+        values["part_eid"] = _NO_EDGE_IDS if part_eid is None else part_eid
     if spec.hilbert:
         values["hilbert_src"], values["hilbert_dst"], values["hilbert_eid"] = hilbert_edge_order(graph)
     if spec.groups is not None:

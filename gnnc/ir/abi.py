@@ -18,6 +18,8 @@ The rules every caller keeps:
   `int64_t` or of the kernel's float type T (float or double), and no two
   arrays overlap (the kernels are compiled with `noalias`). A pointer must be
   valid even where its array would be empty (pass a one-element array).
+  A kernel whose record has `edge_ids` false reads neither `in_eid` nor
+  `part_eid`: a one-element array may stand for each.
 - A tensor's rows: vertex tensors have num_dst rows (num_src for an input
   read at sources, see `gnnc/ir/signature.py`), edge tensors num_edges rows
   indexed by the user's edge id, parameters are whole (a scalar is a
@@ -394,6 +396,10 @@ class AbiRecord:
     pairs: list[str] = field(default_factory=list)
     #: `segment-matmul`: the pairs of one relation a tile computes at once; None: no tiles
     pair_rows: int | None = None
+    #: whether the kernel reads `in_eid` / `part_eid` (convert-loop-to-openmp finds out, before
+    #: outlining hides it). False: they may be one-element placeholders, so a graph need not
+    #: hold its edge ids for it (0.5 GiB an array at 64M edges)
+    edge_ids: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -428,6 +434,8 @@ class AbiRecord:
             record["pairs"] = list(self.pairs)
         if self.pair_rows is not None:
             record["pair_rows"] = self.pair_rows
+        if not self.edge_ids:
+            record["edge_ids"] = False
         return record
 
     @classmethod
@@ -455,6 +463,7 @@ class AbiRecord:
             relation_degrees=bool(record.get("relation_degrees", False)),
             pairs=[str(side) for side in record.get("pairs", [])],
             pair_rows=record.get("pair_rows"),
+            edge_ids=bool(record.get("edge_ids", True)),
         )
 
     def to_json(self) -> str:

@@ -278,3 +278,24 @@ def schedule_text(for_dst: loop.ForDstOp, key: str) -> str | None:
 def kernel_buffer(fn: func.FuncOp, name: str) -> SSAValue:
     """A graph argument of a kernel, or one of a schedule's own (partitions, Hilbert order), by ABI name."""
     return kernel_abi.argument(fn, name)
+
+
+#: The edge-id arrays a kernel may take: the in-CSR's, and `partition src K`'s.
+EDGE_ID_BUFFERS = ("in_eid", "part_eid")
+
+
+def reads_edge_ids(fn: func.FuncOp) -> bool:
+    """Whether kernel `fn` reads an edge-id array (`EDGE_ID_BUFFERS`) before outlining.
+
+    An in-edge walk that leaves its edge-id argument unused (a plain
+    aggregation) does not count: its lowering loads no id. Any other use
+    does, so the answer errs towards reading.
+    """
+    record = kernel_abi.get_record(fn)
+    names = [n for n in EDGE_ID_BUFFERS if n != "part_eid" or record.partitions is not None]
+    for name in names:
+        for use in kernel_abi.argument(fn, name).uses:
+            walk = use.operation
+            if not (isinstance(walk, loop.ForInEdgesOp) and use.index == 3 and not walk.body.block.args[2].uses):
+                return True
+    return False

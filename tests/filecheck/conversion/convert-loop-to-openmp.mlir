@@ -31,6 +31,7 @@ builtin.module {
 }
 
 // CHECK-LABEL: func.func @gnnc_wsum(
+// CHECK-NOT:     edge_ids
 // CHECK:         [[ANY:%.*]] = arith.cmpi sgt, %num_blocks, {{%.*}} : index
 // CHECK-NEXT:    scf.if [[ANY]] {
 // CHECK-NEXT:      [[N:%.*]] = arith.constant 15 : index
@@ -71,6 +72,36 @@ builtin.module {
 // CHECK: func.func private @GOMP_parallel(!llvm.ptr, memref<?xi64>, i32, i32) -> ()
 // CHECK: func.func private @GOMP_loop_dynamic_start(i64, i64, i64, i64, memref<?xi64>, memref<?xi64>) -> i8
 // CHECK: func.func private @omp_get_thread_num() -> i32
+
+// -----
+
+// out[v] = sum(x[u]) reads no edge id (its walk's %e is unused): before
+// outlining, the record says so (`edge_ids` false), and the runtime may pass
+// placeholders for in_eid; afterwards the closure carries every argument.
+
+builtin.module {
+  func.func @gnnc_plain(%num_vertices: index, %num_edges: index, %num_threads: index, %num_blocks: index, %dst_blocks: memref<?xi64> {llvm.noalias, llvm.readonly}, %dst_order: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_indptr: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_src: memref<?xi64> {llvm.noalias, llvm.readonly}, %in_eid: memref<?xi64> {llvm.noalias, llvm.readonly}, %deg_in: memref<?xf32> {llvm.noalias, llvm.readonly}, %deg_out: memref<?xf32> {llvm.noalias, llvm.readonly}, %dims: memref<?xi64> {llvm.noalias, llvm.readonly}, %scratch: memref<?xf32> {llvm.noalias}, %x: memref<?xf32> {llvm.noalias, llvm.readonly}, %out: memref<?xf32> {llvm.noalias}) attributes {gnnc.ir.abi = "{\22acc_rows\22: [], \22dims\22: [], \22edge_order\22: null, \22groups\22: null, \22order\22: \22identity\22, \22partitions\22: null, \22phases\22: [{\22edge_walks\22: 1, \22row_dim\22: null}], \22schedule_given\22: false, \22scratch\22: [], \22source_sweep\22: false, \22stream\22: false, \22temps\22: []}"} {
+    %zero = arith.constant 0.000000e+00 : f32
+    loop.for_dst %num_vertices blocks %dst_blocks[%num_blocks] threads %num_threads schedule {parallel = "dst"} : memref<?xi64> {
+    ^bb0(%v: index, %worker: index):
+      memref.store %zero, %out[%v] : memref<?xf32>
+      loop.for_in_edges %v in %in_indptr, %in_src, %in_eid : memref<?xi64>, memref<?xi64>, memref<?xi64> {
+      ^bb0(%pos: index, %u: index, %e: index):
+        %acc = memref.load %out[%v] : memref<?xf32>
+        %xu = memref.load %x[%u] : memref<?xf32>
+        %sum = arith.addf %acc, %xu : f32
+        memref.store %sum, %out[%v] : memref<?xf32>
+        loop.yield
+      }
+      loop.yield
+    }
+    func.return
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_plain(
+// CHECK-SAME:    edge_ids\22: false
+// CHECK:         func.call @GOMP_parallel(
 
 // -----
 

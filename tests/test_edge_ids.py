@@ -1,0 +1,96 @@
+"""Kernels that read no edge ids run without them: no `in_eid`, no `part_eid`, a reversed graph
+that dropped its sort's ids (8 bytes an edge each: 0.5 GiB an array at 64M edges)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+
+import gnnc
+import gnnc.torch
+from gnnc.graph import graph as graph_module
+from gnnc.graph import plans
+from tests.helpers import assert_matches
+from tests.strategies import edge_lists
+
+PLAIN = "kernel plain(x: f32[V, F]) -> f32[V, F] { out[v] = mean(x[u]) }"
+WEIGHTED = "kernel weighted(x: f32[V, F], w: f32[E]) -> f32[V, F] { out[v] = sum(w[e] * x[u]) }"
+
+
+def _csc_graph(src: np.ndarray, dst: np.ndarray, v: int) -> gnnc.Graph:
+    order = np.argsort(dst, kind="stable")
+    indptr = np.zeros(v + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=v), out=indptr[1:])
+    return gnnc.Graph.from_csc(indptr, src[order].astype(np.int64))
+
+
+def test_the_record_says_whether_a_kernel_reads_edge_ids():
+    assert gnnc.compile(PLAIN).plain._abi.edge_ids is False
+    assert gnnc.compile(PLAIN, schedule="partition src 3").plain._abi.edge_ids is False
+    assert gnnc.compile(WEIGHTED).weighted._abi.edge_ids is True
+    assert gnnc.compile(WEIGHTED, schedule="partition src 3").weighted._abi.edge_ids is True
+
+
+@pytest.mark.parametrize("schedule", [None, "partition src 3", "partition src 3; prefetch 4"])
+@settings(max_examples=15, deadline=None)
+@given(edges=edge_lists())
+def test_a_kernel_that_reads_no_edge_ids_leaves_a_graph_without_them(schedule, edges):
+    src, dst, v = edges
+    graph = _csc_graph(src, dst, v)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((v, 5)).astype(np.float32)
+    w = rng.standard_normal(graph.num_edges).astype(np.float32)
+    plain = gnnc.compile(PLAIN, schedule=schedule).plain
+    assert_matches(plain(graph, x), gnnc.compile(PLAIN, target="reference").plain(graph, x), graph, np.float32)
+    assert graph._in_eid is None
+    assert not any(isinstance(k, tuple) and k[0] == "source_partition_eids" for k in graph.plans)
+    # a kernel that reads them, on the same graph and plans, has them made then
+    weighted = gnnc.compile(WEIGHTED, schedule=schedule).weighted
+    want = gnnc.compile(WEIGHTED, target="reference").weighted(graph, x, w)
+    assert_matches(weighted(graph, x, w), want, graph, np.float32)
+    assert_matches(plain(graph, x), gnnc.compile(PLAIN, target="reference").plain(graph, x), graph, np.float32)
+
+
+@given(edges=edge_lists())
+def test_partitions_made_without_edge_ids_are_those_made_with_them(edges):
+    src, dst, v = edges
+    k = 3
+    lean, full = gnnc.Graph.from_coo(src, dst, num_vertices=v), gnnc.Graph.from_coo(src, dst, num_vertices=v)
+    without = plans.source_partitions(lean, k, eids=False)
+    assert without[3] is None
+    with_ids = plans.source_partitions(lean, k)
+    want = plans.source_partitions(full, k)
+    for got, expected in zip(with_ids, want):
+        assert np.array_equal(got, expected)
+    assert all(a is b for a, b in zip(without[:3], with_ids[:3]))  # the partitions are kept, not made again
+
+
+@given(edges=edge_lists())
+def test_a_large_reversed_graph_sorts_its_edge_ids_again_when_asked(edges):
+    src, dst, v = edges
+    kept = gnnc.Graph.from_coo(src, dst, num_vertices=v).reversed()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graph_module, "_KEEP_REVERSED_EIDS", -1)
+        dropped = gnnc.Graph.from_coo(src, dst, num_vertices=v).reversed()
+    assert dropped._in_eid is None
+    assert np.array_equal(dropped.in_eid, kept.in_eid)
+    assert np.array_equal(dropped.in_src, kept.in_src) and np.array_equal(dropped.in_indptr, kept.in_indptr)
+    assert not dropped.in_eid.flags.writeable
+
+
+def test_gradients_that_read_edge_ids_on_a_reversed_graph_without_them(monkeypatch):
+    monkeypatch.setattr(graph_module, "_KEEP_REVERSED_EIDS", -1)
+    rng = np.random.default_rng(1)
+    v, e = 50, 400
+    edge_index = torch.from_numpy(rng.integers(0, v, (2, e)))
+    x = torch.randn(v, 6, requires_grad=True)
+    w = torch.randn(e, requires_grad=True)
+    weighted = gnnc.torch.kernel(WEIGHTED, "weighted")
+    weighted(edge_index, x, w).square().sum().backward()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    out = torch.zeros(v, 6).index_add_(0, edge_index[1], w2[:, None] * x2[edge_index[0]])
+    out.square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
