@@ -322,8 +322,8 @@ GAT = KernelSignature.from_dict(
         "name": "gat",
         "dtype": "f32",
         "params": [
-            {"name": "h", "domain": "V", "shape": ["H", "F"]},
-            {"name": "el", "domain": "V", "shape": ["H"]},
+            {"name": "h", "domain": "V", "shape": ["H", "F"], "sides": ["src"]},
+            {"name": "el", "domain": "V", "shape": ["H"], "sides": ["src", "dst"]},
             {"name": "w", "domain": "E", "shape": []},
             {"name": "eps", "domain": None, "shape": []},
             {"name": "W", "domain": None, "shape": ["F", 2]},
@@ -401,6 +401,24 @@ def test_non_contiguous_inputs_are_copied(graph):
     np.testing.assert_array_equal(inputs[0], a["h"])
     assert inputs[4].flags.c_contiguous
     np.testing.assert_array_equal(inputs[4], a["W"])
+
+
+def test_a_vertex_input_the_kernel_never_reads_is_checked_but_not_copied(graph):
+    """No `sides`: the kernel reads h nowhere (a gradient kernel taking every forward input);
+    a broadcast stand-in of its shape binds the dims and is passed as it is."""
+    unread = KernelSignature.from_dict(
+        {
+            **GAT.to_dict(),
+            "params": [{**p.to_dict(), "sides": []} if p.name == "h" else p.to_dict() for p in GAT.params],
+        }
+    )
+    a = gat_args(graph)
+    a["h"] = np.broadcast_to(np.float32(0), (V, 2, 3))
+    inputs, _, dims = prepare_call(unread, graph, (), a)
+    assert inputs[0] is a["h"] and dims["F"] == 3
+    a["h"] = np.broadcast_to(np.float32(0), (V + 1, 2, 3))
+    with pytest.raises(ArgumentError, match="h"):
+        prepare_call(unread, graph, (), a)
 
 
 def test_torch_like_inputs(graph):

@@ -514,3 +514,23 @@ def test_eager_calls_skip_the_dispatcher_only_where_nothing_would_see_it():
     names = [e.name for e in prof.events()]
     assert any(n.startswith("gnnc::") and not n.endswith("_backward") for n in names), names
     assert any(n.startswith("gnnc::") and n.endswith("_backward") for n in names), names
+
+
+def test_an_input_the_gradient_does_not_read_is_not_kept_for_it():
+    """`out[v] = sum(w[e] * x[u])`: x's gradient reads w and the incoming gradient, not x; a
+    training step keeps a one-element stand-in of x's shape (GCNConv's projected features, a
+    [V, F] tensor at every layer), w's gradient keeps x itself. Both match the dense sum."""
+    op = gt.kernel("kernel wsum(x: f32[V, F], w: f32[E]) -> f32[V, F] { out[v] = sum(w[e] * x[u]) }", "wsum")
+    src, dst = EDGE_INDEX
+    for w_grad in (False, True):
+        x, w = torch.rand(V, 3, requires_grad=True), torch.rand(E, requires_grad=w_grad)
+        out = op(EDGE_INDEX, x, w)
+        kept_x = out.grad_fn.saved_tensors[1]
+        assert kept_x.shape == x.shape and (kept_x.stride() == (0, 0)) != w_grad
+        gout = torch.rand(V, 3)
+        out.backward(gout)
+        x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_(w_grad)
+        torch.zeros(V, 3).index_add(0, dst, w2[:, None] * x2[src]).backward(gout)
+        torch.testing.assert_close(x.grad, x2.grad)
+        if w_grad:
+            torch.testing.assert_close(w.grad, w2.grad)

@@ -238,6 +238,34 @@ class Gradient:
         pruned.constant = [c for c in self.constant if c in wanted]
         return pruned
 
+    def reads(self) -> frozenset[str] | None:
+        """The forward inputs whose values these kernels may read; None where that cannot be
+        told (the reference module's kernels carry no signature). A vertex input none of them
+        reads (its `sides` are empty in every signature: GCN's features, for the gradient of
+        those features) needs only its shape here: a caller may pass a broadcast stand-in,
+        so that a training step keeps no copy of it (`gnnc.torch.ops`)."""
+        modules = [self.module] + ([self.pair_module] if self.pair_module is not None else [])
+        read = {*self.transposes, *self.relation_transposes}
+        for name, _, _, _, _, factor, _, _, pairs, via in self.kernels:
+            kernels = [getattr(modules[0], name)]
+            if pairs:
+                kernels.append(getattr(modules[-1], pairs))
+            for sums, transform, weight, _ in via or ():
+                kernels += [getattr(modules[-1], sums), getattr(modules[-1], transform)]
+                read.add(weight)
+            for kernel in kernels:
+                signature = getattr(kernel, "signature", None)
+                if signature is None:
+                    return None
+                read.update(
+                    p.name.removesuffix(_DST).removesuffix("_T__")
+                    for p in signature.params
+                    if p.domain != "V" or p.sides
+                )
+            if factor and not factor.endswith("__"):
+                read.add(factor)
+        return frozenset(read & set(self.params))
+
     def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
         if len(self.results) == 1:
             if isinstance(gout, dict):

@@ -145,8 +145,9 @@ def _convert_input(sig: KernelSignature, p: TensorSig, value: Any, graph: Any, d
             raise ArgumentError(
                 f"{what}: axis {axis} must have size {dim} ({p.describe()}), got shape {tuple(arr.shape)}"
             )
-    # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
-    return arr if arr.flags.c_contiguous else np.array(arr, order="C")
+    if arr.flags.c_contiguous or (p.domain == "V" and not p.sides):
+        return arr  # a vertex input the kernel never reads is not copied (a gradient's stand-in)
+    return np.array(arr, order="C")  # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
 
 
 def _check_rows(what: str, p: TensorSig, rows: int, graph: Any) -> None:

@@ -112,8 +112,16 @@ def _array(t: torch.Tensor) -> np.ndarray:
     if not t.is_cpu:
         raise ArgumentError(f"gnnc's CPU kernels got a tensor on {t.device}")
     if not t.is_contiguous():
+        if t.dim() and not any(t.stride()):  # an expanded scalar (`_absent`): numpy broadcasts it too
+            return t.numpy(force=True)
         t = t.contiguous()
     return t.numpy(force=True)  # detached; a CPU float tensor is not copied
+
+
+def _absent(t: torch.Tensor) -> torch.Tensor:
+    """A stand-in of `t`'s shape and type holding one element, for an input whose values the
+    backward does not read (it needs the shape of its gradient)."""
+    return t.new_zeros(()).expand(t.shape)
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -534,10 +542,26 @@ class KernelOps:
             ctx.mark_non_differentiable(*saved)
         # the graph's tensors first: edge_index, and edge_type for a kernel reading relations
         graph_tensors = (edge_index, inputs[3]) if self.relational else (edge_index,)
-        ctx.save_for_backward(*graph_tensors, *params, *saved)
+        ctx.save_for_backward(*graph_tensors, *self._kept(ctx, inputs, params), *saved)
         sizes = (num_src, num_dst, inputs[4]) if self.relational else (num_src, num_dst)
         ctx.gnnc_call = (sizes, rest[0] if rest else None)
         ctx.gnnc_results = [(o.shape, o.dtype, o.device) for o in outputs[: len(self.results)]]
+
+    def _kept(self, ctx: Any, inputs: tuple, params: tuple) -> tuple:
+        """The inputs the backward gets: those its kernels read, for the others `_absent`
+        stand-ins, so that a training step keeps no input only the forward read (GCNConv's
+        projected features: a [V, F] tensor). Eager CPU calls only (`direct`): a traced
+        backward's fake implementation reads the inputs' shapes from the graph's tensors."""
+        if self.backward is None or not direct(inputs):
+            return params
+        n, lead = len(self.params), self._lead
+        wanted = tuple(p.name for p, w in zip(self.params, ctx.needs_input_grad[lead : lead + n]) if w)
+        if not wanted:
+            return params
+        reads = self.gradient(dtype_name(params, self.signature.dtype), wanted).reads()
+        if reads is None:
+            return params
+        return tuple(t if p.name in reads or not t.dim() else _absent(t) for p, t in zip(self.params, params))
 
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
         self._setup(ctx, inputs, output, saving=False)
