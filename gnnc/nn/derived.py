@@ -5,7 +5,7 @@ attention layers' `keep` mask (0 on the graph's own self loops) are O(E)
 tensor code that every call would otherwise run again. They are kept with
 the edge_index (`gnnc.torch.graphs.derived`: dropped with the tensor, made
 again after an in-place edit of it). An eager call reads them there; a
-call under torch.compile gets them from a custom op (`gnnc::nn_gcn_loops`,
+call under torch.compile gets them from a custom op (`gnnc::nn_gcn_net_loops`,
 `gnnc::nn_keep`) whose implementation reads the same cache and returns a
 copy (the compiled graph owns its outputs), so a compiled model does not
 recompute them either.
@@ -21,17 +21,16 @@ from gnnc.nn import self_loops
 from gnnc.torch import graphs
 
 _LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
-_LIBRARY.define("nn_gcn_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype) -> (Tensor, Tensor)")
 _LIBRARY.define("nn_keep(Tensor edge_index, ScalarType dtype) -> Tensor")
+_LIBRARY.define("nn_gcn_net_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype) -> Tensor")
 
 
-def _loops(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> tuple:
-    def make() -> tuple:
-        # ordinary tensors even when first made under inference_mode: a later training call reuses them
+def _net_loops(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
+    def make() -> torch.Tensor:
         with torch.inference_mode(False):
-            return self_loops.remaining_loops(edge_index, None, num_nodes, fill, dtype)
+            return self_loops.remaining_net_loops(edge_index, num_nodes, fill, dtype)
 
-    return graphs.derived(edge_index, ("nn.gcn_loops", fill, dtype, num_nodes), make)
+    return graphs.derived(edge_index, ("nn.gcn_net_loops", fill, dtype, num_nodes), make)
 
 
 def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -42,10 +41,9 @@ def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return graphs.derived(edge_index, ("nn.keep", dtype), make)
 
 
-@torch.library.impl(_LIBRARY, "nn_gcn_loops", "CompositeExplicitAutograd")
-def _loops_op(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> tuple:
-    weight, loop = _loops(edge_index, int(num_nodes), fill, dtype)
-    return weight.clone(), loop.clone()
+@torch.library.impl(_LIBRARY, "nn_gcn_net_loops", "CompositeExplicitAutograd")
+def _net_loops_op(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
+    return _net_loops(edge_index, int(num_nodes), fill, dtype).clone()
 
 
 @torch.library.impl(_LIBRARY, "nn_keep", "CompositeExplicitAutograd")
@@ -53,9 +51,9 @@ def _keep_op(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _keep(edge_index, dtype).clone()
 
 
-@torch.library.register_fake("gnnc::nn_gcn_loops", lib=_LIBRARY)
-def _loops_fake(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> tuple:
-    return edge_index.new_empty(edge_index.shape[1], dtype=dtype), edge_index.new_empty(num_nodes, dtype=dtype)
+@torch.library.register_fake("gnnc::nn_gcn_net_loops", lib=_LIBRARY)
+def _net_loops_fake(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:
+    return edge_index.new_empty(num_nodes, dtype=dtype)
 
 
 @torch.library.register_fake("gnnc::nn_keep", lib=_LIBRARY)
@@ -63,12 +61,11 @@ def _keep_fake(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return edge_index.new_empty(edge_index.shape[1], dtype=dtype)
 
 
-def gcn_loops(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> tuple:
-    """(edge weights with self loops zeroed, loop weight per vertex) of PyG's `add_remaining_self_loops`
-    on an unweighted edge_index (`self_loops.remaining_loops`), made once per tensor."""
+def gcn_net_loops(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:
+    """`c[v]` of `self_loops.remaining_net_loops` for an unweighted edge_index, made once per tensor."""
     if torch.compiler.is_compiling():
-        return torch.ops.gnnc.nn_gcn_loops(edge_index, num_nodes, fill, dtype)
-    return _loops(edge_index, num_nodes, fill, dtype)
+        return torch.ops.gnnc.nn_gcn_net_loops(edge_index, num_nodes, fill, dtype)
+    return _net_loops(edge_index, num_nodes, fill, dtype)
 
 
 def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -78,4 +75,4 @@ def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _keep(edge_index, dtype)
 
 
-__all__ = ["gcn_loops", "keep"]
+__all__ = ["gcn_net_loops", "keep"]

@@ -40,6 +40,20 @@ def remaining_loops(
     return kept, loop
 
 
+def remaining_net_loops(
+    edge_index: torch.Tensor, num_nodes: int, fill_value: float, dtype: torch.dtype
+) -> torch.Tensor:
+    """`c[v]` of an unweighted edge_index: the loop weight `add_remaining_self_loops` gives v
+    (1 where the graph has a self loop at v, `fill_value` elsewhere) less the count of v's own
+    self-loop edges. A kernel that sums over every edge unweighted, loops included, then has
+    `c[v] + deg_in(v)` as the degree with the remaining loops, and `c[v]` as the loop's term:
+    no per-edge weights (GCNConv's `gcn_conv_unweighted`)."""
+    src, dst = edge_index[0], edge_index[1]
+    own = torch.bincount(dst[src == dst].to(torch.int64), minlength=num_nodes)[:num_nodes].to(dtype)
+    one = torch.ones((), dtype=dtype, device=edge_index.device)
+    return torch.where(own > 0, one, torch.full_like(one, fill_value)) - own
+
+
 def replaced_loops(
     edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, fill_value: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:

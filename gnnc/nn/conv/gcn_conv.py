@@ -9,7 +9,14 @@ weight per vertex (`gnnc.nn.self_loops`),
         out[v] = loop[v] * n[v] * n[v] * x[v] + sum(w[e] * n[u] * n[v] * x[u])
     }
 
-`n` is deg^-1/2, 0 where the degree is 0 (as PyG). Without normalisation
+`n` is deg^-1/2, 0 where the degree is 0 (as PyG). On an edge_index
+without edge weights the kernel reads no edge at all (`gcn_conv_unweighted`):
+it sums over every edge, the graph's own self loops included, and `c[v]`
+is the loop weight less the count of those loops
+(`self_loops.remaining_net_loops`), so `c[v] + deg_in(v)` is the degree.
+With no edge data there is no `w[e]` to read by edge id: neither the graph
+nor its reversed one (the gradient's) keeps its edge ids for it, and no E
+floats of ones are made (1.25 GiB at 64M edges). Without normalisation
 the kernel is `sum(w[e] * x[u])` (or `sum(x[u])`). The linear transform
 runs before the aggregation when it shrinks the features (as PyG always
 does) and after it when it widens them: the same product, fewer flops.
@@ -35,6 +42,13 @@ kernel gcn_conv(x: f32[V, F], w: f32[E], loop: f32[V]) -> f32[V, F] {
     d[v] = loop[v] + sum(w[e])
     n[v] = step(d[v]) * rsqrt(d[v] + 1 - step(d[v]))
     out[v] = loop[v] * n[v] * n[v] * x[v] + sum(w[e] * n[u] * n[v] * x[u])
+}
+"""
+UNWEIGHTED = """
+kernel gcn_conv_unweighted(x: f32[V, F], c: f32[V]) -> f32[V, F] {
+    d[v] = c[v] + deg_in(v)
+    n[v] = step(d[v]) * rsqrt(d[v] + 1 - step(d[v]))
+    out[v] = c[v] * n[v] * n[v] * x[v] + sum(n[u] * n[v] * x[u])
 }
 """
 WEIGHTED = """
@@ -87,6 +101,7 @@ class GCNConv(WarmUp, nn.Module):
         self._cached: tuple | None = None
         if normalize:
             self._normalized = kernel(NORMALIZED, "gcn_conv")
+            self._unweighted = kernel(UNWEIGHTED, "gcn_conv_unweighted")
         else:
             self._plain, self._weighted = kernel(PLAIN, "gcn_conv_plain"), kernel(WEIGHTED, "gcn_conv_weighted")
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
@@ -104,16 +119,18 @@ class GCNConv(WarmUp, nn.Module):
         return state
 
     def _weights(self, adj: inputs.Adjacency, edge_weight: Any, num_nodes: int, dtype: torch.dtype) -> tuple:
-        """(w, loop) of the kernel: the edge weights and the self-loop weight per vertex."""
+        """(w, loop) of `gcn_conv`: the edge weights and the self-loop weight per vertex; for an
+        edge_index without weights, (c,) of `gcn_conv_unweighted`."""
         weight = inputs.edge_values(adj, edge_weight)
+        if weight is None and not adj.sparse:
+            if not self.add_self_loops:  # its own loops are edges like any other
+                return (torch.zeros(num_nodes, dtype=dtype, device=adj.edge_index.device),)
+            # PyG 2.8 fills remaining loops with 1 for an unweighted graph, improved or not
+            return (derived.gcn_net_loops(adj.edge_index, num_nodes, 1.0, dtype),)
         if weight is not None:
             weight = weight.to(dtype)
-        # PyG 2.8 fills remaining loops with 2 only for a weighted graph: without
-        # edge_weight its loops weigh 1, improved or not; same outputs here
-        fill = 2.0 if self.improved and (weight is not None or adj.sparse) else 1.0
-        if weight is None and not adj.sparse and self.add_self_loops:
-            # they depend on the edges alone: made once per edge_index (gnnc.nn.derived)
-            return derived.gcn_loops(adj.edge_index, num_nodes, fill, dtype)
+        # weighted (or a sparse adjacency): PyG 2.8 fills remaining loops with 2 when improved
+        fill = 2.0 if self.improved else 1.0
         return self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -131,12 +148,14 @@ class GCNConv(WarmUp, nn.Module):
             edges = adj.edge_index
             if self.cached and self._cached is not None:
                 # as PyG: the first call's graph and normalisation, whatever the call passes
-                edges, w, loop = self._cached
+                edges, weights = self._cached
             else:
-                w, loop = self._weights(adj, edge_weight, num_nodes, x.dtype)
+                weights = self._weights(adj, edge_weight, num_nodes, x.dtype)
                 if self.cached:
-                    self._cached = (edges, w.detach(), loop.detach())
-            out = self._normalized(edges, x, w, loop, num_vertices=num_nodes)
+                    self._cached = (edges, tuple(t.detach() for t in weights))
+            # (w, loop), or the net loop weights `c` of an unweighted graph
+            normalized = self._normalized if len(weights) == 2 else self._unweighted
+            out = normalized(edges, x, *weights, num_vertices=num_nodes)
         else:
             weight = inputs.edge_values(adj, edge_weight)
             if weight is None:
