@@ -57,4 +57,18 @@ def sparse_weights(adj: inputs.Adjacency) -> torch.Tensor | None:
 LINEAR = ("sum", "mean")
 
 
-__all__ = ["LINEAR", "aggregate", "aggregation", "kernels", "sparse_weights"]
+def transform_first(aggr: str, lin: Any, out_channels: int, x: torch.Tensor) -> bool:
+    """Whether `lin(aggregate(x))` runs as `aggregate(x @ lin.weight^T) + lin.bias` (the same maths
+    for a LINEAR `aggr`): where it narrows the features (fewer flops), and at equal width where x
+    needs a gradient: the backward then aggregates that width either way, and the aggregation's
+    output, which lin's weight gradient would keep, is never made (a [V, F] tensor less through
+    the backward; the transform's input is kept, x, which exists anyway). A first layer at equal
+    width (x needs no gradient) aggregates first: the other order would add an aggregation to its
+    backward, for the weight gradient."""
+    if aggr not in LINEAR or lin.lazy:
+        return False
+    width = x.shape[-1]
+    return out_channels < width or (out_channels == width and x.requires_grad and torch.is_grad_enabled())
+
+
+__all__ = ["LINEAR", "aggregate", "aggregation", "kernels", "sparse_weights", "transform_first"]

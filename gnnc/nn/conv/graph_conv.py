@@ -2,8 +2,8 @@
 
 `out = lin_rel(aggr(w[e] * x[u])) + lin_root(x_dst)`, the aggregation as in
 `conv/aggregate.py` (weighted when `edge_weight` or a sparse adjacency's
-values are given); `lin_rel` runs first when it shrinks the features and
-the aggregation is linear.
+values are given); `lin_rel` runs first where the aggregation is linear and
+`aggregate.transform_first` says so (fewer flops, or no aggregation kept).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels
+from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, transform_first
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
@@ -57,7 +57,7 @@ class GraphConv(WarmUp, nn.Module):
         x_src, x_dst = inputs.pair(x, LAYER)
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = inputs.edge_values(adj, edge_weight)
-        if self._aggr in LINEAR and not self.lin_rel.lazy and self.out_channels < x_src.shape[1]:
+        if transform_first(self._aggr, self.lin_rel, self.out_channels, x_src):
             out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
             if self.lin_rel.bias is not None:
                 out = out + self.lin_rel.bias

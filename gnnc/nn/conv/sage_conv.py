@@ -2,7 +2,9 @@
 
 For "mean" and "sum", `lin_l` is applied before the aggregation when it
 shrinks the features (the aggregation is linear: the same result, fewer
-flops); "max" and "min" aggregate the (projected) features themselves.
+flops), or keeps their width for an input that needs a gradient (no
+aggregation kept for the backward: `aggregate.transform_first`); "max" and
+"min" aggregate the (projected) features themselves.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import LINEAR, aggregate, aggregation, kernels, sparse_weights
+from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, sparse_weights, transform_first
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
@@ -74,7 +76,7 @@ class SAGEConv(WarmUp, nn.Module):
         weight = sparse_weights(adj)
         if self.project:
             x_src = self.lin(x_src).relu()
-        if self._aggr in LINEAR and not self.lin_l.lazy and self.out_channels < x_src.shape[1]:
+        if transform_first(self._aggr, self.lin_l, self.out_channels, x_src):
             out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes, weight)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
