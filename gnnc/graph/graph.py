@@ -194,7 +194,7 @@ class Graph:
     num_src: int
     num_dst: int
     num_edges: int
-    src: np.ndarray
+    _src: np.ndarray | None
     in_indptr: np.ndarray
     in_src: np.ndarray
     _dst: np.ndarray | None
@@ -325,7 +325,7 @@ class Graph:
         _check_range(idx, sizes[0], "indices", "num_vertices" if square else "num_src")
         graph = cls.__new__(cls)
         graph.num_src, graph.num_dst, graph.num_edges = sizes[0], sizes[1], int(idx.shape[0])
-        graph.src = graph.in_src = _readonly(idx)
+        graph._src = graph.in_src = _readonly(idx)
         graph.in_indptr = _readonly(ptr)
         graph._dst = None
         graph._in_eid = None
@@ -403,7 +403,7 @@ class Graph:
         self.num_src = int(n_src)
         self.num_dst = int(n_dst)
         self.num_edges = int(src.shape[0])
-        self.src = _readonly(src)
+        self._src = _readonly(src)
         self._dst = _readonly(dst)
         self.in_indptr, self.in_src, self._in_eid, self._in_counts = _csr_by(self._dst, self.src, self.num_dst)
         self._init_caches()
@@ -418,11 +418,23 @@ class Graph:
         self.plans = {}
 
     @property
+    def src(self) -> np.ndarray:
+        """The source of each edge, by edge id (the reversed graph of a `from_csc` one makes it
+        on first use: its sources are that graph's destinations)."""
+        if self._src is None:
+            assert self._reversed is not None, "only a reversed from_csc graph is built without sources"
+            self._src = self._reversed.dst
+        return self._src
+
+    @property
     def dst(self) -> np.ndarray:
         """The destination of each edge, by edge id (a `from_csc` graph makes it on first use)."""
         if self._dst is None:
-            self._dst = _readonly(np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr)))
+            self._dst = _readonly(self._csr_destinations())
         return self._dst
+
+    def _csr_destinations(self) -> np.ndarray:
+        return np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr))
 
     def edge_index(self) -> np.ndarray:
         """A new ``2 x E`` int64 array, sources then destinations by edge id (the caller's to
@@ -430,11 +442,7 @@ class Graph:
         making it: the array is the only copy of the destinations."""
         out = np.empty((2, self.num_edges), dtype=np.int64)
         out[0] = self.src
-        out[1] = (
-            self._dst
-            if self._dst is not None
-            else np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.in_indptr))
-        )
+        out[1] = self._dst if self._dst is not None else self._csr_destinations()
         return out
 
     @property
@@ -525,7 +533,13 @@ class Graph:
         """
         if self._reversed is None:
             rev = Graph.__new__(Graph)
-            rev._build(self.dst, self.src, self.num_dst, self.num_src, checked=True)
+            # a from_csc graph's destinations are made for the sort, not kept: the reversed
+            # graph's sources, made again if asked for (its kernels read its in-CSR only)
+            dst = self._dst if self._dst is not None else self._csr_destinations()
+            rev._build(dst, self.src, self.num_dst, self.num_src, checked=True)
+            if self._dst is None:
+                rev._src = None
+            del dst
             if rev.num_edges > _KEEP_REVERSED_EIDS:
                 # most gradient kernels read no edge ids (`plans.PlanSpec.edge_ids`): 8 bytes an edge
                 rev._in_eid = None
@@ -564,8 +578,8 @@ class Graph:
                 counts = self._in_counts_of()  # made with the in-CSR
             elif self._reversed is not None:
                 counts = self._reversed._in_counts_of()
-            else:
-                counts = np.bincount(self.src, minlength=n)
+            else:  # the in-CSR's sources are the edges' (one reversed graph's may not be kept)
+                counts = np.bincount(self.in_src, minlength=n)
             if counts.shape[0] == n:
                 deg = counts.astype(dt)
             else:

@@ -653,7 +653,7 @@ def source_partitions(
         return (*plan, part_eid if eids else None)
     # sources are split (num_src of them); each partition's in-CSR is by destination (num_dst)
     v, e, n_src = graph.num_dst, graph.num_edges, graph.num_src
-    out_deg = np.bincount(graph.src, minlength=n_src)
+    out_deg = np.bincount(graph.in_src, minlength=n_src)  # the sources by in-CSR position: the same counts
     bounds = _split_prefix(_prefix(out_deg) + np.arange(n_src + 1, dtype=np.int64), k)
     del out_deg
     # in-CSR order is (dst, eid); a stable sort by partition alone keeps it
