@@ -216,6 +216,9 @@ class Gradient:
         self.arrays = HOST
         #: large pair-sum arrays kept between calls, shared by this gradient's copies
         self._kept = _KeptArrays()
+        #: `reads()`, once computed
+        self._reads: frozenset[str] | None = None
+        self._reads_known = False
 
     def with_arrays(self, arrays: HostArrays) -> Gradient:
         """A copy that calls its kernels and treats their arrays through `arrays`."""
@@ -236,6 +239,7 @@ class Gradient:
         pruned = copy.copy(self)
         pruned.kernels = [k for k in self.kernels if k[1] in needed]
         pruned.constant = [c for c in self.constant if c in wanted]
+        pruned._reads_known = False
         return pruned
 
     def reads(self) -> frozenset[str] | None:
@@ -244,6 +248,8 @@ class Gradient:
         reads (its `sides` are empty in every signature: GCN's features, for the gradient of
         those features) needs only its shape here: a caller may pass a broadcast stand-in,
         so that a training step keeps no copy of it (`gnnc.torch.ops`)."""
+        if self._reads_known:
+            return self._reads
         modules = [self.module] + ([self.pair_module] if self.pair_module is not None else [])
         read = {*self.transposes, *self.relation_transposes}
         for name, _, _, _, _, factor, _, _, pairs, via in self.kernels:
@@ -256,6 +262,7 @@ class Gradient:
             for kernel in kernels:
                 signature = getattr(kernel, "signature", None)
                 if signature is None:
+                    self._reads, self._reads_known = None, True
                     return None
                 read.update(
                     p.name.removesuffix(_DST).removesuffix("_T__")
@@ -264,7 +271,8 @@ class Gradient:
                 )
             if factor and not factor.endswith("__"):
                 read.add(factor)
-        return frozenset(read & set(self.params))
+        self._reads, self._reads_known = frozenset(read & set(self.params)), True
+        return self._reads
 
     def _gouts(self, gout: Any, named: dict) -> dict[str, Any]:
         if len(self.results) == 1:
