@@ -516,11 +516,17 @@ def test_eager_calls_skip_the_dispatcher_only_where_nothing_would_see_it():
     assert any(n.startswith("gnnc::") and n.endswith("_backward") for n in names), names
 
 
-def test_an_input_the_gradient_does_not_read_is_not_kept_for_it():
+def test_an_input_the_gradient_does_not_read_is_not_kept_for_it(monkeypatch):
     """`out[v] = sum(w[e] * x[u])`: x's gradient reads w and the incoming gradient, not x; a
     training step keeps a one-element stand-in of x's shape (GCNConv's projected features, a
-    [V, F] tensor at every layer), w's gradient keeps x itself. Both match the dense sum."""
+    [V, F] tensor at every layer), w's gradient keeps x itself. Both match the dense sum.
+    A small input is kept as it is (a stand-in would cost its gradient call the fast way)."""
+    from gnnc.torch import ops
+
     op = gt.kernel("kernel wsum(x: f32[V, F], w: f32[E]) -> f32[V, F] { out[v] = sum(w[e] * x[u]) }", "wsum")
+    x = torch.rand(V, 3, requires_grad=True)
+    assert op(EDGE_INDEX, x, torch.rand(E)).grad_fn.saved_tensors[1] is x
+    monkeypatch.setattr(ops, "ABSENT_MIN_BYTES", 1)
     src, dst = EDGE_INDEX
     for w_grad in (False, True):
         x, w = torch.rand(V, 3, requires_grad=True), torch.rand(E, requires_grad=w_grad)
@@ -534,3 +540,20 @@ def test_an_input_the_gradient_does_not_read_is_not_kept_for_it():
         torch.testing.assert_close(x.grad, x2.grad)
         if w_grad:
             torch.testing.assert_close(w.grad, w2.grad)
+
+
+def test_a_warm_backward_runs_prepared_whatever_the_incoming_gradient(monkeypatch):
+    """`out.sum().backward()` brings an expanded (stride 0) gradient: it is made contiguous before
+    the gradient kernel, so a warm call's check passes its arrays as they are and the next call
+    runs prepared (a stand-in of an input, `_absent`, is the one broadcast view passed on)."""
+    from gnnc.runtime import prepared
+
+    op = gt.kernel(EXAMPLES / "sage_mean.gnn", "sage_mean")
+    x = _input((V, 2))
+    op(EDGE_INDEX, x).sum().backward()
+    made = []
+    original = prepared.make
+    monkeypatch.setattr(prepared, "make", lambda *a, **k: made.append(1) or original(*a, **k))
+    for _ in range(3):
+        op(EDGE_INDEX, x).sum().backward()
+    assert made == []

@@ -112,10 +112,21 @@ def _array(t: torch.Tensor) -> np.ndarray:
     if not t.is_cpu:
         raise ArgumentError(f"gnnc's CPU kernels got a tensor on {t.device}")
     if not t.is_contiguous():
-        if t.dim() and not any(t.stride()):  # an expanded scalar (`_absent`): numpy broadcasts it too
-            return t.numpy(force=True)
         t = t.contiguous()
     return t.numpy(force=True)  # detached; a CPU float tensor is not copied
+
+
+def _kept_array(t: torch.Tensor) -> np.ndarray:
+    """A kept input as the backward passes it on: `_array`, but a stand-in (`_absent`) as a
+    broadcast view (a kernel that does not read it takes it without a copy)."""
+    if t.dim() and t.is_cpu and not any(t.stride()):
+        return t.numpy(force=True)
+    return _array(t)
+
+
+#: An input the backward does not read is kept from this size on: a smaller one costs little
+#: memory, and a stand-in (not contiguous) makes its gradient call take the checked way.
+ABSENT_MIN_BYTES = 1 << 20
 
 
 def _absent(t: torch.Tensor) -> torch.Tensor:
@@ -409,12 +420,13 @@ class KernelOps:
 
     # --------------------------------------------------------- implementations
 
-    def _call_arrays(self, args: tuple) -> tuple[Any, str, list[np.ndarray], int, tuple]:
+    def _call_arrays(self, args: tuple, kept: bool = False) -> tuple[Any, str, list[np.ndarray], int, tuple]:
         edge_index, num_src, num_dst, params, rest = self._split(args)
         call_device(self.name, [edge_index, *params])
         graph = self._graph(args)
         dtype = dtype_name(params, self.signature.dtype)
-        return graph, dtype, [_array(t) for t in params], _threads(rest[-1] if rest else None), rest
+        convert = _kept_array if kept else _array
+        return graph, dtype, [convert(t) for t in params], _threads(rest[-1] if rest else None), rest
 
     def _result_tensors(self, out: Any, sigs: Sequence[TensorSig]) -> list[torch.Tensor]:
         named = out if isinstance(out, dict) else {self.results[0].name: out}
@@ -435,7 +447,7 @@ class KernelOps:
 
     def backward_impl(self, *args: Any) -> Any:
         """The backward op's CPU implementation: the wanted inputs' gradients, empty tensors else."""
-        graph, dtype, arrays, threads, rest = self._call_arrays(args)
+        graph, dtype, arrays, threads, rest = self._call_arrays(args, kept=True)
         n = len(self.results)
         gouts, saved, wanted = rest[:n], rest[n], rest[n + 1]
         names = tuple(p.name for p, w in zip(self.params, wanted) if w)
@@ -548,20 +560,19 @@ class KernelOps:
         ctx.gnnc_results = [(o.shape, o.dtype, o.device) for o in outputs[: len(self.results)]]
 
     def _kept(self, ctx: Any, inputs: tuple, params: tuple) -> tuple:
-        """The inputs the backward gets: those its kernels read, for the others `_absent`
-        stand-ins, so that a training step keeps no input only the forward read (GCNConv's
-        projected features: a [V, F] tensor). Eager CPU calls only (`direct`): a traced
-        backward's fake implementation reads the inputs' shapes from the graph's tensors."""
-        if self.backward is None or not direct(inputs):
+        """The inputs the backward gets: those its kernels read and small ones as they are,
+        for the others `_absent` stand-ins, so that a training step keeps no input only the
+        forward read (GCNConv's projected features: a [V, F] tensor). Eager CPU calls only
+        (`direct`): a traced backward's fake implementation reads the inputs themselves."""
+        large = [t.numel() * t.element_size() >= ABSENT_MIN_BYTES for t in params]
+        if not any(large) or self.backward is None or not direct(inputs):
             return params
         n, lead = len(self.params), self._lead
         wanted = tuple(p.name for p, w in zip(self.params, ctx.needs_input_grad[lead : lead + n]) if w)
-        if not wanted:
-            return params
-        reads = self.gradient(dtype_name(params, self.signature.dtype), wanted).reads()
+        reads = self.gradient(dtype_name(params, self.signature.dtype), wanted).reads() if wanted else None
         if reads is None:
             return params
-        return tuple(t if p.name in reads or not t.dim() else _absent(t) for p, t in zip(self.params, params))
+        return tuple(_absent(t) if big and p.name not in reads else t for p, t, big in zip(self.params, params, large))
 
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
         self._setup(ctx, inputs, output, saving=False)
