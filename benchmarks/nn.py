@@ -327,6 +327,10 @@ def main() -> None:
         memory_child(args)
         return
     frameworks = args.frameworks.split(",")
+    for kind, given, known in (("framework", frameworks, FRAMEWORKS), ("model", args.models.split(","), MODELS)):
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            parser.error(f"unknown {kind} {unknown[0]!r}: use {', '.join(known)}")
     print(f"# {machine(args.device)}")
     cells = []
     header = f"{'graph':9s} {'model':9s} {'hid':>4s} " + " ".join(f"{fw:>12s}" for fw in frameworks)
