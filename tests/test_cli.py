@@ -210,6 +210,17 @@ def test_header_says_what_a_specialised_kernel_was_compiled_for(tmp_path):
     assert "compiled for F = 32, H = 4 (specialize): dims must hold exactly these" in header.read_text()
 
 
+@pytest.mark.slow
+def test_header_says_which_kernels_read_no_edge_ids(tmp_path):
+    so, header = tmp_path / "k.so", tmp_path / "k.h"
+    proc = gnnc_cli("compile", EXAMPLES / "sage_mean.gnn", "-o", so, "--header", header)
+    assert proc.returncode == 0, proc.stderr
+    assert "reads no edge ids: in_eid (and part_eid) may be one-element arrays" in header.read_text()
+    proc = gnnc_cli("compile", GAT, "-o", so, "--header", header)
+    assert proc.returncode == 0, proc.stderr
+    assert "reads no edge ids" not in header.read_text()  # its softmax keeps a weight per edge
+
+
 def test_header_needs_the_backend(tmp_path):
     proc = gnnc_cli("compile", GAT, "--emit", "graph", "-o", tmp_path / "g.mlir", "--header", tmp_path / "g.h")
     assert_clean_error(proc)

@@ -87,6 +87,8 @@ def _prototype(kernel: dict, record: abi.AbiRecord, arguments: tuple[abi.Argumen
         lines.append(" *   in_indptr, in_src and in_eid are laid out by position in dst_order")
     if record.edges_sorted:
         lines.append(" *   edges sorted: edge ids must be the in-CSR positions (edges sorted by destination)")
+    if not record.edge_ids:
+        lines.append(" *   reads no edge ids: in_eid (and part_eid) may be one-element arrays")
     lines[-1] += " */"
     lines.append(f"void {kernel['symbol']}(")
     comments = _argument_comments(kernel, record, arguments)
