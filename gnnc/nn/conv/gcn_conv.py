@@ -166,8 +166,8 @@ class GCNConv(WarmUp, nn.Module):
             out = out[:keep]
         if widen:
             out = self.lin(out)
-        if self.bias is not None:
-            out = out + self.bias
+        if self.bias is not None:  # in place where the type allows: `out` is this call's, and no backward reads it
+            out = out.add_(self.bias) if out.dtype == self.bias.dtype else out + self.bias
         return out
 
     def __repr__(self) -> str:

@@ -78,8 +78,9 @@ class SAGEConv(WarmUp, nn.Module):
             x_src = self.lin(x_src).relu()
         if transform_first(self._aggr, self.lin_l, self.out_channels, x_src):
             out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes, weight)
-            if self.lin_l.bias is not None:
-                out = out + self.lin_l.bias
+            bias = self.lin_l.bias
+            if bias is not None:  # in place where the type allows: the aggregation's result is this call's
+                out = out.add_(bias) if out.dtype == bias.dtype else out + bias
         else:
             out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if self.root_weight and x_dst is not None:
