@@ -27,6 +27,7 @@ _LIBRARY.define("nn_gcn_net_loops(Tensor edge_index, SymInt num_nodes, float fil
 
 def _net_loops(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
     def make() -> torch.Tensor:
+        # an ordinary tensor even when first made under inference_mode: a later training call reuses it
         with torch.inference_mode(False):
             return self_loops.remaining_net_loops(edge_index, num_nodes, fill, dtype)
 

@@ -141,4 +141,21 @@ class Linear(nn.Module):
         return f"{self.in_channels}, {self.out_channels}, bias={self.bias is not None}"
 
 
-__all__ = ["BIAS_INITIALIZERS", "WEIGHT_INITIALIZERS", "Linear", "is_lazy"]
+def add_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`out + bias`, added into `out` where the types allow: for a layer's own fresh result,
+    which no backward reads (a [num_dst, out] tensor less)."""
+    if bias is None:
+        return out
+    return out.add_(bias) if out.dtype == bias.dtype else out + bias
+
+
+def add_product(out: torch.Tensor, lin: Linear, x: torch.Tensor) -> torch.Tensor:
+    """`out + lin(x)` for a `lin` without bias (a root weight), the product added into `out`
+    as it is made (`addmm_`) where it can be: no second [num_dst, out] beside `out`, which no
+    backward reads."""
+    if lin.lazy or x.dim() != 2 or out.dtype != x.dtype:
+        return out + lin(x)
+    return out.addmm_(x, lin.weight.t())
+
+
+__all__ = ["BIAS_INITIALIZERS", "WEIGHT_INITIALIZERS", "Linear", "add_bias", "add_product", "is_lazy"]

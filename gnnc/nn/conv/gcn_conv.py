@@ -33,7 +33,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import derived, inputs, self_loops
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, add_bias
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -166,9 +166,7 @@ class GCNConv(WarmUp, nn.Module):
             out = out[:keep]
         if widen:
             out = self.lin(out)
-        if self.bias is not None:  # in place where the type allows: `out` is this call's, and no backward reads it
-            out = out.add_(self.bias) if out.dtype == self.bias.dtype else out + self.bias
-        return out
+        return add_bias(out, self.bias)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels})"

@@ -16,7 +16,7 @@ from torch import nn
 
 from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, transform_first
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, add_bias, add_product
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -59,16 +59,11 @@ class GraphConv(WarmUp, nn.Module):
         weight = inputs.edge_values(adj, edge_weight)
         if transform_first(self._aggr, self.lin_rel, self.out_channels, x_src):
             out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
-            bias = self.lin_rel.bias
-            if bias is not None:  # in place where the type allows: the aggregation's result is this call's
-                out = out.add_(bias) if out.dtype == bias.dtype else out + bias
+            out = add_bias(out, self.lin_rel.bias)
         else:
             out = self.lin_rel(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if x_dst is not None:
-            if self.lin_root.lazy or x_dst.dim() != 2 or out.dtype != x_dst.dtype:
-                out = out + self.lin_root(x_dst)
-            else:  # the root product added into `out` (which no backward reads), as SAGEConv's
-                out = out.addmm_(x_dst, self.lin_root.weight.t())
+            out = add_product(out, self.lin_root, x_dst)
         return out
 
     def __repr__(self) -> str:

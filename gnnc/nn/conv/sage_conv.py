@@ -18,7 +18,7 @@ from torch import nn
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, sparse_weights, transform_first
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, add_bias, add_product
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -78,16 +78,11 @@ class SAGEConv(WarmUp, nn.Module):
             x_src = self.lin(x_src).relu()
         if transform_first(self._aggr, self.lin_l, self.out_channels, x_src):
             out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes, weight)
-            bias = self.lin_l.bias
-            if bias is not None:  # in place where the type allows: the aggregation's result is this call's
-                out = out.add_(bias) if out.dtype == bias.dtype else out + bias
+            out = add_bias(out, self.lin_l.bias)
         else:
             out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
         if self.root_weight and x_dst is not None:
-            if self.lin_r.lazy or x_dst.dim() != 2:
-                out = out + self.lin_r(x_dst)
-            else:  # the root product added into `out` (which no backward reads): no second [num_dst, out]
-                out = out.addmm_(x_dst, self.lin_r.weight.t())
+            out = add_product(out, self.lin_r, x_dst)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
