@@ -609,3 +609,36 @@ def test_random_kernels_tiled_and_sliced_match_reference(source, schedule, graph
         assert any(d in str(exc) for d in ("partition src", "tile features", "vectorize", "group neighbors")), str(exc)
         return
     assert_random_kernel_matches(module, source, graph, f, threads, seed)
+
+
+IN_PLACE = {
+    # the aggregation, element-wise ops of the row's shape, per-destination operands
+    "a_plus_p": ("out[v] = c[v] * x[v] + sum(x[u])", True),
+    "scaled": ("out[v] = relu(c[v] * (sum(x[u]) + x[v]))", True),
+    # read twice at the same row: the second read would see the overwritten row
+    "squared": ("s[v] = sum(x[u]) + c[v]\n    out[v] = s[v] * s[v]", False),
+    # read at another index (a dot over the row) before the row is written
+    "dotted": ("s[v] = sum(x[u])\n    out[v] = dot(s[v], x[v]) * s[v]", False),
+    # the result is also another result's operand, emitted after the row is overwritten
+    "reused": ("out[v] = sum(x[u]) + c[v]\n    more[v] = out[v] * c[v]", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE))
+def test_a_partitioned_sum_accumulates_in_its_output_row_where_the_row_is_read_once(name):
+    """With `partition src K` an accumulator outlives a visit: in the destination's output
+    row when the result reads it once, at the index it writes, else in acc_rows ([V, F]:
+    2 GiB for GCN's first layer at R-MAT 22)."""
+    body, in_place = IN_PLACE[name]
+    results = "(out: f32[V, F], more: f32[V, F])" if "more" in body else "f32[V, F]"
+    source = f"kernel k(x: f32[V, F], c: f32[V]) -> {results} {{\n    {body}\n}}"
+    module = gnnc.compile(source, schedule="partition src 3")
+    assert (module.k._abi.acc_rows == []) is in_place
+    reference = gnnc.compile(source, target="reference")
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, 50, 400), rng.integers(0, 50, 400)
+    graph = gnnc.Graph.from_edge_index(np.stack([src, dst]), num_vertices=60)
+    x = rng.standard_normal((60, 7)).astype(np.float32)
+    c = rng.standard_normal(60).astype(np.float32)
+    got = module.k(graph, x, c, threads=2)
+    assert_matches(got, reference.k(graph, x, c), graph, np.float32)

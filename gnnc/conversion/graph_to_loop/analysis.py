@@ -129,25 +129,43 @@ def costly(roots: list[SSAValue]) -> bool:
 
 
 def in_place_aggregate(sink: Sink) -> graph.AggregateOp | None:
-    """The aggregation a vertex result can accumulate in its own row: the result, or A in A * Q."""
+    """The aggregation a vertex result can accumulate in its own row, or None.
+
+    The result must read the aggregation only at the index it writes: the
+    path from the result down to the aggregation is element-wise ops of the
+    result's shape (`A`, `A * Q`, `A + P`, `relu(A + P)`; the other operands
+    per destination, broadcast or not). Every value on that path, the result
+    included, has one use: another reader would be emitted after the row is
+    overwritten and would read the result instead of the sum.
+    """
     value = sink.value
-    op = value.owner
-    if isinstance(op, graph.AggregateOp):
-        return op if len(list(value.uses)) == 1 else None
-    if not (isinstance(op, graph.BinaryOp) and op.kind.data == "mul"):
-        return None
-    for agg, scale in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
-        at, st = agg.type, scale.type
-        assert isinstance(at, graph.ValueType) and isinstance(st, graph.ValueType)
-        if (
-            isinstance(agg.owner, graph.AggregateOp)
-            and len(list(agg.uses)) == 1
-            and agg is not scale
-            and at.shape == tuple(sink.shape)
-            and st.kind in ("A", "D", "P")
-        ):
-            return agg.owner
-    return None
+    shape = tuple(sink.shape)
+    while True:
+        t = value.type
+        if not isinstance(t, graph.ValueType) or t.shape != shape or len(list(value.uses)) != 1:
+            return None
+        op = value.owner
+        if isinstance(op, graph.AggregateOp):
+            return op
+        if isinstance(op, graph.UnaryOp):
+            value = op.operand
+            continue
+        if not isinstance(op, graph.BinaryOp) or op.lhs is op.rhs:
+            return None
+        on_path = [x for x in (op.lhs, op.rhs) if _reaches_aggregate(x)]
+        if len(on_path) != 1:
+            return None
+        other = op.rhs if on_path[0] is op.lhs else op.lhs
+        ot = other.type
+        if not isinstance(ot, graph.ValueType) or ot.kind not in ("A", "D", "P"):
+            return None
+        value = on_path[0]
+
+
+def _reaches_aggregate(x: SSAValue) -> bool:
+    """Whether x is computed from an aggregation at this vertex (not through a gathered tensor)."""
+    under = values_under([x], lambda y: not isinstance(y.owner, graph.AggregateOp | graph.GatherOp))
+    return any(isinstance(y.owner, graph.AggregateOp) for y in under)
 
 
 def rescalable(sink: Sink, dep_level: Callable[[SSAValue], int]) -> tuple[SSAValue, SSAValue] | None:
