@@ -543,10 +543,8 @@ def fullbatch_child(args: argparse.Namespace) -> None:
     if fw == "gnnc":
         import gnnc
 
-        graph = gnnc.Graph.from_csc(files.indptr, files.indices)  # the memory-mapped edges, not copied
-        from gnnc.torch.graphs import edge_index_of
-
-        g_arg: Any = edge_index_of(graph)
+        # the memory-mapped edges, not copied; the layers take the Graph itself (no 2 x E edge_index)
+        g_arg: Any = gnnc.Graph.from_csc(files.indptr, files.indices)
     elif fw == "pyg":
         dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(np.diff(files.indptr)))
         g_arg = torch.stack([torch.from_numpy(np.array(files.indices)), dst])

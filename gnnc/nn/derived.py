@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from gnnc.graph.graph import Graph
 from gnnc.nn import self_loops
 from gnnc.torch import graphs
 
@@ -62,8 +63,20 @@ def _keep_fake(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return edge_index.new_empty(edge_index.shape[1], dtype=dtype)
 
 
-def gcn_net_loops(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:
-    """`c[v]` of `self_loops.remaining_net_loops` for an unweighted edge_index, made once per tensor."""
+@torch.compiler.disable(reason="a gnnc.Graph is not a graph input: pass edge_index to torch.compile")
+def _graph_net_loops(graph: Graph, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        with torch.inference_mode(False):
+            return self_loops.graph_net_loops(graph, num_nodes, fill, dtype)
+
+    return graphs.graph_derived(graph, ("nn.gcn_net_loops", fill, dtype, num_nodes), make)
+
+
+def gcn_net_loops(edge_index: Any, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:
+    """`c[v]` of `self_loops.remaining_net_loops` for an unweighted edge_index (or a `gnnc.Graph`),
+    made once per tensor (or Graph)."""
+    if isinstance(edge_index, Graph):
+        return _graph_net_loops(edge_index, int(num_nodes), fill, dtype)
     if torch.compiler.is_compiling():
         return torch.ops.gnnc.nn_gcn_net_loops(edge_index, num_nodes, fill, dtype)
     return _net_loops(edge_index, num_nodes, fill, dtype)

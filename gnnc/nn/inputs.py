@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
+from gnnc.graph.graph import Graph
 from gnnc.nn.sampled import as_block
 from gnnc.torch import graphs
 
@@ -51,8 +52,9 @@ class Layout(enum.StrEnum):
 class Adjacency:
     """A graph argument resolved: the edges, a sparse adjacency's values, its sizes."""
 
-    #: `[2, E]` int64: row 0 sources, row 1 destinations, columns in edge id order.
-    edge_index: torch.Tensor
+    #: What the kernels take: a `[2, E]` int64 edge_index (row 0 sources, row 1
+    #: destinations, columns in edge id order), or a `gnnc.Graph` given as is.
+    index: torch.Tensor | Graph
     #: The values of a sparse adjacency (`[E]`, or `[E, D]` for a SparseTensor), else None.
     values: torch.Tensor | None
     #: (num_src, num_dst) of a sparse adjacency, None for an edge_index.
@@ -62,6 +64,23 @@ class Adjacency:
     given: Any = None
     #: A sampled block: its destinations are its first `num_dst` sources.
     block: bool = False
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """The `[2, E]` int64 edges, for code that reads them: a Graph's made on first use
+        (`gnnc.torch.graphs.edge_index_of`, kept while the Graph lives)."""
+        if isinstance(self.index, Graph):
+            return graphs.edge_index_of(self.index)
+        return self.index
+
+    @property
+    def device(self) -> torch.device:
+        """Where the edges are: a Graph's on the CPU (the ops copy them where the features are)."""
+        return torch.device("cpu") if isinstance(self.index, Graph) else self.index.device
+
+    @property
+    def num_edges(self) -> int:
+        return self.index.num_edges if isinstance(self.index, Graph) else int(self.index.shape[1])
 
     @property
     def sparse(self) -> bool:
@@ -118,13 +137,17 @@ def adjacency(edge_index: Any, what: str = "edge_index") -> Adjacency:
         return Adjacency(index, values, (int(adj.shape[1]), int(adj.shape[0])), Layout.TORCH_SPARSE, adj)
     if _is_sparse_tensor(edge_index):
         return _from_sparse_tensor(edge_index)
+    if isinstance(edge_index, Graph):
+        # taken as is: the kernels get the Graph, no edge_index is made unless a layer reads the edges
+        graph = edge_index
+        return Adjacency(graph, None, (graph.num_src, graph.num_dst), Layout.EDGE_INDEX, graph)
     block = as_block(edge_index)
     if block is not None:
         return Adjacency(block.edge_index, None, block.size, Layout.EDGE_INDEX, edge_index, block=True)
     if not isinstance(edge_index, torch.Tensor):
         raise ArgumentError(
-            f"{what} must be a [2, E] tensor, a torch.sparse adjacency, a SparseTensor or a sampled block, "
-            f"got {type(edge_index).__name__}"
+            f"{what} must be a [2, E] tensor, a torch.sparse adjacency, a SparseTensor, a gnnc.Graph or a "
+            f"sampled block, got {type(edge_index).__name__}"
         )
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ArgumentError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
@@ -167,7 +190,7 @@ def square(adj: Adjacency, x: torch.Tensor, layer: str) -> tuple[Adjacency, int 
     assert adj.size is not None
     if x.shape[0] != adj.size[0]:
         raise ArgumentError(f"{layer}: x has {x.shape[0]} rows but the block has {adj.size[0]} sources")
-    return Adjacency(adj.edge_index, None, None, Layout.EDGE_INDEX, adj.given), adj.size[1]
+    return Adjacency(adj.index, None, None, Layout.EDGE_INDEX, adj.given), adj.size[1]
 
 
 def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
@@ -256,10 +279,8 @@ def edge_values(adj: Adjacency, edge_weight: torch.Tensor | None, what: str = "e
             )
         if not isinstance(edge_weight, torch.Tensor):
             raise ArgumentError(f"{what} must be a tensor or None, got {type(edge_weight).__name__}")
-        if edge_weight.dim() != 1 or edge_weight.shape[0] != adj.edge_index.shape[1]:
-            raise ArgumentError(
-                f"{what} must have shape [E] = [{adj.edge_index.shape[1]}], got {tuple(edge_weight.shape)}"
-            )
+        if edge_weight.dim() != 1 or edge_weight.shape[0] != adj.num_edges:
+            raise ArgumentError(f"{what} must have shape [E] = [{adj.num_edges}], got {tuple(edge_weight.shape)}")
         return edge_weight
     if adj.values is not None and adj.values.dim() != 1:
         raise ArgumentError(

@@ -11,6 +11,12 @@ valid while the tensor's `_version` (bumped by every in-place edit through
 torch), data pointer, shape and strides are those it was converted at.
 Edits that bypass torch (through `.numpy()`) cannot be seen.
 
+A `gnnc.Graph` given to gnnc.nn travels as a *handle* (`handle_of`): a
+`[2, E]` int64 tensor of one stored element, broadcast, that carries the Graph
+itself, so a graph of 64M edges passes through the ops without its
+1 GiB edge_index. Its values are not the edges: only the ops read it, and they
+take the Graph it carries.
+
 An edge_index on a CUDA device is copied to the host once to build the
 Graph (the CSR is built by the host code all graphs go through), cached as a
 CPU one is; the CUDA runtime then keeps the Graph's arrays on the device.
@@ -103,8 +109,38 @@ def _sizes(num_vertices: Any, size: Any) -> SizeKey:
     return None
 
 
+#: The attribute of a handle tensor (`handle_of`) that holds its Graph.
+_HANDLE_GRAPH = "_gnnc_graph"
+
+
+def handle_of(graph: Graph) -> torch.Tensor:
+    """A `[2, E]` int64 CPU tensor that stands for `graph` in the ops, without its edges.
+
+    One stored element, broadcast (stride 0): its values are *not* the
+    edges. The handle holds the Graph (an attribute), so a backward saved
+    with it finds the Graph even when the caller has dropped it; the Graph
+    does not hold the handle, so each call may get a new one (cheap) and
+    nothing outlives both. Read the edges with `edge_index_of`.
+    """
+    handle = torch.zeros((2, 1), dtype=torch.int64).expand(2, graph.num_edges)
+    setattr(handle, _HANDLE_GRAPH, graph)
+    return handle
+
+
+def graph_behind(t: torch.Tensor) -> Graph | None:
+    """The Graph a handle (`handle_of`) stands for; None for any other tensor."""
+    return t.__dict__.get(_HANDLE_GRAPH) if isinstance(t, torch.Tensor) else None
+
+
 def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
     """The Graph of an edge_index tensor with these (num_src, num_dst), converted once."""
+    behind = graph_behind(edge_index)
+    if behind is not None:
+        if sizes is not None and (behind.num_src, behind.num_dst) != sizes:
+            raise ArgumentError(
+                f"the graph has (num_src, num_dst) = {(behind.num_src, behind.num_dst)}; the call asks for {sizes}"
+            )
+        return behind
     entry = _entry(edge_index)
     graph = entry.get(sizes)
     if graph is None:
@@ -156,21 +192,42 @@ def edge_type_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Tens
     return t
 
 
+#: Values `derived` from the Graph a handle stands for, kept with the Graph (handles come and go).
+_GRAPH_DERIVED: weakref.WeakKeyDictionary[Graph, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
 def derived(t: torch.Tensor, key: Any, make: Any) -> Any:
     """`make()`, computed once per tensor `t` and `key` and cached with `t`'s graphs.
 
     The value is dropped with `t`, and recomputed when `t` is edited in
     place (the rule of the graph cache). gnnc.nn keeps what it derives from
     an adjacency here: a sparse tensor's edge_index, GCN's self-loop weights.
+    For a handle (`handle_of`) it is kept with the Graph instead.
     """
+    behind = graph_behind(t)
+    if behind is not None:
+        return graph_derived(behind, key, make)
     entry = _entry(t)
     if key not in entry.derived:
         entry.derived[key] = make()
     return entry.derived[key]
 
 
+def graph_derived(graph: Graph, key: Any, make: Any) -> Any:
+    """`make()`, computed once per Graph and `key` and kept while the Graph lives (a Graph is
+    immutable: nothing makes the value stale)."""
+    values = _GRAPH_DERIVED.setdefault(graph, {})
+    if key not in values:
+        values[key] = make()
+    return values[key]
+
+
 def replace_derived(t: torch.Tensor, key: Any, value: Any) -> Any:
     """`value` kept as `derived(t, key, ...)`'s from now on (a value that depends on more than `t`)."""
+    behind = graph_behind(t)
+    if behind is not None:
+        _GRAPH_DERIVED.setdefault(behind, {})[key] = value
+        return value
     _entry(t).derived[key] = value
     return value
 
@@ -223,7 +280,10 @@ __all__ = [
     "derived",
     "edge_index_of",
     "edge_type_of",
+    "graph_behind",
+    "graph_derived",
     "graph_of",
+    "handle_of",
     "replace_derived",
     "state_of",
     "typed_graph",

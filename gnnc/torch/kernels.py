@@ -276,9 +276,15 @@ class Kernel:
     reason="a gnnc.Graph is converted to its edge_index outside the graph: pass edge_index to torch.compile"
 )
 def _graph_arguments(graph: Graph, num_vertices: Any, size: Any, device: torch.device) -> tuple:
-    """A Graph's op arguments (its edge_index on the inputs' device, made once, and its sizes).
-    Not traced: a compiled function that gets a Graph breaks the graph here, as it cannot be an input."""
+    """A Graph's op arguments (its sizes, and a handle of it or its edge_index on the inputs' device).
+    Not traced: a compiled function that gets a Graph breaks the graph here, as it cannot be an input.
+
+    An eager CPU call gets a handle (`graphs.handle_of`): no edge_index is made. Anything that may
+    record the call (a trace, a functorch transform) gets the edges themselves, as the handle's
+    values are not the edges and a recording would keep the values alone."""
     graphs.as_graph(graph, num_vertices, size)  # checks that they agree
+    if device.type == "cpu" and _eager():
+        return graphs.handle_of(graph), graph.num_src, graph.num_dst
     return graphs.edge_index_of(graph, device), graph.num_src, graph.num_dst
 
 

@@ -39,9 +39,10 @@ def kernels(aggr: str) -> tuple[Kernel, Kernel]:
 
 
 def aggregate(
-    pair: tuple[Kernel, Kernel], edge_index: torch.Tensor, x: torch.Tensor, size: tuple, weight: Any = None
+    pair: tuple[Kernel, Kernel], edge_index: Any, x: torch.Tensor, size: tuple, weight: Any = None
 ) -> torch.Tensor:
-    """The aggregation over in-edges of `x[u]` (times `weight[e]`): a `[num_dst, F]` tensor."""
+    """The aggregation over in-edges of `x[u]` (times `weight[e]`): a `[num_dst, F]` tensor.
+    `edge_index` is one, or a `gnnc.Graph` (`inputs.Adjacency.index`)."""
     if weight is None:
         return pair[0](edge_index, x, size=size)
     return pair[1](edge_index, x, weight.to(x.dtype), size=size)

@@ -124,9 +124,9 @@ class GCNConv(WarmUp, nn.Module):
         weight = inputs.edge_values(adj, edge_weight)
         if weight is None and not adj.sparse:
             if not self.add_self_loops:  # its own loops are edges like any other
-                return (torch.zeros(num_nodes, dtype=dtype, device=adj.edge_index.device),)
+                return (torch.zeros(num_nodes, dtype=dtype, device=adj.device),)
             # PyG 2.8 fills remaining loops with 1 for an unweighted graph, improved or not
-            return (derived.gcn_net_loops(adj.edge_index, num_nodes, 1.0, dtype),)
+            return (derived.gcn_net_loops(adj.index, num_nodes, 1.0, dtype),)
         if weight is not None:
             weight = weight.to(dtype)
         # weighted (or a sparse adjacency): PyG 2.8 fills remaining loops with 2 when improved
@@ -145,7 +145,7 @@ class GCNConv(WarmUp, nn.Module):
         if not widen:
             x = self.lin(x)
         if self.normalize:
-            edges = adj.edge_index
+            edges = adj.index
             if self.cached and self._cached is not None:
                 # as PyG: the first call's graph and normalisation, whatever the call passes
                 edges, weights = self._cached
@@ -159,9 +159,9 @@ class GCNConv(WarmUp, nn.Module):
         else:
             weight = inputs.edge_values(adj, edge_weight)
             if weight is None:
-                out = self._plain(adj.edge_index, x, num_vertices=num_nodes)
+                out = self._plain(adj.index, x, num_vertices=num_nodes)
             else:
-                out = self._weighted(adj.edge_index, x, weight.to(x.dtype), num_vertices=num_nodes)
+                out = self._weighted(adj.index, x, weight.to(x.dtype), num_vertices=num_nodes)
         if keep is not None:  # a block: the rows of its destinations
             out = out[:keep]
         if widen:

@@ -136,7 +136,7 @@ class GINConv(_GIN):
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         eps = self.eps.to(x_src.dtype)
         w = sparse_weights(adj)
-        edges = adj.edge_index
+        edges = adj.index
         if w is not None:
             w = w.to(x_src.dtype)
         if x_dst is not None and _eps_trained(self.eps):
@@ -201,8 +201,8 @@ class GINEConv(_GIN):
             raise ArgumentError("GINEConv needs edge_attr")
         if edge_attr.dim() == 1:
             edge_attr = edge_attr.view(-1, 1)
-        if edge_attr.shape[0] != adj.edge_index.shape[1]:
-            raise ArgumentError(f"edge_attr has {edge_attr.shape[0]} rows, the graph {adj.edge_index.shape[1]} edges")
+        if edge_attr.shape[0] != adj.num_edges:
+            raise ArgumentError(f"edge_attr has {edge_attr.shape[0]} rows, the graph {adj.num_edges} edges")
         if self.lin is None and x_src.shape[-1] != edge_attr.shape[-1]:
             raise ArgumentError(
                 "Node and edge feature dimensionalities do not match. Consider setting the 'edge_dim' "
@@ -212,12 +212,12 @@ class GINEConv(_GIN):
             edge_attr = self.lin(edge_attr)
         edge_attr = edge_attr.to(x_src.dtype)
         if x_dst is None:
-            out = self._no_root(adj.edge_index, x_src, edge_attr, size=sizes)
+            out = self._no_root(adj.index, x_src, edge_attr, size=sizes)
         elif _eps_trained(self.eps):
-            out = _plus_root(self._no_root(adj.edge_index, x_src, edge_attr, size=sizes), x_dst, self.eps)
+            out = _plus_root(self._no_root(adj.index, x_src, edge_attr, size=sizes), x_dst, self.eps)
         else:
             eps = self.eps.to(x_src.dtype)
-            out = self._root(adj.edge_index, x_src, x_dst, edge_attr, eps, size=sizes)
+            out = self._root(adj.index, x_src, x_dst, edge_attr, eps, size=sizes)
         return self.nn(out)
 
 

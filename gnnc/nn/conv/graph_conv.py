@@ -58,10 +58,10 @@ class GraphConv(WarmUp, nn.Module):
         sizes = inputs.sizes(adj, x_src, x_dst, size, bipartite=not isinstance(x, torch.Tensor))
         weight = inputs.edge_values(adj, edge_weight)
         if transform_first(self._aggr, self.lin_rel, self.out_channels, x_src):
-            out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
+            out = aggregate(self._kernels, adj.index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
             out = add_bias(out, self.lin_rel.bias)
         else:
-            out = self.lin_rel(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
+            out = self.lin_rel(aggregate(self._kernels, adj.index, x_src, sizes, weight))
         if x_dst is not None:
             out = add_product(out, self.lin_root, x_dst)
         return out

@@ -77,10 +77,10 @@ class SAGEConv(WarmUp, nn.Module):
         if self.project:
             x_src = self.lin(x_src).relu()
         if transform_first(self._aggr, self.lin_l, self.out_channels, x_src):
-            out = aggregate(self._kernels, adj.edge_index, F.linear(x_src, self.lin_l.weight), sizes, weight)
+            out = aggregate(self._kernels, adj.index, F.linear(x_src, self.lin_l.weight), sizes, weight)
             out = add_bias(out, self.lin_l.bias)
         else:
-            out = self.lin_l(aggregate(self._kernels, adj.edge_index, x_src, sizes, weight))
+            out = self.lin_l(aggregate(self._kernels, adj.index, x_src, sizes, weight))
         if self.root_weight and x_dst is not None:
             out = add_product(out, self.lin_r, x_dst)
         if self.normalize:
