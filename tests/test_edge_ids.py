@@ -1,5 +1,7 @@
 """Kernels that read no edge ids run without them: no `in_eid`, no `part_eid`, a reversed graph
-that dropped its sort's ids (8 bytes an edge each: 0.5 GiB an array at 64M edges)."""
+that dropped its sort's ids (8 bytes an edge each: 0.5 GiB an array at 64M edges). Likewise a
+partitioned kernel reads no `in_src`, and a large reversed graph drops its own once its
+partitions hold the sources."""
 
 from __future__ import annotations
 
@@ -111,3 +113,62 @@ def test_the_reversed_graph_of_a_csc_graph_keeps_no_sources_until_asked(edges):
     assert np.array_equal(plans.source_partitions(rev, 3, eids=False)[2], plans.source_partitions(want, 3)[2])
     assert rev._src is None
     assert np.array_equal(rev.src, want.src) and np.array_equal(rev.dst, want.dst)
+
+
+TWO_WALKS = """
+kernel two(x: f32[V, F], w: f32[E]) -> f32[V, F] {
+    m[v] = max(w[e])
+    out[v] = sum(exp(w[e] - m[v]) * x[u])
+}
+"""
+
+
+def test_the_record_says_whether_a_partitioned_kernel_reads_in_src():
+    assert gnnc.compile(PLAIN).plain._abi.in_src is True
+    assert gnnc.compile(PLAIN, schedule="partition src 3").plain._abi.in_src is False
+    assert gnnc.compile(PLAIN, schedule="partition src 3; prefetch 4").plain._abi.in_src is False
+    # the narrower walk is not partitioned: it reads in_src
+    assert gnnc.compile(TWO_WALKS, schedule="partition src 3").two._abi.in_src is True
+
+
+@settings(max_examples=15, deadline=None)
+@given(edges=edge_lists())
+def test_a_large_reversed_graph_drops_its_sources_once_partitions_hold_them(edges):
+    src, dst, v = edges
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graph_module, "_KEEP_REVERSED_EIDS", -1)
+        graph = _csc_graph(src, dst, v)
+        rev = graph.reversed()
+        want = gnnc.Graph.from_coo(graph.edge_index()[1], graph.edge_index()[0], num_vertices=v)
+        rng = np.random.default_rng(2)
+        x = rng.standard_normal((v, 5)).astype(np.float32)
+        reference = gnnc.compile(PLAIN, target="reference").plain(want, x)
+        partitioned = gnnc.compile(PLAIN, schedule="partition src 3").plain
+        assert_matches(partitioned(rev, x), reference, want, np.float32)
+        assert rev._in_src is None  # the partitions carry every source
+        # a kernel that reads in_src has it sorted again, and kept
+        whole = gnnc.compile(PLAIN).plain
+        assert_matches(whole(rev, x), reference, want, np.float32)
+        assert np.array_equal(rev._in_src, want.in_src) and not rev.in_src.flags.writeable
+        assert_matches(partitioned(rev, x), reference, want, np.float32)
+        rev.release_in_src()
+        assert rev._in_src is not None  # asked for once: kept from then on
+    # a graph's own sources (the caller's) are never dropped
+    kept = gnnc.Graph.from_coo(src, dst, num_vertices=v)
+    kept.release_in_src()
+    assert kept._in_src is not None
+
+
+def test_a_partitioned_gradient_on_a_reversed_graph_without_its_sources(monkeypatch):
+    monkeypatch.setattr(graph_module, "_KEEP_REVERSED_EIDS", -1)
+    rng = np.random.default_rng(3)
+    v, e = 60, 500
+    edge_index = torch.from_numpy(rng.integers(0, v, (2, e)))
+    x = torch.randn(v, 6, requires_grad=True)
+    plain = gnnc.torch.kernel(PLAIN, "plain", schedule="partition src 3")
+    plain(edge_index, x).square().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    deg = torch.zeros(v).index_add_(0, edge_index[1], torch.ones(e)).clamp(min=1)
+    out = torch.zeros(v, 6).index_add_(0, edge_index[1], x2[edge_index[0]]) / deg[:, None]
+    out.square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)

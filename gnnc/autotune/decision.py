@@ -431,6 +431,7 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         pairs=tuple(record.pairs),
         pair_rows=record.pair_rows,
         edge_ids=record.edge_ids,
+        in_src=record.in_src,
     )
 
 

@@ -20,9 +20,10 @@ which is cheaper than passing them. Blocks are balanced by edge count by the
 runtime, so a hub cannot starve a thread of work.
 
 Before outlining, the pass notes in the kernel's ABI record whether it reads
-edge ids at all (`edge_ids`, `loop_structure.reads_edge_ids`): afterwards
-every argument travels in the closure and looks read. A kernel that reads
-none lets the runtime pass placeholders for `in_eid` and `part_eid`.
+edge ids at all (`edge_ids`, `loop_structure.reads_edge_ids`) and, if
+partitioned, `in_src` (`in_src`, `reads_in_src`): afterwards every argument
+travels in the closure and looks read. A kernel that reads none lets the
+runtime pass placeholders for `in_eid` and `part_eid` (or `in_src`).
 
 libgomp's dynamic iterator is a while loop; it becomes an `scf.for` over at
 most num_blocks chunk requests (a worker cannot receive more chunks than there
@@ -53,7 +54,7 @@ from gnnc.errors import CompileError
 from gnnc.ir import kernel_abi, llvm_ext, loop
 from gnnc.ir.abi import SIMD_BITS_ATTR
 from gnnc.ir.directives import check_directive_option
-from gnnc.ir.loop_structure import WORKSHARING_KEYS, reads_edge_ids, sweeps
+from gnnc.ir.loop_structure import WORKSHARING_KEYS, reads_edge_ids, reads_in_src, sweeps
 
 index = IndexType()
 i8 = IntegerType(8)
@@ -313,6 +314,8 @@ class ConvertLoopToOpenmpPass(ModulePass):
             if kernel_abi.has_record(fn) and not reads_edge_ids(fn):
                 # once outlined, every argument travels in the closure and looks read
                 kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), edge_ids=False))
+            if kernel_abi.has_record(fn) and not reads_in_src(fn):
+                kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), in_src=False))
             for i, (phase, for_dst) in enumerate(sweeps(fn)):
                 _check_schedule_consumed(for_dst)
                 name = f"{fn.sym_name.data}_phase{i}"

@@ -49,6 +49,7 @@ only when something asks for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -196,7 +197,7 @@ class Graph:
     num_edges: int
     _src: np.ndarray | None
     in_indptr: np.ndarray
-    in_src: np.ndarray
+    _in_src: np.ndarray | None
     _dst: np.ndarray | None
     _in_eid: np.ndarray | None
     _in_counts: np.ndarray | None
@@ -413,9 +414,49 @@ class Graph:
         self._reversed: Graph | None = None
         self._degrees: dict[tuple[str, Any, bool], np.ndarray] = {}
         self._edges_sorted: bool | None = edges_sorted
+        #: a reversed graph (made by `reversed`) may drop its in-CSR sources and sort them again
+        self._derived_reverse = False
+        self._keep_in_src = False
         self.edge_type, self.num_relations = None, None
         self.types = None
         self.plans = {}
+
+    @property
+    def in_src(self) -> np.ndarray:
+        """The source of the in-edge at each in-CSR position.
+
+        A large reversed graph drops it once the plans its kernels read carry
+        the sources themselves (`release_in_src`); asked for again, it is
+        sorted again from the graph it reverses, and kept from then on."""
+        if self._in_src is None:
+            self._in_src = self._sorted_sources()
+            self._keep_in_src = True
+        return self._in_src
+
+    @in_src.setter
+    def in_src(self, value: np.ndarray) -> None:
+        self._in_src = value
+
+    def _sorted_sources(self) -> np.ndarray:
+        assert self._derived_reverse and self._reversed is not None, "only a reversed graph drops its sources"
+        forward = self._reversed
+        # the sources are the reversed graph's destinations: made for the sort (as `reversed`), not kept
+        src = self._src if self._src is not None else forward._dst
+        if src is None:
+            src = forward._csr_destinations()
+        return _readonly(_csr_by(self.dst, src, self.num_dst)[1])
+
+    def release_in_src(self) -> None:
+        """Drops the in-CSR sources of a reversed graph of more than `_KEEP_REVERSED_EIDS` edges,
+        unless they were asked for again before: `plans.source_partitions` calls it once
+        partitions hold every source (8 bytes an edge: 0.5 GiB at 64M edges). A kernel that
+        reads them (its record's `in_src`) makes them again (a sort, once)."""
+        if not (self._derived_reverse and not self._keep_in_src and self.num_edges > _KEEP_REVERSED_EIDS):
+            return
+        # a kernel's cached arguments that hold them keep them alive: dropped here they would be made twice
+        held = any(isinstance(p, Mapping) and p.get("in_src") is self._in_src for p in self.plans.values())
+        if not held:
+            self._in_src = None
 
     @property
     def src(self) -> np.ndarray:
@@ -546,6 +587,7 @@ class Graph:
             rev._set_relations(self.edge_type, self.num_relations, checked=True)
             rev.types = self.types  # the same vertex ids
             rev._reversed = self
+            rev._derived_reverse = True
             self._reversed = rev
         return self._reversed
 

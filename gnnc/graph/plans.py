@@ -1026,6 +1026,9 @@ class PlanSpec:
     pair_rows: int | None = None
     #: the kernel reads `in_eid` / `part_eid` (its record's `edge_ids`); False: placeholders
     edge_ids: bool = True
+    #: the kernel reads `in_src` (its record's `in_src`); False: a placeholder (a partitioned
+    #: walk reads `part_src`), and a large reversed graph may drop its own (`release_in_src`)
+    in_src: bool = True
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -1039,6 +1042,8 @@ def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
 
 #: What a kernel that reads no edge ids gets for them (its record's `edge_ids` is False).
 _NO_EDGE_IDS = _readonly(np.zeros(1, dtype=np.int64))
+#: What a kernel that reads no in_src gets for it (its record's `in_src` is False).
+_NO_SOURCES = _readonly(np.zeros(1, dtype=np.int64))
 
 
 def _nonempty(arr: np.ndarray) -> np.ndarray:
@@ -1059,7 +1064,11 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
             blocks = grouped_blocks(graph, spec.groups, n_blocks)
         else:
             blocks = balanced_blocks(graph, n_blocks, order=order)
-    in_csr = (graph.in_indptr, graph.in_src, graph.in_eid if spec.edge_ids else _NO_EDGE_IDS)
+    in_csr = (
+        graph.in_indptr,
+        graph.in_src if spec.in_src or spec.partitions is None else _NO_SOURCES,
+        graph.in_eid if spec.edge_ids else _NO_EDGE_IDS,
+    )
     if spec.ordered_edges:
         # the sweep walks edges by position in its order (transforms/loop/order_destinations.py)
         in_csr = ordered_in_csr(graph, spec.order)
@@ -1085,6 +1094,8 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
             graph, spec.partitions, eids=spec.edge_ids
         )
         values["part_eid"] = _NO_EDGE_IDS if part_eid is None else part_eid
+        if not spec.in_src:
+            graph.release_in_src()  # the partitions hold every source
     if spec.hilbert:
         values["hilbert_src"], values["hilbert_dst"], values["hilbert_eid"] = hilbert_edge_order(graph)
     if spec.groups is not None:

@@ -19,7 +19,9 @@ The rules every caller keeps:
   arrays overlap (the kernels are compiled with `noalias`). A pointer must be
   valid even where its array would be empty (pass a one-element array).
   A kernel whose record has `edge_ids` false reads neither `in_eid` nor
-  `part_eid`: a one-element array may stand for each.
+  `part_eid`: a one-element array may stand for each; one whose `in_src`
+  is false (partitioned, `part_src` carries the sources) does not read
+  `in_src`.
 - A tensor's rows: vertex tensors have num_dst rows (num_src for an input
   read at sources, see `gnnc/ir/signature.py`), edge tensors num_edges rows
   indexed by the user's edge id, parameters are whole (a scalar is a
@@ -400,6 +402,9 @@ class AbiRecord:
     #: outlining hides it). False: they may be one-element placeholders, so a graph need not
     #: hold its edge ids for it (0.5 GiB an array at 64M edges)
     edge_ids: bool = True
+    #: whether the kernel reads `in_src` (convert-loop-to-openmp, as `edge_ids`). False only for
+    #: a partitioned kernel, whose one walk reads `part_src`: in_src may be a one-element array
+    in_src: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -436,6 +441,8 @@ class AbiRecord:
             record["pair_rows"] = self.pair_rows
         if not self.edge_ids:
             record["edge_ids"] = False
+        if not self.in_src:
+            record["in_src"] = False
         return record
 
     @classmethod
@@ -464,6 +471,7 @@ class AbiRecord:
             pairs=[str(side) for side in record.get("pairs", [])],
             pair_rows=record.get("pair_rows"),
             edge_ids=bool(record.get("edge_ids", True)),
+            in_src=bool(record.get("in_src", True)),
         )
 
     def to_json(self) -> str:

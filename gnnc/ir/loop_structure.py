@@ -284,6 +284,14 @@ def kernel_buffer(fn: func.FuncOp, name: str) -> SSAValue:
 EDGE_ID_BUFFERS = ("in_eid", "part_eid")
 
 
+def reads_in_src(fn: func.FuncOp) -> bool:
+    """Whether partitioned kernel `fn` reads `in_src` before outlining: any use counts (a walk
+    that is not partitioned, a prefetch). True for a kernel without partitions."""
+    if kernel_abi.get_record(fn).partitions is None:
+        return True
+    return bool(kernel_abi.argument(fn, "in_src").uses)
+
+
 def reads_edge_ids(fn: func.FuncOp) -> bool:
     """Whether kernel `fn` reads an edge-id array (`EDGE_ID_BUFFERS`) before outlining.
 

@@ -89,6 +89,8 @@ def _prototype(kernel: dict, record: abi.AbiRecord, arguments: tuple[abi.Argumen
         lines.append(" *   edges sorted: edge ids must be the in-CSR positions (edges sorted by destination)")
     if not record.edge_ids:
         lines.append(" *   reads no edge ids: in_eid (and part_eid) may be one-element arrays")
+    if not record.in_src:
+        lines.append(" *   reads no in_src (its partitions carry the sources): in_src may be a one-element array")
     lines[-1] += " */"
     lines.append(f"void {kernel['symbol']}(")
     comments = _argument_comments(kernel, record, arguments)
