@@ -134,38 +134,32 @@ def in_place_aggregate(sink: Sink) -> graph.AggregateOp | None:
     The result must read the aggregation only at the index it writes: the
     path from the result down to the aggregation is element-wise ops of the
     result's shape (`A`, `A * Q`, `A + P`, `relu(A + P)`; the other operands
-    per destination, broadcast or not). Every value on that path, the result
-    included, has one use: another reader would be emitted after the row is
-    overwritten and would read the result instead of the sum.
+    per destination, broadcast or not, other aggregations among them). Every
+    value on that path, the result included, has one use: another reader
+    would be emitted after the row is overwritten and would read the result
+    instead of the sum.
     """
-    value = sink.value
-    shape = tuple(sink.shape)
-    while True:
-        t = value.type
-        if not isinstance(t, graph.ValueType) or t.shape != shape or len(list(value.uses)) != 1:
-            return None
-        op = value.owner
-        if isinstance(op, graph.AggregateOp):
-            return op
-        if isinstance(op, graph.UnaryOp):
-            value = op.operand
-            continue
-        if not isinstance(op, graph.BinaryOp) or op.lhs is op.rhs:
-            return None
-        on_path = [x for x in (op.lhs, op.rhs) if _reaches_aggregate(x)]
-        if len(on_path) != 1:
-            return None
-        other = op.rhs if on_path[0] is op.lhs else op.lhs
+    return _aggregate_on_path(sink.value, tuple(sink.shape))
+
+
+def _aggregate_on_path(value: SSAValue, shape: tuple[Dim, ...]) -> graph.AggregateOp | None:
+    t = value.type
+    if not isinstance(t, graph.ValueType) or t.shape != shape or len(list(value.uses)) != 1:
+        return None
+    op = value.owner
+    if isinstance(op, graph.AggregateOp):
+        return op
+    if isinstance(op, graph.UnaryOp):
+        return _aggregate_on_path(op.operand, shape)
+    if not isinstance(op, graph.BinaryOp) or op.lhs is op.rhs:
+        return None
+    for on_path, other in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
         ot = other.type
-        if not isinstance(ot, graph.ValueType) or ot.kind not in ("A", "D", "P"):
-            return None
-        value = on_path[0]
-
-
-def _reaches_aggregate(x: SSAValue) -> bool:
-    """Whether x is computed from an aggregation at this vertex (not through a gathered tensor)."""
-    under = values_under([x], lambda y: not isinstance(y.owner, graph.AggregateOp | graph.GatherOp))
-    return any(isinstance(y.owner, graph.AggregateOp) for y in under)
+        if isinstance(ot, graph.ValueType) and ot.kind in ("A", "D", "P"):
+            found = _aggregate_on_path(on_path, shape)
+            if found is not None:
+                return found
+    return None
 
 
 def rescalable(sink: Sink, dep_level: Callable[[SSAValue], int]) -> tuple[SSAValue, SSAValue] | None:
