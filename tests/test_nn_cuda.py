@@ -13,6 +13,7 @@ from tests.helpers import torch_gpu_missing
 from tests.nn_oracle import features
 
 pytest.importorskip("torch_geometric")
+import gnnc  # noqa: E402
 import gnnc.nn as gnn  # noqa: E402
 from gnnc.errors import ArgumentError  # noqa: E402
 from gnnc.torch import ops  # noqa: E402
@@ -50,6 +51,8 @@ FORMS = {
     "GCNConv-SparseTensor": "SparseTensor",
     "SAGEConv-SparseTensor": "SparseTensor",
     "APPNP-SparseTensor": "SparseTensor",
+    "GCNConv-Graph": "Graph",
+    "SAGEConv-Graph": "Graph",
 }
 LAYERS.update(
     {
@@ -58,6 +61,8 @@ LAYERS.update(
         "GCNConv-SparseTensor": lambda: gnn.GCNConv(4, 3, improved=True),
         "SAGEConv-SparseTensor": lambda: gnn.SAGEConv(4, 3),
         "APPNP-SparseTensor": lambda: gnn.APPNP(2, 0.1, dropout=0.3),
+        "GCNConv-Graph": lambda: gnn.GCNConv(4, 3),
+        "SAGEConv-Graph": lambda: gnn.SAGEConv(4, 3),
     }
 )
 
@@ -83,6 +88,8 @@ def _inputs(name: str, device) -> tuple:
             ),
             edge_attr,
         )
+    if form == "Graph":  # on the host: its edge_index goes to the device once
+        return x, gnnc.Graph.from_edge_index(EDGE_INDEX.numpy(), num_vertices=N), edge_attr
     return x, device(EDGE_INDEX), edge_attr
 
 
@@ -115,8 +122,12 @@ def test_layers_make_their_tensors_on_the_input_device(monkeypatch, name):
     assert mode.gnnc_ops and launches
     assert all(device.type == "cuda" for _, devices, _ in launches for device in devices)
     assert {call_device.type for _, _, call_device in launches} == {"cuda"}
-    # nothing was made on the host and copied over; the one copy back is the graph's (built on the host)
-    assert mode.uploads == []
+    # nothing was made on the host and copied over (but a host Graph's edges and its GCN loop
+    # weights); the one copy back is the graph's (built on the host)
+    if FORMS.get(name) == "Graph":
+        assert [shape for _, shape in mode.uploads] in ([(2, EDGE_INDEX.shape[1])], [(N,), (2, EDGE_INDEX.shape[1])])
+    else:
+        assert mode.uploads == []
     assert len(mode.downloads) <= 1 and all(shape[0] == 2 for _, shape in mode.downloads)
 
 

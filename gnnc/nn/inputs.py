@@ -74,11 +74,6 @@ class Adjacency:
         return self.index
 
     @property
-    def device(self) -> torch.device:
-        """Where the edges are: a Graph's on the CPU (the ops copy them where the features are)."""
-        return torch.device("cpu") if isinstance(self.index, Graph) else self.index.device
-
-    @property
     def num_edges(self) -> int:
         return self.index.num_edges if isinstance(self.index, Graph) else int(self.index.shape[1])
 

@@ -118,15 +118,17 @@ class GCNConv(WarmUp, nn.Module):
         state["_cached"] = None  # recomputed from the next call's graph
         return state
 
-    def _weights(self, adj: inputs.Adjacency, edge_weight: Any, num_nodes: int, dtype: torch.dtype) -> tuple:
+    def _weights(self, adj: inputs.Adjacency, edge_weight: Any, num_nodes: int, x: torch.Tensor) -> tuple:
         """(w, loop) of `gcn_conv`: the edge weights and the self-loop weight per vertex; for an
-        edge_index without weights, (c,) of `gcn_conv_unweighted`."""
+        edge_index without weights, (c,) of `gcn_conv_unweighted`; in x's dtype, on x's device."""
+        dtype = x.dtype
         weight = inputs.edge_values(adj, edge_weight)
         if weight is None and not adj.sparse:
             if not self.add_self_loops:  # its own loops are edges like any other
-                return (torch.zeros(num_nodes, dtype=dtype, device=adj.device),)
+                return (torch.zeros(num_nodes, dtype=dtype, device=x.device),)
             # PyG 2.8 fills remaining loops with 1 for an unweighted graph, improved or not
-            return (derived.gcn_net_loops(adj.index, num_nodes, 1.0, dtype),)
+            # a Graph's are made on the host, where its edges are
+            return (derived.gcn_net_loops(adj.index, num_nodes, 1.0, dtype).to(x.device),)
         if weight is not None:
             weight = weight.to(dtype)
         # weighted (or a sparse adjacency): PyG 2.8 fills remaining loops with 2 when improved
@@ -150,7 +152,7 @@ class GCNConv(WarmUp, nn.Module):
                 # as PyG: the first call's graph and normalisation, whatever the call passes
                 edges, weights = self._cached
             else:
-                weights = self._weights(adj, edge_weight, num_nodes, x.dtype)
+                weights = self._weights(adj, edge_weight, num_nodes, x)
                 if self.cached:
                     self._cached = (edges, tuple(t.detach() for t in weights))
             # (w, loop), or the net loop weights `c` of an unweighted graph
