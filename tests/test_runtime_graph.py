@@ -9,9 +9,11 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gnnc.errors import ArgumentError, GraphError
+from gnnc.graph import graph as graph_module
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.runtime.signature import pack_results, prepare_call
@@ -550,3 +552,23 @@ def test_empty_graph_call():
     g = Graph.from_coo([], [])
     inputs, outputs, dims = prepare_call(GCN, g, (np.zeros((0, 3)), np.zeros(0)), {})
     assert dims == {"F": 3} and outputs[0].shape == (0, 3)
+
+
+@pytest.mark.parametrize("path", ["one 16-bit radix", "two 16-bit radix", "packed"])
+@settings(max_examples=25, deadline=None)
+@given(edges=edge_lists(), spread=st.sampled_from([4099, 65521]))
+def test_every_sort_of_the_in_csr_is_stable(path, edges, spread):
+    """The three sorts `_csr_by` picks from (by key and edge count) give the stable in-CSR;
+    past the first, vertex ids are spread (id * `spread` + 7) so that keys differ in their
+    low and high 16 bits both."""
+    src, dst, v = edges
+    if path != "one 16-bit radix":
+        src, dst, v = src * spread + 7, dst * spread + 7, v * spread + 7
+    with pytest.MonkeyPatch.context() as mp:
+        if path == "packed":
+            mp.setattr(graph_module, "_RADIX2_EDGES", -1)
+        g = Graph.from_coo(src, dst, num_vertices=v)
+    order = np.argsort(dst, kind="stable")
+    np.testing.assert_array_equal(g.in_indptr, np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=v))]))
+    np.testing.assert_array_equal(g.in_src, src[order])
+    np.testing.assert_array_equal(g.in_eid, order)

@@ -150,6 +150,8 @@ def _float_dtype(dtype: Any) -> np.dtype:
 
 #: Keys below this many values are sorted by numpy's radix sort (16-bit keys, stable).
 _RADIX_KEYS = 1 << 16
+#: Graphs up to this many edges (and 2**32 keys) sort by two 16-bit radix passes.
+_RADIX2_EDGES = 1 << 24
 
 
 def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -161,6 +163,12 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
         # numpy sorts 16-bit keys by counting, stably: a few passes, where a comparison sort of
         # the same keys costs 4x as much (a 1,300-edge block: 4 us against 17 us)
         order = np.argsort(keys.astype(np.uint16), kind="stable")
+    elif n <= 1 << 32 and e <= _RADIX2_EDGES:
+        # two stable counting sorts, low 16 bits then high: 2.6x faster than the packed sort
+        # below on a sampled block's reversed graph (165K edges), at 22 bytes an edge of
+        # temporaries instead of 8 (hence only up to _RADIX2_EDGES)
+        low = np.argsort(keys.astype(np.uint16), kind="stable")
+        order = low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
     elif n.bit_length() + bits <= 62:
         # (key, edge id) packed in one int64 are unique, so a plain (SIMD) sort
         # is stable by construction and faster than argsort(kind="stable")
