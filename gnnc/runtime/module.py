@@ -186,7 +186,7 @@ class Kernel:
         inputs, outputs, dims = prepare_call(self.signature, graph, args, kwargs, out=out)
         results = pack_results(self.signature, outputs)
         # a child forked after libgomp's pool started runs on one thread (runtime/native.py)
-        decided, kernel = decide_and_hold(self, graph, dims, native.usable_threads(threads), schedule)
+        decided, kernel = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
         _log.debug("%s", decided.reason)
         call = prepared.make(kernel, decided, plans.build(graph, decided.plans), outputs)
         call(inputs, outputs)
@@ -221,7 +221,7 @@ class Kernel:
         results = result_shapes_on(self.signature, graph, given, dims)
         if results is None:
             return None
-        decided, _ = decide_and_hold(self, graph, dims, native.usable_threads(threads), schedule)
+        decided, _ = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
         if not call.runs_as(decided):
             return None
         ready = call.rebound(plans.build(graph, decided.plans), decided, results)
@@ -232,7 +232,7 @@ class Kernel:
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> None:
         """Runs this kernel exactly as compiled, with `n_threads` workers, on checked
         arguments (`prepare_call`'s): the tuner's timed runs (runtime/tune.py)."""
-        decided = decide(self, graph, dims, native.usable_threads(n_threads), Request.AS_COMPILED)
+        decided = decide(self, graph, dims, 1 if native.forked_after_pool else n_threads, Request.AS_COMPILED)
         arguments = plans.build(graph, decided.plans)
         workspace = {name: memory.empty(n, self._dtype) for name, n in decided.workspace}
         self._native(inputs, outputs, arguments, decided.arguments, workspace)

@@ -333,11 +333,6 @@ def note_pool_started() -> None:
     _pool_started = True
 
 
-def usable_threads(threads: Any) -> Any:
-    """`threads`, or 1 in a child forked after the pool started (its libgomp would hang)."""
-    return 1 if forked_after_pool else threads
-
-
 def _after_fork_in_child() -> None:
     global forked_after_pool
     if _pool_started:
@@ -356,5 +351,4 @@ __all__ = [
     "note_pool_started",
     "open_shared_object",
     "read_metadata",
-    "usable_threads",
 ]
