@@ -448,7 +448,8 @@ class Graph:
     def _sorted_sources(self) -> np.ndarray:
         assert self._derived_reverse and self._reversed is not None, "only a reversed graph drops its sources"
         forward = self._reversed
-        # the sources are the reversed graph's destinations: made for the sort (as `reversed`), not kept
+        # this graph's sources are the forward graph's destinations: made for the sort (as in
+        # `reversed`) where that graph keeps none, not kept
         src = self._src if self._src is not None else forward._dst
         if src is None:
             src = forward._csr_destinations()
@@ -456,7 +457,7 @@ class Graph:
 
     def release_in_src(self) -> None:
         """Drops the in-CSR sources of a reversed graph of more than `_KEEP_REVERSED_EIDS` edges,
-        unless they were asked for again before: `plans.source_partitions` calls it once
+        unless they were asked for again before: `plans.build` calls it for a kernel whose
         partitions hold every source (8 bytes an edge: 0.5 GiB at 64M edges). A kernel that
         reads them (its record's `in_src`) makes them again (a sort, once)."""
         if not (self._derived_reverse and not self._keep_in_src and self.num_edges > _KEEP_REVERSED_EIDS):

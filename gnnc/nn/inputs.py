@@ -14,6 +14,10 @@ edge weights (`edge_values`) and, for a SparseTensor, the edge features
 when none are given (`edge_attributes`), as PyG's `propagate` has them;
 `Adjacency.layout` keeps the form, where PyG's layers treat them apart.
 
+A `gnnc.Graph` is taken as is, with its sizes: the kernels get the Graph
+itself (`Adjacency.index`), and its edge_index is made only for a layer
+that reads the edges (`Adjacency.edge_index`).
+
 A sampled block (`gnnc.nn.blocks`: a `Block`, a DGL block, an
 `(edge_index, size)` pair) is an edge_index with its sizes; given one feature
 tensor, a layer reads its first `num_dst` rows as the destinations'
@@ -57,7 +61,7 @@ class Adjacency:
     index: torch.Tensor | Graph
     #: The values of a sparse adjacency (`[E]`, or `[E, D]` for a SparseTensor), else None.
     values: torch.Tensor | None
-    #: (num_src, num_dst) of a sparse adjacency, None for an edge_index.
+    #: (num_src, num_dst) of a sparse adjacency, a Graph or a block, None for an edge_index.
     size: tuple[int, int] | None
     layout: Layout = Layout.EDGE_INDEX
     #: The argument as given (a SparseTensor's attention weights come back in its class).
