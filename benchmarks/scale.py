@@ -41,7 +41,10 @@ framework), so that each peak is its own: the whole process's VmHWM,
 graph, features and all. Before starting one, the estimate of what it needs
 is checked against MemAvailable ("skipped: needs N GiB"), and the parent
 kills a child when the machine's MemAvailable falls under `--reserve-gib`
-("stopped: the machine ran low on memory"): the machine is shared.
+("stopped: the machine ran low on memory"): the machine is shared. Each
+framework gets the graph in its own form: gnnc a `gnnc.Graph` over the
+memory-mapped in-CSR (its layers make no edge_index), DGL its graph (with
+self loops for GCN), PyG a `2 x E` edge_index.
 
 2 ranks (`--parts ranks`): gnnc's SAGE mini-batch epoch with torchrun, 2
 ranks x 1 thread against 1 rank x 2 threads, the same batches (each rank
