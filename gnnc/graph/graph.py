@@ -446,14 +446,18 @@ class Graph:
         self._in_src = value
 
     def _sorted_sources(self) -> np.ndarray:
-        assert self._derived_reverse and self._reversed is not None, "only a reversed graph drops its sources"
+        assert self._derived_reverse, "only a reversed graph drops its sources"
+        return _readonly(_csr_by(self.dst, self._sources_for_sort(), self.num_dst)[1])
+
+    def _sources_for_sort(self) -> np.ndarray:
+        """Each edge's source by edge id, for sorting the in-CSR again. A reversed `from_csc`
+        graph keeps none: they are the forward graph's destinations, made for the sort (as in
+        `reversed`) where that graph keeps none, and not kept (`src` would keep them)."""
+        if self._src is not None:
+            return self._src
         forward = self._reversed
-        # this graph's sources are the forward graph's destinations: made for the sort (as in
-        # `reversed`) where that graph keeps none, not kept
-        src = self._src if self._src is not None else forward._dst
-        if src is None:
-            src = forward._csr_destinations()
-        return _readonly(_csr_by(self.dst, src, self.num_dst)[1])
+        assert forward is not None, "only a reversed from_csc graph is built without sources"
+        return forward._dst if forward._dst is not None else forward._csr_destinations()
 
     def release_in_src(self) -> None:
         """Drops the in-CSR sources of a reversed graph of more than `_KEEP_REVERSED_EIDS` edges,
@@ -505,7 +509,7 @@ class Graph:
             if self.edges_sorted:
                 self._in_eid = _readonly(np.arange(self.num_edges, dtype=np.int64))
             else:
-                self._in_eid = _csr_by(self.dst, self.src, self.num_dst)[2]
+                self._in_eid = _csr_by(self.dst, self._sources_for_sort(), self.num_dst)[2]
         return self._in_eid
 
     @property
