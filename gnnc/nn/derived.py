@@ -26,10 +26,12 @@ _LIBRARY.define("nn_keep(Tensor edge_index, ScalarType dtype) -> Tensor")
 _LIBRARY.define("nn_gcn_net_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype) -> Tensor")
 
 
-def _net_loops(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
+def _net_loops(edge_index: torch.Tensor | Graph, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
     def make() -> torch.Tensor:
         # an ordinary tensor even when first made under inference_mode: a later training call reuses it
         with torch.inference_mode(False):
+            if isinstance(edge_index, Graph):  # from its in-CSR: no edge_index made
+                return self_loops.graph_net_loops(edge_index, num_nodes, fill, dtype)
             return self_loops.remaining_net_loops(edge_index, num_nodes, fill, dtype)
 
     return graphs.derived(edge_index, ("nn.gcn_net_loops", fill, dtype, num_nodes), make)
@@ -63,13 +65,10 @@ def _keep_fake(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return edge_index.new_empty(edge_index.shape[1], dtype=dtype)
 
 
-@torch.compiler.disable(reason="a gnnc.Graph is not a graph input: pass edge_index to torch.compile")
-def _graph_net_loops(graph: Graph, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
-    def make() -> torch.Tensor:
-        with torch.inference_mode(False):
-            return self_loops.graph_net_loops(graph, num_nodes, fill, dtype)
-
-    return graphs.graph_derived(graph, ("nn.gcn_net_loops", fill, dtype, num_nodes), make)
+#: A Graph's, outside torch.compile's graph (a Graph cannot be one of its inputs).
+_graph_net_loops = torch.compiler.disable(
+    _net_loops, reason="a gnnc.Graph is not a graph input: pass edge_index to torch.compile"
+)
 
 
 def gcn_net_loops(edge_index: Any, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:

@@ -52,8 +52,14 @@ def remaining_net_loops(
     `c[v] + deg_in(v)` as the degree with the remaining loops, and `c[v]` as the loop's term:
     no per-edge weights (GCNConv's `gcn_conv_unweighted`)."""
     src, dst = edge_index[0], edge_index[1]
-    own = torch.bincount(dst[src == dst].to(torch.int64), minlength=num_nodes)[:num_nodes].to(dtype)
-    one = torch.ones((), dtype=dtype, device=edge_index.device)
+    own = torch.bincount(dst[src == dst].to(torch.int64), minlength=num_nodes)[:num_nodes]
+    return _net_of(own, fill_value, dtype)
+
+
+def _net_of(own: torch.Tensor, fill_value: float, dtype: torch.dtype) -> torch.Tensor:
+    """`c[v]` from the count of v's own self-loop edges: 1 or `fill_value`, less the count."""
+    own = own.to(dtype)
+    one = torch.ones((), dtype=dtype, device=own.device)
     return torch.where(own > 0, one, torch.full_like(one, fill_value)) - own
 
 
@@ -73,9 +79,7 @@ def graph_net_loops(graph: Any, num_nodes: int, fill_value: float, dtype: torch.
         dst = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
         loops = dst[src[indptr[lo] : indptr[hi]] == dst]
         own[lo:hi] = np.bincount(loops - lo, minlength=hi - lo)
-    own_t = torch.from_numpy(own).to(dtype)
-    one = torch.ones((), dtype=dtype)
-    return torch.where(own_t > 0, one, torch.full_like(one, fill_value)) - own_t
+    return _net_of(torch.from_numpy(own), fill_value, dtype)
 
 
 def replaced_loops(

@@ -196,14 +196,16 @@ def edge_type_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Tens
 _GRAPH_DERIVED: weakref.WeakKeyDictionary[Graph, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def derived(t: torch.Tensor, key: Any, make: Any) -> Any:
+def derived(t: torch.Tensor | Graph, key: Any, make: Any) -> Any:
     """`make()`, computed once per tensor `t` and `key` and cached with `t`'s graphs.
 
     The value is dropped with `t`, and recomputed when `t` is edited in
     place (the rule of the graph cache). gnnc.nn keeps what it derives from
     an adjacency here: a sparse tensor's edge_index, GCN's self-loop weights.
-    For a handle (`handle_of`) it is kept with the Graph instead.
+    For a Graph, or a handle of one (`handle_of`), it is kept with the Graph.
     """
+    if isinstance(t, Graph):
+        return graph_derived(t, key, make)
     behind = graph_behind(t)
     if behind is not None:
         return graph_derived(behind, key, make)
