@@ -107,6 +107,27 @@ def test_ordered_in_csr_holds_each_destinations_edges_at_its_position(graph, kin
     assert plans.ordered_in_csr(graph, kind)[1] is src  # cached
 
 
+@given(graphs(), st.sampled_from(["identity", "degree", "locality", "rcm"]), st.integers(0, 80))
+def test_walk_sources_is_the_ordered_in_csrs_start_without_laying_it_out(graph, kind, count):
+    got = plans.walk_sources(graph, kind, count)
+    assert ("ordered_in_csr", kind) not in graph.plans
+    assert np.array_equal(got, plans.ordered_in_csr(graph, kind)[1][:count])
+    assert np.array_equal(plans.walk_sources(graph, kind, count), got)  # and from the laid-out plan
+
+
+def test_a_reuse_probe_keeps_no_edge_sized_plan():
+    # a decision asks this on every large unpartitioned call; the order it probes may lose
+    coo = _random_graph(3000, 40000, seed=3)
+    graph = Graph.from_csc(coo.in_indptr, coo.in_src)  # edge ids not made until asked for
+    plans.gather_reuse_share(graph, "rcm", 64)
+    kept = [k for k, p in graph.plans.items() if sum(getattr(a, "size", 0) for a in _arrays(p)) >= graph.num_edges]
+    assert kept == [] and graph._in_eid is None
+
+
+def _arrays(plan):
+    return plan if isinstance(plan, tuple) else (plan,)
+
+
 @given(graphs())
 def test_degree_order(graph):
     order = plans.degree_order(graph)

@@ -67,6 +67,7 @@ __all__ = [
     "rcm_order",
     "neighbor_groups",
     "ordered_in_csr",
+    "walk_sources",
     "source_partitions",
     "hybrid_plan",
     "hybrid_sources",
@@ -333,8 +334,7 @@ def gather_reuse_share(graph: Any, kind: str, window: int) -> float:
     """
 
     def gaps() -> np.ndarray:
-        src = graph.in_src if kind == "identity" else ordered_in_csr(graph, kind)[1]
-        seq = np.asarray(src[:REUSE_SAMPLE_EDGES])
+        seq = walk_sources(graph, kind, REUSE_SAMPLE_EDGES)
         at = np.argsort(seq, kind="stable")
         same = seq[at[1:]] == seq[at[:-1]]
         return _readonly(np.sort((at[1:] - at[:-1])[same]))
@@ -344,6 +344,25 @@ def gather_reuse_share(graph: Any, kind: str, window: int) -> float:
     distances = _cached(graph, ("gather_reuse_gaps", kind), gaps)
     sampled = min(graph.num_edges, REUSE_SAMPLE_EDGES)
     return float(np.searchsorted(distances, window, side="right") / sampled)
+
+
+def walk_sources(graph: Any, kind: str, count: int) -> np.ndarray:
+    """The sources of the first `count` in-edges a walk in destination order `kind` gathers:
+    ``ordered_in_csr(graph, kind)[1][:count]``, without laying out the rest. A decision that
+    samples the walk (`gather_reuse_share`) keeps no E-sized plan (at 64M edges the ordered
+    in-CSR and the in_eid it needs are 1.5 GB) for an order it may not pick."""
+    laid_out = graph.plans.get(("ordered_in_csr", kind))
+    if kind == "identity" or laid_out is not None:
+        return np.asarray((graph.in_src if laid_out is None else laid_out[1])[:count])
+    order = destination_order(graph, kind)
+    starts = graph.in_indptr[:-1][order]
+    deg = graph.in_indptr[1:][order] - starts
+    ends = np.cumsum(deg)
+    m = int(np.searchsorted(ends, count)) + 1  # destinations whose edges fill the sample
+    starts, deg = starts[:m], deg[:m]
+    taken = int(ends[m - 1]) if m <= ends.shape[0] else int(ends[-1]) if ends.size else 0
+    where = np.repeat(starts - (ends[:m] - deg), deg) + np.arange(taken, dtype=np.int64)
+    return graph.in_src[where[:count]]
 
 
 # ---------------------------------------------------------- vertex orders
