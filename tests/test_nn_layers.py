@@ -9,6 +9,8 @@ lowest edge id, torch's scatter divides it).
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 import torch
 from hypothesis import given
@@ -19,6 +21,7 @@ from tests.nn_oracle import bipartite, compare, features, one_loop_per_vertex, p
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
 from gnnc.errors import ArgumentError  # noqa: E402
+from gnnc.nn.conv import aggregate as aggregate_module  # noqa: E402
 
 AGGRS = ["mean", "sum", "add", "max", "min"]
 
@@ -173,3 +176,68 @@ def test_bad_arguments_get_clear_errors():
         gnn.GINEConv(_mlp(4, 2))(torch.randn(3, 4), torch.tensor([[0], [1]]), torch.randn(1, 3))
     with pytest.raises(ArgumentError, match="needs edge_attr"):
         gnn.GINEConv(_mlp(4, 2))(torch.randn(3, 4), torch.tensor([[0], [1]]))
+
+
+# ----------------------------------------------------------- a first layer's recomputed aggregation
+
+
+@given(
+    data=st.data(),
+    aggr=st.sampled_from(AGGRS),
+    layer=st.sampled_from(["SAGEConv", "GraphConv"]),
+    channels=st.sampled_from([(6, 6), (4, 8)]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_recomputed_aggregation_gives_pygs_gradients(data, aggr, layer, channels, weighted, seed):
+    # the features need no gradient and the threshold is 0: every call recomputes
+    edge_index, n = data.draw(_graph_for(aggr))
+    torch.manual_seed(seed)
+    pyg, ours = getattr(pyg_nn, layer)(*channels, aggr=aggr), getattr(gnn, layer)(*channels, aggr=aggr)
+    args = (features(n, channels[0], seed, grad=False), edge_index)
+    if layer == "GraphConv" and weighted:
+        args += (torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(seed)),)
+    with patch.object(aggregate_module, "RECOMPUTE_MIN_SHARE_OF_MEMORY", 0.0):
+        assert aggregate_module.recompute_aggregation(
+            args[0], (n, n), ours.lin_rel if layer == "GraphConv" else ours.lin_l
+        )
+        compare(pyg, ours, args)
+
+
+def _saved_rows(conv, x, edge_index):
+    """The data pointers of the [V, F] tensors a forward keeps for the backward."""
+    kept = []
+
+    def pack(t):
+        if t.dim() == 2 and t.shape == x.shape:
+            kept.append(t.data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        conv(x, edge_index).sum().backward()
+    return kept
+
+
+def test_a_recomputed_aggregation_is_not_kept_through_the_backward():
+    edge_index = torch.randint(0, 50, (2, 400), generator=torch.Generator().manual_seed(0))
+    x = features(50, 16, 0, grad=False)
+    conv = gnn.SAGEConv(16, 16)
+    assert any(p != x.data_ptr() for p in _saved_rows(conv, x, edge_index))  # kept: lin_l's input
+    with patch.object(aggregate_module, "RECOMPUTE_MIN_SHARE_OF_MEMORY", 0.0):
+        assert all(p == x.data_ptr() for p in _saved_rows(conv, x, edge_index))
+        # an input that needs a gradient transforms first (transform_first), an edge weight
+        # that needs one keeps the aggregation
+        assert not aggregate_module.recompute_aggregation(x.clone().requires_grad_(), (50, 50), conv.lin_l)
+        w = torch.rand(400, requires_grad=True)
+        assert not aggregate_module.recompute_aggregation(x, (50, 50), conv.lin_l, w)
+        with torch.no_grad():
+            assert not aggregate_module.recompute_aggregation(x, (50, 50), conv.lin_l)
+
+
+def test_recompute_aggregation_only_past_its_share_of_memory():
+    x = features(1000, 64, 0, grad=False)
+    lin = gnn.SAGEConv(64, 64).lin_l
+    assert not aggregate_module.recompute_aggregation(x, (1000, 1000), lin)  # 256 KB
+    memory = aggregate_module._physical_memory_bytes()
+    rows = int(memory * aggregate_module.RECOMPUTE_MIN_SHARE_OF_MEMORY) // (64 * 4) + 1
+    assert aggregate_module.recompute_aggregation(x, (1000, rows), lin)

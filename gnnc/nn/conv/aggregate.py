@@ -10,9 +10,13 @@ scatter); `mean` divides by the in-degree, weights or not (as PyG's
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
@@ -72,4 +76,84 @@ def transform_first(aggr: str, lin: Any, out_channels: int, x: torch.Tensor) -> 
     return out_channels < width or (out_channels == width and x.requires_grad and torch.is_grad_enabled())
 
 
-__all__ = ["LINEAR", "aggregate", "aggregation", "kernels", "sparse_weights", "transform_first"]
+#: An aggregation that `lin` reads is recomputed in the backward, not kept, when it would take at
+#: least this share of the machine's memory (`linear_of_aggregate`).
+RECOMPUTE_MIN_SHARE_OF_MEMORY = 1 / 16
+
+
+@functools.lru_cache(maxsize=1)
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0  # unknown: keep
+
+
+def recompute_aggregation(x: torch.Tensor, size: tuple, lin: Any, weight: Any = None) -> bool:
+    """Whether `lin(aggregate(x))` recomputes the aggregation for `lin`'s weight gradient instead
+    of keeping it from the forward to the backward: only where nothing else needs a gradient
+    through it (x and the edge weights need none: the first layer, whose input is the features),
+    for a CPU aggregation of at least RECOMPUTE_MIN_SHARE_OF_MEMORY of the machine's memory.
+
+    The trade is one aggregation more in the backward for a `[num_dst, F]` tensor less through
+    it: at R-MAT scale 22 (4M vertices, 128 features) 2 GiB of a GraphSAGE epoch's peak, for
+    about an eighth more time (docs/design/scale.md); on graphs that fit easily the time wins.
+    """
+    if not torch.is_grad_enabled() or lin.lazy or x.requires_grad or x.device.type != "cpu":
+        return False
+    if not (lin.weight.requires_grad or (lin.bias is not None and lin.bias.requires_grad)):
+        return False
+    if isinstance(weight, torch.Tensor) and weight.requires_grad:
+        return False
+    kept = size[1] * x.shape[-1] * x.element_size()
+    memory = _physical_memory_bytes()
+    return memory > 0 and kept >= RECOMPUTE_MIN_SHARE_OF_MEMORY * memory
+
+
+def linear_of_aggregate(
+    pair: tuple[Kernel, Kernel], edge_index: Any, x: torch.Tensor, size: tuple, weight: Any, lin: Any
+) -> torch.Tensor:
+    """`lin(aggregate(pair, edge_index, x, size, weight))`, the aggregation kept for `lin`'s weight
+    gradient or made again in the backward (`recompute_aggregation`)."""
+    if not recompute_aggregation(x, size, lin, weight):
+        return lin(aggregate(pair, edge_index, x, size, weight))
+    return _RecomputedAggregation.apply(x, lin.weight, lin.bias, weight, edge_index, pair, size)
+
+
+class _RecomputedAggregation(torch.autograd.Function):
+    """`F.linear(aggregate(x), W, b)` that keeps x, not the aggregation: the backward aggregates
+    again for `W`'s gradient. x and the edge weights get no gradient (`recompute_aggregation`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, w: Any, b: Any, weight: Any, edge_index: Any, pair: Any, size: Any) -> Any:
+        out = F.linear(aggregate(pair, edge_index, x, size, weight), w, b)
+        index = edge_index if isinstance(edge_index, torch.Tensor) else None
+        ctx.save_for_backward(x, weight, index)
+        ctx.graph = None if index is not None else edge_index  # a gnnc.Graph
+        ctx.pair, ctx.size = pair, size
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, weight, index = ctx.saved_tensors
+        grad_w = grad_b = None
+        if ctx.needs_input_grad[1]:
+            again = aggregate(ctx.pair, ctx.graph if index is None else index, x, ctx.size, weight)
+            grad_w = grad.t().mm(again.to(grad.dtype))
+        if ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0)
+        return None, grad_w, grad_b, None, None, None, None
+
+
+__all__ = [
+    "LINEAR",
+    "RECOMPUTE_MIN_SHARE_OF_MEMORY",
+    "aggregate",
+    "aggregation",
+    "kernels",
+    "linear_of_aggregate",
+    "recompute_aggregation",
+    "sparse_weights",
+    "transform_first",
+]

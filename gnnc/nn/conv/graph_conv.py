@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, transform_first
+from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, linear_of_aggregate, transform_first
 from gnnc.nn.linear import Linear, add_bias, add_product
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
@@ -61,7 +61,7 @@ class GraphConv(WarmUp, nn.Module):
             out = aggregate(self._kernels, adj.index, F.linear(x_src, self.lin_rel.weight), sizes, weight)
             out = add_bias(out, self.lin_rel.bias)
         else:
-            out = self.lin_rel(aggregate(self._kernels, adj.index, x_src, sizes, weight))
+            out = linear_of_aggregate(self._kernels, adj.index, x_src, sizes, weight, self.lin_rel)
         if x_dst is not None:
             out = add_product(out, self.lin_root, x_dst)
         return out

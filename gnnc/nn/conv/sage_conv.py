@@ -17,7 +17,7 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
-from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, sparse_weights, transform_first
+from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, linear_of_aggregate, sparse_weights, transform_first
 from gnnc.nn.linear import Linear, add_bias, add_product
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
@@ -80,7 +80,7 @@ class SAGEConv(WarmUp, nn.Module):
             out = aggregate(self._kernels, adj.index, F.linear(x_src, self.lin_l.weight), sizes, weight)
             out = add_bias(out, self.lin_l.bias)
         else:
-            out = self.lin_l(aggregate(self._kernels, adj.index, x_src, sizes, weight))
+            out = linear_of_aggregate(self._kernels, adj.index, x_src, sizes, weight, self.lin_l)
         if self.root_weight and x_dst is not None:
             out = add_product(out, self.lin_r, x_dst)
         if self.normalize:
