@@ -238,6 +238,22 @@ def test_recompute_aggregation_only_past_its_share_of_memory():
     x = features(1000, 64, 0, grad=False)
     lin = gnn.SAGEConv(64, 64).lin_l
     assert not aggregate_module.recompute_aggregation(x, (1000, 1000), lin)  # 256 KB
-    memory = aggregate_module._physical_memory_bytes()
+    memory = aggregate_module.PHYSICAL_MEMORY_BYTES
     rows = int(memory * aggregate_module.RECOMPUTE_MIN_SHARE_OF_MEMORY) // (64 * 4) + 1
     assert aggregate_module.recompute_aggregation(x, (1000, rows), lin)
+
+
+def test_a_compiled_first_layer_keeps_its_aggregation_and_matches_eager():
+    # dynamo cannot trace the recomputing autograd.Function (strict mode): compiled, it keeps
+    edge_index = torch.randint(0, 40, (2, 300), generator=torch.Generator().manual_seed(1))
+    x = features(40, 8, 1, grad=False)
+    conv = gnn.SAGEConv(8, 8)
+    with patch.object(aggregate_module, "RECOMPUTE_MIN_SHARE_OF_MEMORY", 0.0):
+        eager = conv(x, edge_index)
+        eager.sum().backward()
+        expected = conv.lin_l.weight.grad.clone()
+        conv.zero_grad()
+        got = torch.compile(conv, fullgraph=True)(x, edge_index)
+        got.sum().backward()
+    torch.testing.assert_close(got, eager)
+    torch.testing.assert_close(conv.lin_l.weight.grad, expected)

@@ -10,7 +10,6 @@ scatter); `mean` divides by the in-degree, weights or not (as PyG's
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -81,12 +80,15 @@ def transform_first(aggr: str, lin: Any, out_channels: int, x: torch.Tensor) -> 
 RECOMPUTE_MIN_SHARE_OF_MEMORY = 1 / 16
 
 
-@functools.lru_cache(maxsize=1)
 def _physical_memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 0  # unknown: keep
+
+
+#: read once, at import: torch.compile traces `recompute_aggregation` and cannot trace sysconf
+PHYSICAL_MEMORY_BYTES = _physical_memory_bytes()
 
 
 def recompute_aggregation(x: torch.Tensor, size: tuple, lin: Any, weight: Any = None) -> bool:
@@ -99,6 +101,10 @@ def recompute_aggregation(x: torch.Tensor, size: tuple, lin: Any, weight: Any = 
     it: at R-MAT scale 22 (4M vertices, 128 features) 2 GiB of a GraphSAGE epoch's peak, for
     about an eighth more time (docs/design/scale.md); on graphs that fit easily the time wins.
     """
+    if torch.compiler.is_compiling():
+        # dynamo traces an autograd.Function's forward in a strict mode that refuses the ops'
+        # argument checks (`Tensor.layout`): a compiled model keeps the aggregation
+        return False
     if not torch.is_grad_enabled() or lin.lazy or x.requires_grad or x.device.type != "cpu":
         return False
     if not (lin.weight.requires_grad or (lin.bias is not None and lin.bias.requires_grad)):
@@ -106,8 +112,7 @@ def recompute_aggregation(x: torch.Tensor, size: tuple, lin: Any, weight: Any = 
     if isinstance(weight, torch.Tensor) and weight.requires_grad:
         return False
     kept = size[1] * x.shape[-1] * x.element_size()
-    memory = _physical_memory_bytes()
-    return memory > 0 and kept >= RECOMPUTE_MIN_SHARE_OF_MEMORY * memory
+    return PHYSICAL_MEMORY_BYTES > 0 and kept >= RECOMPUTE_MIN_SHARE_OF_MEMORY * PHYSICAL_MEMORY_BYTES
 
 
 def linear_of_aggregate(
