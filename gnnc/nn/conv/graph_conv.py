@@ -3,7 +3,9 @@
 `out = lin_rel(aggr(w[e] * x[u])) + lin_root(x_dst)`, the aggregation as in
 `conv/aggregate.py` (weighted when `edge_weight` or a sparse adjacency's
 values are given); `lin_rel` runs first where the aggregation is linear and
-`aggregate.transform_first` says so (fewer flops, or no aggregation kept).
+`aggregate.transform_first` says so (fewer flops, or no aggregation kept);
+otherwise a large aggregation may be made again in the backward instead of
+kept (`aggregate.recompute_aggregation`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ For "mean" and "sum", `lin_l` is applied before the aggregation when it
 shrinks the features (the aggregation is linear: the same result, fewer
 flops), or keeps their width for an input that needs a gradient (no
 aggregation kept for the backward: `aggregate.transform_first`); "max" and
-"min" aggregate the (projected) features themselves.
+"min" aggregate the (projected) features themselves. A first layer that
+aggregates first makes a large aggregation again in the backward rather
+than keep it (`aggregate.recompute_aggregation`).
 """
 
 from __future__ import annotations
