@@ -128,6 +128,15 @@ def _arrays(plan):
     return plan if isinstance(plan, tuple) else (plan,)
 
 
+def test_a_reversed_graph_shares_its_twins_rcm_order():
+    graph = _random_graph(300, 2000, seed=5)
+    order = plans.rcm_order(graph)
+    assert plans.rcm_order(graph.reversed()) is order
+    other = _random_graph(300, 2000, seed=6)
+    assert np.array_equal(np.sort(plans.rcm_order(other.reversed())), np.arange(300))
+    assert plans.rcm_order(other) is plans.rcm_order(other.reversed())
+
+
 @given(graphs())
 def test_degree_order(graph):
     order = plans.degree_order(graph)
