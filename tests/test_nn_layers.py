@@ -257,3 +257,17 @@ def test_a_compiled_first_layer_keeps_its_aggregation_and_matches_eager():
         got.sum().backward()
     torch.testing.assert_close(got, eager)
     torch.testing.assert_close(conv.lin_l.weight.grad, expected)
+
+
+def test_functorchs_grad_of_a_first_layer_keeps_its_aggregation_and_matches_autograd():
+    from torch.func import functional_call, grad
+
+    edge_index = torch.randint(0, 40, (2, 300), generator=torch.Generator().manual_seed(2))
+    x = features(40, 8, 2, grad=False)
+    conv = gnn.SAGEConv(8, 8)
+    params = dict(conv.named_parameters())
+    with patch.object(aggregate_module, "RECOMPUTE_MIN_SHARE_OF_MEMORY", 0.0):
+        got = grad(lambda p: functional_call(conv, p, (x, edge_index)).sum())(params)
+        conv(x, edge_index).sum().backward()  # eager: recomputes
+    for name, p in conv.named_parameters():
+        torch.testing.assert_close(got[name], p.grad)

@@ -137,7 +137,7 @@ class Kernel:
         keeps = _keeps_for_backward(tensors)
         # the variant that also returns what the gradient would recompute (softmax weights, argmax)
         saving = keeps and ops.forward_saving is not None
-        if _eager():
+        if eager():
             if keeps:
                 out = ops.eager(saving).apply(*graph_args, *tensors, threads)
             elif direct((*graph_args, *tensors)):  # nothing to differentiate: the CPU code itself
@@ -283,12 +283,12 @@ def _graph_arguments(graph: Graph, num_vertices: Any, size: Any, device: torch.d
     record the call (a trace, a functorch transform) gets the edges themselves, as the handle's
     values are not the edges and a recording would keep the values alone."""
     graphs.as_graph(graph, num_vertices, size)  # checks that they agree
-    if device.type == "cpu" and _eager():
+    if device.type == "cpu" and eager():
         return graphs.handle_of(graph), graph.num_src, graph.num_dst
     return graphs.edge_index_of(graph, device), graph.num_src, graph.num_dst
 
 
-def _eager() -> bool:
+def eager() -> bool:
     """Whether a call runs eagerly, outside every tracer and transform that records ops
     (torch.compile, export, jit.trace, functorch's grad and vmap): it may then take
     `KernelOps.eager`'s autograd Function, or the op below autograd."""
@@ -355,4 +355,4 @@ def kernel(source_or_path: Any, name: str, **options: Any) -> Kernel:
     return Kernel(source_or_path, name, **options)
 
 
-__all__ = ["Kernel", "kernel"]
+__all__ = ["Kernel", "eager", "kernel"]

@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.nn.kernels import AGGREGATIONS, kernel
-from gnnc.torch.kernels import Kernel
+from gnnc.torch.kernels import Kernel, eager
 
 
 def aggregation(aggr: Any, layer: str) -> str:
@@ -95,15 +95,16 @@ def recompute_aggregation(x: torch.Tensor, size: tuple, lin: Any, weight: Any = 
     """Whether `lin(aggregate(x))` recomputes the aggregation for `lin`'s weight gradient instead
     of keeping it from the forward to the backward: only where nothing else needs a gradient
     through it (x and the edge weights need none: the first layer, whose input is the features),
-    for a CPU aggregation of at least RECOMPUTE_MIN_SHARE_OF_MEMORY of the machine's memory.
+    for an eager CPU aggregation of at least RECOMPUTE_MIN_SHARE_OF_MEMORY of the machine's memory.
 
     The trade is one aggregation more in the backward for a `[num_dst, F]` tensor less through
     it: at R-MAT scale 22 (4M vertices, 128 features) 2 GiB of a GraphSAGE epoch's peak, for
     about an eighth more time (docs/design/scale.md); on graphs that fit easily the time wins.
     """
-    if torch.compiler.is_compiling():
+    if not eager():
         # dynamo traces an autograd.Function's forward in a strict mode that refuses the ops'
-        # argument checks (`Tensor.layout`): a compiled model keeps the aggregation
+        # argument checks (`Tensor.layout`), and functorch's transforms need a `setup_context`:
+        # a compiled or transformed model keeps the aggregation
         return False
     if not torch.is_grad_enabled() or lin.lazy or x.requires_grad or x.device.type != "cpu":
         return False
