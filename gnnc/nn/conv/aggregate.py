@@ -98,8 +98,8 @@ def recompute_aggregation(x: torch.Tensor, size: tuple, lin: Any, weight: Any = 
     for an eager CPU aggregation of at least RECOMPUTE_MIN_SHARE_OF_MEMORY of the machine's memory.
 
     The trade is one aggregation more in the backward for a `[num_dst, F]` tensor less through
-    it: at R-MAT scale 22 (4M vertices, 128 features) 2 GiB of a GraphSAGE epoch's peak, for
-    about an eighth more time (docs/design/scale.md); on graphs that fit easily the time wins.
+    it (at R-MAT scale 22, 128 features, 2 GiB of a GraphSAGE epoch's peak: docs/design/scale.md);
+    where memory is plentiful, keeping it is the cheaper side.
     """
     if not eager():
         # dynamo traces an autograd.Function's forward in a strict mode that refuses the ops'
