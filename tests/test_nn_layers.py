@@ -271,3 +271,11 @@ def test_functorchs_grad_of_a_first_layer_keeps_its_aggregation_and_matches_auto
         conv(x, edge_index).sum().backward()  # eager: recomputes
     for name, p in conv.named_parameters():
         torch.testing.assert_close(got[name], p.grad)
+
+
+def test_a_recomputed_aggregation_is_logged(caplog):
+    edge_index = torch.randint(0, 30, (2, 90), generator=torch.Generator().manual_seed(3))
+    conv = gnn.GraphConv(8, 8)
+    with patch.object(aggregate_module, "RECOMPUTE_MIN_SHARE_OF_MEMORY", 0.0), caplog.at_level("DEBUG", "gnnc.nn"):
+        conv(features(30, 8, 3, grad=False), edge_index)
+    assert "aggregate_sum: its [30, 8] aggregation is made again in the backward" in caplog.text

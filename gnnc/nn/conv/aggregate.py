@@ -10,6 +10,7 @@ scatter); `mean` divides by the in-degree, weights or not (as PyG's
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -21,6 +22,8 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.nn.kernels import AGGREGATIONS, kernel
 from gnnc.torch.kernels import Kernel, eager
+
+_log = logging.getLogger(__name__)
 
 
 def aggregation(aggr: Any, layer: str) -> str:
@@ -123,6 +126,13 @@ def linear_of_aggregate(
     gradient or made again in the backward (`recompute_aggregation`)."""
     if not recompute_aggregation(x, size, lin, weight):
         return lin(aggregate(pair, edge_index, x, size, weight))
+    _log.debug(
+        "%s: its [%d, %d] aggregation is made again in the backward, not kept (at least %g of memory)",
+        (pair[0] if weight is None else pair[1]).name,
+        size[1],
+        x.shape[-1],
+        RECOMPUTE_MIN_SHARE_OF_MEMORY,
+    )
     return _RecomputedAggregation.apply(x, lin.weight, lin.bias, weight, edge_index, pair, size)
 
 
