@@ -282,6 +282,28 @@ def test_narrow_and_wide_transforms_of_one_side_share_its_tiles(heads, graph, se
     assert_matches(kernel(graph, threads=2, **inputs), want, graph, np.float32)
 
 
+NARROW = """kernel narrow(xs: f32[V, K], Wk: f32[R, K, A], J: f32[A, M]) -> f32[V, M] {
+    out[v] = sum((xs[u] @ Wk[rel(e)]) @ J)
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "cpu, rows", [("znver5", 1), ("znver4", 1), ("rocketlake", 4), ("sapphirerapids", 4), ("x86-64-v4", 4)]
+)
+def test_a_narrow_transforms_tiles_follow_the_target_cpus_codegen(monkeypatch, cpu, rows):
+    """LLVM's Zen tuning gathers a packed tile's rows (slow there: tiles of one pair); every
+    other target permutes them, and 4 pairs a tile win (docs/design/heterogeneous.md)."""
+    from gnnc.driver import compiler
+    from gnnc.target.cpu import codegen
+
+    host = codegen.resolve_cpu("native")
+    monkeypatch.setattr(codegen, "resolve_cpu", lambda level: dataclasses.replace(host, name=cpu))
+    options = compiler.CompileOptions(schedule="specialize K 128 A 4 M 16")
+    stages = compiler.compile_source(NARROW, "narrow.gnn", options, stop_after="graph").stages
+    assert f'"src" rows {rows} :' in stages["segment-matmul"]
+
+
 @given(graph=graphs(), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_one_relation_is_the_homogeneous_kernel(graph, seed):

@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -219,7 +219,8 @@ def _compile_checked(
     module = build_module(program, [k.name for k in kernels])
     record(FRONTEND_STAGE, lambda: str(module))
     signatures = {k.name: kernel_signature(k).to_dict() for k in kernels}
-    if not _run_passes(module, _pipeline(options), record, stop_after, verify_each) or stop_after == "scf":
+    ran = _run_passes(module, _pipeline(options), record, stop_after, verify_each, _target_options(options))
+    if not ran or stop_after == "scf":
         return result
     emit = _emit_cuda if options.target == "cuda" else _emit_cpu
     return emit(result, module, signatures, source, file, options, record, stop_after)
@@ -259,6 +260,20 @@ def _pipeline(options: CompileOptions) -> list[str]:
     return pipeline.pass_names(options.disable_passes, options.fusion, target=options.target)
 
 
+def _target_options(options: CompileOptions) -> dict[str, str]:
+    """Pipeline entries run with options of the target machine, by the entry (the stage keeps
+    its name): for code that runs on the CPU, `segment-matmul`'s tile height for narrow
+    transforms on the target CPU (`CpuTarget.gathers_packed_rows`)."""
+    if options.target == "cuda":
+        return {}
+    from gnnc.target.cpu import codegen
+    from gnnc.transforms.graph import segment_matmul
+
+    gathers = codegen.resolve_cpu(options.cpu).gathers_packed_rows
+    rows = segment_matmul.NARROW_ROWS if gathers else segment_matmul.DEFAULT_ROWS
+    return {"segment-matmul": f"segment-matmul{{narrow-rows={rows}}}"}
+
+
 #: The pipeline entries `--emit graph` and `--emit loop` stop before.
 _STOP_BEFORE = {"graph": ("convert-graph-to-loop",), "loop": ("convert-loop-to-scf", "emulate-grid")}
 
@@ -269,10 +284,12 @@ def _run_passes(
     record: _Recorder,
     stop_after: str | None,
     verify_each: bool = True,
+    spelled: Mapping[str, str] | None = None,
 ) -> bool:
     """Runs the entries on module, recording the IR after each and verifying it after
     each (`verify_each`) or after the last (`_LateVerifyError`); False where
-    `stop_after` ends the compile before an entry."""
+    `stop_after` ends the compile before an entry. An entry in `spelled` runs as
+    spelled there (with options) and is recorded under its own name."""
     from gnnc.driver import pipeline
 
     ctx = pipeline.make_context()
@@ -281,7 +298,7 @@ def _run_passes(
         if pipeline.stage_name(entry) in _STOP_BEFORE.get(stop_after or "", ()):
             finished = False
             break
-        pipeline.make_pass(entry).apply(ctx, module)
+        pipeline.make_pass((spelled or {}).get(entry, entry)).apply(ctx, module)
         if verify_each:
             _verify(module, f"after '{entry}'")
         record(entry, lambda: str(module))

@@ -78,6 +78,13 @@ class CpuTarget:
         """The `cpu` record of a shared object's metadata (see gnnc.runtime.native)."""
         return {"level": self.level, "name": self.name, "features": list(self.cpuinfo_flags), "triple": self.triple}
 
+    @property
+    def gathers_packed_rows(self) -> bool:
+        """Whether LLVM's tuning for this CPU fills a vector of several rows' elements by a gather
+        (`vgatherqps`) where others permute: AMD's Zen (`znver*`), where a tile of one row, which
+        broadcasts, ran a narrow segment matmul 1.8x faster (transforms/graph/segment_matmul.py)."""
+        return self.name.startswith("znver")
+
     def target_machine(self, opt_level: int = 3) -> llvm.TargetMachine:
         _initialize_llvm()
         try:

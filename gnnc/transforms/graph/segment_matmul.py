@@ -41,16 +41,18 @@ DEFAULT_ROWS = 4
 #: More would spill the accumulators on every vector unit gnnc targets.
 MAX_ROWS = 16
 #: Pairs a tile computes at once for a transform of 2 to 4 columns (RGAT's scores, one per
-#: head): LLVM packs 4 rows x N columns into one vector and gathers the rows' x elements
-#: for it, each k; a tile of one row broadcasts them. WordNet, K = 128 (znver5): N = 4
-#: 37 ms -> 20, N = 2 44 -> 21 for the kernel around it; N = 1, 6, 8 are fastest at 4
-#: (docs/design/heterogeneous.md).
+#: head) on CPUs whose LLVM tuning packs 4 rows x N columns into one vector by gathering
+#: the rows' x elements (`vgatherqps`, AMD's Zen): a tile of one row broadcasts them.
+#: WordNet, K = 128 (znver5): N = 4 37 ms -> 20, N = 2 44 -> 21 for the kernel around
+#: it. Elsewhere LLVM permutes instead (no gathers) and taller tiles win as for wide
+#: transforms (Xeon: N = 4 18.1 ms at 1 row, 12.8 at 4); the compiler's driver passes
+#: `narrow-rows` for the target CPU (docs/design/heterogeneous.md).
 NARROW_ROWS = 1
 
 
-def default_rows(n: int | str) -> int:
-    """The tile height for a transform of `n` columns."""
-    return NARROW_ROWS if isinstance(n, int) and 1 < n <= 4 else DEFAULT_ROWS
+def default_rows(n: int | str, narrow_rows: int = NARROW_ROWS) -> int:
+    """The tile height for a transform of `n` columns, `narrow_rows` for 2 to 4 of them."""
+    return narrow_rows if isinstance(n, int) and 1 < n <= 4 else DEFAULT_ROWS
 
 
 def _fixed_sizes(fn: func.FuncOp) -> dict[str, int]:
@@ -67,9 +69,10 @@ class SegmentMatMul(RewritePattern):
     """materialize_pairs(matvec(gather(x, dst), gather(W, rel))) -> segment_matmul(x, W), where
     the matrix's K and N are constants."""
 
-    def __init__(self, rows: int | None, sizes: dict[str, int]):
+    def __init__(self, rows: int | None, sizes: dict[str, int], narrow_rows: int = NARROW_ROWS):
         super().__init__()
         self.rows = rows
+        self.narrow_rows = narrow_rows
         #: the dimensions compiled in, with their sizes
         self.sizes = sizes
 
@@ -95,7 +98,10 @@ class SegmentMatMul(RewritePattern):
         if any(isinstance(d, str) and d not in self.sizes for d in wt.shape):
             return  # sizes known at run time only: the per-pair sweep is faster
         n = wt.shape[1]
-        rows = self.rows if self.rows is not None else default_rows(self.sizes.get(n, 0) if isinstance(n, str) else n)
+        if self.rows is None:
+            rows = default_rows(self.sizes.get(n, 0) if isinstance(n, str) else n, self.narrow_rows)
+        else:
+            rows = self.rows
         rewriter.replace(op, graph.SegmentMatMulOp(x.tensor, w.tensor, op.side.data, rows))
 
 
@@ -107,15 +113,23 @@ class SegmentMatMulPass(ModulePass):
 
     rows: int | None = None
     """the pairs of one relation a tile computes at once (each loaded row of W serves them all);
-    none: 1 for a transform of 2 to 4 columns (NARROW_ROWS), else 4 (DEFAULT_ROWS)"""
+    none: `narrow_rows` for a transform of 2 to 4 columns, else 4 (DEFAULT_ROWS)"""
+
+    narrow_rows: int | None = None
+    """the tile height for a transform of 2 to 4 columns where `rows` is not given; none: 1
+    (NARROW_ROWS). The driver sets it for the target CPU"""
 
     def __post_init__(self) -> None:
-        if self.rows is None:
-            return
-        if isinstance(self.rows, bool) or not isinstance(self.rows, int) or not 1 <= self.rows <= MAX_ROWS:
-            raise CompileError(f"{self.spec()}: rows must be an integer from 1 to {MAX_ROWS}")
+        for option in ("rows", "narrow_rows"):
+            value = getattr(self, option)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ROWS
+            ):
+                name = option.replace("_", "-")
+                raise CompileError(f"{self.spec()}: {name} must be an integer from 1 to {MAX_ROWS}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        narrow = NARROW_ROWS if self.narrow_rows is None else self.narrow_rows
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and graph.RESULT_NAMES in f.attributes]:
-            PatternRewriteWalker(SegmentMatMul(self.rows, _fixed_sizes(fn))).rewrite_region(fn.body)
+            PatternRewriteWalker(SegmentMatMul(self.rows, _fixed_sizes(fn), narrow)).rewrite_region(fn.body)
         DeadCodeElimination().apply(ctx, op)

@@ -1,6 +1,8 @@
 // RUN: gnnc-opt %s --split-input-file -p segment-matmul | filecheck %s
 // RUN: gnnc-opt %s --split-input-file -p 'segment-matmul{rows=2}' | filecheck %s --check-prefix=ROWS
+// RUN: gnnc-opt %s --split-input-file -p 'segment-matmul{narrow-rows=4}' | filecheck %s --check-prefix=NARROW
 // RUN: not gnnc-opt %s -p 'segment-matmul{rows=0}' 2>&1 | filecheck %s --check-prefix=ERR
+// RUN: not gnnc-opt %s -p 'segment-matmul{narrow-rows=17}' 2>&1 | filecheck %s --check-prefix=ERR-NARROW
 
 // rgcn after relation-transform-first, its sizes compiled in: x[u] @ W[rel(e)] per
 // (source, relation) pair. The pairs of one relation are a contiguous run of rows,
@@ -84,7 +86,8 @@ builtin.module {
 // -----
 
 // A transform of 4 columns (RGAT's scores, one per head): tiles of one pair, unless the
-// pass is given `rows`.
+// pass is given `rows` or `narrow-rows` (the driver gives 4 where the target CPU's LLVM
+// tuning permutes a packed tile's rows rather than gather them: not AMD's Zen).
 
 builtin.module {
   func.func @scores(%x: !graph.tensor<V, f32, [K]>, %W: !graph.tensor<R, f32, [K, A]>) -> !graph.value<A, f32, [A]> attributes {graph.param_names = ["x", "W"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [A]>], graph.single_result, graph.schedule = {"cpu.specialize" = "K 64 A 4"}} {
@@ -102,6 +105,9 @@ builtin.module {
 // CHECK-NEXT:    graph.segment_matmul %x, %W "src" rows 1 :
 // ROWS-LABEL:  func.func @scores
 // ROWS-NEXT:     graph.segment_matmul %x, %W "src" rows 2 :
+// NARROW-LABEL:  func.func @scores
+// NARROW-NEXT:     graph.segment_matmul %x, %W "src" rows 4 :
 
 
 // ERR: gnnc-opt: error: segment-matmul{rows=0}: rows must be an integer from 1 to 16
+// ERR-NARROW: gnnc-opt: error: segment-matmul{narrow_rows=17}: narrow-rows must be an integer from 1 to 16
