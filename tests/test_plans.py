@@ -115,6 +115,14 @@ def test_walk_sources_is_the_ordered_in_csrs_start_without_laying_it_out(graph, 
     assert np.array_equal(plans.walk_sources(graph, kind, count), got)  # and from the laid-out plan
 
 
+@pytest.mark.parametrize("kind", ["degree", "rcm"])
+@pytest.mark.parametrize("count", [0, 1, 57, 500, 10_000])
+def test_walk_sources_on_a_bipartite_graph(kind, count):
+    rng = np.random.default_rng(count)
+    graph = Graph.from_coo(rng.integers(0, 90, 600), rng.integers(0, 25, 600), shape=(90, 25))
+    assert np.array_equal(plans.walk_sources(graph, kind, count), plans.ordered_in_csr(graph, kind)[1][:count])
+
+
 def test_a_reuse_probe_keeps_no_edge_sized_plan():
     # a decision asks this on every large unpartitioned call; the order it probes may lose
     coo = _random_graph(3000, 40000, seed=3)
