@@ -211,16 +211,26 @@ def ordered_in_csr(graph: Any, kind: str) -> tuple[np.ndarray, np.ndarray, np.nd
     """
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        order = destination_order(graph, kind)
-        starts = graph.in_indptr[:-1][order]
-        deg = graph.in_indptr[1:][order] - starts
-        indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
-        np.cumsum(deg, out=indptr[1:])
-        # the edge at new position j is starts[i] + (j - indptr[i]) for its destination's position i
-        where = np.repeat(starts - indptr[:-1], deg) + np.arange(indptr[-1], dtype=np.int64)
+        indptr, where = _walk_positions(graph, destination_order(graph, kind))
         return _readonly(indptr), _readonly(graph.in_src[where]), _readonly(graph.in_eid[where])
 
     return _cached(graph, ("ordered_in_csr", kind), compute)
+
+
+def _walk_positions(graph: Any, order: np.ndarray, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For destinations walked in `order`: (indptr by position, the in-CSR position of each edge
+    walked). With `count`, only the destinations whose edges fill the first `count` of the walk
+    (the positions may run past it, to the end of the last one's edges)."""
+    starts = graph.in_indptr[:-1][order]
+    deg = graph.in_indptr[1:][order] - starts
+    indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    if count is not None:
+        m = int(np.searchsorted(indptr[1:], count)) + 1
+        starts, deg, indptr = starts[:m], deg[:m], indptr[: m + 1]
+    # the edge at new position j is starts[i] + (j - indptr[i]) for its destination's position i
+    where = np.repeat(starts - indptr[:-1], deg) + np.arange(indptr[-1], dtype=np.int64)
+    return indptr, where
 
 
 def edge_blocks(graph: Any, n_blocks: int) -> np.ndarray:
@@ -354,14 +364,7 @@ def walk_sources(graph: Any, kind: str, count: int) -> np.ndarray:
     laid_out = graph.plans.get(("ordered_in_csr", kind))
     if kind == "identity" or laid_out is not None:
         return np.asarray((graph.in_src if laid_out is None else laid_out[1])[:count])
-    order = destination_order(graph, kind)
-    starts = graph.in_indptr[:-1][order]
-    deg = graph.in_indptr[1:][order] - starts
-    ends = np.cumsum(deg)
-    m = int(np.searchsorted(ends, count)) + 1  # destinations whose edges fill the sample
-    starts, deg = starts[:m], deg[:m]
-    taken = int(ends[m - 1]) if m <= ends.shape[0] else int(ends[-1]) if ends.size else 0
-    where = np.repeat(starts - (ends[:m] - deg), deg) + np.arange(taken, dtype=np.int64)
+    _, where = _walk_positions(graph, destination_order(graph, kind), count)
     return graph.in_src[where[:count]]
 
 

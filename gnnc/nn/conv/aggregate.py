@@ -156,7 +156,7 @@ class _RecomputedAggregation(torch.autograd.Function):
         grad_w = grad_b = None
         if ctx.needs_input_grad[1]:
             again = aggregate(ctx.pair, ctx.graph if index is None else index, x, ctx.size, weight)
-            grad_w = grad.t().mm(again.to(grad.dtype))
+            grad_w = grad.t().mm(again)
         if ctx.needs_input_grad[2]:
             grad_b = grad.sum(0)
         return None, grad_w, grad_b, None, None, None, None

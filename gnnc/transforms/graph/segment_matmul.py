@@ -50,7 +50,7 @@ MAX_ROWS = 16
 NARROW_ROWS = 1
 
 
-def default_rows(n: int | str, narrow_rows: int = NARROW_ROWS) -> int:
+def default_rows(n: int | str, narrow_rows: int) -> int:
     """The tile height for a transform of `n` columns, `narrow_rows` for 2 to 4 of them."""
     return narrow_rows if isinstance(n, int) and 1 < n <= 4 else DEFAULT_ROWS
 
@@ -69,7 +69,7 @@ class SegmentMatMul(RewritePattern):
     """materialize_pairs(matvec(gather(x, dst), gather(W, rel))) -> segment_matmul(x, W), where
     the matrix's K and N are constants."""
 
-    def __init__(self, rows: int | None, sizes: dict[str, int], narrow_rows: int = NARROW_ROWS):
+    def __init__(self, rows: int | None, sizes: dict[str, int], narrow_rows: int):
         super().__init__()
         self.rows = rows
         self.narrow_rows = narrow_rows
