@@ -753,7 +753,10 @@ def test_the_runtime_decides_pairs_or_edges_per_graph(v, r, k, form):
     kernel = gnnc.compile(EXAMPLES / "rgcn.gnn").rgcn
     dims = {"K": k, "N": 8}
     decided = decide(kernel, graph, dims, 2)
+    # the pairs (an edge-to-pair map of E int64) are built for a kernel that runs per pair only
+    assert (("relation_pairs", "src") in graph.plans) == (form == "compact")
     ratio = plans.relation_pairs(graph, "src").num_pairs / graph.num_edges
+    assert plans.relation_pair_count(graph, "src") == plans.relation_pairs(graph, "src").num_pairs
     assert (ratio < 0.1) == (form == "compact")
     assert ("relations per_edge" in (decided.schedule or "")) == (form == "per_edge"), decided.reason
     runs = decided.kernel()

@@ -180,7 +180,10 @@ def _kernel_default(kernel: Any, graph: Any, dims: dict[str, int], itemsize: int
         lane_walks=lane_walks_for(kernel._abi, dims, graph),
         lanes_need_sizes=kernel._abi.lanes is not None and kernel._abi.lanes.sized,
         wide_vectors="avx512f" in (getattr(kernel, "_metadata", {}).get("cpu") or {}).get("features", ()),
-        pair_transforms=pair_transforms_for(kernel._abi, dims, graph),
+        # only calls of SPECIALIZE_MIN_EDGES or more weigh pairs against edges: a small one counts none
+        pair_transforms=pair_transforms_for(kernel._abi, dims, graph)
+        if graph.num_edges >= SPECIALIZE_MIN_EDGES
+        else (),
     )
 
 
@@ -195,7 +198,7 @@ def pair_transforms_for(
             continue
         side = "src" if temp.domain == "RS" else "dst"
         k = temp.reduced if isinstance(temp.reduced, int) else dims.get(temp.reduced, 0)
-        found.append((plans.relation_pairs(graph, side).num_pairs, k, abi.elements(temp.shape, dims)))
+        found.append((plans.relation_pair_count(graph, side), k, abi.elements(temp.shape, dims)))
     return tuple(found)
 
 

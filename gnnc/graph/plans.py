@@ -55,6 +55,7 @@ __all__ = [
     "relation_degrees",
     "relation_edges",
     "relation_edges_by_end",
+    "relation_pair_count",
     "relation_pairs",
     "gather_reuse_share",
     "group_offsets_by_dst",
@@ -847,6 +848,26 @@ def relation_pairs(graph: Any, side: str) -> RelationPairs:
         )
 
     return _cached(graph, ("relation_pairs", side), compute)
+
+
+def relation_pair_count(graph: Any, side: str) -> int:
+    """How many (vertex, relation) pairs `side` has: `relation_pairs(graph, side).num_pairs`,
+    counted without keeping what that builds (an edge-to-pair map of E int64, and the pairs)
+    where it is not built yet. The default schedule asks before it knows whether the kernel
+    will run per pair: a graph whose relations run per edge keeps nothing E-sized for it."""
+    built = graph.plans.get(("relation_pairs", side))
+    if built is not None:
+        return built.num_pairs
+    _require_relations(graph)
+    if side not in ("src", "dst"):
+        raise ArgumentError(f"relation pairs are per 'src' or 'dst', not {side!r}")
+
+    def compute() -> int:
+        vertices = graph.src if side == "src" else graph.dst
+        n = max(1, graph.num_src if side == "src" else graph.num_dst)
+        return int(np.unique(graph.edge_type * n + vertices).shape[0])
+
+    return _cached(graph, ("relation_pair_count", side), compute)
 
 
 def pair_graph(graph: Any, side: str) -> Any:
