@@ -73,6 +73,29 @@ def test_gat_conv_matches_pyg(graph, seed):
     compare(pyg, ours, (features(n, 5, seed), edge_index))
 
 
+@pytest.mark.parametrize("in_channels", [5, 60])
+def test_gat_conv_scores_folded_or_not(in_channels):
+    """Both ways of making the scores: folded into one product with x (`projected`: in_channels
+    <= FOLD_MAX_RATIO x out_channels), and from lin(x) (a wide input), on a graph and a block."""
+    from gnnc.nn.conv import gat_conv
+
+    pyg, ours = pair("GATConv", in_channels, 3, heads=2)
+    assert gat_conv.folds(ours.lin, 3) == (in_channels <= gat_conv.FOLD_MAX_RATIO * 3)
+    compare(pyg, ours, (features(9, in_channels, 1), bipartite(9, 9, 40, seed=2)))
+    # a block: x[:4] a view of x's first rows, as samplers give them (one product serves both)
+    block = bipartite(9, 4, 30, seed=4)
+    pyg.zero_grad()
+    ours.zero_grad()
+    x_pyg, x_ours = features(9, in_channels, 3), features(9, in_channels, 3)
+    expected, got = pyg((x_pyg, x_pyg[:4]), block), ours((x_ours, x_ours[:4]), block)
+    close(got, expected, "block output")
+    expected.sum().backward()
+    got.sum().backward()
+    close(x_ours.grad, x_pyg.grad, "block input gradient")
+    for name, p in pyg.named_parameters():
+        close(dict(ours.named_parameters())[name].grad, p.grad, f"block gradient of {name}")
+
+
 @given(graph=pyg_graphs(), seed=st.integers(0, 2**16))
 def test_gat_conv_edge_features_and_weights(graph, seed):
     edge_index, n = graph

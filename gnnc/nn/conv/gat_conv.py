@@ -49,14 +49,44 @@ def scores(lin: Linear, x: Any, att: torch.Tensor, h: torch.Tensor | None = None
     product costs more than the memory it saves: docs/design/training.md); a lazy `lin` not
     yet sized takes the product too."""
     heads, channels = att.shape[-2], att.shape[-1]
-    weight = lin.weight
-    if lin.lazy or weight.shape[1] > FOLD_MAX_RATIO * channels:
+    if not folds(lin, channels):
         if h is None:
             h = lin(x).view(-1, heads, channels)
         return (h * att).sum(-1)
-    folded = (weight.view(heads, channels, -1) * att.view(heads, channels, 1)).sum(1)
-    bias = None if lin.bias is None else (lin.bias.view(heads, channels) * att.view(heads, channels)).sum(-1)
+    folded, bias = _folded(lin, att)
     return F.linear(x, folded, bias)
+
+
+def folds(lin: Linear, channels: int) -> bool:
+    """Whether `scores` folds the attention vector into lin's weight (see there)."""
+    return not lin.lazy and lin.weight.shape[1] <= FOLD_MAX_RATIO * channels
+
+
+def _folded(lin: Linear, att: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(M, b): the score `<lin(x), att>` per head is `x @ M.T + b`."""
+    heads, channels = att.shape[-2], att.shape[-1]
+    folded = (lin.weight.view(heads, channels, -1) * att.view(heads, channels, 1)).sum(1)
+    bias = None if lin.bias is None else (lin.bias.view(heads, channels) * att.view(heads, channels)).sum(-1)
+    return folded, bias
+
+
+def projected(
+    lin: Linear, x: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(lin(x) as [N, H, C], <lin(x), att_src>, <lin(x), att_dst>) for a lin that projects both
+    sides: the two scores from one product, `x @ [M_src; M_dst].T` (`_folded`), where `folds`.
+
+    Each score's product is thin ([in, H]): it costs a pass over x for little arithmetic, and
+    its gradient another (dW) or an [N, in] term to add (dx); made together they pay one pass
+    of each. h stays a product of its own: sliced from one product with the scores it would
+    be strided, and the kernel's contiguous copy of it, with the gradient's concatenation,
+    cost more than the product saved (docs/design/training.md)."""
+    heads, channels = att_src.shape[-2], att_src.shape[-1]
+    m_src, b_src = _folded(lin, att_src)
+    m_dst, b_dst = _folded(lin, att_dst)
+    bias = None if b_src is None or b_dst is None else torch.cat([b_src, b_dst])
+    a_src, a_dst = F.linear(x, torch.cat([m_src, m_dst]), bias).split([heads, heads], dim=1)
+    return lin(x).view(-1, heads, channels), a_src, a_dst
 
 
 class GATConv(WarmUp, nn.Module):
@@ -147,8 +177,9 @@ class GATConv(WarmUp, nn.Module):
 
     def _project(
         self, x_src: torch.Tensor, x_dst: torch.Tensor | None, bipartite: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(h_src, h_dst, residual): the linear transforms of x, as PyG's."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+        """(h_src, h_dst, residual, scores): the linear transforms of x, as PyG's; `scores` is
+        (a_src, a_dst) where one product made them with h (`projected`), else None."""
         H, C = self.heads, self.out_channels
         if x_src.dim() != 2 or (x_dst is not None and x_dst.dim() != 2):
             raise ArgumentError(f"{LAYER}: x must be [num_nodes, in_channels] (static graphs are not supported)")
@@ -156,13 +187,23 @@ class GATConv(WarmUp, nn.Module):
         lin_dst = self.lin if self.lin is not None else self.lin_dst
         assert lin_src is not None and lin_dst is not None
         res = self.res(x_dst) if self.res is not None and x_dst is not None else None
+        # a block's x[:num_dst]: one product serves both sides
+        prefix = bipartite and self.lin is not None and x_dst is not None and inputs.prefix_rows(x_dst, x_src)
+        if self.lin is not None and folds(self.lin, C) and (not bipartite or prefix):
+            h_src, a_src, a_dst = projected(self.lin, x_src, self.att_src, self.att_dst)
+            if not prefix:
+                return h_src, h_src, res, (a_src, a_dst)
+            assert x_dst is not None
+            n = x_dst.shape[0]
+            return h_src, h_src[:n], res, (a_src, a_dst[:n])
         h_src = lin_src(x_src).view(-1, H, C)
         if not bipartite and self.lin is not None:
-            return h_src, h_src, res
-        if self.lin is not None and x_dst is not None and inputs.prefix_rows(x_dst, x_src):
-            return h_src, h_src[: x_dst.shape[0]], res  # a block's x[:num_dst]: one product serves both
+            return h_src, h_src, res, None
+        if prefix:
+            assert x_dst is not None
+            return h_src, h_src[: x_dst.shape[0]], res, None
         h_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
-        return h_src, h_dst, res
+        return h_src, h_dst, res, None
 
     def forward(
         self,
@@ -177,15 +218,18 @@ class GATConv(WarmUp, nn.Module):
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
         bipartite = not isinstance(x, torch.Tensor)
-        h_src, h_dst, res = self._project(x_src, x_dst, bipartite)
+        h_src, h_dst, res, both = self._project(x_src, x_dst, bipartite)
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, size, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst
         assert lin_src is not None and lin_dst is not None
-        a_src = scores(lin_src, x_src, self.att_src, h_src)
-        a_dst = scores(lin_dst, x_dst, self.att_dst, h_dst) if h_dst is not None else h_src.new_zeros(num_dst, H)
+        if both is not None:
+            a_src, a_dst = both
+        else:
+            a_src = scores(lin_src, x_src, self.att_src, h_src)
+            a_dst = scores(lin_dst, x_dst, self.att_dst, h_dst) if h_dst is not None else h_src.new_zeros(num_dst, H)
         if edge_attr is not None and self.lin_edge is None:
             raise ArgumentError(
                 f"{LAYER}: edge_attr needs a layer built with edge_dim (PyG ignores it there; "
