@@ -106,7 +106,8 @@ def machine() -> str:
         cpu = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
     except (OSError, subprocess.CalledProcessError, StopIteration):
         cpu = platform.processor() or "?"
-    return f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {threads} threads; {procmem.allocator()}"
 
 
 def load() -> str:

@@ -73,6 +73,7 @@ HEADS = 4
 def machine(device: str = "cpu") -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     text = f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    text += f"; {procmem.allocator()}"
     if device.startswith("cuda"):
         text += f", {torch.cuda.get_device_name(torch.device(device))}"
     return text

@@ -38,11 +38,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 import graphs  # noqa: E402
+import procmem  # noqa: E402
 
 
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    return f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {threads} threads; {procmem.allocator()}"
 
 
 def paired(runs: dict[str, Any], reps: int, make_args: Any) -> dict[str, Any]:

@@ -11,6 +11,21 @@ the peak would depend on which sizes the allocator kept.
 from __future__ import annotations
 
 import ctypes
+import os
+
+#: The environment variables that change how glibc's malloc serves large blocks.
+_MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")
+
+
+def allocator() -> str:
+    """How this process allocates, for a benchmark's header: an LD_PRELOADed allocator, glibc's
+    malloc settings, or its defaults. It moves training epochs by up to a third: with glibc's
+    defaults a large block (any over 32 MiB) is a fresh mapping each time, page-faulted on
+    first touch (docs/design/training.md, "The allocator")."""
+    parts = [f"{name}={os.environ[name]}" for name in _MALLOC_SETTINGS if name in os.environ]
+    if os.environ.get("LD_PRELOAD"):
+        parts.insert(0, f"LD_PRELOAD={os.environ['LD_PRELOAD']}")
+    return "allocator: " + (", ".join(parts) if parts else "glibc malloc defaults")
 
 
 def status(field: str) -> int:

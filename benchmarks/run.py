@@ -1039,7 +1039,7 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"machine: {machine.cpu}; STREAM triad {machine.stream_gbs:.1f} GB/s, "
         f"random 256-B row gather {machine.gather_gbs:.1f} GB/s (numba prange, {args.threads} threads); "
-        f"MemAvailable {procmem.mem_available(8 << 30) / 2**30:.1f} GiB"
+        f"MemAvailable {procmem.mem_available(8 << 30) / 2**30:.1f} GiB; {procmem.allocator()}"
     )
     print("libraries: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     load_start = os.getloadavg()[0]

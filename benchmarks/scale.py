@@ -785,7 +785,7 @@ def machine() -> str:
     load = os.getloadavg()
     return (
         f"{cpu}; Python {platform.python_version()}, torch {torch.__version__}; {time.strftime('%Y-%m-%d %H:%M')}; "
-        f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (a shared machine)"
+        f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (a shared machine); {procmem.allocator()}"
     )
 
 
