@@ -149,6 +149,10 @@ class _Evaluator:
             if mode != "edge":
                 raise _ReferenceError("edge_id(e) in a vertex expression")
             return np.arange(self.E, dtype=np.float64)
+        if isinstance(e, ast.SelfLoop):
+            if mode != "edge":
+                raise _ReferenceError("self_loop(e) in a vertex expression")
+            return (self.src == self.dst).astype(np.float64)
         if isinstance(e, ast.Unary):
             return -self.expr(e.operand, mode)
         if isinstance(e, ast.Binary):

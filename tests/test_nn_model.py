@@ -191,19 +191,21 @@ def test_values_of_the_edges_alone_are_made_once_and_follow_edits():
     x = torch.randn(6, 4)
     edge_index = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 3, 3, 0]])  # with a self loop
     conv = gnn.GCNConv(4, 3)
-    net = derived.gcn_net_loops(edge_index, 6, 1.0, torch.float32)
-    assert derived.gcn_net_loops(edge_index, 6, 1.0, torch.float32) is net  # kept
-    assert torch.equal(net, torch.tensor([1.0, 1, 1, 0, 1, 1]))  # 3's loop weight, less its own loop
+    loops = derived.gcn_loops(edge_index, 6, 1.0, torch.float32)
+    assert derived.gcn_loops(edge_index, 6, 1.0, torch.float32) is loops  # kept
+    assert torch.equal(loops[0], torch.tensor([1.0, 1, 1, 0, 1, 1]))  # 3's loop weight, less its own loop
+    assert torch.equal(loops[1], torch.ones(6))  # every vertex's loop weight
     compiled = torch.compile(conv, fullgraph=True)
     assert torch.allclose(compiled(x, edge_index), conv(x, edge_index), atol=1e-6)
     edge_index[1, 3] = 4  # the self loop 3 -> 3 becomes 3 -> 4
-    assert torch.equal(derived.gcn_net_loops(edge_index, 6, 1.0, torch.float32), torch.ones(6))
+    assert torch.equal(derived.gcn_loops(edge_index, 6, 1.0, torch.float32), torch.ones(2, 6))
     assert torch.equal(derived.keep(edge_index, torch.float32), torch.ones(5))
     expected = conv(x, edge_index.clone())
     assert torch.allclose(conv(x, edge_index), expected, atol=1e-6)
     assert torch.allclose(compiled(x, edge_index), expected, atol=1e-6)
     for op, args in (
-        (torch.ops.gnnc.nn_gcn_net_loops.default, (edge_index, 6, 1.0, torch.float32)),
+        (torch.ops.gnnc.nn_gcn_loops.default, (edge_index, 6, 1.0, torch.float32, True)),
+        (torch.ops.gnnc.nn_gcn_loops.default, (edge_index, 6, 1.0, torch.float32, False)),
         (torch.ops.gnnc.nn_keep.default, (edge_index, torch.float32)),
     ):
         torch.library.opcheck(op, args)

@@ -429,6 +429,27 @@ class EdgeIdOp(IRDLOperation):
 
 
 @irdl_op_definition
+class SelfLoopOp(IRDLOperation):
+    """`self_loop(e)`: 1.0 where the edge's source id is its destination id, else 0.0 (E).
+    GCN's remaining self loops: the graph's own loops leave its sums, exactly."""
+
+    name = "graph.self_loop"
+
+    result = result_def(ValueType)
+
+    assembly_format = "attr-dict `:` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, element_type: Attribute):
+        super().__init__(result_types=[ValueType("E", element_type, ())])
+
+    def verify_(self) -> None:
+        rtype = _value_type(self.result)
+        if rtype.kind != "E" or rtype.shape != ():
+            raise VerifyException("graph.self_loop gives a scalar E value")
+
+
+@irdl_op_definition
 class BinaryOp(IRDLOperation):
     """Elementwise arithmetic with leading-axes broadcasting."""
 
@@ -769,7 +790,8 @@ def pair_value_error(value: SSAValue) -> str | None:
                 return "it reads a degree other than the pair vertex's"
             continue
         if isinstance(
-            op, AggregateOp | EdgeSoftmaxOp | EdgeIdOp | MaterializeOp | MaterializePairsOp | SegmentMatMulOp
+            op,
+            AggregateOp | EdgeSoftmaxOp | EdgeIdOp | SelfLoopOp | MaterializeOp | MaterializePairsOp | SegmentMatMulOp,
         ):
             return f"it reads {op.name}"
         if not isinstance(op, Operation):
@@ -877,6 +899,7 @@ Graph = Dialect(
         ConstantOp,
         DegreeOp,
         EdgeIdOp,
+        SelfLoopOp,
         BinaryOp,
         UnaryOp,
         DotOp,

@@ -180,6 +180,12 @@ class EdgeId(Expr):
     """``edge_id(e)``: the edge's id (its position in what the user gave) as a float of the kernel's type."""
 
 
+@dataclass(kw_only=True)
+class SelfLoop(Expr):
+    """``self_loop(e)``: 1 where the edge's source id is its destination id, else 0, as a float
+    of the kernel's type (an edge value; exact for any id)."""
+
+
 def children(e: Expr) -> list[Expr]:
     """The direct subexpressions of `e`, in source order."""
     if isinstance(e, Unary):

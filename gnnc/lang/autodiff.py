@@ -246,6 +246,8 @@ def _source(e: ast.Expr, special: Callable[[ast.Expr], str | None] = lambda _: N
         return f"deg_{e.direction}({e.index}{', rel(e)' if e.relation else ''})"
     if isinstance(e, ast.EdgeId):
         return "edge_id(e)"
+    if isinstance(e, ast.SelfLoop):
+        return "self_loop(e)"
     raise AssertionError(type(e).__name__)
 
 

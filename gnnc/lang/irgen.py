@@ -137,6 +137,9 @@ class _KernelBuilder:
     def expr_EdgeId(self, e: ast.EdgeId) -> SSAValue:
         return self.add(graph.EdgeIdOp(self.elem))
 
+    def expr_SelfLoop(self, e: ast.SelfLoop) -> SSAValue:
+        return self.add(graph.SelfLoopOp(self.elem))
+
     def expr_Degree(self, e: ast.Degree) -> SSAValue:
         site = "src" if e.index == "u" else "dst"
         return self.add(graph.DegreeOp(e.direction, site, self.elem, relation=e.relation))

@@ -368,6 +368,13 @@ class _Parser:
             self.advance()
             self.expect_op(")", "after edge_id(e")
             return ast.EdgeId(loc=func.loc), 1
+        if name == "self_loop":
+            idx = self.tok
+            if idx.kind != "IDENT" or idx.text != "e":
+                raise self.error(f"self_loop takes the edge index e, found {idx.describe()}")
+            self.advance()
+            self.expect_op(")", "after self_loop(e")
+            return ast.SelfLoop(loc=func.loc), 1
         if name not in CALL_FUNCTIONS and name not in ast.AGGREGATIONS:
             raise self.error(f"unknown function '{name}'", func.loc)
         args: list[ast.Expr] = []

@@ -374,6 +374,9 @@ class _KernelChecker:
         elif isinstance(e, ast.EdgeId):
             e.gtype, e.shape = "E", ()
             self.leaf_in_mode(e, mode, "edge_id(e)")
+        elif isinstance(e, ast.SelfLoop):
+            e.gtype, e.shape = "E", ()
+            self.leaf_in_mode(e, mode, "self_loop(e)")
         elif isinstance(e, ast.Unary):
             self.expr(e.operand, mode)
             e.gtype, e.shape = e.operand.gtype, e.operand.shape

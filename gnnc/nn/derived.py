@@ -5,7 +5,7 @@ attention layers' `keep` mask (0 on the graph's own self loops) are O(E)
 tensor code that every call would otherwise run again. They are kept with
 the edge_index (`gnnc.torch.graphs.derived`: dropped with the tensor, made
 again after an in-place edit of it). An eager call reads them there; a
-call under torch.compile gets them from a custom op (`gnnc::nn_gcn_net_loops`,
+call under torch.compile gets them from a custom op (`gnnc::nn_gcn_loops`,
 `gnnc::nn_keep`) whose implementation reads the same cache and returns a
 copy (the compiled graph owns its outputs), so a compiled model does not
 recompute them either.
@@ -23,18 +23,22 @@ from gnnc.torch import graphs
 
 _LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
 _LIBRARY.define("nn_keep(Tensor edge_index, ScalarType dtype) -> Tensor")
-_LIBRARY.define("nn_gcn_net_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype) -> Tensor")
+_LIBRARY.define(
+    "nn_gcn_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype, bool add_loops) -> Tensor"
+)
 
 
-def _net_loops(edge_index: torch.Tensor | Graph, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
+def _loops(
+    edge_index: torch.Tensor | Graph, num_nodes: int, fill: float, dtype: torch.dtype, add_loops: bool
+) -> torch.Tensor:
     def make() -> torch.Tensor:
         # an ordinary tensor even when first made under inference_mode: a later training call reuses it
         with torch.inference_mode(False):
             if isinstance(edge_index, Graph):  # from its in-CSR: no edge_index made
-                return self_loops.graph_net_loops(edge_index, num_nodes, fill, dtype)
-            return self_loops.remaining_net_loops(edge_index, num_nodes, fill, dtype)
+                return self_loops.graph_loops(edge_index, num_nodes, fill, dtype, add_loops)
+            return self_loops.unweighted_loops(edge_index, num_nodes, fill, dtype, add_loops)
 
-    return graphs.derived(edge_index, ("nn.gcn_net_loops", fill, dtype, num_nodes), make)
+    return graphs.derived(edge_index, ("nn.gcn_loops", fill, dtype, num_nodes, add_loops), make)
 
 
 def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -45,9 +49,11 @@ def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return graphs.derived(edge_index, ("nn.keep", dtype), make)
 
 
-@torch.library.impl(_LIBRARY, "nn_gcn_net_loops", "CompositeExplicitAutograd")
-def _net_loops_op(edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
-    return _net_loops(edge_index, int(num_nodes), fill, dtype).clone()
+@torch.library.impl(_LIBRARY, "nn_gcn_loops", "CompositeExplicitAutograd")
+def _loops_op(
+    edge_index: torch.Tensor, num_nodes: int, fill: float, dtype: torch.dtype, add_loops: bool
+) -> torch.Tensor:
+    return _loops(edge_index, int(num_nodes), fill, dtype, add_loops).clone()
 
 
 @torch.library.impl(_LIBRARY, "nn_keep", "CompositeExplicitAutograd")
@@ -55,9 +61,11 @@ def _keep_op(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _keep(edge_index, dtype).clone()
 
 
-@torch.library.register_fake("gnnc::nn_gcn_net_loops", lib=_LIBRARY)
-def _net_loops_fake(edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:
-    return edge_index.new_empty(num_nodes, dtype=dtype)
+@torch.library.register_fake("gnnc::nn_gcn_loops", lib=_LIBRARY)
+def _loops_fake(
+    edge_index: torch.Tensor, num_nodes: Any, fill: float, dtype: torch.dtype, add_loops: bool
+) -> torch.Tensor:
+    return edge_index.new_empty((2, num_nodes), dtype=dtype)
 
 
 @torch.library.register_fake("gnnc::nn_keep", lib=_LIBRARY)
@@ -66,19 +74,19 @@ def _keep_fake(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 #: A Graph's, outside torch.compile's graph (a Graph cannot be one of its inputs).
-_graph_net_loops = torch.compiler.disable(
-    _net_loops, reason="a gnnc.Graph is not a graph input: pass edge_index to torch.compile"
+_graph_loops = torch.compiler.disable(
+    _loops, reason="a gnnc.Graph is not a graph input: pass edge_index to torch.compile"
 )
 
 
-def gcn_net_loops(edge_index: Any, num_nodes: Any, fill: float, dtype: torch.dtype) -> torch.Tensor:
-    """`c[v]` of `self_loops.remaining_net_loops` for an unweighted edge_index (or a `gnnc.Graph`),
-    made once per tensor (or Graph)."""
+def gcn_loops(edge_index: Any, num_nodes: Any, fill: float, dtype: torch.dtype, add_loops: bool = True) -> torch.Tensor:
+    """`[c, loop]` of `self_loops.unweighted_loops` for an unweighted edge_index (or a
+    `gnnc.Graph`), made once per tensor (or Graph)."""
     if isinstance(edge_index, Graph):
-        return _graph_net_loops(edge_index, int(num_nodes), fill, dtype)
+        return _graph_loops(edge_index, int(num_nodes), fill, dtype, add_loops)
     if torch.compiler.is_compiling():
-        return torch.ops.gnnc.nn_gcn_net_loops(edge_index, num_nodes, fill, dtype)
-    return _net_loops(edge_index, num_nodes, fill, dtype)
+        return torch.ops.gnnc.nn_gcn_loops(edge_index, num_nodes, fill, dtype, add_loops)
+    return _loops(edge_index, num_nodes, fill, dtype, add_loops)
 
 
 def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -88,4 +96,4 @@ def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _keep(edge_index, dtype)
 
 
-__all__ = ["gcn_net_loops", "keep"]
+__all__ = ["gcn_loops", "keep"]

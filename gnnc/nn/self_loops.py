@@ -43,28 +43,39 @@ def remaining_loops(
     return kept, loop
 
 
-def remaining_net_loops(
-    edge_index: torch.Tensor, num_nodes: int, fill_value: float, dtype: torch.dtype
+def unweighted_loops(
+    edge_index: torch.Tensor, num_nodes: int, fill_value: float, dtype: torch.dtype, add_loops: bool = True
 ) -> torch.Tensor:
-    """`c[v]` of an unweighted edge_index: the loop weight `add_remaining_self_loops` gives v
-    (1 where the graph has a self loop at v, `fill_value` elsewhere) less the count of v's own
-    self-loop edges. A kernel that sums over every edge unweighted, loops included, then has
-    `c[v] + deg_in(v)` as the degree with the remaining loops, and `c[v]` as the loop's term:
-    no per-edge weights (GCNConv's `gcn_conv_unweighted`)."""
+    """`[c, loop]` ([2, num_nodes]) of an unweighted edge_index for GCNConv's
+    `gcn_conv_unweighted`, which sums over the edges that are not self loops
+    (`self_loop(e)`), weighs v's own term by `loop[v]` and takes `c[v] + deg_in(v)` as
+    v's degree: no per-edge weights.
+
+    With `add_loops` (PyG's `add_remaining_self_loops`): `loop[v]` is 1 where the graph
+    has a self loop at v and `fill_value` elsewhere, `c[v]` that less the count of v's own
+    self-loop edges (PyG drops them for the one loop). Without, v's own loops stay edges
+    like any other: `loop[v]` is their count and `c[v]` 0. The graph's loops never enter
+    the sum, so a vertex with many of them cancels nothing (a kernel that summed them and
+    subtracted their count lost a digit every 3x more loops: 6e-3 at 1,000)."""
     src, dst = edge_index[0], edge_index[1]
     own = torch.bincount(dst[src == dst].to(torch.int64), minlength=num_nodes)[:num_nodes]
-    return _net_of(own, fill_value, dtype)
+    return _loops_of(own, fill_value, dtype, add_loops)
 
 
-def _net_of(own: torch.Tensor, fill_value: float, dtype: torch.dtype) -> torch.Tensor:
-    """`c[v]` from the count of v's own self-loop edges: 1 or `fill_value`, less the count."""
+def _loops_of(own: torch.Tensor, fill_value: float, dtype: torch.dtype, add_loops: bool) -> torch.Tensor:
+    """`[c, loop]` of `unweighted_loops` from the count of each vertex's own self-loop edges."""
     own = own.to(dtype)
+    if not add_loops:
+        return torch.stack([torch.zeros_like(own), own])
     one = torch.ones((), dtype=dtype, device=own.device)
-    return torch.where(own > 0, one, torch.full_like(one, fill_value)) - own
+    loop = torch.where(own > 0, one, torch.full_like(one, fill_value))
+    return torch.stack([loop - own, loop])
 
 
-def graph_net_loops(graph: Any, num_nodes: int, fill_value: float, dtype: torch.dtype) -> torch.Tensor:
-    """`remaining_net_loops` of a `gnnc.Graph`'s edges, read from its in-CSR (no edge_index made),
+def graph_loops(
+    graph: Any, num_nodes: int, fill_value: float, dtype: torch.dtype, add_loops: bool = True
+) -> torch.Tensor:
+    """`unweighted_loops` of a `gnnc.Graph`'s edges, read from its in-CSR (no edge_index made),
     a million destinations at a time: no temporary of E entries."""
     if (graph.num_src, graph.num_dst) != (num_nodes, num_nodes):
         raise ArgumentError(
@@ -79,7 +90,7 @@ def graph_net_loops(graph: Any, num_nodes: int, fill_value: float, dtype: torch.
         dst = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
         loops = dst[src[indptr[lo] : indptr[hi]] == dst]
         own[lo:hi] = np.bincount(loops - lo, minlength=hi - lo)
-    return _net_of(torch.from_numpy(own), fill_value, dtype)
+    return _loops_of(torch.from_numpy(own), fill_value, dtype, add_loops)
 
 
 def replaced_loops(
@@ -169,9 +180,10 @@ __all__ = [
     "Order",
     "appended_loops",
     "gcn_loops",
-    "graph_net_loops",
+    "graph_loops",
     "no_loops",
     "pyg_ranks",
     "remaining_loops",
     "replaced_loops",
+    "unweighted_loops",
 ]

@@ -196,6 +196,10 @@ class ValueEmission(LoopBuilder):
         if isinstance(op, graph.EdgeIdOp):
             assert ctx.e is not None, "edge_id outside an edge loop"
             return self.em.op(arith.SIToFPOp(self.em.op(arith.IndexCastOp(ctx.e, i64)), self.elem))
+        if isinstance(op, graph.SelfLoopOp):
+            assert ctx.u is not None, "self_loop outside an edge loop"
+            same = self.em.op(arith.CmpiOp(ctx.u, ctx.v, "eq"))
+            return self.em.op(arith.UIToFPOp(same, self.elem))
         if isinstance(op, graph.DegreeOp) and op.per_relation:
             assert ctx.e is not None and self.rel_deg_in is not None and self.rel_deg_out is not None
             return self.load(self.rel_deg_in if op.direction.data == "in" else self.rel_deg_out, ctx.e)

@@ -11,12 +11,15 @@ weight per vertex (`gnnc.nn.self_loops`),
 
 `n` is deg^-1/2, 0 where the degree is 0 (as PyG). On an edge_index
 without edge weights the kernel reads no edge at all (`gcn_conv_unweighted`):
-it sums over every edge, the graph's own self loops included, and `c[v]`
-is the loop weight less the count of those loops
-(`self_loops.remaining_net_loops`), so `c[v] + deg_in(v)` is the degree.
-With no edge data there is no `w[e]` to read by edge id: neither the graph
-nor its reversed one (the gradient's) keeps its edge ids for it, and no E
-floats of ones are made (1.25 GiB at 64M edges). Without normalisation
+it sums over the edges that are not self loops (`self_loop(e)`), weighs v's
+own term by `loop[v]`, and `c[v]` is that weight less the count of v's own
+loop edges (`self_loops.unweighted_loops`), so `c[v] + deg_in(v)` is the
+degree. With no edge data there is no `w[e]` to read by edge id: neither
+the graph nor its reversed one (the gradient's) keeps its edge ids for it,
+and no E floats of ones are made (1.25 GiB at 64M edges). (The kernel once
+summed the graph's own loops too and took their count back out of `c[v]`
+n[v]^2 x[v]: a vertex with k loops then lost about k^2 ulps, 6e-3 of its
+value at k = 1,000.) Without normalisation
 the kernel is `sum(w[e] * x[u])` (or `sum(x[u])`). The linear transform
 runs before the aggregation when it shrinks the features (as PyG always
 does) and after it when it widens them: the same product, fewer flops.
@@ -45,10 +48,10 @@ kernel gcn_conv(x: f32[V, F], w: f32[E], loop: f32[V]) -> f32[V, F] {
 }
 """
 UNWEIGHTED = """
-kernel gcn_conv_unweighted(x: f32[V, F], c: f32[V]) -> f32[V, F] {
+kernel gcn_conv_unweighted(x: f32[V, F], c: f32[V], loop: f32[V]) -> f32[V, F] {
     d[v] = c[v] + deg_in(v)
     n[v] = step(d[v]) * rsqrt(d[v] + 1 - step(d[v]))
-    out[v] = c[v] * n[v] * n[v] * x[v] + sum(n[u] * n[v] * x[u])
+    out[v] = loop[v] * n[v] * n[v] * x[v] + sum((1 - self_loop(e)) * n[u] * n[v] * x[u])
 }
 """
 WEIGHTED = """
@@ -119,21 +122,22 @@ class GCNConv(WarmUp, nn.Module):
         return state
 
     def _weights(self, adj: inputs.Adjacency, edge_weight: Any, num_nodes: int, x: torch.Tensor) -> tuple:
-        """(w, loop) of `gcn_conv`: the edge weights and the self-loop weight per vertex; for an
-        edge_index without weights, (c,) of `gcn_conv_unweighted`; in x's dtype, on x's device."""
+        """(unweighted, args): for `gcn_conv`, (w, loop), the edge weights and the self-loop
+        weight per vertex; for an edge_index without weights, `gcn_conv_unweighted`'s (c, loop)
+        (`self_loops.unweighted_loops`); in x's dtype, on x's device."""
         dtype = x.dtype
         weight = inputs.edge_values(adj, edge_weight)
         if weight is None and not adj.sparse:
-            if not self.add_self_loops:  # its own loops are edges like any other
-                return (torch.zeros(num_nodes, dtype=dtype, device=x.device),)
-            # PyG 2.8 fills remaining loops with 1 for an unweighted graph, improved or not
-            # a Graph's are made on the host, where its edges are
-            return (derived.gcn_net_loops(adj.index, num_nodes, 1.0, dtype).to(x.device),)
+            # PyG 2.8 fills remaining loops with 1 for an unweighted graph, improved or not;
+            # without added loops the graph's own are edges like any other.
+            # A Graph's are made on the host, where its edges are
+            loops = derived.gcn_loops(adj.index, num_nodes, 1.0, dtype, self.add_self_loops).to(x.device)
+            return True, (loops[0], loops[1])
         if weight is not None:
             weight = weight.to(dtype)
         # weighted (or a sparse adjacency): PyG 2.8 fills remaining loops with 2 when improved
         fill = 2.0 if self.improved else 1.0
-        return self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
+        return False, self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
@@ -150,13 +154,12 @@ class GCNConv(WarmUp, nn.Module):
             edges = adj.index
             if self.cached and self._cached is not None:
                 # as PyG: the first call's graph and normalisation, whatever the call passes
-                edges, weights = self._cached
+                edges, unweighted, weights = self._cached
             else:
-                weights = self._weights(adj, edge_weight, num_nodes, x)
+                unweighted, weights = self._weights(adj, edge_weight, num_nodes, x)
                 if self.cached:
-                    self._cached = (edges, tuple(t.detach() for t in weights))
-            # (w, loop), or the net loop weights `c` of an unweighted graph
-            normalized = self._normalized if len(weights) == 2 else self._unweighted
+                    self._cached = (edges, unweighted, tuple(t.detach() for t in weights))
+            normalized = self._unweighted if unweighted else self._normalized
             out = normalized(edges, x, *weights, num_vertices=num_nodes)
         else:
             weight = inputs.edge_values(adj, edge_weight)
