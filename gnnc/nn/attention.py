@@ -14,14 +14,14 @@ passes the loop as vertex tensors instead: the loop's score `sl[v]`
 (computed in torch from per-vertex values) and, for its message, the
 source row `h[v]` (on a bipartite graph, a per-destination input `hl[v]`
 holding it: gradients of an input read at both u and v are refused on a
-bipartite graph's reversal). Existing loops are masked by `keep[e]` (0 on
-a loop).
+bipartite graph's reversal). Existing loops are left out by `1 -
+self_loop(e)` (no mask of E floats is made or read).
 The softmax over the in-edges and the loop is then written out, stable as
 the built-in one (the shift `m[v]` is the largest score of the two):
 
     s[e] = SCORE
-    m[v] = detach(sl[v] + max(keep[e] * relu(s[e] - sl[v])))
-    p[e] = keep[e] * exp(s[e] - m[v])
+    m[v] = detach(sl[v] + max((1 - self_loop(e)) * relu(s[e] - sl[v])))
+    p[e] = (1 - self_loop(e)) * exp(s[e] - m[v])
     q[v] = exp(sl[v] - m[v])
     z[v] = q[v] + sum(p[e])
     r[v] = 1.0 / z[v]
@@ -120,7 +120,7 @@ def source(c: Config) -> str:
         else:
             body.append(f"out[v] = sum(softmax(s[e]){masked} * {c.message})")
     else:
-        params += [*c.loop_params, "sl: f32[V, H]", "keep: f32[E]"]
+        params += [*c.loop_params, "sl: f32[V, H]"]
         if c.loops == "some":
             params.append("has: f32[V]")
         if c.mask:
@@ -128,14 +128,14 @@ def source(c: Config) -> str:
         if c.weights:
             results.append("alpha_loop: f32[V, H]")
         body = [f"s[e] = {c.score}"]
-        shifted = "sl[v] + max(keep[e] * relu(s[e] - sl[v]))"
+        shifted = "sl[v] + max((1 - self_loop(e)) * relu(s[e] - sl[v]))"
         if c.loops == "some":
             body.append(f"m[v] = detach(has[v] * ({shifted}) + (1 - has[v]) * max(s[e]))")
             body.append("q[v] = has[v] * exp(sl[v] - m[v])")
         else:
             body.append(f"m[v] = detach({shifted})")
             body.append("q[v] = exp(sl[v] - m[v])")
-        body.append("p[e] = keep[e] * exp(s[e] - m[v])")
+        body.append("p[e] = (1 - self_loop(e)) * exp(s[e] - m[v])")
         body.append("z[v] = q[v] + sum(p[e])")
         # z >= 1 where a destination has a loop or an in-edge; 0 (no terms) else: divide by 1 there
         z = "z[v]" if c.loops == "all" else "(z[v] + (1 - step(z[v])))"
@@ -262,12 +262,21 @@ def check_fill_value(fill_value: Any, layer: str) -> None:
 class Loops:
     """A call's self loops: PyG removes the graph's loops and appends (i, i) for i < count."""
 
-    #: 1.0 on the edges PyG keeps, 0.0 on the graph's own self loops ([E]).
-    keep: torch.Tensor
+    #: The call's edge_index.
+    edges: torch.Tensor
+    #: The type of `keep`.
+    dtype: torch.dtype
     #: Loops appended: min(num_src, num_dst).
     count: Any
     #: Destinations of the call.
     num_dst: Any
+
+    @property
+    def keep(self) -> torch.Tensor:
+        """1.0 on the edges PyG keeps, 0.0 on the graph's own self loops ([E]), made once per
+        edge_index where PyG's order of the edges is needed (dropout, returned weights, edge
+        features of the loops); the kernels leave the loops out by `self_loop(e)`."""
+        return derived.keep(self.edges, self.dtype)
 
     def pad(self, t: torch.Tensor) -> torch.Tensor:
         """A per-loop tensor ([count, ...]) as a per-destination one, zero past the loops."""
@@ -276,12 +285,13 @@ class Loops:
         return torch.cat([t, t.new_zeros((self.num_dst - t.shape[0], *t.shape[1:]))])
 
     def has(self, dtype: torch.dtype) -> torch.Tensor:
-        return (torch.arange(self.num_dst, device=self.keep.device) < self.count).to(dtype)
+        return (torch.arange(self.num_dst, device=self.edges.device) < self.count).to(dtype)
 
 
 def loops(edge_index: torch.Tensor, num_src: Any, num_dst: Any, dtype: torch.dtype) -> Loops:
-    """The call's loops (`keep` depends on the edges alone: made once per edge_index, gnnc.nn.derived)."""
-    return Loops(derived.keep(edge_index, dtype), min(num_src, num_dst), num_dst)
+    """The call's loops (`keep`, where asked for, depends on the edges alone: made once per
+    edge_index, gnnc.nn.derived)."""
+    return Loops(edge_index, dtype, min(num_src, num_dst), num_dst)
 
 
 def loop_attr(edge_index: torch.Tensor, edge_attr: torch.Tensor, lp: Loops, fill_value: Any) -> torch.Tensor:

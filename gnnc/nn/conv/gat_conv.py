@@ -74,7 +74,8 @@ def projected(
     lin: Linear, x: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(lin(x) as [N, H, C], <lin(x), att_src>, <lin(x), att_dst>) for a lin that projects both
-    sides: the two scores from one product, `x @ [M_src; M_dst].T` (`_folded`), where `folds`.
+    sides: the two scores from one product, `x @ [M_src; M_dst].T` (`_folded`), where `folds`,
+    for CPU tensors.
 
     Each score's product is thin ([in, H]): it costs a pass over x for little arithmetic, and
     its gradient another (dW) or an [N, in] term to add (dx); made together they pay one pass
@@ -189,7 +190,9 @@ class GATConv(WarmUp, nn.Module):
         res = self.res(x_dst) if self.res is not None and x_dst is not None else None
         # a block's x[:num_dst]: one product serves both sides
         prefix = bipartite and self.lin is not None and x_dst is not None and inputs.prefix_rows(x_dst, x_src)
-        if self.lin is not None and folds(self.lin, C) and (not bipartite or prefix):
+        # on the CPU, where the thin products are passes over memory; the scores come out as
+        # column slices, which the op copies (a device tensor's copy is the device's)
+        if self.lin is not None and x_src.device.type == "cpu" and folds(self.lin, C) and (not bipartite or prefix):
             h_src, a_src, a_dst = projected(self.lin, x_src, self.att_src, self.att_dst)
             if not prefix:
                 return h_src, h_src, res, (a_src, a_dst)
@@ -256,7 +259,7 @@ class GATConv(WarmUp, nn.Module):
                 raw = raw + scores(self.lin_edge, loop_ea, self.att_edge)
             if kind != LoopKind.SQUARE:  # the loop's message, a row per destination
                 args.append(lp.pad(h_src[:n]))
-            args += [lp.pad(F.leaky_relu(raw, self.negative_slope)), lp.keep]
+            args.append(lp.pad(F.leaky_relu(raw, self.negative_slope)))
             if kind == LoopKind.FEWER_SOURCES:
                 args.append(lp.has(h_src.dtype))
         if drop:
