@@ -747,8 +747,10 @@ def ranks(args: argparse.Namespace, graph_name: str) -> RanksCell:
     ):
         path = Path(f"/tmp/gnnc-scale-ranks-{os.getpid()}-{label}.pt")
         env = {**_env(args), "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}
+        # --threads too: the worker's main() sets torch's threads from it (2 by default, which
+        # gave each of 2 ranks 2 threads on 2 cores: 3x slower than one process)
         done = subprocess.run(
-            [*launcher, *common, "--ranks-out", str(path)],
+            [*launcher, *common, "--threads", str(threads), "--ranks-out", str(path)],
             env=env,
             capture_output=True,
             text=True,
