@@ -825,12 +825,16 @@ def _require_relations(graph: Any) -> None:
         raise ArgumentError("this plan needs a graph with relation types (gnnc.Graph(..., edge_type=...))")
 
 
-def relation_pairs(graph: Any, side: str) -> RelationPairs:
-    """The (source, relation) pairs (``side="src"``) or (destination, relation) pairs
-    (``side="dst"``) of a graph with relation types; computed once per graph (a sort)."""
+def _require_pair_side(graph: Any, side: str) -> None:
     _require_relations(graph)
     if side not in ("src", "dst"):
         raise ArgumentError(f"relation pairs are per 'src' or 'dst', not {side!r}")
+
+
+def relation_pairs(graph: Any, side: str) -> RelationPairs:
+    """The (source, relation) pairs (``side="src"``) or (destination, relation) pairs
+    (``side="dst"``) of a graph with relation types; computed once per graph (a sort)."""
+    _require_pair_side(graph, side)
 
     def compute() -> RelationPairs:
         vertices = graph.src if side == "src" else graph.dst
@@ -858,9 +862,7 @@ def relation_pair_count(graph: Any, side: str) -> int:
     built = graph.plans.get(("relation_pairs", side))
     if built is not None:
         return built.num_pairs
-    _require_relations(graph)
-    if side not in ("src", "dst"):
-        raise ArgumentError(f"relation pairs are per 'src' or 'dst', not {side!r}")
+    _require_pair_side(graph, side)
 
     def compute() -> int:
         vertices = graph.src if side == "src" else graph.dst

@@ -408,6 +408,13 @@ class DegreeOp(IRDLOperation):
             raise VerifyException(f"graph.degree at {self.site.data} gives a scalar {expected} value")
 
 
+def _verify_scalar_edge_value(op: IRDLOperation) -> None:
+    """An op of the edge alone (edge_id, self_loop) gives one scalar E value."""
+    rtype = _value_type(op.results[0])
+    if rtype.kind != "E" or rtype.shape != ():
+        raise VerifyException(f"{op.name} gives a scalar E value")
+
+
 @irdl_op_definition
 class EdgeIdOp(IRDLOperation):
     """`edge_id(e)`: the edge's id as a float (E); argmax gradients compare it with a saved id."""
@@ -423,9 +430,7 @@ class EdgeIdOp(IRDLOperation):
         super().__init__(result_types=[ValueType("E", element_type, ())])
 
     def verify_(self) -> None:
-        rtype = _value_type(self.result)
-        if rtype.kind != "E" or rtype.shape != ():
-            raise VerifyException("graph.edge_id gives a scalar E value")
+        _verify_scalar_edge_value(self)
 
 
 @irdl_op_definition
@@ -444,9 +449,7 @@ class SelfLoopOp(IRDLOperation):
         super().__init__(result_types=[ValueType("E", element_type, ())])
 
     def verify_(self) -> None:
-        rtype = _value_type(self.result)
-        if rtype.kind != "E" or rtype.shape != ():
-            raise VerifyException("graph.self_loop gives a scalar E value")
+        _verify_scalar_edge_value(self)
 
 
 @irdl_op_definition

@@ -39,6 +39,8 @@ MAX_NESTING = 100
 #: Functions taking expressions as arguments (besides aggregations).
 CALL_FUNCTIONS = ast.UNARY_FUNCTIONS | {"leaky_relu", "dot", "outer", "transpose", "softmax"}
 DEGREE_FUNCTIONS = {"deg_in": "in", "deg_out": "out"}
+#: Functions of the edge index alone (`edge_id(e)`), by name: the node each parses to.
+EDGE_FUNCTIONS: dict[str, type[ast.EdgeId] | type[ast.SelfLoop]] = {"edge_id": ast.EdgeId, "self_loop": ast.SelfLoop}
 
 
 class _Parser:
@@ -361,20 +363,13 @@ class _Parser:
                 "counts a degree per relation (deg_in(v, rel(e))), and is not a value by itself",
                 func.loc,
             )
-        if name == "edge_id":
+        if name in EDGE_FUNCTIONS:  # edge_id(e), self_loop(e): values of the edge itself
             idx = self.tok
             if idx.kind != "IDENT" or idx.text != "e":
-                raise self.error(f"edge_id takes the edge index e, found {idx.describe()}")
+                raise self.error(f"{name} takes the edge index e, found {idx.describe()}")
             self.advance()
-            self.expect_op(")", "after edge_id(e")
-            return ast.EdgeId(loc=func.loc), 1
-        if name == "self_loop":
-            idx = self.tok
-            if idx.kind != "IDENT" or idx.text != "e":
-                raise self.error(f"self_loop takes the edge index e, found {idx.describe()}")
-            self.advance()
-            self.expect_op(")", "after self_loop(e")
-            return ast.SelfLoop(loc=func.loc), 1
+            self.expect_op(")", f"after {name}(e")
+            return EDGE_FUNCTIONS[name](loc=func.loc), 1
         if name not in CALL_FUNCTIONS and name not in ast.AGGREGATIONS:
             raise self.error(f"unknown function '{name}'", func.loc)
         args: list[ast.Expr] = []
