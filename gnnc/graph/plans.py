@@ -825,21 +825,23 @@ def _require_relations(graph: Any) -> None:
         raise ArgumentError("this plan needs a graph with relation types (gnnc.Graph(..., edge_type=...))")
 
 
-def _require_pair_side(graph: Any, side: str) -> None:
+def _pair_keys(graph: Any, side: str) -> tuple[np.ndarray, int]:
+    """(key, n): each edge's (vertex, relation) pair at `side` as one integer, `rel * n + vertex`."""
     _require_relations(graph)
     if side not in ("src", "dst"):
         raise ArgumentError(f"relation pairs are per 'src' or 'dst', not {side!r}")
+    vertices = graph.src if side == "src" else graph.dst
+    n = max(1, graph.num_src if side == "src" else graph.num_dst)
+    return graph.edge_type * n + vertices, n
 
 
 def relation_pairs(graph: Any, side: str) -> RelationPairs:
     """The (source, relation) pairs (``side="src"``) or (destination, relation) pairs
     (``side="dst"``) of a graph with relation types; computed once per graph (a sort)."""
-    _require_pair_side(graph, side)
+    _require_relations(graph)
 
     def compute() -> RelationPairs:
-        vertices = graph.src if side == "src" else graph.dst
-        n = max(1, graph.num_src if side == "src" else graph.num_dst)
-        key = graph.edge_type * n + vertices
+        key, n = _pair_keys(graph, side)
         unique, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
         rel = unique // n
         offsets = np.searchsorted(rel, np.arange(graph.num_relations + 1, dtype=np.int64), side="left")
@@ -862,12 +864,10 @@ def relation_pair_count(graph: Any, side: str) -> int:
     built = graph.plans.get(("relation_pairs", side))
     if built is not None:
         return built.num_pairs
-    _require_pair_side(graph, side)
+    _require_relations(graph)
 
     def compute() -> int:
-        vertices = graph.src if side == "src" else graph.dst
-        n = max(1, graph.num_src if side == "src" else graph.num_dst)
-        return int(np.unique(graph.edge_type * n + vertices).shape[0])
+        return int(np.unique(_pair_keys(graph, side)[0]).shape[0])
 
     return _cached(graph, ("relation_pair_count", side), compute)
 

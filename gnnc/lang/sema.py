@@ -371,12 +371,9 @@ class _KernelChecker:
             self.name(e)
         elif isinstance(e, ast.Degree):
             self.degree(e, mode)
-        elif isinstance(e, ast.EdgeId):
+        elif isinstance(e, ast.EdgeId | ast.SelfLoop):
             e.gtype, e.shape = "E", ()
-            self.leaf_in_mode(e, mode, "edge_id(e)")
-        elif isinstance(e, ast.SelfLoop):
-            e.gtype, e.shape = "E", ()
-            self.leaf_in_mode(e, mode, "self_loop(e)")
+            self.leaf_in_mode(e, mode, "edge_id(e)" if isinstance(e, ast.EdgeId) else "self_loop(e)")
         elif isinstance(e, ast.Unary):
             self.expr(e.operand, mode)
             e.gtype, e.shape = e.operand.gtype, e.operand.shape
