@@ -562,10 +562,12 @@ class KernelOps:
     def _kept(self, ctx: Any, inputs: tuple, params: tuple) -> tuple:
         """The inputs the backward gets: those its kernels read and small ones as they are,
         for the others `_absent` stand-ins, so that a training step keeps no input only the
-        forward read (GCNConv's projected features: a [V, F] tensor). Eager CPU calls only
-        (`direct`): a traced backward's fake implementation reads the inputs themselves."""
+        forward read (GCNConv's projected features: a [V, F] tensor). CPU calls, eager or
+        traced (under torch.compile the partitioner then saves no such input either); CUDA
+        calls keep their inputs (the CUDA runtime takes contiguous tensors: a stand-in would be
+        made a full one on the device)."""
         large = [t.numel() * t.element_size() >= ABSENT_MIN_BYTES for t in params]
-        if not any(large) or self.backward is None or not direct(inputs):
+        if not any(large) or self.backward is None or any(t.device.type != "cpu" for t in params):
             return params
         n, lead = len(self.params), self._lead
         wanted = tuple(p.name for p, w in zip(self.params, ctx.needs_input_grad[lead : lead + n]) if w)
