@@ -57,6 +57,24 @@ def test_gcn_conv_many_self_loops_on_one_vertex(options):
     compare(pyg, ours, (features(3, 8, 1), edge_index))
 
 
+@pytest.mark.parametrize("loop_weight", [0.0059, 1e-4, 3.0])
+def test_gcn_conv_loop_weight_gradient_where_the_loop_is_the_only_in_edge(loop_weight):
+    """Vertex 1's only in-edge is its own loop (weight w): out[1] = x[1] W whatever w, so w's
+    gradient is exactly 0. Autodiff of `loop n^2` made it `n^2 - loop n^4`, two terms of 1 / w
+    that cancel: 5.5e-4 off in float32 at w = 0.0059 (a hypothesis case, over the test's 2e-4 of
+    the largest gradient). The kernel differentiates `1 - s n^2` instead (s = 0 here)."""
+    edge_index = torch.tensor([[3, 4, 6, 7, 0, 1, 2, 6, 7, 2], [3, 2, 6, 2, 3, 1, 6, 4, 7, 5]])
+    w = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(16))
+    w[5] = loop_weight
+    torch.manual_seed(0)
+    pyg, ours = pyg_nn.GCNConv(8, 4), gnn.GCNConv(8, 4)
+    compare(pyg, ours, (features(8, 8, 16), edge_index, w.requires_grad_()))
+    ours.load_state_dict(pyg.state_dict())
+    w = w.detach().requires_grad_()
+    ours(features(8, 8, 16), edge_index, w).pow(2).sum().backward()
+    assert w.grad[5] == 0
+
+
 @pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
 def test_gcn_conv_sparse_adjacency(layout):
     edge_index = torch.tensor([[0, 1, 2, 2, 3, 1], [1, 2, 0, 1, 3, 3]])
