@@ -179,30 +179,33 @@ def test_bad_arguments_get_clear_errors():
 
 
 @pytest.mark.parametrize(
-    "make, pairs",
+    "make, static",
     [
-        (lambda: gnn.GCNConv(4, 3), False),
-        (lambda: gnn.APPNP(2, 0.1), False),
+        (lambda: gnn.GCNConv(4, 3), True),
+        (lambda: gnn.APPNP(2, 0.1), True),
         (lambda: gnn.SAGEConv(4, 3), True),
         (lambda: gnn.GINConv(_mlp(4, 3)), True),
         (lambda: gnn.GraphConv(4, 3), True),
-        (lambda: gnn.GATConv(4, 3), True),
-        (lambda: gnn.GATv2Conv(4, 3), True),
-        (lambda: gnn.TransformerConv(4, 3), True),
+        (lambda: gnn.GATConv(4, 3), False),
+        (lambda: gnn.GATv2Conv(4, 3), False),
+        (lambda: gnn.TransformerConv(4, 3), False),
     ],
 )
-def test_features_other_than_one_row_per_vertex_are_refused(make, pairs):
-    """PyG runs GCNConv, SAGEConv, GINConv, GraphConv and APPNP on static graphs (x of [batch,
-    num_nodes, channels], one edge_index); gnnc read the batch axis as the vertices and failed
-    with an id out of range. A clear error now, for every layer, and for 1-D features."""
+def test_features_other_than_one_row_per_vertex(make, static):
+    """x of [batch, num_nodes, channels] on one edge_index (PyG's static graphs) runs where PyG
+    takes it (tests/test_nn_static_graphs.py) and gets a clear error where PyG refuses it; gnnc
+    once read the batch axis as the vertices and failed with an id out of range. 1-D features
+    get a clear error everywhere."""
     conv, edge_index = make(), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
-    with pytest.raises(ArgumentError, match=r"must be \[num_nodes, .*\].*(2, 4, 4).*static graphs"):
-        conv(torch.randn(2, 4, 4), edge_index)
-    with pytest.raises(ArgumentError, match=r"must be \[num_nodes, channels\], got shape \(4,\)"):
-        conv(torch.randn(4), edge_index)
-    if pairs:
+    if static:
+        assert conv(torch.randn(2, 4, 4), edge_index).shape[:2] == (2, 4)
+    else:
+        with pytest.raises(ArgumentError, match=r"must be \[num_nodes, .*\].*(2, 4, 4).*static graphs"):
+            conv(torch.randn(2, 4, 4), edge_index)
         with pytest.raises(ArgumentError, match=r"x\[0\] must be \[num_nodes, channels\]"):
             conv((torch.randn(1, 4, 4), torch.randn(4, 4)), edge_index)
+    with pytest.raises(ArgumentError, match=r"must be \[num_nodes, channels\], got shape \(4,\)"):
+        conv(torch.randn(4), edge_index)
 
 
 # ----------------------------------------------------------- a first layer's recomputed aggregation

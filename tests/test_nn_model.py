@@ -207,5 +207,6 @@ def test_values_of_the_edges_alone_are_made_once_and_follow_edits():
         (torch.ops.gnnc.nn_gcn_loops.default, (edge_index, 6, 1.0, torch.float32, True)),
         (torch.ops.gnnc.nn_gcn_loops.default, (edge_index, 6, 1.0, torch.float32, False)),
         (torch.ops.gnnc.nn_keep.default, (edge_index, torch.float32)),
+        (torch.ops.gnnc.nn_static_edges.default, (edge_index, 3, 6, 6)),
     ):
         torch.library.opcheck(op, args)

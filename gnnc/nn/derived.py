@@ -1,7 +1,8 @@
 """Values that depend on an edge_index alone, made once per tensor, eager or compiled.
 
-GCNConv's self-loop weights (for a graph without edge weights) and the
-attention layers' `keep` mask (0 on the graph's own self loops) are O(E)
+GCNConv's self-loop weights (for a graph without edge weights), the
+attention layers' `keep` mask (0 on the graph's own self loops) and a
+static graph's repeated edge_index (`static_graphs`) are O(E)
 tensor code that every call would otherwise run again. They are kept with
 the edge_index (`gnnc.torch.graphs.derived`: dropped with the tensor, made
 again after an in-place edit of it). An eager call reads them there; a
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from gnnc.errors import ArgumentError, GraphError
 from gnnc.graph.graph import Graph
 from gnnc.nn import self_loops
 from gnnc.torch import graphs
@@ -26,6 +28,7 @@ _LIBRARY.define("nn_keep(Tensor edge_index, ScalarType dtype) -> Tensor")
 _LIBRARY.define(
     "nn_gcn_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype, bool add_loops) -> Tensor"
 )
+_LIBRARY.define("nn_static_edges(Tensor edge_index, SymInt count, SymInt num_src, SymInt num_dst) -> Tensor")
 
 
 def _loops(
@@ -47,6 +50,44 @@ def _keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
             return (edge_index[0] != edge_index[1]).to(dtype)
 
     return graphs.derived(edge_index, ("nn.keep", dtype), make)
+
+
+def _repeated(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
+    """The edge_index of `count` copies of the graph: copy b's ids offset by (b num_src, b num_dst)."""
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise ArgumentError(f"edge_index must hold int64 (or int32) vertex ids, got {edge_index.dtype}")
+    ids = edge_index.to(torch.int64)
+    if ids.numel():
+        for row, (what, n) in enumerate((("source", num_src), ("destination", num_dst))):
+            low, high = int(ids[row].min()), int(ids[row].max())
+            if low < 0 or high >= n:
+                bad = low if low < 0 else high
+                raise GraphError(
+                    f"{what} id {bad} is out of range: a static graph's {what}s are its {n} rows of x, "
+                    f"so ids must lie in [0, {n})"
+                )
+    offsets = torch.arange(count, dtype=torch.int64, device=ids.device)[:, None] * torch.tensor(
+        [num_src, num_dst], dtype=torch.int64, device=ids.device
+    )
+    return (ids[:, None, :] + offsets.T[:, :, None]).reshape(2, count * ids.shape[1])
+
+
+def _static_edges(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        with torch.inference_mode(False):
+            return _repeated(edge_index, count, num_src, num_dst)
+
+    return graphs.derived(edge_index, ("nn.static_edges", count, num_src, num_dst), make)
+
+
+@torch.library.impl(_LIBRARY, "nn_static_edges", "CompositeExplicitAutograd")
+def _static_edges_op(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
+    return _static_edges(edge_index, int(count), int(num_src), int(num_dst)).clone()
+
+
+@torch.library.register_fake("gnnc::nn_static_edges", lib=_LIBRARY)
+def _static_edges_fake(edge_index: torch.Tensor, count: Any, num_src: Any, num_dst: Any) -> torch.Tensor:
+    return edge_index.new_empty((2, count * edge_index.shape[1]), dtype=torch.int64)
 
 
 @torch.library.impl(_LIBRARY, "nn_gcn_loops", "CompositeExplicitAutograd")
@@ -96,4 +137,14 @@ def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _keep(edge_index, dtype)
 
 
-__all__ = ["gcn_loops", "keep"]
+def static_edges(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
+    """The edge_index of `count` copies of a graph of (num_src, num_dst) vertices, copy b's ids
+    offset by (b num_src, b num_dst) (`static_graphs`), made once per tensor and sizes. Under
+    torch.compile the op returns a copy, a new tensor each call, whose gnnc graph is built anew
+    each call (an eager call reuses it)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.gnnc.nn_static_edges(edge_index, count, num_src, num_dst)
+    return _static_edges(edge_index, count, num_src, num_dst)
+
+
+__all__ = ["gcn_loops", "keep", "static_edges"]

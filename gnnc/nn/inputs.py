@@ -194,8 +194,8 @@ def square(adj: Adjacency, x: torch.Tensor, layer: str) -> tuple[Adjacency, int 
 
 def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
     """A clear error for features gnnc's kernels cannot take (half precision, integers, other than
-    one row per vertex: PyG's static graphs, x of [batch, num_nodes, channels] on one edge_index,
-    are not supported; their rows would be read as vertices)."""
+    one row per vertex: the layers that take PyG's static graphs, x of [batch, num_nodes,
+    channels] on one edge_index, flatten them first, `static_graphs`)."""
     if x.dtype not in FEATURE_DTYPES:
         half = (
             " (half precision is not supported yet, on CPU or CUDA)"
@@ -206,8 +206,9 @@ def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
     if x.dim() > 2:
         raise ArgumentError(
             f"{layer}: {what} must be [num_nodes, channels], got shape {tuple(x.shape)}: static graphs (features "
-            "with leading batch dimensions on one edge_index, PyG's node_dim=-2) are not supported; batch the "
-            "graphs into one (torch_geometric.data.Batch) or call the layer per graph"
+            "with leading batch dimensions on one edge_index, PyG's node_dim=-2) are taken by GCNConv, SAGEConv, "
+            "GINConv, GINEConv, GraphConv and APPNP only, as in PyG; batch the graphs into one "
+            "(torch_geometric.data.Batch) or call the layer per graph"
         )
     if x.dim() < 2:
         raise ArgumentError(f"{layer}: {what} must be [num_nodes, channels], got shape {tuple(x.shape)}")

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import inputs, self_loops
+from gnnc.nn import inputs, self_loops, static_graphs
 from gnnc.nn.kernels import kernel
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
@@ -99,6 +99,8 @@ class APPNP(WarmUp, nn.Module):
         return state
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call(LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight)
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("APPNP: x must be one tensor")
         inputs.check_features(x, LAYER)

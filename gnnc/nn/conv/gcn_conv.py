@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import derived, inputs, self_loops
+from gnnc.nn import derived, inputs, self_loops, static_graphs
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear, add_bias
@@ -153,6 +153,8 @@ class GCNConv(WarmUp, nn.Module):
         return False, self_loops.gcn_loops(adj, weight, num_nodes, self.add_self_loops, fill, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call(LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight)
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("GCNConv does not support bipartite message passing: x must be one tensor")
         inputs.check_features(x, LAYER)

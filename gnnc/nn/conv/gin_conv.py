@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import inputs
+from gnnc.nn import inputs, static_graphs
 from gnnc.nn.conv.aggregate import sparse_weights
 from gnnc.nn.init import reset
 from gnnc.nn.kernels import kernel
@@ -130,6 +130,8 @@ class GINConv(_GIN):
         self.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call("GINConv", self.forward, x, edge_index, size)
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, "GINConv")
@@ -192,6 +194,8 @@ class GINEConv(_GIN):
             self.lin.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, edge_attr: torch.Tensor | None = None, size: Any = None) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call("GINEConv", self.forward, x, edge_index, size, edge_attr=edge_attr)
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, "GINEConv")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnnc.nn import inputs
+from gnnc.nn import inputs, static_graphs
 from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, linear_of_aggregate, transform_first
 from gnnc.nn.linear import Linear, add_bias, add_product
 from gnnc.nn.message_passing import check_options
@@ -54,6 +54,8 @@ class GraphConv(WarmUp, nn.Module):
     def forward(
         self, x: Any, edge_index: Any, edge_weight: torch.Tensor | None = None, size: Any = None
     ) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call(LAYER, self.forward, x, edge_index, size, edge_weight=edge_weight)
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import inputs
+from gnnc.nn import inputs, static_graphs
 from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels, linear_of_aggregate, sparse_weights, transform_first
 from gnnc.nn.linear import Linear, add_bias, add_product
 from gnnc.nn.message_passing import check_options
@@ -71,6 +71,8 @@ class SAGEConv(WarmUp, nn.Module):
                 getattr(self, name).reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call(LAYER, self.forward, x, edge_index, size)
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
