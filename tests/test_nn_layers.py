@@ -303,6 +303,27 @@ def test_functorchs_grad_of_a_first_layer_keeps_its_aggregation_and_matches_auto
         torch.testing.assert_close(got[name], p.grad)
 
 
+def test_torch_func_transforms_run_or_say_why_not():
+    """torch.func.grad / jacrev through a gnnc op that needs an input gradient raise a clear error
+    (torch's own, from register_autograd's Function without setup_context, named neither the op
+    nor what to do); vmap runs, its gradients by autograd those of a loop over the batch."""
+    from torch.func import grad, jacrev, vmap
+
+    torch.manual_seed(0)
+    edge_index = torch.randint(0, 30, (2, 90), generator=torch.Generator().manual_seed(5))
+    x = torch.randn(2, 30, 8)
+    conv = gnn.GCNConv(8, 4)
+    for transform in (grad, jacrev):
+        with pytest.raises(ArgumentError, match="torch.func's gradient transforms .* cannot differentiate a gnnc op"):
+            transform(lambda xx: conv(xx, edge_index).sum())(x[0])
+    weight = torch.arange(4.0)
+    (vmap(lambda xx: conv(xx, edge_index))(x) * weight).sum().backward()
+    got = conv.lin.weight.grad.clone()
+    conv.zero_grad()
+    (torch.stack([conv(x[0], edge_index), conv(x[1], edge_index)]) * weight).sum().backward()
+    torch.testing.assert_close(got, conv.lin.weight.grad)
+
+
 def test_a_recomputed_aggregation_is_logged(caplog):
     edge_index = torch.randint(0, 30, (2, 90), generator=torch.Generator().manual_seed(3))
     conv = gnn.GraphConv(8, 8)

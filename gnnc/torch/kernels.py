@@ -135,6 +135,15 @@ class Kernel:
         n = len(self.results)
         ops = self.ops
         keeps = _keeps_for_backward(tensors)
+        if keeps and torch._C._are_functorch_transforms_active() and not torch.compiler.is_compiling():
+            # torch's register_autograd gives its Function no setup_context, which functorch needs:
+            # its own error names neither the op nor a way out
+            raise ArgumentError(
+                f"{self.name}: torch.func's gradient transforms (grad, jacrev, jvp, ...) cannot "
+                "differentiate a gnnc op; use torch.autograd (loss.backward(), torch.autograd.grad). "
+                "vmap runs, and so does torch.func.grad where no input of a gnnc op needs a gradient "
+                "(a first layer's features)"
+            )
         # the variant that also returns what the gradient would recompute (softmax weights, argmax)
         saving = keeps and ops.forward_saving is not None
         if eager():
