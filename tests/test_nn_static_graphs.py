@@ -144,3 +144,34 @@ def test_a_static_graph_model_compiles_without_graph_breaks():
     expected.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(xb.grad, xa.grad)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_node_dim_0_is_not_read_as_a_static_graph(name):
+    """PyG's node_dim=0 reads 3-D features as [num_nodes, *, channels], another layout: gnnc
+    refuses it rather than read it as [*batch, num_nodes, channels]; 2-D features are the same
+    either way."""
+    kwargs = {"node_dim": 0}
+    if name in ("GINConv", "GINEConv"):
+        conv = getattr(gnn, name)(_mlp(5, 3), **({"edge_dim": 2} if name == "GINEConv" else {}), **kwargs)
+    elif name == "APPNP":
+        conv = gnn.APPNP(2, 0.1, **kwargs)
+    else:
+        conv = getattr(gnn, name)(5, 3, **kwargs)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    extra = (torch.randn(3, 2),) if name == "GINEConv" else ()
+    assert conv(torch.randn(3, 5), edge_index, *extra).shape[0] == 3
+    with pytest.raises(ArgumentError, match="node_dim=-2 .* only; this layer was built with node_dim=0"):
+        conv(torch.randn(2, 3, 5), edge_index, *extra)
+
+
+def test_each_graphs_own_edge_features_match_pyg():
+    """GINEConv's edge_attr of [*batch, E, D], each graph's own (PyG's message broadcasts them)."""
+    edge_index = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 3, 0, 3]])
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 4, 5, generator=generator).requires_grad_()
+    edge_attr = torch.randn(2, 3, 5, 2, generator=generator).requires_grad_()
+    pyg, ours = _layers("GINEConv", 0)
+    compare(pyg, ours, (x, edge_index, edge_attr))
+    with pytest.raises(ArgumentError, match=r"or \[\*batch, E, D\] = \[2, 3, 5, D\]\), got \(3, 2, 5, 2\)"):
+        ours(x, edge_index, edge_attr.transpose(0, 1))

@@ -45,11 +45,13 @@ def call(
     edge_index: Any,
     size: Any = None,
     takes_size: bool = True,
+    node_dim: int = -2,
     **edge_values: torch.Tensor | None,
 ) -> torch.Tensor:
     """`forward(x, edge_index, ..., size=...)` on a static-graph batch: x flattened to one row per
     vertex of every graph, the edge_index repeated with offsets, per-edge values (`edge_weight`
-    [E], `edge_attr` [E, D]) repeated per graph; the result `[*batch, num_dst, channels]`."""
+    [E], `edge_attr` [E, D]) repeated per graph (`edge_attr` may also be each graph's own,
+    [*batch, E, D]); the result `[*batch, num_dst, channels]`."""
     if (
         not isinstance(edge_index, torch.Tensor)
         or edge_index.layout != torch.strided
@@ -60,6 +62,12 @@ def call(
             f"{layer}: a static graph (x with leading batch dimensions) takes an edge_index tensor "
             f"shared by the batch, got {type(edge_index).__name__}"
             + ("" if not isinstance(edge_index, torch.Tensor) else f" ({edge_index.layout})")
+        )
+    if node_dim != -2:
+        # PyG's node_dim=0 reads x of [num_nodes, *, channels]: another layout, refused rather than misread
+        raise ArgumentError(
+            f"{layer}: features of more than two axes are static graphs, [*batch, num_nodes, channels], "
+            f"with node_dim=-2 (the default) only; this layer was built with node_dim={node_dim}"
         )
     pair = isinstance(x, (tuple, list))
     x_src, x_dst = (x[0], x[1]) if pair else (x, None)
@@ -91,24 +99,35 @@ def call(
         flat: Any = (flat_src, flat_dst)
     else:
         flat = flat_src
-    values = {name: _repeat_edge_values(layer, name, v, num_edges, count) for name, v in edge_values.items()}
+    values = {name: _repeat_edge_values(layer, name, v, num_edges, batch) for name, v in edge_values.items()}
     if takes_size:
         values["size"] = (count * num_src, count * num_dst) if (pair or size is not None) else None
     out = forward(flat, repeated, **values)
     return out.reshape(*batch, num_dst, *out.shape[1:])
 
 
-def _repeat_edge_values(layer: str, name: str, value: Any, num_edges: int, count: int) -> Any:
-    """A per-edge tensor ([E] or [E, D]) repeated for each graph of the batch; None as it is."""
+def _repeat_edge_values(layer: str, name: str, value: Any, num_edges: int, batch: tuple) -> Any:
+    """A per-edge tensor ([E] or [E, D]) repeated for each graph of the batch, or edge features of
+    each graph (`edge_attr` of [*batch, E, D], as PyG's message broadcasts them) in the repeated
+    edge_index's order; None as it is."""
     if value is None:
         return None
-    if not isinstance(value, torch.Tensor) or value.dim() not in (1, 2) or value.shape[0] != num_edges:
-        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ArgumentError(
-            f"{layer}: on a static graph {name} is per edge of the shared edge_index ([E] or [E, D] with "
-            f"E = {num_edges}), got {shape}"
-        )
-    return value.repeat(count, *([1] * (value.dim() - 1)))
+    count = math.prod(batch)
+    if isinstance(value, torch.Tensor) and value.dim() in (1, 2) and value.shape[0] == num_edges:
+        return value.repeat(count, *([1] * (value.dim() - 1)))
+    if (
+        name == "edge_attr"
+        and isinstance(value, torch.Tensor)
+        and value.dim() == len(batch) + 2
+        and tuple(value.shape[:-1]) == (*batch, num_edges)
+    ):
+        return value.reshape(count * num_edges, value.shape[-1])
+    shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+    per_graph = f" or [*batch, E, D] = [{', '.join(map(str, batch))}, {num_edges}, D]" if name == "edge_attr" else ""
+    raise ArgumentError(
+        f"{layer}: on a static graph {name} is per edge of the shared edge_index ([E] or [E, D] with "
+        f"E = {num_edges}{per_graph}), got {shape}"
+    )
 
 
 __all__ = ["batched", "call"]

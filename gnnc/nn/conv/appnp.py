@@ -79,6 +79,7 @@ class APPNP(WarmUp, nn.Module):
     ):
         super().__init__()
         check_options(LAYER, kwargs)
+        self._node_dim = kwargs.get("node_dim", -2)
         if isinstance(K, bool) or not isinstance(K, int) or K < 0:
             raise ArgumentError(f"APPNP: K must be a non-negative integer, got {K!r}")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
@@ -100,7 +101,9 @@ class APPNP(WarmUp, nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if static_graphs.batched(x):
-            return static_graphs.call(LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight)
+            return static_graphs.call(
+                LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight, node_dim=self._node_dim
+            )
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("APPNP: x must be one tensor")
         inputs.check_features(x, LAYER)

@@ -103,6 +103,7 @@ class GCNConv(WarmUp, nn.Module):
     ):
         super().__init__()
         check_options(LAYER, kwargs)
+        self._node_dim = kwargs.get("node_dim", -2)
         if isinstance(in_channels, bool) or not isinstance(in_channels, int) or (in_channels < 1 and in_channels != -1):
             raise ArgumentError(f"{LAYER}: in_channels must be a positive integer or -1 (lazy), got {in_channels!r}")
         if add_self_loops is None:
@@ -154,7 +155,9 @@ class GCNConv(WarmUp, nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if static_graphs.batched(x):
-            return static_graphs.call(LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight)
+            return static_graphs.call(
+                LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight, node_dim=self._node_dim
+            )
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("GCNConv does not support bipartite message passing: x must be one tensor")
         inputs.check_features(x, LAYER)

@@ -91,6 +91,7 @@ class _GIN(WarmUp, nn.Module):
     def __init__(self, nn_module: Any, eps: float, train_eps: bool, layer: str, options: dict[str, Any]):
         super().__init__()
         check_options(layer, options)
+        self._node_dim = options.get("node_dim", -2)
         if not callable(nn_module):
             raise ArgumentError(f"{layer}: nn must be a module (or a callable), got {type(nn_module).__name__}")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)):
@@ -131,7 +132,7 @@ class GINConv(_GIN):
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
         if static_graphs.batched(x):
-            return static_graphs.call("GINConv", self.forward, x, edge_index, size)
+            return static_graphs.call("GINConv", self.forward, x, edge_index, size, node_dim=self._node_dim)
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, "GINConv")
@@ -195,7 +196,9 @@ class GINEConv(_GIN):
 
     def forward(self, x: Any, edge_index: Any, edge_attr: torch.Tensor | None = None, size: Any = None) -> torch.Tensor:
         if static_graphs.batched(x):
-            return static_graphs.call("GINEConv", self.forward, x, edge_index, size, edge_attr=edge_attr)
+            return static_graphs.call(
+                "GINEConv", self.forward, x, edge_index, size, edge_attr=edge_attr, node_dim=self._node_dim
+            )
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, "GINEConv")

@@ -38,6 +38,7 @@ class GraphConv(WarmUp, nn.Module):
     ):
         super().__init__()
         check_options(LAYER, kwargs, aggr=None)
+        self._node_dim = kwargs.get("node_dim", -2)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
         self._aggr = aggregation(aggr, LAYER)
@@ -55,7 +56,9 @@ class GraphConv(WarmUp, nn.Module):
         self, x: Any, edge_index: Any, edge_weight: torch.Tensor | None = None, size: Any = None
     ) -> torch.Tensor:
         if static_graphs.batched(x):
-            return static_graphs.call(LAYER, self.forward, x, edge_index, size, edge_weight=edge_weight)
+            return static_graphs.call(
+                LAYER, self.forward, x, edge_index, size, edge_weight=edge_weight, node_dim=self._node_dim
+            )
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)

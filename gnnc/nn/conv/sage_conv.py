@@ -50,6 +50,7 @@ class SAGEConv(WarmUp, nn.Module):
     ):
         super().__init__()
         check_options(LAYER, kwargs, aggr=None)
+        self._node_dim = kwargs.get("node_dim", -2)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
         self._aggr = aggregation(aggr, LAYER)
@@ -72,7 +73,7 @@ class SAGEConv(WarmUp, nn.Module):
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
         if static_graphs.batched(x):
-            return static_graphs.call(LAYER, self.forward, x, edge_index, size)
+            return static_graphs.call(LAYER, self.forward, x, edge_index, size, node_dim=self._node_dim)
         adj = inputs.adjacency(edge_index)
         x = inputs.on_block(x, adj)
         x_src, x_dst = inputs.pair(x, LAYER)
