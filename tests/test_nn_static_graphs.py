@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 import torch
 from hypothesis import given
@@ -144,6 +146,18 @@ def test_a_static_graph_model_compiles_without_graph_breaks():
     expected.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(xb.grad, xa.grad)
+    # the op's copy of the repeated edge_index finds the graph built for the cached one
+    from gnnc.graph.graph import Graph
+
+    built = []
+    original = Graph.from_edge_index.__func__
+    with patch.object(
+        Graph, "from_edge_index", classmethod(lambda cls, *a, **k: built.append(1) or original(cls, *a, **k))
+    ):
+        compiled = torch.compile(net, fullgraph=True)
+        for _ in range(3):
+            compiled(xb, edge_index).sum().backward()
+    assert built == []
 
 
 @pytest.mark.parametrize("name", LAYERS)

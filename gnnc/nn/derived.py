@@ -82,7 +82,12 @@ def _static_edges(edge_index: torch.Tensor, count: int, num_src: int, num_dst: i
 
 @torch.library.impl(_LIBRARY, "nn_static_edges", "CompositeExplicitAutograd")
 def _static_edges_op(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
-    return _static_edges(edge_index, int(count), int(num_src), int(num_dst)).clone()
+    cached = _static_edges(edge_index, int(count), int(num_src), int(num_dst))
+    out = cached.clone()
+    # the copy (a new tensor each compiled call) reaches the kernels as their edge_index: it
+    # finds the graph built for the cached one instead of building its own each call
+    graphs.share_conversions(out, cached)
+    return out
 
 
 @torch.library.register_fake("gnnc::nn_static_edges", lib=_LIBRARY)
@@ -140,8 +145,8 @@ def keep(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def static_edges(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
     """The edge_index of `count` copies of a graph of (num_src, num_dst) vertices, copy b's ids
     offset by (b num_src, b num_dst) (`static_graphs`), made once per tensor and sizes. Under
-    torch.compile the op returns a copy, a new tensor each call, whose gnnc graph is built anew
-    each call (an eager call reuses it)."""
+    torch.compile the op returns a copy each call, which shares the cached one's gnnc graphs
+    (`graphs.share_conversions`)."""
     if torch.compiler.is_compiling():
         return torch.ops.gnnc.nn_static_edges(edge_index, count, num_src, num_dst)
     return _static_edges(edge_index, count, num_src, num_dst)

@@ -215,6 +215,15 @@ def derived(t: torch.Tensor | Graph, key: Any, make: Any) -> Any:
     return entry.derived[key]
 
 
+def share_conversions(copy: torch.Tensor, source: torch.Tensor) -> None:
+    """Let `copy`, a tensor of `source`'s values, use the graphs and `derived` values made (and to
+    be made) from `source`: a custom op that returns a copy of a cached edge_index each call
+    (the compiled graph owns its outputs) then does not cost a graph build each call. Each
+    tensor's own in-place edits still drop what it sees."""
+    entry, shared = _entry(copy), _entry(source)
+    entry.graphs, entry.derived = shared.graphs, shared.derived
+
+
 def graph_derived(graph: Graph, key: Any, make: Any) -> Any:
     """`make()`, computed once per Graph and `key` and kept while the Graph lives (a Graph is
     immutable: nothing makes the value stale)."""
@@ -287,6 +296,7 @@ __all__ = [
     "graph_of",
     "handle_of",
     "replace_derived",
+    "share_conversions",
     "state_of",
     "typed_graph",
 ]
