@@ -15,8 +15,8 @@ sizes: an id past them would land in the next graph's vertices) once per
 edge_index, batch shape and sizes, and kept with the edge_index as the
 graph cache keeps its graphs (`derived.static_edges`: dropped with it,
 made again after an in-place edit), so the gnnc graph behind it is built
-once too. Under torch.compile it comes from a custom op, a copy each call,
-whose graph is built each call.
+once too. Under torch.compile it comes from a custom op, a copy each call
+that shares the cached tensor's graphs (`graphs.share_conversions`).
 """
 
 from __future__ import annotations
