@@ -711,6 +711,11 @@ def ranks_worker(args: argparse.Namespace) -> None:
     if rank == 0:
         torch.save({"grads": grads, "seconds": seconds}, args.ranks_out)
     if distributed:
+        # DDP's Reducer holds the process group. Destroyed with the Reducer (at this function's
+        # end), the group joined gloo's threads holding the GIL while one of them waited for it to
+        # free the all_gather's tensors: a hang at exit, now and then (torch issue 56297). Dropped
+        # first, the group goes in destroy_process_group, whose binding releases the GIL.
+        del model
         dist.destroy_process_group()
 
 

@@ -127,6 +127,7 @@ def main() -> None:
             Path(args.check_gradients) / f"rank{rank}.pt",
         )
         if distributed:
+            del ddp  # before the group: see the end of main
             dist.destroy_process_group()
         return
 
@@ -154,6 +155,11 @@ def main() -> None:
             pred = model(x[batch.n_id], [b.to(device) for b in gnnc.nn.blocks(batch)]).argmax(-1)
             print(f"test accuracy {float((pred == labels[test]).float().mean()):.3f}")
     if distributed:
+        # DDP's Reducer holds the process group: destroyed with it (when main returns), the group
+        # joins gloo's threads holding the GIL, and a thread that needs the GIL to free a finished
+        # collective's tensors hangs the exit now and then (torch issue 56297). Dropped first, the
+        # group goes in destroy_process_group, whose binding releases the GIL.
+        del ddp
         dist.destroy_process_group()
 
 
