@@ -10,7 +10,8 @@ too, and honour or refuse each with a clear error:
 - `aggr_kwargs`: only empty (the aggregations gnnc compiles take none).
 - `flow`: "source_to_target" (PyG's default); "target_to_source" is refused
   (pass `edge_index.flip(0)`, the same graph read the other way).
-- `node_dim`: the rows of 2-D features, -2 or 0 (the attention layers fix it).
+- `node_dim`: the rows of 2-D features, -2 or 0 (the attention layers fix it);
+  3-D features are static graphs with node_dim=-2 only (`static_graphs`).
 - `decomposed_layers`: any positive count. PyG splits the feature columns
   into that many message passes to bound the memory of the E x F messages
   it materialises; gnnc's kernels never materialise them, and the result
@@ -29,9 +30,10 @@ OPTIONS = ("aggr", "aggr_kwargs", "flow", "node_dim", "decomposed_layers")
 FLOWS = ("source_to_target", "target_to_source")
 
 
-def check_options(layer: str, options: dict[str, Any], aggr: str | None = "add", node_dim: bool = True) -> None:
+def check_options(layer: str, options: dict[str, Any], aggr: str | None = "add", node_dim: bool = True) -> int:
     """`options` (a layer's **kwargs) checked as above; `aggr` is the layer's fixed aggregation
-    (None: the layer takes `aggr` as its own argument), `node_dim` whether it may be given."""
+    (None: the layer takes `aggr` as its own argument), `node_dim` whether it may be given.
+    Returns the node_dim given (-2 by default), which `static_graphs.call` reads."""
     allowed = [o for o in OPTIONS if (o != "aggr" or aggr is not None) and (o != "node_dim" or node_dim)]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -63,6 +65,7 @@ def check_options(layer: str, options: dict[str, Any], aggr: str | None = "add",
     layers = options.get("decomposed_layers", 1)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ArgumentError(f"{layer}: decomposed_layers must be a positive integer, got {layers!r}")
+    return int(options.get("node_dim", -2))
 
 
 __all__ = ["FLOWS", "OPTIONS", "check_options"]

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import derived
+from gnnc.nn import derived, inputs
 from gnnc.torch import graphs
 
 
@@ -89,8 +89,7 @@ def call(
     num_dst = (
         x_dst.shape[-2] if x_dst is not None else (size[1] if size is not None and size[1] is not None else num_src)
     )
-    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ArgumentError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+    inputs.adjacency(edge_index)  # its shape and id type, checked as every layer checks them
     num_edges = edge_index.shape[1]
     repeated = derived.static_edges(edge_index, count, num_src, num_dst)
     flat_src = x_src.reshape(count * num_src, x_src.shape[-1])

@@ -78,8 +78,7 @@ class APPNP(WarmUp, nn.Module):
         **kwargs: Any,
     ):
         super().__init__()
-        check_options(LAYER, kwargs)
-        self._node_dim = kwargs.get("node_dim", -2)
+        self._node_dim = check_options(LAYER, kwargs)
         if isinstance(K, bool) or not isinstance(K, int) or K < 0:
             raise ArgumentError(f"APPNP: K must be a non-negative integer, got {K!r}")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):

@@ -102,8 +102,7 @@ class GCNConv(WarmUp, nn.Module):
         **kwargs: Any,
     ):
         super().__init__()
-        check_options(LAYER, kwargs)
-        self._node_dim = kwargs.get("node_dim", -2)
+        self._node_dim = check_options(LAYER, kwargs)
         if isinstance(in_channels, bool) or not isinstance(in_channels, int) or (in_channels < 1 and in_channels != -1):
             raise ArgumentError(f"{LAYER}: in_channels must be a positive integer or -1 (lazy), got {in_channels!r}")
         if add_self_loops is None:

@@ -90,8 +90,7 @@ class _GIN(WarmUp, nn.Module):
 
     def __init__(self, nn_module: Any, eps: float, train_eps: bool, layer: str, options: dict[str, Any]):
         super().__init__()
-        check_options(layer, options)
-        self._node_dim = options.get("node_dim", -2)
+        self._node_dim = check_options(layer, options)
         if not callable(nn_module):
             raise ArgumentError(f"{layer}: nn must be a module (or a callable), got {type(nn_module).__name__}")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)):

@@ -37,8 +37,7 @@ class GraphConv(WarmUp, nn.Module):
         self, in_channels: int | tuple[int, int], out_channels: int, aggr: str = "add", bias: bool = True, **kwargs: Any
     ):
         super().__init__()
-        check_options(LAYER, kwargs, aggr=None)
-        self._node_dim = kwargs.get("node_dim", -2)
+        self._node_dim = check_options(LAYER, kwargs, aggr=None)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr = aggr
         self._aggr = aggregation(aggr, LAYER)
