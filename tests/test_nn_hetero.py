@@ -224,3 +224,137 @@ def test_layers_copy_pickle_and_list_their_kernels():
         torch.save(layer, io.BytesIO())
         assert kernels_of(layer)
     assert len(kernels_of(layers[1])) == 8  # edge features, dropout mask, weights returned: each with or without
+
+
+# ----------------------------------------------------------------------------- to_hetero
+
+#: every node type a destination (PyG's to_hetero needs each type updated by every layer)
+META_UPDATED = (["a", "b"], [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a")])
+
+
+class _HomogeneousNet(torch.nn.Module):
+    """A PyG-tutorial model: two message passing layers around a node-level Linear."""
+
+    def __init__(self, module, layer: str) -> None:
+        super().__init__()
+        if layer == "GATConv":
+            make = lambda c: module.GATConv((-1, -1), c, heads=2, add_self_loops=False)  # noqa: E731
+        else:
+            make = lambda c: getattr(module, layer)((-1, -1), c)  # noqa: E731
+        self.conv1 = make(6)
+        self.lin = pyg_nn.Linear(-1, 4)
+        self.conv2 = make(3)
+
+    def forward(self, x, edge_index):
+        h = self.conv1(x, edge_index).relu()
+        return self.conv2(self.lin(h), edge_index)
+
+
+@st.composite
+def _updated_graphs(draw):
+    """(x_dict, edge_index_dict) over META_UPDATED: 1-8 nodes per type, 0-20 edges per edge type."""
+    sizes = {t: draw(st.integers(1, 8)) for t in META_UPDATED[0]}
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    edges = {}
+    for t in META_UPDATED[1]:
+        count = draw(st.integers(0, 20))
+        edges[t] = torch.stack(
+            [torch.randint(0, sizes[t[0]], (count,), generator=g), torch.randint(0, sizes[t[2]], (count,), generator=g)]
+        )
+    return {t: features(sizes[t], CHANNELS[t], seed + i) for i, t in enumerate(META_UPDATED[0])}, edges
+
+
+def _hetero_pair(layer: str, aggr: str, x, edges):
+    """(PyG's to_hetero model, gnnc's), lazy parameters made by a first call, PyG's weights loaded."""
+    torch.manual_seed(0)
+    pyg = pyg_nn.to_hetero(_HomogeneousNet(pyg_nn, layer), META_UPDATED, aggr=aggr)
+    torch.manual_seed(0)
+    ours = gnn.to_hetero(_HomogeneousNet(gnn, layer), META_UPDATED, aggr=aggr)
+    pyg(x, edges), ours(x, edges)
+    assert list(pyg.state_dict()) == list(ours.state_dict())
+    return pyg, ours
+
+
+@given(graph=_updated_graphs(), layer=st.sampled_from(["SAGEConv", "GraphConv", "GATConv"]))
+def test_to_hetero_matches_pyg(graph, layer):
+    """gnnc's layers in PyG's to_hetero: a copy per edge type, the edge types summed per destination."""
+    x, edges = graph
+    _compare_dicts(*_hetero_pair(layer, "sum", x, edges), x, edges)
+
+
+@pytest.mark.parametrize("aggr", ["mean", "max", "min", "mul"])
+def test_to_hetero_aggregations(aggr):
+    g = torch.Generator().manual_seed(5)
+    sizes = {"a": 7, "b": 6}
+    x = {t: features(sizes[t], CHANNELS[t], i) for i, t in enumerate(META_UPDATED[0])}
+    edges = {
+        t: torch.stack(
+            [torch.randint(0, sizes[t[0]], (18,), generator=g), torch.randint(0, sizes[t[2]], (18,), generator=g)]
+        )
+        for t in META_UPDATED[1]
+    }
+    pyg, ours = _hetero_pair("SAGEConv", aggr, x, edges)
+    _compare_dicts(pyg, ours, x, edges)
+
+
+def test_to_hetero_structure_copies_and_compiles():
+    """Each edge type's layer is a gnnc layer of its own; the model deep-copies, pickles and compiles."""
+    import copy
+    import io
+
+    import torch_geometric.nn.fx as pyg_fx
+
+    check = pyg_fx.is_message_passing_op
+    x = {"a": features(6, 5, 0, grad=False), "b": features(4, 3, 1, grad=False)}
+    edges = {
+        ("a", "to", "b"): torch.tensor([[0, 1, 5, 2], [0, 3, 3, 1]]),
+        ("b", "to", "a"): torch.tensor([[3, 2, 0], [0, 4, 5]]),
+        ("a", "self", "a"): torch.tensor([[1, 2], [2, 1]]),
+    }
+    torch.manual_seed(0)
+    model = gnn.to_hetero(_HomogeneousNet(gnn, "SAGEConv"), META_UPDATED)
+    assert pyg_fx.is_message_passing_op is check  # PyG's function is back
+    assert sorted(model.conv1.keys()) == ["a__self__a", "a__to__b", "b__to__a"]
+    assert all(isinstance(m, gnn.SAGEConv) for m in model.conv1.values())
+    assert sorted(model.lin.keys()) == ["a", "b"]  # node-level: a copy per node type
+    expected = model(x, edges)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for other in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+        got = other(x, edges)
+        for key in expected:
+            close(got[key], expected[key], f"copy {key}")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x, edges)
+    for key in expected:
+        close(compiled[key], expected[key], f"compiled {key}")
+
+
+class _OneLayer(torch.nn.Module):
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+
+def test_to_hetero_errors_and_restores_pyg():
+    import sys
+    from unittest.mock import patch
+
+    import torch_geometric.nn.fx as pyg_fx
+
+    check = pyg_fx.is_message_passing_op
+    # a node type no edge type points to: PyG's own error, from inside the transform
+    partial = (["a", "b", "c"], [("a", "to", "b"), ("b", "to", "a"), ("c", "to", "b")])
+    with pytest.warns(UserWarning, match="There exist node types"), pytest.raises(ValueError, match="Cannot generate"):
+        gnn.to_hetero(_HomogeneousNet(gnn, "SAGEConv"), partial)
+    assert pyg_fx.is_message_passing_op is check
+    # self loops on a bipartite edge type: PyG's check reads gnnc's layer as its own
+    with pytest.raises(ValueError, match="add_self_loops"):
+        gnn.to_hetero(_OneLayer(gnn.GATConv((-1, -1), 3)), META_UPDATED)
+    with patch.dict(sys.modules, {"torch_geometric.nn.to_hetero_transformer": None}):
+        with pytest.raises(ImportError, match="install torch-geometric"):
+            gnn.to_hetero(_HomogeneousNet(gnn, "SAGEConv"), META_UPDATED)

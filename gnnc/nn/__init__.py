@@ -11,6 +11,9 @@ transforms are torch's.
 Mini-batches: a layer takes a sampled block (`gnnc.nn.blocks` of a PyG
 NeighborLoader batch, DGL blocks, `(edge_index, size)` pairs) as its graph;
 `gnnc.nn.warm_up(model)` compiles the kernels before the first batch.
+
+Heterogeneous graphs: the relational layers, `HeteroConv`, and `gnnc.nn.to_hetero`
+(PyG's `to_hetero` for models built from these layers).
 """
 
 from gnnc.nn.conv import (
@@ -31,6 +34,7 @@ from gnnc.nn.conv import (
 )
 from gnnc.nn.precompile import warm_up
 from gnnc.nn.sampled import Block, blocks
+from gnnc.nn.to_hetero import to_hetero
 
 __all__ = [
     "APPNP",
@@ -49,5 +53,6 @@ __all__ = [
     "SAGEConv",
     "TransformerConv",
     "blocks",
+    "to_hetero",
     "warm_up",
 ]
