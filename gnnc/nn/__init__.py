@@ -13,7 +13,8 @@ NeighborLoader batch, DGL blocks, `(edge_index, size)` pairs) as its graph;
 `gnnc.nn.warm_up(model)` compiles the kernels before the first batch.
 
 Heterogeneous graphs: the relational layers, `HeteroConv`, and `gnnc.nn.to_hetero`
-(PyG's `to_hetero` for models built from these layers).
+(PyG's `to_hetero` for models built from these layers). PyG's ready-made
+models of these layers: `gnnc.nn.models` (it needs torch-geometric).
 """
 
 from gnnc.nn.conv import (

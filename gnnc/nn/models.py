@@ -1,0 +1,82 @@
+"""PyG's ready-made models (`torch_geometric.nn.models`) with gnnc.nn's layers inside.
+
+    from gnnc.nn.models import GraphSAGE   # instead of: from torch_geometric.nn.models import GraphSAGE
+    model = GraphSAGE(in_channels, 256, num_layers=3, out_channels=47, dropout=0.5, jk="cat")
+
+`GCN`, `GraphSAGE`, `GIN` and `GAT` (v2 too) are PyG's `BasicGNN` models,
+subclassed: everything around the layers is PyG's own code (dropout, the
+activation, normalisation, jumping knowledge, the final Linear, `trim_to_layer`
+for hierarchical neighbour sampling, `inference` over a loader, the
+constructor's arguments and the parameter names), and `init_conv` builds
+gnnc.nn's layer where PyG's builds its own, so a PyG model's `state_dict`
+loads. PyG's `PNA` and `EdgeCNN` have no gnnc layer yet. This module
+subclasses PyG's classes, so it needs torch-geometric installed (gnnc.nn
+itself does not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from torch_geometric.nn.models import basic_gnn
+    from torch_geometric.nn.models.mlp import MLP
+except ImportError as e:  # pragma: no cover - exercised with torch_geometric hidden
+    raise ImportError(
+        "gnnc.nn.models subclasses PyG's BasicGNN models: install torch-geometric (gnnc.nn's layers need no PyG)"
+    ) from e
+
+from gnnc.nn.conv import GATConv, GATv2Conv, GCNConv, GINConv, SAGEConv
+
+
+class GCN(basic_gnn.GCN):
+    """PyG's `GCN` model (`torch_geometric.nn.models.GCN`) of gnnc.nn's `GCNConv` layers."""
+
+    def init_conv(self, in_channels: int, out_channels: int, **kwargs: Any) -> GCNConv:
+        return GCNConv(in_channels, out_channels, **kwargs)
+
+
+class GraphSAGE(basic_gnn.GraphSAGE):
+    """PyG's `GraphSAGE` model of gnnc.nn's `SAGEConv` layers."""
+
+    def init_conv(self, in_channels: Any, out_channels: int, **kwargs: Any) -> SAGEConv:
+        return SAGEConv(in_channels, out_channels, **kwargs)
+
+
+class GIN(basic_gnn.GIN):
+    """PyG's `GIN` model of gnnc.nn's `GINConv` layers, each around PyG's two-layer `MLP` as in PyG."""
+
+    def init_conv(self, in_channels: int, out_channels: int, **kwargs: Any) -> GINConv:
+        mlp = MLP(
+            [in_channels, out_channels, out_channels],
+            act=self.act,
+            act_first=self.act_first,
+            norm=self.norm,
+            norm_kwargs=self.norm_kwargs,
+        )
+        return GINConv(mlp, **kwargs)
+
+
+class GAT(basic_gnn.GAT):
+    """PyG's `GAT` model of gnnc.nn's `GATConv` (`v2=True`: `GATv2Conv`) layers; its `dropout`
+    is the layers' attention dropout too, as in PyG."""
+
+    def init_conv(self, in_channels: Any, out_channels: int, **kwargs: Any) -> GATConv | GATv2Conv:
+        v2 = kwargs.pop("v2", False)
+        heads = kwargs.pop("heads", 1)
+        concat = kwargs.pop("concat", True)
+        # PyG's rule: the layer that maps to out_channels (with jk set) averages its heads
+        if getattr(self, "_is_conv_to_out", False):
+            concat = False
+        if concat and out_channels % heads != 0:
+            raise ValueError(
+                f"Ensure that the number of output channels of 'GATConv' (got '{out_channels}') is "
+                f"divisible by the number of heads (got '{heads}')"
+            )
+        if concat:
+            out_channels = out_channels // heads
+        conv = GATv2Conv if v2 else GATConv
+        return conv(in_channels, out_channels, heads=heads, concat=concat, dropout=self.dropout.p, **kwargs)
+
+
+__all__ = ["GAT", "GCN", "GIN", "GraphSAGE"]
