@@ -192,13 +192,28 @@ def square(adj: Adjacency, x: torch.Tensor, layer: str) -> tuple[Adjacency, int 
     return Adjacency(adj.index, None, None, Layout.EDGE_INDEX, adj.given), adj.size[1]
 
 
-def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
-    """A clear error for features gnnc's kernels cannot take (half precision, integers, other than
-    one row per vertex: the layers that take PyG's static graphs, x of [batch, num_nodes,
-    channels] on one edge_index, flatten them first, `static_graphs`)."""
+def autocast_features(x: torch.Tensor) -> torch.Tensor:
+    """x as float32 where it is float16 / bfloat16 and torch.autocast is enabled for its device,
+    else x: under autocast a gnnc.nn layer runs as on float32 features (its Linear layers still
+    run in autocast's lower precision, its kernels in float32, as gnnc's kernels do; the cast is
+    differentiable). Taken at a layer's entry, so that what the layer derives from the features'
+    dtype (normalisation weights, self-loop fills) is float32 too."""
+    if x.dtype in (torch.float16, torch.bfloat16) and x.device.type in ("cpu", "cuda"):
+        if torch.is_autocast_enabled(x.device.type):
+            return x.float()
+    return x
+
+
+def check_features(x: torch.Tensor, layer: str, what: str = "x") -> torch.Tensor:
+    """x as a layer takes it (`autocast_features`), or a clear error for features gnnc's kernels
+    cannot take (half precision outside autocast, integers, other than one row per vertex: the
+    layers that take PyG's static graphs, x of [batch, num_nodes, channels] on one edge_index,
+    flatten them first, `static_graphs`)."""
+    x = autocast_features(x)
     if x.dtype not in FEATURE_DTYPES:
         half = (
-            " (half precision is not supported yet, on CPU or CUDA)"
+            " (half precision is not supported yet, on CPU or CUDA, outside torch.autocast; under"
+            " autocast the layers take it and compute their message passing in float32)"
             if x.dtype in (torch.float16, torch.bfloat16)
             else ""
         )
@@ -212,20 +227,19 @@ def check_features(x: torch.Tensor, layer: str, what: str = "x") -> None:
         )
     if x.dim() < 2:
         raise ArgumentError(f"{layer}: {what} must be [num_nodes, channels], got shape {tuple(x.shape)}")
+    return x
 
 
 def pair(x: Any, layer: str = "", what: str = "x") -> tuple[torch.Tensor, torch.Tensor | None]:
     """`x` as (x_src, x_dst): a tensor is both, a pair is itself (x_dst may be None)."""
     if isinstance(x, torch.Tensor):
-        check_features(x, layer, what)
+        x = check_features(x, layer, what)
         return x, x
     if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], torch.Tensor):
         if x[1] is not None and not isinstance(x[1], torch.Tensor):
             raise ArgumentError(f"{what}[1] must be a tensor or None, got {type(x[1]).__name__}")
-        check_features(x[0], layer, f"{what}[0]")
-        if x[1] is not None:
-            check_features(x[1], layer, f"{what}[1]")
-        return x[0], x[1]
+        x_src = check_features(x[0], layer, f"{what}[0]")
+        return x_src, None if x[1] is None else check_features(x[1], layer, f"{what}[1]")
     raise ArgumentError(f"{what} must be a tensor or a pair (x_src, x_dst), got {type(x).__name__}")
 
 
@@ -313,6 +327,7 @@ __all__ = [
     "Layout",
     "adjacency",
     "channels",
+    "autocast_features",
     "check_features",
     "edge_attributes",
     "edge_values",

@@ -215,6 +215,7 @@ class Kernel:
     def _tensors(self, values: list[Any], graph: Any) -> list[torch.Tensor]:
         """The inputs as tensors of one dtype; scalar parameters as 0-d tensors (a number
         on the inputs' device, so that a CUDA call holds no CPU tensor)."""
+        values = _autocast(values)
         for p, v in zip(self.params, values):
             if isinstance(v, torch.Tensor):
                 _check_tensor(v, f"input '{p}' of {self.name}")
@@ -327,13 +328,35 @@ def _check_tensor_device(t: torch.Tensor, what: str) -> None:
         raise ArgumentError(_device_message(what, t))
 
 
+#: What autocast casts up for a gnnc op (`_autocast`).
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _autocast(values: list[Any]) -> list[Any]:
+    """The inputs with float16 / bfloat16 tensors as float32 where torch.autocast is enabled
+    for their device: gnnc's kernels compute in float32 (or float64), so under autocast a gnnc
+    op is one of its float32 ops, as torch's sums and softmax are (torch's fp32 policy: float64
+    stays float64). Autocast's own lower-precision ops (Linear, matmul) produce these inputs; the
+    cast is differentiable, so their gradients come back in the input's dtype. Outside autocast,
+    half precision is refused (`_check_tensor`)."""
+    cast = values
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and v.dtype in _HALF and v.device.type in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(v.device.type):
+                if cast is values:
+                    cast = list(values)
+                cast[i] = v.float()
+    return cast
+
+
 def _check_tensor(t: torch.Tensor, what: str) -> None:
     if t.device.type not in _DEVICES:
         raise ArgumentError(_device_message(what, t))
     if t.dtype not in ops.DTYPES:
         hint = (
-            " (half precision is not supported yet, on CPU or CUDA)"
-            if t.dtype in (torch.float16, torch.bfloat16)
+            " (half precision is not supported yet, on CPU or CUDA; under torch.autocast gnnc ops take"
+            " it and compute in float32)"
+            if t.dtype in _HALF
             else ""
         )
         raise ArgumentError(f"{what} is {t.dtype}: gnnc kernels take float32 or float64 tensors{hint}")

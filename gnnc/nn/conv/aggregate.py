@@ -156,7 +156,9 @@ class _RecomputedAggregation(torch.autograd.Function):
         grad_w = grad_b = None
         if ctx.needs_input_grad[1]:
             again = aggregate(ctx.pair, ctx.graph if index is None else index, x, ctx.size, weight)
-            grad_w = grad.t().mm(again)
+            # under autocast the forward's Linear ran in lower precision and so is grad: the weight
+            # gradient is taken in the aggregation's (and the weight's) precision
+            grad_w = grad.to(again.dtype).t().mm(again)
         if ctx.needs_input_grad[2]:
             grad_b = grad.sum(0)
         return None, grad_w, grad_b, None, None, None, None

@@ -105,7 +105,7 @@ class APPNP(WarmUp, nn.Module):
             )
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("APPNP: x must be one tensor")
-        inputs.check_features(x, LAYER)
+        x = inputs.check_features(x, LAYER)
         adj = inputs.adjacency(edge_index)
         if adj.block:
             raise ArgumentError(

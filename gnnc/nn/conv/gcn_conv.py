@@ -159,7 +159,7 @@ class GCNConv(WarmUp, nn.Module):
             )
         if not isinstance(x, torch.Tensor):
             raise ArgumentError("GCNConv does not support bipartite message passing: x must be one tensor")
-        inputs.check_features(x, LAYER)
+        x = inputs.check_features(x, LAYER)
         adj, keep = inputs.square(inputs.adjacency(edge_index), x, LAYER)
         num_nodes = x.shape[0]
         inputs.sizes(adj, x, x, None, bipartite=False)

@@ -125,12 +125,11 @@ class HGTConv(WarmUp, nn.Module):
             raise ArgumentError(f"{LAYER}: forward takes x_dict and edge_index_dict, dictionaries by type")
         h, f = self.heads, self.out_channels
         d = f // h
+        x_dict = {t: inputs.check_features(x, LAYER, f"x_dict[{t!r}]") for t, x in x_dict.items()}
         kqv = self.kqv_lin(x_dict)
         missing = [t for t in x_dict if t not in kqv]
         if missing:
             raise ArgumentError(f"{LAYER}: x_dict has node types {missing} that metadata lacks")
-        for t, x in x_dict.items():
-            inputs.check_features(x, LAYER, f"x_dict[{t!r}]")
         dtype = next(iter(x_dict.values())).dtype if x_dict else torch.float32
         offsets, total = {}, 0
         for t, x in x_dict.items():

@@ -170,21 +170,24 @@ class RGCNConv(WarmUp, nn.Module):
             raise ArgumentError(f"{layer}: x must be a tensor, None, or a pair (x_src, x_dst)")
         if x_src is None:
             x_src = torch.arange(self.in_channels_l, device=self.weight.device)
+        checked: list[torch.Tensor | None] = []
         for what, t in (("x", x_src), ("x[1]", x_dst)):
-            if t is None:
-                continue
-            if not isinstance(t, torch.Tensor):
-                raise ArgumentError(f"{layer}: {what} must be a tensor (or None), got {type(t).__name__}")
-            if _is_index(t):
-                if t.dim() != 1:
-                    raise ArgumentError(f"{layer}: a node index tensor {what} must be 1-D, got {tuple(t.shape)}")
-            else:
-                inputs.check_features(t, layer, what)
-                if t.dim() != 2:
-                    raise ArgumentError(f"{layer}: {what} must be [num_nodes, channels], got {tuple(t.shape)}")
-        if isinstance(x, (tuple, list)) and x_dst is None:
+            if t is not None:
+                if not isinstance(t, torch.Tensor):
+                    raise ArgumentError(f"{layer}: {what} must be a tensor (or None), got {type(t).__name__}")
+                if _is_index(t):
+                    if t.dim() != 1:
+                        raise ArgumentError(f"{layer}: a node index tensor {what} must be 1-D, got {tuple(t.shape)}")
+                else:
+                    t = inputs.check_features(t, layer, what)
+                    if t.dim() != 2:
+                        raise ArgumentError(f"{layer}: {what} must be [num_nodes, channels], got {tuple(t.shape)}")
+            checked.append(t)
+        src, dst = checked
+        assert src is not None
+        if isinstance(x, (tuple, list)) and dst is None:
             raise ArgumentError(f"{layer}: x[1] (the destinations' features or indices) must be a tensor")
-        return x_src, (x_src if x_dst is None else x_dst)
+        return src, (src if dst is None else dst)
 
     def forward(self, x: Any, edge_index: Any, edge_type: torch.Tensor | None = None) -> torch.Tensor:
         layer = self.LAYER
