@@ -35,6 +35,17 @@ def _mlp(i: int, o: int) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(i, 6), torch.nn.ReLU(), torch.nn.Linear(6, o))
 
 
+class _Initial(torch.nn.Module):
+    """GCN2Conv with the layer's input as its initial features."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, x, edge_index)
+
+
 #: (layer, constructor arguments, extra forward arguments): every layer gnnc.nn has
 LAYERS = [
     ("GCNConv", lambda m: m.GCNConv(5, 4), {}),
@@ -47,6 +58,9 @@ LAYERS = [
     ("GATv2Conv", lambda m: m.GATv2Conv(5, 3, heads=2, edge_dim=2), {"edge_attr": 2}),
     ("TransformerConv", lambda m: m.TransformerConv(5, 3, heads=2), {}),
     ("APPNP", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.APPNP(3, 0.1)), {}),
+    ("SGConv", lambda m: m.SGConv(5, 4, K=2), {}),
+    ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
+    ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
     ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
     ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
 ]

@@ -22,6 +22,7 @@ from gnnc.nn.conv import (
     FastRGCNConv,
     GATConv,
     GATv2Conv,
+    GCN2Conv,
     GCNConv,
     GINConv,
     GINEConv,
@@ -31,6 +32,8 @@ from gnnc.nn.conv import (
     RGATConv,
     RGCNConv,
     SAGEConv,
+    SGConv,
+    TAGConv,
     TransformerConv,
 )
 from gnnc.nn.precompile import warm_up
@@ -43,6 +46,7 @@ __all__ = [
     "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
+    "GCN2Conv",
     "GCNConv",
     "GINConv",
     "GINEConv",
@@ -52,6 +56,8 @@ __all__ = [
     "RGATConv",
     "RGCNConv",
     "SAGEConv",
+    "SGConv",
+    "TAGConv",
     "TransformerConv",
     "blocks",
     "to_hetero",

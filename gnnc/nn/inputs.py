@@ -222,7 +222,7 @@ def check_features(x: torch.Tensor, layer: str, what: str = "x") -> torch.Tensor
         raise ArgumentError(
             f"{layer}: {what} must be [num_nodes, channels], got shape {tuple(x.shape)}: static graphs (features "
             "with leading batch dimensions on one edge_index, PyG's node_dim=-2) are taken by GCNConv, SAGEConv, "
-            "GINConv, GINEConv, GraphConv and APPNP only, as in PyG; batch the graphs into one "
+            "GINConv, GINEConv, GraphConv, APPNP, SGConv and TAGConv only, as in PyG; batch the graphs into one "
             "(torch_geometric.data.Batch) or call the layer per graph"
         )
     if x.dim() < 2:

@@ -1,6 +1,6 @@
 """Static graphs: features with leading batch dimensions on one edge_index (PyG's `node_dim=-2`).
 
-PyG's GCNConv, SAGEConv, GINConv, GINEConv, GraphConv and APPNP take `x` of
+PyG's GCNConv, SAGEConv, GINConv, GINEConv, GraphConv, APPNP, SGConv and TAGConv take `x` of
 `[*batch, num_nodes, channels]` (or a pair of such) with one `[2, E]`
 edge_index that every graph of the batch shares, as spatio-temporal models
 do (one road network, a batch of time steps). gnnc runs such a call as one

@@ -3,6 +3,7 @@
 from gnnc.nn.conv.appnp import APPNP
 from gnnc.nn.conv.gat_conv import GATConv
 from gnnc.nn.conv.gatv2_conv import GATv2Conv
+from gnnc.nn.conv.gcn2_conv import GCN2Conv
 from gnnc.nn.conv.gcn_conv import GCNConv
 from gnnc.nn.conv.gin_conv import GINConv, GINEConv
 from gnnc.nn.conv.graph_conv import GraphConv
@@ -11,6 +12,8 @@ from gnnc.nn.conv.hgt_conv import HGTConv
 from gnnc.nn.conv.rgat_conv import RGATConv
 from gnnc.nn.conv.rgcn_conv import FastRGCNConv, RGCNConv
 from gnnc.nn.conv.sage_conv import SAGEConv
+from gnnc.nn.conv.sg_conv import SGConv
+from gnnc.nn.conv.tag_conv import TAGConv
 from gnnc.nn.conv.transformer_conv import TransformerConv
 
 __all__ = [
@@ -18,6 +21,7 @@ __all__ = [
     "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
+    "GCN2Conv",
     "GCNConv",
     "GINConv",
     "GINEConv",
@@ -27,5 +31,7 @@ __all__ = [
     "RGATConv",
     "RGCNConv",
     "SAGEConv",
+    "SGConv",
+    "TAGConv",
     "TransformerConv",
 ]
