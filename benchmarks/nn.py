@@ -38,6 +38,11 @@ Before the reset the heap's free pages go back to the system (glibc's
 the warm-up epochs freed and malloc kept served the measured epoch without
 raising VmHWM, and the peak measured which sizes the allocator happened to
 keep (DGL's epochs showed 17 MiB, below the size of one of their arrays).
+`--autocast bf16` runs every framework's forward and loss under
+`torch.autocast(dtype=torch.bfloat16)` (mixed precision: the Linear layers
+in bfloat16; PyG's and DGL's message passing too where their kernels take
+it, gnnc's in float32). Not issue 26's setting, which is float32.
+
 With `--device cuda` the peak is torch's own count of device memory
 (`max_memory_allocated` over one epoch, less what was allocated before it),
 taken in the same process, and an epoch ends with a synchronize.
@@ -200,10 +205,14 @@ class Run:
         self.opt = torch.optim.Adam(net.parameters())
         self.call = torch.compile(net, fullgraph=framework == "gnnc-compile") if framework.endswith("compile") else net
         self.x, self.y = x, y
+        self.autocast = args.autocast
+        self.device_type = device.type
 
     def epoch(self) -> None:
         self.opt.zero_grad()
-        F.cross_entropy(self.call(self.x, self.graph), self.y).backward()
+        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.autocast == "bf16"):
+            loss = F.cross_entropy(self.call(self.x, self.graph), self.y)
+        loss.backward()
         self.opt.step()
         if self.cuda:
             torch.cuda.synchronize()
@@ -254,6 +263,8 @@ def measure_memory(framework: str, graph: str, model: str, hidden: int, args: ar
         str(args.threads),
         "--warmup",
         str(args.warmup),
+        "--autocast",
+        args.autocast,
         "--memory-child",
         f"{framework}:{graph}:{model}:{hidden}",
     ]
@@ -318,6 +329,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda to train every framework on the GPU")
+    parser.add_argument(
+        "--autocast",
+        default="none",
+        choices=("none", "bf16"),
+        help="bf16: every framework's forward and loss under torch.autocast(dtype=torch.bfloat16)",
+    )
     parser.add_argument("--json", help="write every cell's numbers to this file")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -333,6 +350,8 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown {kind} {unknown[0]!r}: use {', '.join(known)}")
     print(f"# {machine(args.device)}")
+    if args.autocast != "none":
+        print(f"# under torch.autocast({args.autocast}): mixed precision, not issue 26's float32 setting")
     cells = []
     header = f"{'graph':9s} {'model':9s} {'hid':>4s} " + " ".join(f"{fw:>12s}" for fw in frameworks)
     header += f" {'best/gnnc':>9s} {'eager/cmp':>9s}"
