@@ -61,6 +61,8 @@ LAYERS = [
     ("SGConv", lambda m: m.SGConv(5, 4, K=2), {}),
     ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
     ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
+    ("LEConv", lambda m: m.LEConv(5, 4), {}),
+    ("ResGatedGraphConv", lambda m: m.ResGatedGraphConv(5, 4, edge_dim=2), {"edge_attr": 2}),
     ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
     ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
 ]

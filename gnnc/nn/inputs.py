@@ -313,6 +313,19 @@ def edge_values(adj: Adjacency, edge_weight: torch.Tensor | None, what: str = "e
     return adj.values
 
 
+def edge_features(edge_attr: Any, num_edges: int, dim: int | None, layer: str) -> torch.Tensor:
+    """`edge_attr` as `[num_edges, dim]` floats (a 1-D one is a column), or a clear error."""
+    if not isinstance(edge_attr, torch.Tensor):
+        raise ArgumentError(f"{layer}: edge_attr must be a tensor, got {type(edge_attr).__name__}")
+    edge_attr = check_features(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr, layer, "edge_attr")
+    if edge_attr.shape[0] != num_edges or (dim is not None and edge_attr.shape[1] != dim):
+        raise ArgumentError(
+            f"{layer}: edge_attr must be [{num_edges}, {dim}] (one row per edge, edge_dim columns), "
+            f"got {tuple(edge_attr.shape)}"
+        )
+    return edge_attr
+
+
 def edge_attributes(adj: Adjacency, edge_attr: torch.Tensor | None) -> torch.Tensor | None:
     """A call's edge features: `edge_attr`, else a SparseTensor's values (PyG's `propagate`
     passes those as `edge_attr` when none is given; a torch.sparse adjacency's scalar
@@ -330,6 +343,7 @@ __all__ = [
     "autocast_features",
     "check_features",
     "edge_attributes",
+    "edge_features",
     "edge_values",
     "on_block",
     "pair",

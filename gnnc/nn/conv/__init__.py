@@ -9,6 +9,8 @@ from gnnc.nn.conv.gin_conv import GINConv, GINEConv
 from gnnc.nn.conv.graph_conv import GraphConv
 from gnnc.nn.conv.hetero_conv import HeteroConv
 from gnnc.nn.conv.hgt_conv import HGTConv
+from gnnc.nn.conv.le_conv import LEConv
+from gnnc.nn.conv.res_gated_graph_conv import ResGatedGraphConv
 from gnnc.nn.conv.rgat_conv import RGATConv
 from gnnc.nn.conv.rgcn_conv import FastRGCNConv, RGCNConv
 from gnnc.nn.conv.sage_conv import SAGEConv
@@ -28,7 +30,9 @@ __all__ = [
     "GraphConv",
     "HGTConv",
     "HeteroConv",
+    "LEConv",
     "RGATConv",
+    "ResGatedGraphConv",
     "RGCNConv",
     "SAGEConv",
     "SGConv",
