@@ -19,8 +19,10 @@ models of these layers: `gnnc.nn.models` (it needs torch-geometric).
 
 from gnnc.nn.conv import (
     APPNP,
+    ChebConv,
     FastRGCNConv,
     GATConv,
+    GatedGraphConv,
     GATv2Conv,
     GCN2Conv,
     GCNConv,
@@ -44,11 +46,13 @@ from gnnc.nn.to_hetero import to_hetero
 
 __all__ = [
     "APPNP",
+    "ChebConv",
     "Block",
     "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
     "GCN2Conv",
+    "GatedGraphConv",
     "GCNConv",
     "GINConv",
     "GINEConv",

@@ -16,6 +16,14 @@ def glorot(t: torch.Tensor | None) -> None:
             t.uniform_(-bound, bound)
 
 
+def uniform(size: int, t: torch.Tensor | None) -> None:
+    """PyG's `uniform(size, t)`: uniform in +-1 / sqrt(size)."""
+    if t is not None:
+        bound = 1.0 / math.sqrt(size)
+        with torch.no_grad():
+            t.uniform_(-bound, bound)
+
+
 def zeros(t: torch.Tensor | None) -> None:
     if t is not None:
         with torch.no_grad():
@@ -34,4 +42,4 @@ def reset(value: Any) -> None:
         reset(child)
 
 
-__all__ = ["glorot", "reset", "zeros"]
+__all__ = ["glorot", "reset", "uniform", "zeros"]

@@ -1,7 +1,9 @@
 """Graph convolution layers with PyG's constructor arguments, forward signatures and parameter names."""
 
 from gnnc.nn.conv.appnp import APPNP
+from gnnc.nn.conv.cheb_conv import ChebConv
 from gnnc.nn.conv.gat_conv import GATConv
+from gnnc.nn.conv.gated_graph_conv import GatedGraphConv
 from gnnc.nn.conv.gatv2_conv import GATv2Conv
 from gnnc.nn.conv.gcn2_conv import GCN2Conv
 from gnnc.nn.conv.gcn_conv import GCNConv
@@ -20,10 +22,12 @@ from gnnc.nn.conv.transformer_conv import TransformerConv
 
 __all__ = [
     "APPNP",
+    "ChebConv",
     "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
     "GCN2Conv",
+    "GatedGraphConv",
     "GCNConv",
     "GINConv",
     "GINEConv",
