@@ -85,7 +85,7 @@ def test_gin_conv_matches_pyg(graph, train_eps, eps, seed):
 @given(
     graph=pyg_graphs(),
     train_eps=st.booleans(),
-    edge_dim=st.sampled_from([None, 3]),
+    edge_dim=st.sampled_from([None, 3, 12]),  # 3: lin inside the kernel (FUSED_EDGE_DIM); 12: in torch
     seed=st.integers(0, 2**16),
 )
 def test_gine_conv_matches_pyg(graph, train_eps, edge_dim, seed):

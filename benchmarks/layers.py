@@ -1,0 +1,140 @@
+"""Every gnnc.nn layer against PyG's layer of the same name: one forward and backward, same weights.
+
+    python benchmarks/layers.py                                  # rmat-16, 64 -> 64 channels, every layer
+    python benchmarks/layers.py --graph mdual --layers ChebConv,TAGConv --channels 128
+
+Each layer (as built below: the configuration a user starts from) runs on
+the same graph and features in both frameworks, PyG's state_dict loaded
+into gnnc's; features need a gradient, edge weights and edge features
+where the layer reads them; interleaved, medians of wall time. Peak: each
+framework's transient RSS high-water mark over its first call, alone (the
+graph's conversion and gnnc's compile included). benchmarks/nn.py has the
+full training epochs of the models issue 26 names; this is the layer
+coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import graphs  # noqa: E402
+import procmem  # noqa: E402
+from overhead import machine  # noqa: E402
+
+
+def _mlp(c: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(c, c), torch.nn.ReLU(), torch.nn.Linear(c, c))
+
+
+#: (layer, constructor, forward's extra inputs: "w" edge weights, "a" edge features, "t" edge types,
+#: "x0" initial features)
+LAYERS: list[tuple[str, Any, str]] = [
+    ("GCNConv", lambda m, c: m.GCNConv(c, c), "w"),
+    ("SAGEConv", lambda m, c: m.SAGEConv(c, c), ""),
+    ("GraphConv", lambda m, c: m.GraphConv(c, c), "w"),
+    ("GINConv", lambda m, c: m.GINConv(_mlp(c)), ""),
+    ("GINEConv", lambda m, c: m.GINEConv(_mlp(c), edge_dim=8), "a"),
+    ("GATConv", lambda m, c: m.GATConv(c, c // 4, heads=4), ""),
+    ("GATv2Conv", lambda m, c: m.GATv2Conv(c, c // 4, heads=4), ""),
+    ("TransformerConv", lambda m, c: m.TransformerConv(c, c // 4, heads=4), ""),
+    ("APPNP", lambda m, c: m.APPNP(10, 0.1), "w"),
+    ("SGConv", lambda m, c: m.SGConv(c, c, K=2), "w"),
+    ("TAGConv", lambda m, c: m.TAGConv(c, c, K=3), "w"),
+    ("GCN2Conv", lambda m, c: m.GCN2Conv(c, 0.1, 0.5, 1), "x0"),
+    ("ChebConv", lambda m, c: m.ChebConv(c, c, K=3), "w"),
+    ("GatedGraphConv", lambda m, c: m.GatedGraphConv(c, 2), "w"),
+    ("ResGatedGraphConv", lambda m, c: m.ResGatedGraphConv(c, c), ""),
+    ("LEConv", lambda m, c: m.LEConv(c, c), "w"),
+    ("RGCNConv", lambda m, c: m.RGCNConv(c, c, 4), "t"),
+]
+
+
+def peak_mib(run: Any) -> float:
+    procmem.trim_heap()
+    base = procmem.reset_peak()
+    run()
+    return (procmem.status("VmHWM") - base) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graph", default="rmat-16")
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--layers", default=",".join(name for name, _, _ in LAYERS))
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import torch_geometric.nn as pyg
+
+    import gnnc.nn as gnn
+
+    if args.graph.startswith("rmat-"):
+        src, dst, n = graphs.rmat_edges(int(args.graph.split("-")[1]), 16, seed=0)
+    else:
+        src, dst, n = graphs.edges(args.graph)
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    order = np.lexsort((src, dst))
+    edge_index = torch.from_numpy(np.ascontiguousarray(np.stack([src[order], dst[order]])))
+    e, c = edge_index.shape[1], args.channels
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, c, generator=g, requires_grad=True)
+    inputs = {
+        "w": torch.rand(e, generator=g) + 0.1,
+        "a": torch.randn(e, 8, generator=g),
+        "t": torch.randint(0, 4, (e,), generator=g),
+        "x0": torch.randn(n, c, generator=g),
+    }
+    print(f"# {machine()}")
+    print(
+        f"# {args.graph}: {n} vertices, {e} edges; {c} -> {c} channels; forward + backward, ms (median of {args.reps})"
+    )
+    print(f"{'layer':<18} {'pyg ms':>9} {'gnnc ms':>9} {'pyg/gnnc':>9} {'pyg MiB':>8} {'gnnc MiB':>9}")
+    wanted = args.layers.split(",")
+    for name, make, extra_kind in LAYERS:
+        if name not in wanted:
+            continue
+        torch.manual_seed(0)
+        theirs = make(pyg, c)
+        ours = make(gnn, c)
+        ours.load_state_dict(theirs.state_dict())
+        extra = tuple(inputs[k] for k in extra_kind.split(",") if k)
+
+        def step(layer: torch.nn.Module, extra: tuple = extra) -> None:
+            if extra and extra_kind == "x0":
+                out = layer(x, extra[0], edge_index)
+            else:
+                out = layer(x, edge_index, *extra)
+            out.sum().backward()
+
+        runs = {"pyg": lambda m=theirs: step(m), "gnnc": lambda m=ours: step(m)}
+        try:
+            peaks = {k: peak_mib(r) for k, r in runs.items()}
+        except Exception as exc:  # noqa: BLE001 - a layer that fails is reported, not fatal
+            print(f"{name:<18} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}", flush=True)
+            continue
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for rep in range(args.reps):
+            for k in list(runs) if rep % 2 == 0 else list(runs)[::-1]:
+                start = time.perf_counter()
+                runs[k]()
+                times[k].append(time.perf_counter() - start)
+        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(
+            f"{name:<18} {ms['pyg']:9.1f} {ms['gnnc']:9.1f} {ms['pyg'] / ms['gnnc']:9.2f} "
+            f"{peaks['pyg']:8.0f} {peaks['gnnc']:9.0f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
