@@ -80,3 +80,28 @@ def test_the_c_callers_example_builds_runs_and_matches_the_reference(tmp_path):
     rows = [line.split(" = ")[1].split() for line in run.stdout.splitlines()]
     got = np.array([[float(v) for v in row] for row in rows], dtype=np.float32)
     assert_matches(got, want, graph, np.float32)
+
+
+def test_every_layer_is_listed_on_the_front_page_and_in_the_reference():
+    """gnnc.nn's layers (README's list, docs/reference/nn.md's members, the guide's table) are its exports."""
+    pytest.importorskip("torch")
+    import torch
+
+    import gnnc.nn as gnn
+
+    layers = sorted(
+        name
+        for name in gnn.__all__
+        if isinstance(getattr(gnn, name), type) and issubclass(getattr(gnn, name), torch.nn.Module)
+    )
+    readme = (ROOT / "README.md").read_text()
+    listing = readme[readme.index("**PyTorch Geometric's layers.**") :]
+    listing = listing[listing.index("```", listing.index("```python") + 9) + 3 : listing.index("**IR debugging.**")]
+    listed = set(re.findall(r"\b([A-Z][A-Za-z0-9]+)\b", listing))
+    reference = set(re.findall(r"^\s+- (\w+)$", (ROOT / "docs" / "reference" / "nn.md").read_text(), re.M))
+    rows = re.findall(r"^\|([^|]+)\|", (ROOT / "docs" / "guide" / "nn.md").read_text(), re.M)
+    guide = {name for cell in rows for name in re.findall(r"`(\w+)`", cell)}
+    for name in layers:
+        assert name in listed, f"README's gnnc.nn list lacks {name}"
+        assert name in reference, f"docs/reference/nn.md lacks {name}"
+        assert name in guide, f"docs/guide/nn.md's table lacks {name}"
