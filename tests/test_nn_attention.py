@@ -1,4 +1,4 @@
-"""gnnc.nn's attention layers (GATConv, GATv2Conv, TransformerConv) against PyG's.
+"""gnnc.nn's attention layers (GATConv, GATv2Conv, TransformerConv, AGNNConv) against PyG's.
 
 Outputs, input and parameter gradients on hypothesis graphs (isolated
 vertices, self loops, duplicate edges), bipartite pairs, edge features with
@@ -365,3 +365,31 @@ def test_gatv2_bipartite_with_loops_and_shared_weights():
     compare(*pair("GATv2Conv", 4, 3, heads=2, share_weights=True), ((x_src, x_dst), bipartite(6, 4, 20, seed=1)))
     wide = bipartite(4, 6, 20, seed=2)
     compare(*pair("GATv2Conv", (4, 5), 3, heads=2), ((features(4, 4, 3), features(6, 5, 4)), wide))
+
+
+# ----------------------------------------------------------------------------- AGNNConv
+
+
+@given(
+    graph=pyg_graphs(),
+    options=st.sampled_from([{}, {"add_self_loops": False}, {"requires_grad": False}]),
+    beta=st.sampled_from([1.0, -2.5, 7.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_agnn_conv_matches_pyg(graph, options, beta, seed):
+    edge_index, n = graph
+    pyg, ours = pyg_nn.AGNNConv(**options), gnn.AGNNConv(**options)
+    with torch.no_grad():
+        pyg.beta.fill_(beta)
+    compare(pyg, ours, (features(n, 5, seed), edge_index))
+
+
+def test_agnn_conv_sparse_and_compiled():
+    g = torch.Generator().manual_seed(3)
+    edge_index = torch.randint(0, 9, (2, 30), generator=g)
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(30), (9, 9)).coalesce()
+    x = features(9, 5, 4)
+    compare(pyg_nn.AGNNConv(), gnn.AGNNConv(), (x, adj.to_sparse_csr()))
+    model = gnn.AGNNConv()
+    expected = model(x, edge_index)
+    close(torch.compile(model, fullgraph=True, backend="aot_eager")(x, edge_index), expected, "compiled")

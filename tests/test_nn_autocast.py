@@ -57,8 +57,11 @@ LAYERS = [
     ("GATConv", lambda m: m.GATConv(5, 3, heads=2), {}),
     ("GATv2Conv", lambda m: m.GATv2Conv(5, 3, heads=2, edge_dim=2), {"edge_attr": 2}),
     ("TransformerConv", lambda m: m.TransformerConv(5, 3, heads=2), {}),
+    ("AGNNConv", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.AGNNConv()), {}),
     ("APPNP", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.APPNP(3, 0.1)), {}),
     ("SGConv", lambda m: m.SGConv(5, 4, K=2), {}),
+    ("SSGConv", lambda m: m.SSGConv(5, 4, 0.2, K=2), {}),
+    ("ClusterGCNConv", lambda m: m.ClusterGCNConv(5, 4, diag_lambda=0.1), {}),
     ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
     ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
     ("LEConv", lambda m: m.LEConv(5, 4), {}),
@@ -80,7 +83,7 @@ class _Net(torch.nn.Module):
 
     def forward(self, x, edge_index, **extra):
         h = self.lin(x).relu()
-        if isinstance(self.conv, torch.nn.Sequential):  # APPNP after its Linear
+        if isinstance(self.conv, torch.nn.Sequential):  # APPNP or AGNNConv after a Linear
             return self.conv[1](self.conv[0](h), edge_index)
         return self.conv(h, edge_index, **extra)
 

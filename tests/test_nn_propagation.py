@@ -1,4 +1,4 @@
-"""gnnc.nn's SGConv, TAGConv and GCN2Conv (K-step GCN propagation layers) against PyG's.
+"""gnnc.nn's SGConv, SSGConv, TAGConv, GCN2Conv and ClusterGCNConv (GCN-style propagation) against PyG's.
 
 The same seed gives PyG's parameters; outputs and gradients (features,
 edge weights, every parameter) agree on hypothesis graphs (isolated
@@ -61,6 +61,42 @@ def test_sgconv_matches_pyg(graph, K, widths, options, weighted, seed):
 
 @given(
     graph=pyg_graphs(),
+    K=st.sampled_from([1, 3]),
+    widths=st.sampled_from([(6, 3), (3, 6)]),  # Linear first / last
+    options=st.sampled_from([{}, {"add_self_loops": False}, {"bias": False}]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_ssgconv_matches_pyg(graph, K, widths, options, weighted, seed):
+    edge_index, n = graph
+    if weighted and options.get("add_self_loops", True):
+        edge_index = one_loop_per_vertex(edge_index)
+    w = _weights(edge_index, seed) if weighted else None
+    compare(*_pair("SSGConv", *widths, 0.2, K=K, **options), (features(n, widths[0], seed), edge_index, w))
+
+
+@given(
+    graph=pyg_graphs(),
+    widths=st.sampled_from([(6, 3), (3, 6)]),  # lin_out first / last
+    diag_lambda=st.sampled_from([0.0, 0.7]),
+    seed=st.integers(0, 2**16),
+)
+def test_cluster_gcn_conv_matches_pyg(graph, widths, diag_lambda, seed):
+    edge_index, n = graph
+    compare(*_pair("ClusterGCNConv", *widths, diag_lambda=diag_lambda), (features(n, widths[0], seed), edge_index))
+
+
+def test_cluster_gcn_conv_without_added_loops():
+    """PyG's add_self_loops=False works where every vertex has one loop, in vertex order (its
+    normalisation adds `diag_lambda / deg` to exactly N loop weights): gnnc's matches there, and
+    weighs each own loop by 1 + diag_lambda in general."""
+    n = 6
+    edges = torch.tensor([[0, 1, 2, 3, 4, 5, 1, 0, 4], [0, 1, 2, 3, 4, 5, 0, 2, 5]])
+    compare(*_pair("ClusterGCNConv", 4, 3, diag_lambda=0.3, add_self_loops=False), (features(n, 4, 1), edges))
+
+
+@given(
+    graph=pyg_graphs(),
     K=st.sampled_from([0, 1, 3]),
     widths=st.sampled_from([(6, 3), (3, 6)]),  # Horner's order / the plain sum
     options=st.sampled_from([{}, {"normalize": False}, {"bias": False}]),
@@ -102,15 +138,18 @@ def test_sparse_adjacencies(layout):
     compare(*_pair("SGConv", 6, 3, K=2), (x, adj), grads=True)
     compare(*_pair("TAGConv", 6, 3, K=2), (x, adj))
     compare(*_pair("GCN2Conv", 6, 0.1, shared_weights=False), (x, x, adj))
+    compare(*_pair("SSGConv", 6, 3, 0.1, K=2), (x, adj))
+    compare(*_pair("ClusterGCNConv", 6, 3, diag_lambda=0.2), (x, adj.coalesce() if layout == "coo" else adj))
 
 
-@pytest.mark.parametrize("name", ["SGConv", "TAGConv"])
+@pytest.mark.parametrize("name", ["SGConv", "TAGConv", "SSGConv"])
 @pytest.mark.parametrize("batch", [(2,), (2, 3)])
 def test_static_graphs(name, batch):
     edge_index = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 0, 0, 3]])
     x = features(4, 5, 3, grad=False).repeat(*batch, 1, 1) + torch.randn(*batch, 4, 5)
     x.requires_grad_()
-    compare(*_pair(name, 5, 3, K=2), (x, edge_index, _weights(edge_index, 4)))
+    args = (0.2,) if name == "SSGConv" else ()
+    compare(*_pair(name, 5, 3, *args, K=2), (x, edge_index, _weights(edge_index, 4)))
 
 
 def test_caches_are_pygs():
@@ -125,6 +164,9 @@ def test_caches_are_pygs():
     close(copied(y, other), pyg(y, other), "a copy keeps the cache")
     ours.reset_parameters()
     assert ours._cached_x is None
+    pyg, ours = _pair("SSGConv", 6, 3, 0.3, K=2, cached=True)
+    for args in ((x, first), (y, other)):
+        close(ours(*args), pyg(*args), "cached SSGConv")
     pyg, ours = _pair("GCN2Conv", 6, 0.1, cached=True)
     for args in ((x, x, first), (y, y, other)):
         close(ours(*args), pyg(*args), "cached GCN2Conv")

@@ -19,7 +19,9 @@ models of these layers: `gnnc.nn.models` (it needs torch-geometric).
 
 from gnnc.nn.conv import (
     APPNP,
+    AGNNConv,
     ChebConv,
+    ClusterGCNConv,
     FastRGCNConv,
     GATConv,
     GatedGraphConv,
@@ -37,6 +39,7 @@ from gnnc.nn.conv import (
     RGCNConv,
     SAGEConv,
     SGConv,
+    SSGConv,
     TAGConv,
     TransformerConv,
 )
@@ -45,8 +48,10 @@ from gnnc.nn.sampled import Block, blocks
 from gnnc.nn.to_hetero import to_hetero
 
 __all__ = [
+    "AGNNConv",
     "APPNP",
     "ChebConv",
+    "ClusterGCNConv",
     "Block",
     "FastRGCNConv",
     "GATConv",
@@ -65,6 +70,7 @@ __all__ = [
     "RGCNConv",
     "SAGEConv",
     "SGConv",
+    "SSGConv",
     "TAGConv",
     "TransformerConv",
     "blocks",

@@ -1,7 +1,9 @@
 """Graph convolution layers with PyG's constructor arguments, forward signatures and parameter names."""
 
+from gnnc.nn.conv.agnn_conv import AGNNConv
 from gnnc.nn.conv.appnp import APPNP
 from gnnc.nn.conv.cheb_conv import ChebConv
+from gnnc.nn.conv.cluster_gcn_conv import ClusterGCNConv
 from gnnc.nn.conv.gat_conv import GATConv
 from gnnc.nn.conv.gated_graph_conv import GatedGraphConv
 from gnnc.nn.conv.gatv2_conv import GATv2Conv
@@ -17,12 +19,15 @@ from gnnc.nn.conv.rgat_conv import RGATConv
 from gnnc.nn.conv.rgcn_conv import FastRGCNConv, RGCNConv
 from gnnc.nn.conv.sage_conv import SAGEConv
 from gnnc.nn.conv.sg_conv import SGConv
+from gnnc.nn.conv.ssg_conv import SSGConv
 from gnnc.nn.conv.tag_conv import TAGConv
 from gnnc.nn.conv.transformer_conv import TransformerConv
 
 __all__ = [
+    "AGNNConv",
     "APPNP",
     "ChebConv",
+    "ClusterGCNConv",
     "FastRGCNConv",
     "GATConv",
     "GATv2Conv",
@@ -40,6 +45,7 @@ __all__ = [
     "RGCNConv",
     "SAGEConv",
     "SGConv",
+    "SSGConv",
     "TAGConv",
     "TransformerConv",
 ]
