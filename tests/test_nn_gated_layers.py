@@ -1,4 +1,4 @@
-"""gnnc.nn's ResGatedGraphConv and LEConv against PyG's layers of the same name.
+"""gnnc.nn's ResGatedGraphConv, CGConv and LEConv against PyG's layers of the same name.
 
 PyG's initialisation draw for draw; outputs and gradients (features,
 edge weights and features, every parameter) on hypothesis graphs, square
@@ -116,3 +116,35 @@ def test_bad_arguments():
         gnn.ResGatedGraphConv(4, 4, edge_dim=2)(x, edge_index, torch.randn(3, 5))
     with pytest.raises(ArgumentError, match="x\\[1\\]"):
         gnn.LEConv(4, 4)((x, None), edge_index)
+
+
+@given(
+    graph=pyg_graphs(duplicates=False),
+    aggr=st.sampled_from(["add", "mean", "max"]),
+    options=st.sampled_from([{}, {"dim": 3}, {"dim": 3, "batch_norm": True}, {"bias": False}]),
+    scale=st.sampled_from([1.0, 30.0]),  # 30: softplus far out on both sides (its stable form)
+    seed=st.integers(0, 2**16),
+)
+def test_cg_conv_matches_pyg(graph, aggr, options, scale, seed):
+    edge_index, n = graph
+    if options.get("batch_norm") and n < 2:
+        return  # batch norm in training needs two rows
+    x = (features(n, 5, seed, grad=False) * scale).requires_grad_()
+    args = (x, edge_index)
+    if "dim" in options:
+        args += (features(edge_index.shape[1], 3, seed + 1),)
+    compare(*_pair("CGConv", 5, aggr=aggr, **options), args, rtol=5e-4)
+
+
+def test_cg_conv_bipartite_blocks_and_errors():
+    edge_index = bipartite(7, 4, 18, 2)
+    compare(*_pair("CGConv", (5, 3), dim=2), ((features(7, 5, 1), features(4, 3, 2)), edge_index, features(18, 2, 3)))
+    x = features(7, 5, 4, grad=False)
+    pyg, ours = _pair("CGConv", 5)
+    torch.testing.assert_close(ours(x, gnn.Block(edge_index, 7, 4)), pyg((x, x[:4]), edge_index), rtol=2e-4, atol=2e-5)
+    with pytest.raises(ArgumentError, match="edge_attr is read exactly when"):
+        ours(x, edge_index[:, :3].clamp(max=3), torch.randn(3, 2))
+    with pytest.raises(ArgumentError, match="channels must be given"):
+        gnn.CGConv(-1)
+    with pytest.raises(ArgumentError, match="built for"):
+        ours(torch.randn(7, 6), edge_index.clamp(max=6))

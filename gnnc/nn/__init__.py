@@ -20,6 +20,7 @@ models of these layers: `gnnc.nn.models` (it needs torch-geometric).
 from gnnc.nn.conv import (
     APPNP,
     AGNNConv,
+    CGConv,
     ChebConv,
     ClusterGCNConv,
     FastRGCNConv,
@@ -50,6 +51,7 @@ from gnnc.nn.to_hetero import to_hetero
 __all__ = [
     "AGNNConv",
     "APPNP",
+    "CGConv",
     "ChebConv",
     "ClusterGCNConv",
     "Block",

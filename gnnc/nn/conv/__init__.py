@@ -2,6 +2,7 @@
 
 from gnnc.nn.conv.agnn_conv import AGNNConv
 from gnnc.nn.conv.appnp import APPNP
+from gnnc.nn.conv.cg_conv import CGConv
 from gnnc.nn.conv.cheb_conv import ChebConv
 from gnnc.nn.conv.cluster_gcn_conv import ClusterGCNConv
 from gnnc.nn.conv.gat_conv import GATConv
@@ -26,6 +27,7 @@ from gnnc.nn.conv.transformer_conv import TransformerConv
 __all__ = [
     "AGNNConv",
     "APPNP",
+    "CGConv",
     "ChebConv",
     "ClusterGCNConv",
     "FastRGCNConv",
