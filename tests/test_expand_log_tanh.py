@@ -145,9 +145,12 @@ def test_expanded_tanh_is_accurate(tmp_path, t, dtype, bits_type):
 
 
 def test_where_the_expansions_run():
-    # the cpu target keeps libm's log; every target expands tanh before exp, whose expansion tanh's needs
+    # the cpu target expands only the logs in feature loops; every target expands tanh before exp,
+    # whose expansion tanh's needs
     assert pipeline.PASSES["expand-log"] is ExpandLogPass and pipeline.PASSES["expand-tanh"] is ExpandTanhPass
-    assert "expand-log" not in pipeline.CPU_PIPELINE
+    cpu = pipeline.CPU_PIPELINE
+    assert "expand-log{rows_only=true}" in cpu and "expand-log" not in cpu
+    assert cpu.index("expand-log{rows_only=true}") < cpu.index("expand-exp")
     for names in (pipeline.CUDA_PIPELINE, pipeline.CUDA_EMULATION_PIPELINE):
         assert names.index("expand-log") < names.index("expand-exp") < names.index("convert-loop-to-scf")
     for names in (pipeline.CPU_PIPELINE, pipeline.CUDA_PIPELINE, pipeline.CUDA_EMULATION_PIPELINE):
@@ -183,3 +186,35 @@ def test_inline_tanh_kernel_matches_the_reference(graph, heads, f, seed):
     inputs = random_inputs(kernel.signature, graph, {"H": heads, "F": f}, np.float32, seed)
     want = gnnc.compile(TANH_WEIGHTS, target="reference").th(graph, **inputs)
     assert_matches(kernel(graph, **inputs), want, graph, np.float32)
+
+
+#: a log per element of a row (CGConv's softplus) and a log per edge
+ROW_LOG = """
+kernel row_log(x: f32[V, F]) -> f32[V, F] {
+    out[v] = sum(log(1 + exp(-abs(x[u]))))
+}
+"""
+EDGE_LOG = """
+kernel edge_log(x: f32[V, F], w: f32[E]) -> f32[V, F] {
+    out[v] = sum(log(1 + w[e]) * x[u])
+}
+"""
+
+
+def test_cpu_pipeline_expands_the_logs_in_feature_loops_only():
+    """A log per row element is expanded (the row loop vectorises); one per edge stays glibc's."""
+    rows = compiler.compile_source(ROW_LOG, stop_after="asm").stages
+    assert "math.log" not in rows["expand-log"] and "logf" not in rows["emit-asm"]
+    edges = compiler.compile_source(EDGE_LOG, stop_after="asm").stages
+    assert "math.log" in edges["expand-log"] and "logf" in edges["emit-asm"]
+    options = compiler.CompileOptions(disable_passes=("expand-log",))
+    assert "logf" in compiler.compile_source(ROW_LOG, options=options, stop_after="asm").stages["emit-asm"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(graph=graphs(), f=st.sampled_from((1, 16)), scale=st.sampled_from((1.0, 40.0)), seed=st.integers(0, 2**32 - 1))
+def test_inline_row_log_kernel_matches_the_reference(graph, f, scale, seed):
+    kernel = gnnc.compile(ROW_LOG).row_log
+    x = (np.random.default_rng(seed).standard_normal((graph.num_vertices, f)) * scale).astype(np.float32)
+    want = gnnc.compile(ROW_LOG, target="reference").row_log(graph, x=x)
+    np.testing.assert_allclose(kernel(graph, x=x), want, rtol=2e-5, atol=1e-6)

@@ -110,6 +110,7 @@ CPU_PIPELINE: tuple[str, ...] = (
     "sorted-edge-ids",
     "vectorize-edges",
     "convert-loop-to-openmp",
+    "expand-log{rows_only=true}",
     "expand-tanh",
     "expand-exp",
     "convert-loop-to-scf",
@@ -127,8 +128,8 @@ def loop_stage(target: str = "cpu") -> str:
 CUDA_LOOP_PASSES: tuple[str, ...] = ("map-threads",)
 
 #: PTX has no libm: the cuda target expands log and tanh inline, then exp
-#: (tanh's expansion calls exp). The CPU keeps libm's log (faster than the
-#: expansion with one head) and expands tanh and exp.
+#: (tanh's expansion calls exp). The CPU expands tanh and exp, and the logs
+#: in feature loops (vectorised inline; libm's is faster for one per edge).
 CUDA_MATH_PASSES: tuple[str, ...] = ("expand-log", "expand-tanh", "expand-exp")
 
 #: The graph passes every target runs, up to the lowering.
@@ -222,7 +223,7 @@ OPTIONAL_PASSES: frozenset[str] = frozenset(
     }
 )
 #: Optional on the CPU only, which has libm to fall back on; PTX has none.
-CPU_OPTIONAL_PASSES: frozenset[str] = frozenset({"expand-tanh", "expand-exp"})
+CPU_OPTIONAL_PASSES: frozenset[str] = frozenset({"expand-log", "expand-tanh", "expand-exp"})
 # prefetch-neighbors is switched by the schedule (`prefetch 0`), not here: it
 # consumes the schedule's `prefetch` entry, which must not be left unapplied;
 # so do the CPU schedule passes with theirs.

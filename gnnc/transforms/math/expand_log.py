@@ -1,9 +1,11 @@
 """expand-log: `math.log` becomes inline arithmetic.
 
 PTX has no libm, and LLVM's NVPTX backend cannot lower `llvm.log` (it
-fails), so the cuda pipelines run this pass. The CPU pipeline keeps calling
-libm: glibc's table-driven `logf` was faster than this expansion with one
-head (docs/design/llvm-translation.md).
+fails), so the cuda pipelines run this pass on every log. The CPU pipeline
+runs it with `rows_only=true`: a log inside a feature loop (`loop.for_feature`,
+a row or a head loop) is expanded, so that the loop vectorises, and any
+other log stays a call into glibc, whose table-driven `logf` was faster
+than this expansion for one value per edge (docs/design/llvm-translation.md).
 
 f32 as Cephes' logf, f64 as fdlibm's log: the bits of x give its exponent k
 and a mantissa m in [sqrt(1/2), sqrt(2)), and log(x) = k ln 2 + log(1 + f)
@@ -16,14 +18,16 @@ NaN itself.
 from __future__ import annotations
 
 import math as pymath
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
+from gnnc.ir import loop
 from gnnc.transforms.math.emitter import LN2_HI, LN2_LO, MathEmitter, emitter_for
 
 # width -> (mantissa bits, exponent bias, bits of the lowest reduced mantissa (just below sqrt(1/2)),
@@ -94,20 +98,40 @@ def _expand_log(em: MathEmitter, x: SSAValue) -> SSAValue:
     return em.select(em.cmp(x, x, "uno"), x, result)
 
 
+def in_feature_loop(op: Operation) -> bool:
+    """Whether `op` runs inside a `loop.for_feature` (once per element of a row or per head)."""
+    parent = op.parent_op()
+    while parent is not None:
+        if isinstance(parent, loop.ForFeatureOp):
+            return True
+        parent = parent.parent_op()
+    return False
+
+
+@dataclass
 class ExpandLog(RewritePattern):
     """math.log (f32, f64) -> exponent bits, a polynomial in the mantissa, IEEE specials."""
 
+    rows_only: bool = False
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: math.LogOp, rewriter: PatternRewriter) -> None:
+        if self.rows_only and not in_feature_loop(op):
+            return
         if (em := emitter_for(op)) is not None:
             result = _expand_log(em, op.operand)
             rewriter.replace(op, em.ops, [result])
 
 
+@dataclass(frozen=True)
 class ExpandLogPass(ModulePass):
-    """Replaces every f32 / f64 math.log by inline arithmetic."""
+    """Replaces f32 / f64 math.log by inline arithmetic: every one, or with `rows_only` those
+    inside a feature loop (the CPU pipeline's choice)."""
 
     name = "expand-log"
 
+    rows_only: bool = False
+    """Expand only the logs inside a `loop.for_feature`; the others stay libm calls."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(ExpandLog()).rewrite_module(op)
+        PatternRewriteWalker(ExpandLog(self.rows_only)).rewrite_module(op)
