@@ -133,4 +133,66 @@ def features(rows: int, cols: int, seed: int, grad: bool = True) -> torch.Tensor
     return torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)).requires_grad_(grad)
 
 
-__all__ = ["bipartite", "close", "compare", "features", "one_loop_per_vertex", "pyg_graphs"]
+# ------------------------------------------------------------------ every layer
+
+
+def _mlp(i: int, o: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(i, 6), torch.nn.ReLU(), torch.nn.Linear(6, o))
+
+
+class _Initial(torch.nn.Module):
+    """GCN2Conv with the layer's input as its initial features."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, x, edge_index)
+
+
+#: (layer, constructor arguments, extra forward arguments): every layer gnnc.nn has
+LAYERS = [
+    ("GCNConv", lambda m: m.GCNConv(5, 4), {}),
+    ("SAGEConv", lambda m: m.SAGEConv(5, 4), {}),
+    ("SAGEConv-max", lambda m: m.SAGEConv(5, 4, aggr="max"), {}),
+    ("GraphConv", lambda m: m.GraphConv(5, 4), {}),
+    ("GINConv", lambda m: m.GINConv(_mlp(5, 4), train_eps=True), {}),
+    ("GINEConv", lambda m: m.GINEConv(_mlp(5, 4), edge_dim=2), {"edge_attr": 2}),
+    ("GATConv", lambda m: m.GATConv(5, 3, heads=2), {}),
+    ("GATv2Conv", lambda m: m.GATv2Conv(5, 3, heads=2, edge_dim=2), {"edge_attr": 2}),
+    ("TransformerConv", lambda m: m.TransformerConv(5, 3, heads=2), {}),
+    ("AGNNConv", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.AGNNConv()), {}),
+    ("APPNP", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.APPNP(3, 0.1)), {}),
+    ("SGConv", lambda m: m.SGConv(5, 4, K=2), {}),
+    ("SSGConv", lambda m: m.SSGConv(5, 4, 0.2, K=2), {}),
+    ("ClusterGCNConv", lambda m: m.ClusterGCNConv(5, 4, diag_lambda=0.1), {}),
+    ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
+    ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
+    ("LEConv", lambda m: m.LEConv(5, 4), {}),
+    ("CGConv", lambda m: m.CGConv(5, dim=2), {"edge_attr": 2}),
+    ("ChebConv", lambda m: m.ChebConv(5, 4, 3), {}),
+    ("GatedGraphConv", lambda m: m.GatedGraphConv(5, 2), {}),
+    ("ResGatedGraphConv", lambda m: m.ResGatedGraphConv(5, 4, edge_dim=2), {"edge_attr": 2}),
+    ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
+    ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
+]
+
+
+class Preceded(torch.nn.Module):
+    """A Linear before the layer (under autocast the layer then gets bfloat16 features); APPNP,
+    AGNNConv and GCN2Conv as `LAYERS` wraps them."""
+
+    def __init__(self, module, make) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 5)
+        self.conv = make(module)
+
+    def forward(self, x, edge_index, **extra):
+        h = self.lin(x).relu()
+        if isinstance(self.conv, torch.nn.Sequential):  # APPNP or AGNNConv after a Linear
+            return self.conv[1](self.conv[0](h), edge_index)
+        return self.conv(h, edge_index, **extra)
+
+
+__all__ = ["LAYERS", "Preceded", "bipartite", "close", "compare", "features", "one_loop_per_vertex", "pyg_graphs"]

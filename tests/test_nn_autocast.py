@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.nn_oracle import close
+from tests.nn_oracle import LAYERS, Preceded, close
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -29,64 +29,6 @@ kernel mean_of(x: f32[V, F]) -> (out: f32[V, F]) {
     out[v] = mean(x[u] * w[e]) + x[v]
 }
 """
-
-
-def _mlp(i: int, o: int) -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Linear(i, 6), torch.nn.ReLU(), torch.nn.Linear(6, o))
-
-
-class _Initial(torch.nn.Module):
-    """GCN2Conv with the layer's input as its initial features."""
-
-    def __init__(self, conv) -> None:
-        super().__init__()
-        self.conv = conv
-
-    def forward(self, x, edge_index):
-        return self.conv(x, x, edge_index)
-
-
-#: (layer, constructor arguments, extra forward arguments): every layer gnnc.nn has
-LAYERS = [
-    ("GCNConv", lambda m: m.GCNConv(5, 4), {}),
-    ("SAGEConv", lambda m: m.SAGEConv(5, 4), {}),
-    ("SAGEConv-max", lambda m: m.SAGEConv(5, 4, aggr="max"), {}),
-    ("GraphConv", lambda m: m.GraphConv(5, 4), {}),
-    ("GINConv", lambda m: m.GINConv(_mlp(5, 4), train_eps=True), {}),
-    ("GINEConv", lambda m: m.GINEConv(_mlp(5, 4), edge_dim=2), {"edge_attr": 2}),
-    ("GATConv", lambda m: m.GATConv(5, 3, heads=2), {}),
-    ("GATv2Conv", lambda m: m.GATv2Conv(5, 3, heads=2, edge_dim=2), {"edge_attr": 2}),
-    ("TransformerConv", lambda m: m.TransformerConv(5, 3, heads=2), {}),
-    ("AGNNConv", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.AGNNConv()), {}),
-    ("APPNP", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.APPNP(3, 0.1)), {}),
-    ("SGConv", lambda m: m.SGConv(5, 4, K=2), {}),
-    ("SSGConv", lambda m: m.SSGConv(5, 4, 0.2, K=2), {}),
-    ("ClusterGCNConv", lambda m: m.ClusterGCNConv(5, 4, diag_lambda=0.1), {}),
-    ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
-    ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
-    ("LEConv", lambda m: m.LEConv(5, 4), {}),
-    ("CGConv", lambda m: m.CGConv(5, dim=2), {"edge_attr": 2}),
-    ("ChebConv", lambda m: m.ChebConv(5, 4, 3), {}),
-    ("GatedGraphConv", lambda m: m.GatedGraphConv(5, 2), {}),
-    ("ResGatedGraphConv", lambda m: m.ResGatedGraphConv(5, 4, edge_dim=2), {"edge_attr": 2}),
-    ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
-    ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
-]
-
-
-class _Net(torch.nn.Module):
-    """A Linear before the layer: under autocast the layer gets bfloat16 features."""
-
-    def __init__(self, module, make) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(5, 5)
-        self.conv = make(module)
-
-    def forward(self, x, edge_index, **extra):
-        h = self.lin(x).relu()
-        if isinstance(self.conv, torch.nn.Sequential):  # APPNP or AGNNConv after a Linear
-            return self.conv[1](self.conv[0](h), edge_index)
-        return self.conv(h, edge_index, **extra)
 
 
 def _graph(seed: int):
@@ -111,8 +53,8 @@ def test_layers_under_autocast_match_pyg(name, make, extra):
     g, edge_index, x = _graph(1)
     named = _extra(extra, g, edge_index.shape[1])
     torch.manual_seed(0)
-    pyg = _Net(pyg_nn, make)
-    ours = _Net(gnn, make)
+    pyg = Preceded(pyg_nn, make)
+    ours = Preceded(gnn, make)
     ours.load_state_dict(pyg.state_dict())
     results = []
     for model in (pyg, ours):
@@ -167,7 +109,7 @@ def test_half_precision_outside_autocast_is_refused():
 def test_compiled_under_autocast():
     _, edge_index, x = _graph(4)
     torch.manual_seed(0)
-    model = _Net(gnn, lambda m: m.SAGEConv(5, 4))
+    model = Preceded(gnn, lambda m: m.SAGEConv(5, 4))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(x, edge_index)
         got = torch.compile(model, fullgraph=True, backend="aot_eager")(x, edge_index)
