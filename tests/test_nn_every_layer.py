@@ -1,6 +1,7 @@
 """What every gnnc.nn layer does alike, checked over all of them (`tests.nn_oracle.LAYERS`):
-it deep-copies, `torch.save`s and loads with the same outputs, and compiles with
-`torch.compile(fullgraph=True)` to the eager outputs and gradients."""
+`gnnc.nn.warm_up` finds and compiles its kernels, it deep-copies, `torch.save`s and loads
+with the same outputs, and compiles with `torch.compile(fullgraph=True)` to the eager
+outputs and gradients."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_every_layer_copies_saves_and_compiles(name, make, extra):
     torch.manual_seed(0)
     model = Preceded(gnn, make).eval()
     x, edge_index, named = _inputs(extra)
+    assert gnn.warm_up(model).kernels >= 1, f"{name}: warm_up found no kernel"
     expected = model(x, edge_index, **named)
     buffer = io.BytesIO()
     torch.save(model, buffer)
