@@ -39,6 +39,18 @@ LAYERS = {
     "GATConv-dropout": lambda: gnn.GATConv(4, 3, heads=2, dropout=0.4, edge_dim=2, fill_value="mean"),
     "GATv2Conv-dropout": lambda: gnn.GATv2Conv(4, 3, heads=2, dropout=0.4),
     "TransformerConv-dropout": lambda: gnn.TransformerConv(4, 3, heads=2, dropout=0.4, edge_dim=2),
+    "AGNNConv": lambda: gnn.AGNNConv(),
+    "SGConv": lambda: gnn.SGConv(4, 3, K=2),
+    "SSGConv": lambda: gnn.SSGConv(4, 3, 0.2, K=2),
+    "TAGConv": lambda: gnn.TAGConv(4, 3, K=2),
+    "GCN2Conv": lambda: gnn.GCN2Conv(4, 0.1, 0.5, 1, shared_weights=False),
+    "ClusterGCNConv": lambda: gnn.ClusterGCNConv(4, 3, diag_lambda=0.2),
+    "ChebConv": lambda: gnn.ChebConv(4, 3, K=3),
+    "ResGatedGraphConv-edges": lambda: gnn.ResGatedGraphConv(4, 3, edge_dim=2),
+    "LEConv": lambda: gnn.LEConv(4, 3),
+    "CGConv-edges": lambda: gnn.CGConv(4, dim=2),
+    # (GatedGraphConv is left out: torch's GRUCell calls a fused op that only a real CUDA build has,
+    # which the stand-in tensors cannot run)
 }
 
 
@@ -94,8 +106,10 @@ def _inputs(name: str, device) -> tuple:
 
 
 def _call(name: str, layer, x, edge_index, edge_attr):
-    if name.startswith(("GINEConv", "TransformerConv")) or name == "GATConv-dropout":
+    if name.startswith(("GINEConv", "TransformerConv")) or name.endswith("-edges") or name == "GATConv-dropout":
         return layer(x, edge_index, edge_attr)
+    if name == "GCN2Conv":
+        return layer(x, x, edge_index)
     return layer(x, edge_index)
 
 

@@ -73,11 +73,12 @@ def scaled_laplacian(
         inv = (1.0 / deg).masked_fill(deg == 0, 0.0)
         lap, lap_loop = -(inv[src] * weight), torch.ones(n, dtype=dtype, device=src.device)
     if lambda_max is None:
-        lam = 2.0 * torch.cat([lap[~own_loop], lap_loop]).max()
+        # the graph's own loops are no Laplacian entries (PyG removed them): -inf never wins the max
+        lam = 2.0 * torch.cat([lap.masked_fill(own_loop, float("-inf")), lap_loop]).max()
     elif isinstance(lambda_max, torch.Tensor):
         lam = lambda_max.to(dtype)
     else:
-        lam = torch.tensor(lambda_max, dtype=dtype, device=src.device)
+        lam = torch.full((), float(lambda_max), dtype=dtype, device=src.device)  # made on the device
     lam_edge, lam_loop = lam, lam
     if batch is not None and lam.numel() > 1:
         lam_edge, lam_loop = lam[batch[src]], lam[batch]
