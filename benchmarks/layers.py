@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, Any, str]] = [
     ("ResGatedGraphConv", lambda m, c: m.ResGatedGraphConv(c, c), ""),
     ("LEConv", lambda m, c: m.LEConv(c, c), "w"),
     ("CGConv", lambda m, c: m.CGConv(c, dim=8), "a"),
+    ("GENConv", lambda m, c: m.GENConv(c, c, edge_dim=8), "a"),
     ("RGCNConv", lambda m, c: m.RGCNConv(c, c, 4), "t"),
 ]
 

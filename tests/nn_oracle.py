@@ -170,6 +170,7 @@ LAYERS = [
     ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
     ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
     ("LEConv", lambda m: m.LEConv(5, 4), {}),
+    ("GENConv", lambda m: m.GENConv(5, 4, learn_t=True, edge_dim=2, msg_norm=True), {"edge_attr": 2}),
     ("CGConv", lambda m: m.CGConv(5, dim=2), {"edge_attr": 2}),
     ("ChebConv", lambda m: m.ChebConv(5, 4, 3), {}),
     ("GatedGraphConv", lambda m: m.GatedGraphConv(5, 2), {}),

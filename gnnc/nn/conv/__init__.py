@@ -10,6 +10,7 @@ from gnnc.nn.conv.gated_graph_conv import GatedGraphConv
 from gnnc.nn.conv.gatv2_conv import GATv2Conv
 from gnnc.nn.conv.gcn2_conv import GCN2Conv
 from gnnc.nn.conv.gcn_conv import GCNConv
+from gnnc.nn.conv.gen_conv import GENConv
 from gnnc.nn.conv.gin_conv import GINConv, GINEConv
 from gnnc.nn.conv.graph_conv import GraphConv
 from gnnc.nn.conv.hetero_conv import HeteroConv
@@ -36,6 +37,7 @@ __all__ = [
     "GCN2Conv",
     "GatedGraphConv",
     "GCNConv",
+    "GENConv",
     "GINConv",
     "GINEConv",
     "GraphConv",
