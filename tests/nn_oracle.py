@@ -133,6 +133,29 @@ def features(rows: int, cols: int, seed: int, grad: bool = True) -> torch.Tensor
     return torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)).requires_grad_(grad)
 
 
+def same_start(name: str, *args: Any, lazy: bool = False, **kwargs: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(PyG's layer `name`, gnnc.nn's) built from one seed: the same state_dict keys and, but for a
+    lazy layer, the same values (PyG's initialisation, draw for draw)."""
+    import torch_geometric.nn as pyg_nn
+
+    import gnnc.nn as gnn
+
+    torch.manual_seed(0)
+    pyg = getattr(pyg_nn, name)(*args, **kwargs)
+    torch.manual_seed(0)
+    ours = getattr(gnn, name)(*args, **kwargs)
+    assert list(pyg.state_dict()) == list(ours.state_dict())
+    for key, value in [] if lazy else pyg.state_dict().items():
+        assert torch.equal(ours.state_dict()[key], value), key
+    return pyg, ours
+
+
+def edge_weights(edge_index: torch.Tensor, seed: int) -> torch.Tensor:
+    """Positive edge weights (in [0.1, 1.1)) that need a gradient."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(edge_index.shape[1], generator=g) + 0.1).requires_grad_()
+
+
 # ------------------------------------------------------------------ every layer
 
 
@@ -196,4 +219,15 @@ class Preceded(torch.nn.Module):
         return self.conv(h, edge_index, **extra)
 
 
-__all__ = ["LAYERS", "Preceded", "bipartite", "close", "compare", "features", "one_loop_per_vertex", "pyg_graphs"]
+__all__ = [
+    "LAYERS",
+    "Preceded",
+    "bipartite",
+    "close",
+    "compare",
+    "edge_weights",
+    "features",
+    "one_loop_per_vertex",
+    "pyg_graphs",
+    "same_start",
+]

@@ -15,29 +15,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import compare, features, pyg_graphs
+from tests.nn_oracle import compare, edge_weights, features, pyg_graphs, same_start
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
 from gnnc.errors import ArgumentError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting sparse tensor to CSR")
-
-
-def _pair(name: str, *args, **kwargs):
-    torch.manual_seed(0)
-    pyg = getattr(pyg_nn, name)(*args, **kwargs)
-    torch.manual_seed(0)
-    ours = getattr(gnn, name)(*args, **kwargs)
-    assert list(pyg.state_dict()) == list(ours.state_dict())
-    for key, value in pyg.state_dict().items():
-        assert torch.equal(ours.state_dict()[key], value), key
-    return pyg, ours
-
-
-def _weights(edge_index: torch.Tensor, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (torch.rand(edge_index.shape[1], generator=g) + 0.1).requires_grad_()
 
 
 @given(
@@ -51,9 +35,9 @@ def _weights(edge_index: torch.Tensor, seed: int) -> torch.Tensor:
 )
 def test_cheb_conv_matches_pyg(graph, K, normalization, widths, weighted, lambda_max, seed):
     edge_index, n = graph
-    w = _weights(edge_index, seed) if weighted else None
+    w = edge_weights(edge_index, seed) if weighted else None
     compare(
-        *_pair("ChebConv", *widths, K, normalization=normalization),
+        *same_start("ChebConv", *widths, K, normalization=normalization),
         (features(n, widths[0], seed), edge_index, w),
         {"lambda_max": lambda_max},
         rtol=5e-4,
@@ -66,7 +50,9 @@ def test_cheb_conv_lambda_max_per_graph():
     batch = torch.tensor([0] * 5 + [1] * 4)
     kwargs = {"batch": batch, "lambda_max": torch.tensor([2.5, 4.0])}
     for widths in ((6, 3), (3, 6)):
-        compare(*_pair("ChebConv", *widths, 3, normalization=None), (features(9, widths[0], 3), edge_index), kwargs)
+        compare(
+            *same_start("ChebConv", *widths, 3, normalization=None), (features(9, widths[0], 3), edge_index), kwargs
+        )
 
 
 @given(
@@ -82,9 +68,9 @@ def test_gated_graph_conv_matches_pyg(graph, aggr, channels, layers, weighted, s
     if aggr == "max":
         # ties in a max split gradients differently (gnnc: the lowest edge id; torch's scatter: all)
         edge_index = torch.unique(edge_index, dim=1) if edge_index.numel() else edge_index
-    w = _weights(edge_index, seed) if weighted else None
+    w = edge_weights(edge_index, seed) if weighted else None
     compare(
-        *_pair("GatedGraphConv", channels[1], layers, aggr=aggr),
+        *same_start("GatedGraphConv", channels[1], layers, aggr=aggr),
         (features(n, channels[0], seed), edge_index, w),
     )
 
@@ -95,15 +81,15 @@ def test_sparse_adjacencies_and_static_graphs():
     values = torch.rand(24, generator=g) + 0.2
     adj = torch.sparse_coo_tensor(edge_index.flip(0), values, (8, 8)).coalesce().to_sparse_csr()
     x = features(8, 5, 5)
-    compare(*_pair("GatedGraphConv", 5, 2), (x, adj))
+    compare(*same_start("GatedGraphConv", 5, 2), (x, adj))
     # PyG's ChebConv takes no sparse adjacency (its Laplacian needs the edges): gnnc's does, and
     # matches PyG's on the same edges and weights
-    pyg, ours = _pair("ChebConv", 5, 3, 3)
+    pyg, ours = same_start("ChebConv", 5, 3, 3)
     coo = adj.to_sparse_coo().coalesce()
     torch.testing.assert_close(ours(x, adj), pyg(x, coo.indices().flip(0), coo.values()), rtol=2e-4, atol=2e-5)
     xs = features(8, 5, 6, grad=False).repeat(2, 3, 1, 1) + torch.randn(2, 3, 8, 5, generator=g)
     xs.requires_grad_()
-    compare(*_pair("ChebConv", 5, 3, 3), (xs, edge_index, _weights(edge_index, 7)), {"lambda_max": 2.5})
+    compare(*same_start("ChebConv", 5, 3, 3), (xs, edge_index, edge_weights(edge_index, 7)), {"lambda_max": 2.5})
 
 
 def test_bad_arguments():

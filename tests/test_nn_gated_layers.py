@@ -13,24 +13,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import bipartite, compare, features, pyg_graphs
+from tests.nn_oracle import bipartite, compare, features, pyg_graphs, same_start
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
 from gnnc.errors import ArgumentError  # noqa: E402
 
 GATES = [None, torch.nn.Tanh(), torch.nn.ReLU(), torch.sigmoid, torch.tanh]
-
-
-def _pair(name: str, *args, lazy: bool = False, **kwargs):
-    torch.manual_seed(0)
-    pyg = getattr(pyg_nn, name)(*args, **kwargs)
-    torch.manual_seed(0)
-    ours = getattr(gnn, name)(*args, **kwargs)
-    assert list(pyg.state_dict()) == list(ours.state_dict())
-    for key, value in [] if lazy else pyg.state_dict().items():
-        assert torch.equal(ours.state_dict()[key], value), key
-    return pyg, ours
 
 
 def _gate(act):
@@ -48,14 +37,14 @@ def test_res_gated_matches_pyg(graph, act, options, seed):
     args = (features(n, 5, seed), edge_index)
     if "edge_dim" in options:
         args += (features(edge_index.shape[1], 3, seed + 1),)
-    compare(*_pair("ResGatedGraphConv", 5, 4, **_gate(act), **options), args)
+    compare(*same_start("ResGatedGraphConv", 5, 4, **_gate(act), **options), args)
 
 
 @given(graph=pyg_graphs(), bias=st.booleans(), weighted=st.booleans(), seed=st.integers(0, 2**16))
 def test_le_conv_matches_pyg(graph, bias, weighted, seed):
     edge_index, n = graph
     w = features(edge_index.shape[1], 1, seed + 1).view(-1) if weighted else None
-    compare(*_pair("LEConv", 5, 4, bias=bias), (features(n, 5, seed), edge_index, w))
+    compare(*same_start("LEConv", 5, 4, bias=bias), (features(n, 5, seed), edge_index, w))
 
 
 @pytest.mark.parametrize("edge_dim", [None, 2])
@@ -63,16 +52,16 @@ def test_bipartite_and_blocks(edge_dim):
     edge_index = bipartite(7, 4, 18, 1)
     x_src, x_dst = features(7, 5, 2), features(4, 3, 3)
     extra = () if edge_dim is None else (features(18, 2, 4),)
-    compare(*_pair("ResGatedGraphConv", (5, 3), 4, edge_dim=edge_dim), ((x_src, x_dst), edge_index, *extra))
+    compare(*same_start("ResGatedGraphConv", (5, 3), 4, edge_dim=edge_dim), ((x_src, x_dst), edge_index, *extra))
     if edge_dim is None:
-        compare(*_pair("LEConv", (5, 3), 4), ((x_src, x_dst), edge_index))
+        compare(*same_start("LEConv", (5, 3), 4), ((x_src, x_dst), edge_index))
     # a block: the destinations are the first sources; PyG's call is the pair (x, x[:num_dst])
     x = features(7, 5, 5, grad=False)
     for name in ("ResGatedGraphConv", "LEConv"):
         kwargs = {"edge_dim": edge_dim} if name == "ResGatedGraphConv" else {}
         if name == "LEConv" and edge_dim is not None:
             continue
-        pyg, ours = _pair(name, 5, 4, **kwargs)
+        pyg, ours = same_start(name, 5, 4, **kwargs)
         expected = pyg((x, x[:4]), edge_index, *extra)
         got = ours(x, gnn.Block(edge_index, 7, 4), *extra)
         torch.testing.assert_close(got, expected, rtol=2e-4, atol=2e-5)
@@ -86,14 +75,14 @@ def test_sparse_adjacencies_as_pyg_reads_them():
     values = torch.rand(25, generator=g) + 0.5
     adj = torch.sparse_coo_tensor(edge_index.flip(0), values, (8, 8)).coalesce()
     x = features(8, 5, 7)
-    compare(*_pair("LEConv", 5, 4), (x, adj))
-    compare(*_pair("ResGatedGraphConv", 5, 4), (x, adj))
+    compare(*same_start("LEConv", 5, 4), (x, adj))
+    compare(*same_start("ResGatedGraphConv", 5, 4), (x, adj))
 
 
 def test_lazy_channels():
     edge_index = torch.randint(0, 6, (2, 14), generator=torch.Generator().manual_seed(8))
     for name in ("ResGatedGraphConv", "LEConv"):
-        pyg, ours = _pair(name, -1, 4, lazy=True)
+        pyg, ours = same_start(name, -1, 4, lazy=True)
         x = features(6, 5, 9)
         pyg(x, edge_index), ours(x, edge_index)  # sized and initialised by the first call
         compare(pyg, ours, (x, edge_index))
@@ -133,14 +122,16 @@ def test_cg_conv_matches_pyg(graph, aggr, options, scale, seed):
     args = (x, edge_index)
     if "dim" in options:
         args += (features(edge_index.shape[1], 3, seed + 1),)
-    compare(*_pair("CGConv", 5, aggr=aggr, **options), args, rtol=5e-4)
+    compare(*same_start("CGConv", 5, aggr=aggr, **options), args, rtol=5e-4)
 
 
 def test_cg_conv_bipartite_blocks_and_errors():
     edge_index = bipartite(7, 4, 18, 2)
-    compare(*_pair("CGConv", (5, 3), dim=2), ((features(7, 5, 1), features(4, 3, 2)), edge_index, features(18, 2, 3)))
+    compare(
+        *same_start("CGConv", (5, 3), dim=2), ((features(7, 5, 1), features(4, 3, 2)), edge_index, features(18, 2, 3))
+    )
     x = features(7, 5, 4, grad=False)
-    pyg, ours = _pair("CGConv", 5)
+    pyg, ours = same_start("CGConv", 5)
     torch.testing.assert_close(ours(x, gnn.Block(edge_index, 7, 4)), pyg((x, x[:4]), edge_index), rtol=2e-4, atol=2e-5)
     with pytest.raises(ArgumentError, match="edge_attr is read exactly when"):
         ours(x, edge_index[:, :3].clamp(max=3), torch.randn(3, 2))

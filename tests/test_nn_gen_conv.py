@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import bipartite, close, compare, features, pyg_graphs
+from tests.nn_oracle import bipartite, close, compare, features, pyg_graphs, same_start
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -30,17 +30,6 @@ OPTIONS = [
 ]
 
 
-def _pair(*args, **kwargs):
-    torch.manual_seed(0)
-    pyg = pyg_nn.GENConv(*args, **kwargs)
-    torch.manual_seed(0)
-    ours = gnn.GENConv(*args, **kwargs)
-    assert list(pyg.state_dict()) == list(ours.state_dict())
-    for key, value in pyg.state_dict().items():
-        assert torch.equal(ours.state_dict()[key], value), key
-    return pyg, ours
-
-
 @given(
     graph=pyg_graphs(duplicates=False),
     options=st.sampled_from(OPTIONS),
@@ -54,15 +43,15 @@ def test_gen_conv_matches_pyg(graph, options, widths, seed):
     args = (features(n, widths[0], seed), edge_index)
     if "edge_dim" in options:
         args += (features(edge_index.shape[1], 3, seed + 1),)
-    compare(*_pair(*widths, **options), args, rtol=5e-4)
+    compare(*same_start("GENConv", *widths, **options), args, rtol=5e-4)
 
 
 def test_bipartite_blocks_and_compiled():
     edge_index = bipartite(7, 4, 18, 2)
     x_src, x_dst = features(7, 5, 1), features(4, 3, 2)
-    compare(*_pair((5, 3), 4, edge_dim=2), ((x_src, x_dst), edge_index, features(18, 2, 3)))
-    compare(*_pair((5, 3), 4, aggr="powermean", p=3.0), ((x_src, None), edge_index), {"size": (7, 4)})
-    pyg, ours = _pair(5, 4, norm=None)
+    compare(*same_start("GENConv", (5, 3), 4, edge_dim=2), ((x_src, x_dst), edge_index, features(18, 2, 3)))
+    compare(*same_start("GENConv", (5, 3), 4, aggr="powermean", p=3.0), ((x_src, None), edge_index), {"size": (7, 4)})
+    pyg, ours = same_start("GENConv", 5, 4, norm=None)
     x = features(7, 5, 4, grad=False)
     close(ours(x, gnn.Block(edge_index, 7, 4)), pyg((x, x[:4]), edge_index), "a block")
     expected = ours(x, edge_index.clamp(max=6))

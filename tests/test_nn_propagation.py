@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import close, compare, features, one_loop_per_vertex, pyg_graphs
+from tests.nn_oracle import close, compare, edge_weights, features, one_loop_per_vertex, pyg_graphs, same_start
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -25,22 +25,6 @@ from gnnc.errors import ArgumentError  # noqa: E402
 
 #: PyG's advice when given a COO adjacency (intended here)
 pytestmark = pytest.mark.filterwarnings("ignore:Converting sparse tensor to CSR")
-
-
-def _pair(name: str, *args, **kwargs):
-    torch.manual_seed(0)
-    pyg = getattr(pyg_nn, name)(*args, **kwargs)
-    torch.manual_seed(0)
-    ours = getattr(gnn, name)(*args, **kwargs)
-    assert list(pyg.state_dict()) == list(ours.state_dict())
-    for key, value in pyg.state_dict().items():
-        assert torch.equal(ours.state_dict()[key], value), key  # PyG's initialisation, draw for draw
-    return pyg, ours
-
-
-def _weights(edge_index: torch.Tensor, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (torch.rand(edge_index.shape[1], generator=g) + 0.1).requires_grad_()
 
 
 @given(
@@ -55,8 +39,8 @@ def test_sgconv_matches_pyg(graph, K, widths, options, weighted, seed):
     edge_index, n = graph
     if weighted and options.get("add_self_loops", True):
         edge_index = one_loop_per_vertex(edge_index)  # see test_nn_gcn: PyG's loop gradient
-    w = _weights(edge_index, seed) if weighted else None
-    compare(*_pair("SGConv", *widths, K=K, **options), (features(n, widths[0], seed), edge_index, w))
+    w = edge_weights(edge_index, seed) if weighted else None
+    compare(*same_start("SGConv", *widths, K=K, **options), (features(n, widths[0], seed), edge_index, w))
 
 
 @given(
@@ -71,8 +55,8 @@ def test_ssgconv_matches_pyg(graph, K, widths, options, weighted, seed):
     edge_index, n = graph
     if weighted and options.get("add_self_loops", True):
         edge_index = one_loop_per_vertex(edge_index)
-    w = _weights(edge_index, seed) if weighted else None
-    compare(*_pair("SSGConv", *widths, 0.2, K=K, **options), (features(n, widths[0], seed), edge_index, w))
+    w = edge_weights(edge_index, seed) if weighted else None
+    compare(*same_start("SSGConv", *widths, 0.2, K=K, **options), (features(n, widths[0], seed), edge_index, w))
 
 
 @given(
@@ -83,7 +67,7 @@ def test_ssgconv_matches_pyg(graph, K, widths, options, weighted, seed):
 )
 def test_cluster_gcn_conv_matches_pyg(graph, widths, diag_lambda, seed):
     edge_index, n = graph
-    compare(*_pair("ClusterGCNConv", *widths, diag_lambda=diag_lambda), (features(n, widths[0], seed), edge_index))
+    compare(*same_start("ClusterGCNConv", *widths, diag_lambda=diag_lambda), (features(n, widths[0], seed), edge_index))
 
 
 def test_cluster_gcn_conv_without_added_loops():
@@ -92,7 +76,7 @@ def test_cluster_gcn_conv_without_added_loops():
     weighs each own loop by 1 + diag_lambda in general."""
     n = 6
     edges = torch.tensor([[0, 1, 2, 3, 4, 5, 1, 0, 4], [0, 1, 2, 3, 4, 5, 0, 2, 5]])
-    compare(*_pair("ClusterGCNConv", 4, 3, diag_lambda=0.3, add_self_loops=False), (features(n, 4, 1), edges))
+    compare(*same_start("ClusterGCNConv", 4, 3, diag_lambda=0.3, add_self_loops=False), (features(n, 4, 1), edges))
 
 
 @given(
@@ -105,8 +89,8 @@ def test_cluster_gcn_conv_without_added_loops():
 )
 def test_tagconv_matches_pyg(graph, K, widths, options, weighted, seed):
     edge_index, n = graph
-    w = _weights(edge_index, seed) if weighted else None
-    compare(*_pair("TAGConv", *widths, K=K, **options), (features(n, widths[0], seed), edge_index, w))
+    w = edge_weights(edge_index, seed) if weighted else None
+    compare(*same_start("TAGConv", *widths, K=K, **options), (features(n, widths[0], seed), edge_index, w))
 
 
 @given(
@@ -122,9 +106,9 @@ def test_gcn2conv_matches_pyg(graph, options, extra_rows, weighted, seed):
     edge_index, n = graph
     if weighted and options.get("add_self_loops", True) and options.get("normalize", True):
         edge_index = one_loop_per_vertex(edge_index)
-    w = _weights(edge_index, seed) if weighted else None
+    w = edge_weights(edge_index, seed) if weighted else None
     x, x_0 = features(n, 5, seed), features(n + extra_rows, 5, seed + 1)  # PyG reads x_0's first n rows
-    compare(*_pair("GCN2Conv", 5, 0.2, **options), (x, x_0, edge_index, w))
+    compare(*same_start("GCN2Conv", 5, 0.2, **options), (x, x_0, edge_index, w))
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr"])
@@ -135,11 +119,11 @@ def test_sparse_adjacencies(layout):
     adj = torch.sparse_coo_tensor(edge_index.flip(0), values, (9, 9)).coalesce()  # adj_t: rows are destinations
     adj = adj.to_sparse_csr() if layout == "csr" else adj
     x = features(9, 6, 2)
-    compare(*_pair("SGConv", 6, 3, K=2), (x, adj), grads=True)
-    compare(*_pair("TAGConv", 6, 3, K=2), (x, adj))
-    compare(*_pair("GCN2Conv", 6, 0.1, shared_weights=False), (x, x, adj))
-    compare(*_pair("SSGConv", 6, 3, 0.1, K=2), (x, adj))
-    compare(*_pair("ClusterGCNConv", 6, 3, diag_lambda=0.2), (x, adj.coalesce() if layout == "coo" else adj))
+    compare(*same_start("SGConv", 6, 3, K=2), (x, adj), grads=True)
+    compare(*same_start("TAGConv", 6, 3, K=2), (x, adj))
+    compare(*same_start("GCN2Conv", 6, 0.1, shared_weights=False), (x, x, adj))
+    compare(*same_start("SSGConv", 6, 3, 0.1, K=2), (x, adj))
+    compare(*same_start("ClusterGCNConv", 6, 3, diag_lambda=0.2), (x, adj.coalesce() if layout == "coo" else adj))
 
 
 @pytest.mark.parametrize("name", ["SGConv", "TAGConv", "SSGConv"])
@@ -149,7 +133,7 @@ def test_static_graphs(name, batch):
     x = features(4, 5, 3, grad=False).repeat(*batch, 1, 1) + torch.randn(*batch, 4, 5)
     x.requires_grad_()
     args = (0.2,) if name == "SSGConv" else ()
-    compare(*_pair(name, 5, 3, *args, K=2), (x, edge_index, _weights(edge_index, 4)))
+    compare(*same_start(name, 5, 3, *args, K=2), (x, edge_index, edge_weights(edge_index, 4)))
 
 
 def test_caches_are_pygs():
@@ -157,17 +141,17 @@ def test_caches_are_pygs():
     g = torch.Generator().manual_seed(5)
     first, other = torch.randint(0, 8, (2, 20), generator=g), torch.randint(0, 8, (2, 12), generator=g)
     x, y = features(8, 6, 1, grad=False), features(8, 6, 2, grad=False)
-    pyg, ours = _pair("SGConv", 6, 3, K=2, cached=True)
+    pyg, ours = same_start("SGConv", 6, 3, K=2, cached=True)
     for args in ((x, first), (y, other)):
         close(ours(*args), pyg(*args), "cached SGConv")
     copied = copy.deepcopy(ours)
     close(copied(y, other), pyg(y, other), "a copy keeps the cache")
     ours.reset_parameters()
     assert ours._cached_x is None
-    pyg, ours = _pair("SSGConv", 6, 3, 0.3, K=2, cached=True)
+    pyg, ours = same_start("SSGConv", 6, 3, 0.3, K=2, cached=True)
     for args in ((x, first), (y, other)):
         close(ours(*args), pyg(*args), "cached SSGConv")
-    pyg, ours = _pair("GCN2Conv", 6, 0.1, cached=True)
+    pyg, ours = same_start("GCN2Conv", 6, 0.1, cached=True)
     for args in ((x, x, first), (y, y, other)):
         close(ours(*args), pyg(*args), "cached GCN2Conv")
     close(copy.deepcopy(ours)(y, y, other), pyg(y, y, other), "a copy keeps the cache")
