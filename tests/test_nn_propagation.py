@@ -147,7 +147,7 @@ def test_caches_are_pygs():
     copied = copy.deepcopy(ours)
     close(copied(y, other), pyg(y, other), "a copy keeps the cache")
     ours.reset_parameters()
-    assert ours._cached_x is None
+    assert ours._cached is None
     pyg, ours = same_start("SSGConv", 6, 3, 0.3, K=2, cached=True)
     for args in ((x, first), (y, other)):
         close(ours(*args), pyg(*args), "cached SSGConv")

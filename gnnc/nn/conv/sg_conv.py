@@ -73,13 +73,60 @@ def square_graph(layer: str, x: Any, edge_index: Any) -> tuple[torch.Tensor, inp
     return x, adj
 
 
-class SGConv(WarmUp, nn.Module):
+class Propagated(WarmUp, nn.Module):
+    """What SGConv and SSGConv share: `lin` after a propagation over GCN-normalised weights with
+    self loops, `lin` first where it narrows the features (it is linear), PyG's cache of the
+    propagated features (`cached=True`: reused whatever the next call's inputs)."""
+
+    LAYER = ""
+    lin: Linear
+    out_channels: int
+    cached: bool
+    add_self_loops: bool
+    _node_dim: int
+
+    def _propagate(self, edges: torch.Tensor, h: torch.Tensor, w: torch.Tensor, loop: torch.Tensor, n: int) -> Any:
+        raise NotImplementedError
+
+    def _steps(self) -> int:
+        raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        self.lin.reset_parameters()
+        self._cached: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        if static_graphs.batched(x):
+            return static_graphs.call(
+                self.LAYER,
+                self.forward,
+                x,
+                edge_index,
+                takes_size=False,
+                edge_weight=edge_weight,
+                node_dim=self._node_dim,
+            )
+        if self._cached is not None:
+            return self.lin(self._cached)
+        x, adj = square_graph(self.LAYER, x, edge_index)
+        n = x.shape[0]
+        w, loop = gcn_weights(adj, edge_weight, n, self.add_self_loops, x.dtype)
+        first = self._steps() > 0 and not self.cached and not self.lin.lazy and self.out_channels < x.shape[-1]
+        h = self._propagate(adj.edge_index, F.linear(x, self.lin.weight) if first else x, w, loop, n)
+        if self.cached and self._steps() > 0:  # PyG keeps the propagated features (none with K = 0)
+            self._cached = h.detach()
+        return add_bias(h, self.lin.bias) if first else self.lin(h)
+
+
+class SGConv(Propagated):
     """PyG's `SGConv(in_channels, out_channels, K=1, cached=False, add_self_loops=True, bias=True, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; a sparse adjacency's values
     are the weights. Parameter `lin` (PyG's); `in_channels=-1` sizes it by the
     first input.
     """
+
+    LAYER = LAYER
 
     def __init__(
         self,
@@ -96,35 +143,28 @@ class SGConv(WarmUp, nn.Module):
         self.in_channels, self.out_channels = in_channels, check_out_channels(LAYER, out_channels)
         self.K = check_steps(LAYER, K)
         self.cached, self.add_self_loops = cached, add_self_loops
-        self._cached_x: torch.Tensor | None = None
         self.lin = Linear(check_in_channels(LAYER, in_channels), out_channels, bias=bias)
         self._step = kernel(PROPAGATE, "gcn_propagate")
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        self.lin.reset_parameters()
-        self._cached_x = None
+    def _steps(self) -> int:
+        return self.K
 
-    def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        if static_graphs.batched(x):
-            return static_graphs.call(
-                LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight, node_dim=self._node_dim
-            )
-        if self._cached_x is not None:
-            return self.lin(self._cached_x)
-        x, adj = square_graph(LAYER, x, edge_index)
-        num_nodes = x.shape[0]
-        w, loop = gcn_weights(adj, edge_weight, num_nodes, self.add_self_loops, x.dtype)
-        first = self.K > 0 and not self.cached and not self.lin.lazy and self.out_channels < x.shape[-1]
-        h = F.linear(x, self.lin.weight) if first else x
+    def _propagate(self, edges: torch.Tensor, h: torch.Tensor, w: torch.Tensor, loop: torch.Tensor, n: int) -> Any:
         for _ in range(self.K):
-            h = self._step(adj.edge_index, h, w, loop, num_vertices=num_nodes)
-        if self.cached and self.K > 0:  # PyG keeps the propagated features (none with K = 0)
-            self._cached_x = h.detach()
-        return add_bias(h, self.lin.bias) if first else self.lin(h)
+            h = self._step(edges, h, w, loop, num_vertices=n)
+        return h
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, K={self.K})"
 
 
-__all__ = ["PROPAGATE", "SGConv", "check_in_channels", "check_out_channels", "check_steps", "square_graph"]
+__all__ = [
+    "PROPAGATE",
+    "Propagated",
+    "SGConv",
+    "check_in_channels",
+    "check_out_channels",
+    "check_steps",
+    "square_graph",
+]

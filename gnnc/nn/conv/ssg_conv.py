@@ -14,22 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import static_graphs
-from gnnc.nn.conv.appnp import gcn_weights
-from gnnc.nn.conv.sg_conv import PROPAGATE, check_in_channels, check_out_channels, check_steps, square_graph
+from gnnc.nn.conv.sg_conv import PROPAGATE, Propagated, check_in_channels, check_out_channels, check_steps
 from gnnc.nn.kernels import kernel
-from gnnc.nn.linear import Linear, add_bias
+from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
-from gnnc.nn.precompile import WarmUp
 
 LAYER = "SSGConv"
 
 
-class SSGConv(WarmUp, nn.Module):
+class SSGConv(Propagated):
     """PyG's `SSGConv(in_channels, out_channels, alpha, K=1, cached=False, add_self_loops=True, bias=True,
     **kwargs)`.
 
@@ -37,6 +32,8 @@ class SSGConv(WarmUp, nn.Module):
     are the weights. Parameter `lin`, PyG's; `in_channels=-1` sizes it by
     the first input.
     """
+
+    LAYER = LAYER
 
     def __init__(
         self,
@@ -58,35 +55,19 @@ class SSGConv(WarmUp, nn.Module):
         if self.K == 0:
             raise ArgumentError(f"{LAYER}: K must be at least 1 (PyG averages over K steps)")
         self.cached, self.add_self_loops = cached, add_self_loops
-        self._cached_h: torch.Tensor | None = None
         self.lin = Linear(check_in_channels(LAYER, in_channels), out_channels, bias=bias)
         self._step = kernel(PROPAGATE, "gcn_propagate")
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        self.lin.reset_parameters()
-        self._cached_h = None
+    def _steps(self) -> int:
+        return self.K
 
-    def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        if static_graphs.batched(x):
-            return static_graphs.call(
-                LAYER, self.forward, x, edge_index, takes_size=False, edge_weight=edge_weight, node_dim=self._node_dim
-            )
-        if self._cached_h is not None:
-            return self.lin(self._cached_h)
-        x, adj = square_graph(LAYER, x, edge_index)
-        n = x.shape[0]
-        w, loop = gcn_weights(adj, edge_weight, n, self.add_self_loops, x.dtype)
-        first = not self.cached and not self.lin.lazy and self.out_channels < x.shape[-1]
-        if first:
-            x = F.linear(x, self.lin.weight)
+    def _propagate(self, edges: torch.Tensor, x: torch.Tensor, w: torch.Tensor, loop: torch.Tensor, n: int) -> Any:
         h = x * self.alpha
         for _ in range(self.K):
-            x = self._step(adj.edge_index, x, w, loop, num_vertices=n)
+            x = self._step(edges, x, w, loop, num_vertices=n)
             h = h + (1 - self.alpha) / self.K * x
-        if self.cached:
-            self._cached_h = h.detach()
-        return add_bias(h, self.lin.bias) if first else self.lin(h)
+        return h
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, K={self.K}, alpha={self.alpha})"
