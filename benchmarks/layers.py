@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, Any, str]] = [
     ("GatedGraphConv", lambda m, c: m.GatedGraphConv(c, 2), "w"),
     ("ResGatedGraphConv", lambda m, c: m.ResGatedGraphConv(c, c), ""),
     ("LEConv", lambda m, c: m.LEConv(c, c), "w"),
+    ("MFConv", lambda m, c: m.MFConv(c, c), ""),
     ("CGConv", lambda m, c: m.CGConv(c, dim=8), "a"),
     ("GENConv", lambda m, c: m.GENConv(c, c, edge_dim=8), "a"),
     ("RGCNConv", lambda m, c: m.RGCNConv(c, c, 4), "t"),

@@ -193,6 +193,7 @@ LAYERS = [
     ("TAGConv", lambda m: m.TAGConv(5, 4, K=2), {}),
     ("GCN2Conv", lambda m: _Initial(m.GCN2Conv(5, 0.1, shared_weights=False)), {}),
     ("LEConv", lambda m: m.LEConv(5, 4), {}),
+    ("MFConv", lambda m: m.MFConv(5, 4, max_degree=3), {}),
     ("GENConv", lambda m: m.GENConv(5, 4, learn_t=True, edge_dim=2, msg_norm=True), {"edge_attr": 2}),
     ("CGConv", lambda m: m.CGConv(5, dim=2), {"edge_attr": 2}),
     ("ChebConv", lambda m: m.ChebConv(5, 4, 3), {}),
@@ -201,6 +202,11 @@ LAYERS = [
     ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
     ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
 ]
+
+
+#: Layers whose forward has a shape that depends on the data (PyG's too): a graph break under
+#: torch.compile, so they compile without fullgraph
+GRAPH_BREAKS = {"MFConv"}
 
 
 class Preceded(torch.nn.Module):

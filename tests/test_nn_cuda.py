@@ -51,7 +51,7 @@ LAYERS = {
     "CGConv-edges": lambda: gnn.CGConv(4, dim=2),
     "GENConv-edges": lambda: gnn.GENConv(4, 3, learn_t=True, edge_dim=2, msg_norm=True),
     # (GatedGraphConv is left out: torch's GRUCell calls a fused op that only a real CUDA build has,
-    # which the stand-in tensors cannot run)
+    # which the stand-in tensors cannot run; MFConv too: its degree buckets' `nonzero`)
 }
 
 

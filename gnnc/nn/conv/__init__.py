@@ -16,6 +16,7 @@ from gnnc.nn.conv.graph_conv import GraphConv
 from gnnc.nn.conv.hetero_conv import HeteroConv
 from gnnc.nn.conv.hgt_conv import HGTConv
 from gnnc.nn.conv.le_conv import LEConv
+from gnnc.nn.conv.mf_conv import MFConv
 from gnnc.nn.conv.res_gated_graph_conv import ResGatedGraphConv
 from gnnc.nn.conv.rgat_conv import RGATConv
 from gnnc.nn.conv.rgcn_conv import FastRGCNConv, RGCNConv
@@ -44,6 +45,7 @@ __all__ = [
     "HGTConv",
     "HeteroConv",
     "LEConv",
+    "MFConv",
     "RGATConv",
     "ResGatedGraphConv",
     "RGCNConv",
