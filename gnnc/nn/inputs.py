@@ -36,6 +36,7 @@ from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.nn.sampled import as_block
 from gnnc.torch import graphs
+from gnnc.torch.kernels import autocast_input
 
 #: torch.sparse layouts an adjacency may have.
 SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
@@ -193,15 +194,11 @@ def square(adj: Adjacency, x: torch.Tensor, layer: str) -> tuple[Adjacency, int 
 
 
 def autocast_features(x: torch.Tensor) -> torch.Tensor:
-    """x as float32 where it is float16 / bfloat16 and torch.autocast is enabled for its device,
-    else x: under autocast a gnnc.nn layer runs as on float32 features (its Linear layers still
-    run in autocast's lower precision, its kernels in float32, as gnnc's kernels do; the cast is
-    differentiable). Taken at a layer's entry, so that what the layer derives from the features'
-    dtype (normalisation weights, self-loop fills) is float32 too."""
-    if x.dtype in (torch.float16, torch.bfloat16) and x.device.type in ("cpu", "cuda"):
-        if torch.is_autocast_enabled(x.device.type):
-            return x.float()
-    return x
+    """x as a gnnc op takes it under torch.autocast (`gnnc.torch.kernels.autocast_input`: half
+    precision as float32), taken at a layer's entry: the layer then runs as on float32 features
+    (its Linear layers still in autocast's lower precision), and what it derives from the
+    features' dtype (normalisation weights, self-loop fills) is float32 too."""
+    return autocast_input(x)
 
 
 def check_features(x: torch.Tensor, layer: str, what: str = "x") -> torch.Tensor:

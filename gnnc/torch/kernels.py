@@ -332,21 +332,21 @@ def _check_tensor_device(t: torch.Tensor, what: str) -> None:
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def autocast_input(t: torch.Tensor) -> torch.Tensor:
+    """t as float32 where it is float16 / bfloat16 and torch.autocast is enabled for its device,
+    else t: gnnc's kernels compute in float32 (or float64), so under autocast a gnnc op is one of
+    its float32 ops, as torch's sums and softmax are (torch's fp32 policy: float64 stays float64).
+    Autocast's own lower-precision ops (Linear, matmul) produce such inputs; the cast is
+    differentiable, so their gradients come back in the input's dtype. Outside autocast, half
+    precision is refused (`_check_tensor`)."""
+    if t.dtype in _HALF and t.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(t.device.type):
+        return t.float()
+    return t
+
+
 def _autocast(values: list[Any]) -> list[Any]:
-    """The inputs with float16 / bfloat16 tensors as float32 where torch.autocast is enabled
-    for their device: gnnc's kernels compute in float32 (or float64), so under autocast a gnnc
-    op is one of its float32 ops, as torch's sums and softmax are (torch's fp32 policy: float64
-    stays float64). Autocast's own lower-precision ops (Linear, matmul) produce these inputs; the
-    cast is differentiable, so their gradients come back in the input's dtype. Outside autocast,
-    half precision is refused (`_check_tensor`)."""
-    cast = values
-    for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor) and v.dtype in _HALF and v.device.type in ("cpu", "cuda"):
-            if torch.is_autocast_enabled(v.device.type):
-                if cast is values:
-                    cast = list(values)
-                cast[i] = v.float()
-    return cast
+    """The inputs, each tensor as `autocast_input` takes it."""
+    return [autocast_input(v) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _check_tensor(t: torch.Tensor, what: str) -> None:
@@ -387,4 +387,4 @@ def kernel(source_or_path: Any, name: str, **options: Any) -> Kernel:
     return Kernel(source_or_path, name, **options)
 
 
-__all__ = ["Kernel", "eager", "kernel"]
+__all__ = ["Kernel", "autocast_input", "eager", "kernel"]
