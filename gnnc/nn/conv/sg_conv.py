@@ -79,16 +79,27 @@ class Propagated(WarmUp, nn.Module):
     propagated features (`cached=True`: reused whatever the next call's inputs)."""
 
     LAYER = ""
-    lin: Linear
-    out_channels: int
-    cached: bool
-    add_self_loops: bool
-    _node_dim: int
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        K: int,
+        cached: bool,
+        add_self_loops: bool,
+        bias: bool,
+        options: dict[str, Any],
+    ):
+        super().__init__()
+        self._node_dim = check_options(self.LAYER, options)
+        self.in_channels, self.out_channels = in_channels, check_out_channels(self.LAYER, out_channels)
+        self.K = check_steps(self.LAYER, K)
+        self.cached, self.add_self_loops = cached, add_self_loops
+        self.lin = Linear(check_in_channels(self.LAYER, in_channels), out_channels, bias=bias)
+        self._step = kernel(PROPAGATE, "gcn_propagate")
+        self.reset_parameters()
 
     def _propagate(self, edges: torch.Tensor, h: torch.Tensor, w: torch.Tensor, loop: torch.Tensor, n: int) -> Any:
-        raise NotImplementedError
-
-    def _steps(self) -> int:
         raise NotImplementedError
 
     def reset_parameters(self) -> None:
@@ -111,9 +122,9 @@ class Propagated(WarmUp, nn.Module):
         x, adj = square_graph(self.LAYER, x, edge_index)
         n = x.shape[0]
         w, loop = gcn_weights(adj, edge_weight, n, self.add_self_loops, x.dtype)
-        first = self._steps() > 0 and not self.cached and not self.lin.lazy and self.out_channels < x.shape[-1]
+        first = self.K > 0 and not self.cached and not self.lin.lazy and self.out_channels < x.shape[-1]
         h = self._propagate(adj.edge_index, F.linear(x, self.lin.weight) if first else x, w, loop, n)
-        if self.cached and self._steps() > 0:  # PyG keeps the propagated features (none with K = 0)
+        if self.cached and self.K > 0:  # PyG keeps the propagated features (none with K = 0)
             self._cached = h.detach()
         return add_bias(h, self.lin.bias) if first else self.lin(h)
 
@@ -138,17 +149,7 @@ class SGConv(Propagated):
         bias: bool = True,
         **kwargs: Any,
     ):
-        super().__init__()
-        self._node_dim = check_options(LAYER, kwargs)
-        self.in_channels, self.out_channels = in_channels, check_out_channels(LAYER, out_channels)
-        self.K = check_steps(LAYER, K)
-        self.cached, self.add_self_loops = cached, add_self_loops
-        self.lin = Linear(check_in_channels(LAYER, in_channels), out_channels, bias=bias)
-        self._step = kernel(PROPAGATE, "gcn_propagate")
-        self.reset_parameters()
-
-    def _steps(self) -> int:
-        return self.K
+        super().__init__(in_channels, out_channels, K, cached, add_self_loops, bias, kwargs)
 
     def _propagate(self, edges: torch.Tensor, h: torch.Tensor, w: torch.Tensor, loop: torch.Tensor, n: int) -> Any:
         for _ in range(self.K):

@@ -16,10 +16,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
-from gnnc.nn.conv.sg_conv import PROPAGATE, Propagated, check_in_channels, check_out_channels, check_steps
-from gnnc.nn.kernels import kernel
-from gnnc.nn.linear import Linear
-from gnnc.nn.message_passing import check_options
+from gnnc.nn.conv.sg_conv import Propagated, check_steps
 
 LAYER = "SSGConv"
 
@@ -46,21 +43,12 @@ class SSGConv(Propagated):
         bias: bool = True,
         **kwargs: Any,
     ):
-        super().__init__()
-        self._node_dim = check_options(LAYER, kwargs)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
             raise ArgumentError(f"{LAYER}: alpha must be a number (the teleport weight), got {alpha!r}")
-        self.in_channels, self.out_channels = in_channels, check_out_channels(LAYER, out_channels)
-        self.alpha, self.K = float(alpha), check_steps(LAYER, K)
-        if self.K == 0:
+        if check_steps(LAYER, K) == 0:
             raise ArgumentError(f"{LAYER}: K must be at least 1 (PyG averages over K steps)")
-        self.cached, self.add_self_loops = cached, add_self_loops
-        self.lin = Linear(check_in_channels(LAYER, in_channels), out_channels, bias=bias)
-        self._step = kernel(PROPAGATE, "gcn_propagate")
-        self.reset_parameters()
-
-    def _steps(self) -> int:
-        return self.K
+        super().__init__(in_channels, out_channels, K, cached, add_self_loops, bias, kwargs)
+        self.alpha = float(alpha)
 
     def _propagate(self, edges: torch.Tensor, x: torch.Tensor, w: torch.Tensor, loop: torch.Tensor, n: int) -> Any:
         h = x * self.alpha
