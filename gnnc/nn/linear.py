@@ -19,7 +19,7 @@ dicts load both ways.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -141,6 +141,11 @@ class Linear(nn.Module):
         return f"{self.in_channels}, {self.out_channels}, bias={self.bias is not None}"
 
 
+def linears(modules: torch.nn.ModuleList) -> list[Linear]:
+    """A ModuleList of `Linear` layers as the list it is (a layer per step, degree, ...)."""
+    return cast(list[Linear], list(modules))
+
+
 def add_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`out + bias`, added into `out` where the types allow: for a layer's own fresh result,
     which no backward reads (a [num_dst, out] tensor less)."""
@@ -158,4 +163,4 @@ def add_product(out: torch.Tensor, lin: Linear, x: torch.Tensor) -> torch.Tensor
     return out.addmm_(x, lin.weight.t())
 
 
-__all__ = ["BIAS_INITIALIZERS", "WEIGHT_INITIALIZERS", "Linear", "add_bias", "add_product", "is_lazy"]
+__all__ = ["BIAS_INITIALIZERS", "WEIGHT_INITIALIZERS", "Linear", "add_bias", "add_product", "is_lazy", "linears"]

@@ -19,7 +19,7 @@ on the features): its K - 1 steps at the output width.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ from gnnc.nn import inputs, static_graphs
 from gnnc.nn.conv.sg_conv import PROPAGATE, check_in_channels, check_out_channels, square_graph
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
-from gnnc.nn.linear import Linear, add_bias, add_product
+from gnnc.nn.linear import Linear, add_bias, add_product, linears
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -122,11 +122,8 @@ class ChebConv(WarmUp, nn.Module):
         self._propagate, self._step = kernel(PROPAGATE, "gcn_propagate"), kernel(STEP, "cheb_step")
         self.reset_parameters()
 
-    def _linears(self) -> list[Linear]:
-        return cast(list[Linear], list(self.lins))
-
     def reset_parameters(self) -> None:
-        for lin in self._linears():
+        for lin in linears(self.lins):
             lin.reset_parameters()
         zeros(self.bias)
 
@@ -151,7 +148,7 @@ class ChebConv(WarmUp, nn.Module):
         x, adj = square_graph(LAYER, x, edge_index)
         n = x.shape[0]
         w, loop = scaled_laplacian(adj, edge_weight, n, self.normalization, lambda_max, batch, x.dtype)
-        edges, lins = adj.edge_index, self._linears()
+        edges, lins = adj.edge_index, linears(self.lins)
 
         def step(h: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
             if t is None:

@@ -13,7 +13,7 @@ graph there (as PyG's does).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import aggregate, kernels, sparse_weights
 from gnnc.nn.conv.sg_conv import check_out_channels
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, linears
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -59,8 +59,8 @@ class MFConv(WarmUp, nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for lin in (*self.lins_l, *self.lins_r):
-            cast(Linear, lin).reset_parameters()
+        for lin in (*linears(self.lins_l), *linears(self.lins_r)):
+            lin.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
         adj = inputs.adjacency(edge_index)

@@ -16,7 +16,7 @@ linear), its K steps at the output width instead of the input's.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,7 @@ from gnnc.nn.conv.aggregate import aggregate, kernels
 from gnnc.nn.conv.appnp import gcn_weights
 from gnnc.nn.conv.sg_conv import check_in_channels, check_out_channels, check_steps, square_graph
 from gnnc.nn.init import zeros
-from gnnc.nn.linear import Linear, add_bias, add_product
+from gnnc.nn.linear import Linear, add_bias, add_product, linears
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -56,11 +56,8 @@ class TAGConv(WarmUp, nn.Module):
         self._kernels = kernels("sum")
         self.reset_parameters()
 
-    def _linears(self) -> list[Linear]:
-        return cast(list[Linear], list(self.lins))
-
     def reset_parameters(self) -> None:
-        for lin in self._linears():
+        for lin in linears(self.lins):
             lin.reset_parameters()
         zeros(self.bias)
 
@@ -80,7 +77,7 @@ class TAGConv(WarmUp, nn.Module):
         def propagate(h: torch.Tensor) -> torch.Tensor:
             return aggregate(self._kernels, edges, h, (n, n), w)
 
-        lins = self._linears()
+        lins = linears(self.lins)
         if self.K > 0 and not any(lin.lazy for lin in lins) and self.out_channels < x.shape[-1]:
             out = F.linear(x, lins[self.K].weight)
             for lin in reversed(lins[: self.K]):
