@@ -16,9 +16,7 @@ coverage.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import graphs  # noqa: E402
-import procmem  # noqa: E402
-from overhead import machine  # noqa: E402
+from overhead import machine, peak_mib, wall_medians  # noqa: E402
 
 
 def _mlp(c: int) -> torch.nn.Module:
@@ -62,13 +59,6 @@ LAYERS: list[tuple[str, Any, str]] = [
     ("GENConv", lambda m, c: m.GENConv(c, c, edge_dim=8), "a"),
     ("RGCNConv", lambda m, c: m.RGCNConv(c, c, 4), "t"),
 ]
-
-
-def peak_mib(run: Any) -> float:
-    procmem.trim_heap()
-    base = procmem.reset_peak()
-    run()
-    return (procmem.status("VmHWM") - base) / 2**20
 
 
 def main() -> None:
@@ -128,13 +118,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - a layer that fails is reported, not fatal
             print(f"{name:<18} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}", flush=True)
             continue
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        for rep in range(args.reps):
-            for k in list(runs) if rep % 2 == 0 else list(runs)[::-1]:
-                start = time.perf_counter()
-                runs[k]()
-                times[k].append(time.perf_counter() - start)
-        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        ms = wall_medians(runs, args.reps)
         print(
             f"{name:<18} {ms['pyg']:9.1f} {ms['gnnc']:9.1f} {ms['pyg'] / ms['gnnc']:9.2f} "
             f"{peaks['pyg']:8.0f} {peaks['gnnc']:9.0f}",

@@ -47,6 +47,26 @@ def machine() -> str:
     return f"{cpu}, Python {platform.python_version()}, torch {torch.__version__}, {threads} threads; {procmem.allocator()}"
 
 
+def peak_mib(run: Any) -> float:
+    """MiB of the transient RSS high-water mark over one call of `run`, above the RSS before it."""
+    procmem.trim_heap()
+    base = procmem.reset_peak()
+    run()
+    return (procmem.status("VmHWM") - base) / 2**20
+
+
+def wall_medians(runs: dict[str, Any], reps: int) -> dict[str, float]:
+    """Median wall ms of each callable in `runs`, interleaved (the order alternating each rep):
+    wall time, where `paired`'s thread time would miss the kernels' other threads."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for rep in range(reps):
+        for k in list(runs) if rep % 2 == 0 else list(runs)[::-1]:
+            start = time.perf_counter()
+            runs[k]()
+            times[k].append(time.perf_counter() - start)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
 def paired(runs: dict[str, Any], reps: int, make_args: Any) -> dict[str, Any]:
     """Interleaved timings of each callable in `runs` (order alternating): medians and pair ratios."""
     names = list(runs)

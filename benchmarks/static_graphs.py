@@ -18,30 +18,19 @@ package.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import procmem  # noqa: E402
-from overhead import machine  # noqa: E402
+from overhead import machine, peak_mib, wall_medians  # noqa: E402
 
 LAYERS = ("GCNConv", "SAGEConv", "GraphConv")
 
 
 def step(layer: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, extra: tuple) -> None:
     layer(x, edge_index, *extra).sum().backward()
-
-
-def peak_mib(run: Any) -> float:
-    procmem.trim_heap()
-    base = procmem.reset_peak()
-    run()
-    return (procmem.status("VmHWM") - base) / 2**20
 
 
 def main() -> None:
@@ -79,13 +68,7 @@ def main() -> None:
         peaks = {k: peak_mib(r) for k, r in runs.items()}  # the first call of each: its graph, its compile
         for r in runs.values():
             r()
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        for rep in range(args.reps):
-            for k in list(runs) if rep % 2 == 0 else list(runs)[::-1]:
-                start = time.perf_counter()
-                runs[k]()
-                times[k].append(time.perf_counter() - start)
-        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        ms = wall_medians(runs, args.reps)
         print(
             f"{name:<10} {ms['pyg']:8.2f} {ms['gnnc']:8.2f} {ms['pyg'] / ms['gnnc']:9.2f} "
             f"{peaks['pyg']:8.0f} {peaks['gnnc']:9.0f}",
