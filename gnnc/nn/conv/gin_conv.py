@@ -264,9 +264,8 @@ class GINEConv(_GIN):
         """The aggregation with `lin` inside the kernel (`FUSED_EDGE_DIM`)."""
         assert self.lin is not None and self._lin_root is not None and self._lin_no_root is not None
         dtype = x_src.dtype
-        weight = self.lin.weight.t().to(dtype)
-        given = self.lin.bias
-        bias = torch.zeros(weight.shape[1], dtype=dtype, device=x_src.device) if given is None else given.to(dtype)
+        assert self.lin.bias is not None  # GINEConv's lin always has one (PyG's Linear default)
+        weight, bias = self.lin.weight.t().to(dtype), self.lin.bias.to(dtype)
         edge_attr = edge_attr.to(dtype)
         if x_dst is None:
             return self._lin_no_root(edges, x_src, edge_attr, weight, bias, size=sizes)
