@@ -110,7 +110,8 @@ def test_bad_arguments():
 @given(
     graph=pyg_graphs(duplicates=False),
     aggr=st.sampled_from(["add", "mean", "max"]),
-    options=st.sampled_from([{}, {"dim": 3}, {"dim": 3, "batch_norm": True}, {"bias": False}]),
+    # dim 3: the edge terms inside the kernel; 10 (past FUSED_EDGE_DIM): made in torch
+    options=st.sampled_from([{}, {"dim": 3}, {"dim": 10}, {"dim": 3, "batch_norm": True}, {"bias": False}]),
     scale=st.sampled_from([1.0, 30.0]),  # 30: softplus far out on both sides (its stable form)
     seed=st.integers(0, 2**16),
 )
@@ -121,7 +122,7 @@ def test_cg_conv_matches_pyg(graph, aggr, options, scale, seed):
     x = (features(n, 5, seed, grad=False) * scale).requires_grad_()
     args = (x, edge_index)
     if "dim" in options:
-        args += (features(edge_index.shape[1], 3, seed + 1),)
+        args += (features(edge_index.shape[1], options["dim"], seed + 1),)
     compare(*same_start("CGConv", 5, aggr=aggr, **options), args, rtol=5e-4)
 
 

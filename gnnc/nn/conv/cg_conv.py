@@ -13,7 +13,10 @@ vertex terms per vertex, `[V, C]`, the edge terms per edge, `[E, C]`):
     }
 
 (softplus written stably; "mean", "max", "min" for "sum", and no edge
-terms without `dim`). The batch norm and the residual `+ x_dst` are torch's.
+terms without `dim`). With `dim` of at most `FUSED_EDGE_DIM` the edge terms
+are products inside the kernel, `ea[e] @ wf` and `ea[e] @ ws` (as
+GINEConv's `lin`): no `[E, F]` tensor, nor its gradient, is made. The
+batch norm and the residual `+ x_dst` are torch's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.nn.conv.aggregate import aggregation
+from gnnc.nn.conv.gin_conv import FUSED_EDGE_DIM
 from gnnc.nn.kernels import kernel
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
@@ -34,12 +38,19 @@ from gnnc.nn.precompile import WarmUp
 LAYER = "CGConv"
 
 
-def source(aggr: str, edges: bool) -> tuple[str, str]:
-    """(kernel text, name) of the aggregation `aggr` (a language name), with edge terms or not."""
-    name = f"cg_conv_{aggr}" + ("_edges" if edges else "")
-    params = "fd: f32[V, F], fs: f32[V, F], " + ("fe: f32[E, F], " if edges else "")
-    params += "sd: f32[V, F], ss: f32[V, F]" + (", se: f32[E, F]" if edges else "")
-    fe, se = (" + fe[e]", " + se[e]") if edges else ("", "")
+def source(aggr: str, edges: bool, fused: bool = False) -> tuple[str, str]:
+    """(kernel text, name) of the aggregation `aggr` (a language name), with edge terms or not; `fused`:
+    the edge terms as products of the edge features inside the kernel."""
+    if fused:
+        name = f"cg_conv_{aggr}_lin"
+        params = "fd: f32[V, F], fs: f32[V, F], sd: f32[V, F], ss: f32[V, F], ea: f32[E, D], wf: f32[D, F], "
+        params += "ws: f32[D, F]"
+        fe, se = " + ea[e] @ wf", " + ea[e] @ ws"
+    else:
+        name = f"cg_conv_{aggr}" + ("_edges" if edges else "")
+        params = "fd: f32[V, F], fs: f32[V, F], " + ("fe: f32[E, F], " if edges else "")
+        params += "sd: f32[V, F], ss: f32[V, F]" + (", se: f32[E, F]" if edges else "")
+        fe, se = (" + fe[e]", " + se[e]") if edges else ("", "")
     return (
         f"kernel {name}({params}) -> f32[V, F] {{\n"
         f"    a[e] = sd[v] + ss[u]{se}\n"
@@ -86,7 +97,7 @@ class CGConv(WarmUp, nn.Module):
         self.lin_s = nn.Linear(src + dst + dim, dst, bias=bias)
         self.bn = nn.BatchNorm1d(dst) if batch_norm else None
         self._plain = kernel(*source(self._aggr, False))
-        self._edges = kernel(*source(self._aggr, True)) if dim else None
+        self._edges = kernel(*source(self._aggr, True, fused=dim <= FUSED_EDGE_DIM)) if dim else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -123,8 +134,14 @@ class CGConv(WarmUp, nn.Module):
         else:
             assert self._edges is not None
             edge_attr = inputs.edge_features(edge_attr, adj.num_edges, self.dim, LAYER)
-            fe, se = F.linear(edge_attr, fe_w), F.linear(edge_attr, se_w)
-            out = self._edges(adj.index, fd, fs, fe, sd, ss, se, size=sizes)
+            if self.dim <= FUSED_EDGE_DIM:
+                ea = edge_attr.to(fd.dtype)
+                out = self._edges(
+                    adj.index, fd, fs, sd, ss, ea, fe_w.t().to(fd.dtype), se_w.t().to(fd.dtype), size=sizes
+                )
+            else:
+                fe, se = F.linear(edge_attr, fe_w), F.linear(edge_attr, se_w)
+                out = self._edges(adj.index, fd, fs, fe, sd, ss, se, size=sizes)
         if self.bn is not None:
             out = self.bn(out)
         return out + x_dst
