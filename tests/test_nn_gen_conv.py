@@ -26,7 +26,13 @@ OPTIONS = [
     {"aggr": "mean", "msg_norm": True, "learn_msg_scale": True},
     {"aggr": "max", "norm": "layer", "num_layers": 3, "bias": True},
     {"aggr": "add", "norm": None, "expansion": 1},
-    {"edge_dim": 3},
+    {"edge_dim": 3},  # lin_edge inside the kernel (FUSED_EDGE_DIM)
+    # (p = 1.5: at p = 1 exactly, a vertex whose messages are all below the clamp has a mean of
+    # exactly 1e-4 in PyG (pow(x, 1.0) is exact) and 1e-4 less an ulp here (exp(log(x))), on either
+    # side of the final clamp's edge: p's gradient then differs by that vertex's share)
+    {"edge_dim": 3, "aggr": "powermean", "learn_p": True, "p": 1.5, "bias": False},
+    {"edge_dim": 3, "aggr": "max", "msg_norm": True},
+    {"edge_dim": 10},  # lin_edge in torch
 ]
 
 
@@ -42,7 +48,7 @@ def test_gen_conv_matches_pyg(graph, options, widths, seed):
         return  # batch norm in training needs two rows
     args = (features(n, widths[0], seed), edge_index)
     if "edge_dim" in options:
-        args += (features(edge_index.shape[1], 3, seed + 1),)
+        args += (features(edge_index.shape[1], options["edge_dim"], seed + 1),)
     compare(*same_start("GENConv", *widths, **options), args, rtol=5e-4)
 
 

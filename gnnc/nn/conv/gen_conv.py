@@ -16,8 +16,10 @@ destination's in-edges), a power mean with exponent `p`, or a plain
 
 (`softmax_sg` detaches the softmax weights, PyG's semi-gradient; no `ea`
 without edge features; the power mean's `clamp(1e-4, 100) ** (1 / p)` after it
-in torch: PyG's clamps to [1e-4, 100]). `lin_src`, `lin_edge`, `lin_dst`, the message norm and
-the MLP (PyG's `gen_conv.MLP` layout: Linear, norm, ReLU, Dropout) are torch's.
+in torch: PyG's clamps to [1e-4, 100]). `lin_src`, `lin_dst`, the message norm and
+the MLP (PyG's `gen_conv.MLP` layout: Linear, norm, ReLU, Dropout) are torch's; so is
+`lin_edge` past `FUSED_EDGE_DIM` edge features, and up to it the kernel makes its products
+per edge (`relu(x[u] + ea[e] @ W + b)`, as GINEConv's): no `[E, F]` tensor, nor its gradient.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
+from gnnc.nn.conv.gin_conv import FUSED_EDGE_DIM
 from gnnc.nn.init import reset
 from gnnc.nn.kernels import AGGREGATIONS, kernel, literal
 from gnnc.nn.linear import Linear
@@ -42,12 +45,19 @@ LAYER = "GENConv"
 LEARNED = ("softmax", "softmax_sg", "powermean", "power")
 
 
-def source(aggr: str, eps: float, edges: bool) -> tuple[str, str]:
+def source(aggr: str, eps: float, edges: bool, lin: bool | None = None) -> tuple[str, str]:
     """(kernel text, name) of an aggregation ("softmax", "softmax_sg", "powermean", or a language
-    aggregation name) of GENConv's messages, with edge features or not."""
-    name = f"gen_{aggr}" + ("_edges" if edges else "")
-    params = "x: f32[V, F]" + (", ea: f32[E, F]" if edges else "")
-    message = f"    m[e] = relu(x[u]{' + ea[e]' if edges else ''}) + {literal(eps)}\n"
+    aggregation name) of GENConv's messages, with edge features or not; `lin` (True: with a bias,
+    False: without) maps the edge features inside the kernel."""
+    if lin is None:
+        name = f"gen_{aggr}" + ("_edges" if edges else "")
+        params = "x: f32[V, F]" + (", ea: f32[E, F]" if edges else "")
+        term = " + ea[e]" if edges else ""
+    else:
+        name = f"gen_{aggr}_lin" + ("" if lin else "_no_bias")
+        params = "x: f32[V, F], ea: f32[E, D], W: f32[D, F]" + (", b: f32[F]" if lin else "")
+        term = " + ea[e] @ W" + (" + b" if lin else "")
+    message = f"    m[e] = relu(x[u]{term}) + {literal(eps)}\n"
     if aggr == "softmax":
         params, body = params + ", t: f32", "sum(softmax(t * m[e]) * m[e])"
     elif aggr == "softmax_sg":
@@ -185,6 +195,9 @@ class GENConv(WarmUp, nn.Module):
         self._parameter = self._aggr in ("softmax", "softmax_sg") or self._powered
         kind = "mean" if self._aggr == "powermean" and not self._powered else self._aggr
         self._kernels = (kernel(*source(kind, self.eps, False)), kernel(*source(kind, self.eps, True)))
+        self._fused = None
+        if hasattr(self, "lin_edge") and edge_dim is not None and edge_dim <= FUSED_EDGE_DIM:
+            self._fused = kernel(*source(kind, self.eps, True, lin=bias))
         # no reset_parameters() here: PyG's GENConv does not call it, so its draws are its modules'
         # own at construction, in this order
 
@@ -204,19 +217,28 @@ class GENConv(WarmUp, nn.Module):
         if hasattr(self, "lin_src"):
             x_src = self.lin_src(x_src)
         edge_attr = inputs.edge_attributes(adj, edge_attr)
+        fused: list[Any] = []
         if edge_attr is not None:
             edge_attr = inputs.edge_features(edge_attr, adj.num_edges, None, LAYER)
-            if hasattr(self, "lin_edge"):
+            if self._fused is not None and edge_attr.shape[-1] == self.lin_edge.in_channels:
+                # lin_edge's products inside the kernel; the message reads ea[e] @ W (+ b)
+                dtype = x_src.dtype
+                fused = [self.lin_edge.weight.t().to(dtype)]
+                if self.lin_edge.bias is not None:
+                    fused.append(self.lin_edge.bias.to(dtype))
+            elif hasattr(self, "lin_edge"):
                 edge_attr = self.lin_edge(edge_attr)
-            if edge_attr.shape[-1] != x_src.shape[-1]:
+            if not fused and edge_attr.shape[-1] != x_src.shape[-1]:
                 raise ArgumentError(
                     f"{LAYER}: edge_attr has {edge_attr.shape[-1]} channels, the messages {x_src.shape[-1]}: "
                     "give edge_dim to map them"
                 )
-        args: list[Any] = [x_src] if edge_attr is None else [x_src, edge_attr.to(x_src.dtype)]
+        args: list[Any] = [x_src] if edge_attr is None else [x_src, edge_attr.to(x_src.dtype), *fused]
         if self._parameter:
             args.append(self.aggr_module.value(x_src.dtype, x_src.device))
-        out = self._kernels[edge_attr is not None](adj.index, *args, size=sizes)
+        call = self._fused if fused else self._kernels[edge_attr is not None]
+        assert call is not None
+        out = call(adj.index, *args, size=sizes)
         if self._powered:
             out = out.clamp(min=1e-4, max=100.0).pow(1.0 / args[-1])  # PyG's clamp_min and clamp_max
         if hasattr(self, "msg_norm"):
