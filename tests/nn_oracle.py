@@ -174,6 +174,17 @@ class _Initial(torch.nn.Module):
         return self.conv(x, x, edge_index)
 
 
+class _Points(torch.nn.Module):
+    """PointNetConv with the features' first 3 columns as positions."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, x[:, :3], edge_index)
+
+
 #: (layer, constructor arguments, extra forward arguments): every layer gnnc.nn has
 LAYERS = [
     ("GCNConv", lambda m: m.GCNConv(5, 4), {}),
@@ -199,6 +210,44 @@ LAYERS = [
     ("ChebConv", lambda m: m.ChebConv(5, 4, 3), {}),
     ("GatedGraphConv", lambda m: m.GatedGraphConv(5, 2), {}),
     ("ResGatedGraphConv", lambda m: m.ResGatedGraphConv(5, 4, edge_dim=2), {"edge_attr": 2}),
+    ("GeneralConv", lambda m: m.GeneralConv(5, 4, 2, heads=2, attention=True), {"edge_attr": 2}),
+    ("LGConv", lambda m: torch.nn.Sequential(torch.nn.Linear(5, 4), m.LGConv()), {}),
+    ("SimpleConv", lambda m: m.SimpleConv("mean", combine_root="sum"), {}),
+    ("SimpleConv-self_loop", lambda m: m.SimpleConv("max", combine_root="self_loop"), {}),
+    ("FAConv", lambda m: _Initial(m.FAConv(5)), {}),
+    ("FiLMConv", lambda m: m.FiLMConv(5, 4, num_relations=3), {"edge_type": 3}),
+    # (not max: under autocast PyG's bfloat16 messages on [E, 2F] and gnnc's split products round
+    # apart, and a max then picks other edges for the gradient; tests/test_nn_edge_mlp.py has max)
+    ("EdgeConv", lambda m: m.EdgeConv(_mlp(10, 4), aggr="add"), {}),
+    ("EdgeConv-linear", lambda m: m.EdgeConv(torch.nn.Linear(10, 4), aggr="mean"), {}),
+    ("PointNetConv", lambda m: _Points(m.PointNetConv(_mlp(8, 4), torch.nn.Linear(4, 4))), {}),
+    ("FeaStConv", lambda m: m.FeaStConv(5, 4, heads=2), {}),
+    (
+        "PNAConv",
+        lambda m: m.PNAConv(
+            5,
+            4,
+            ["mean", "min", "max", "std"],
+            ["identity", "amplification", "attenuation"],
+            torch.tensor([0, 2, 3, 1]),
+            edge_dim=2,
+            towers=2,
+        ),
+        {"edge_attr": 2},
+    ),
+    (
+        "PNAConv-deep",
+        lambda m: m.PNAConv(
+            5,
+            4,
+            ["sum", "var", "max"],
+            ["linear", "inverse_linear"],
+            torch.tensor([0, 2, 3, 1]),
+            pre_layers=2,
+            post_layers=2,
+        ),
+        {},
+    ),
     ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
     ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
 ]

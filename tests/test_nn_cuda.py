@@ -50,6 +50,31 @@ LAYERS = {
     "LEConv": lambda: gnn.LEConv(4, 3),
     "CGConv-edges": lambda: gnn.CGConv(4, dim=2),
     "GENConv-edges": lambda: gnn.GENConv(4, 3, learn_t=True, edge_dim=2, msg_norm=True),
+    "GeneralConv-edges": lambda: gnn.GeneralConv(4, 3, 2, heads=2, directed_msg=False, attention=True),
+    "GeneralConv-dot": lambda: gnn.GeneralConv(4, 3, heads=2, attention=True, attention_type="dot_product"),
+    "LGConv": lambda: gnn.LGConv(),
+    "SimpleConv-self_loop": lambda: gnn.SimpleConv("mean", combine_root="self_loop"),
+    "FAConv-dropout": lambda: gnn.FAConv(4, dropout=0.3),
+    "FeaStConv": lambda: gnn.FeaStConv(4, 3, heads=2),
+    "FiLMConv": lambda: gnn.FiLMConv(4, 3),
+    "EdgeConv": lambda: gnn.EdgeConv(torch.nn.Linear(8, 3)),
+    "EdgeConv-mlp": lambda: gnn.EdgeConv(
+        torch.nn.Sequential(torch.nn.Linear(8, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3)), aggr="mean"
+    ),
+    "PointNetConv": lambda: gnn.PointNetConv(
+        torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    ),
+    "PNAConv-edges": lambda: gnn.PNAConv(
+        4,
+        3,
+        ["mean", "min", "max", "std"],
+        ["identity", "amplification", "attenuation"],
+        torch.tensor([0, 2, 3, 1]),
+        edge_dim=2,
+    ),
+    "PNAConv-deep": lambda: gnn.PNAConv(
+        4, 3, ["sum", "var"], ["linear"], torch.tensor([0, 2, 3, 1]), pre_layers=2, post_layers=2
+    ),
     # (GatedGraphConv is left out: torch's GRUCell calls a fused op that only a real CUDA build has,
     # which the stand-in tensors cannot run; MFConv too: its degree buckets' `nonzero`)
 }
@@ -109,7 +134,9 @@ def _inputs(name: str, device) -> tuple:
 def _call(name: str, layer, x, edge_index, edge_attr):
     if name.startswith(("GINEConv", "TransformerConv")) or name.endswith("-edges") or name == "GATConv-dropout":
         return layer(x, edge_index, edge_attr)
-    if name == "GCN2Conv":
+    if name.startswith("PointNetConv"):
+        return layer(x, x[:, :3], edge_index)
+    if name == "GCN2Conv" or name.startswith("FAConv"):
         return layer(x, x, edge_index)
     return layer(x, edge_index)
 
@@ -192,6 +219,8 @@ RELATIONAL = {
     "RGATConv-multiplicative-scaled": lambda: gnn.RGATConv(
         4, 3, 3, attention_mode="multiplicative-self-attention", dim=2, mod="scaled"
     ),
+    "FiLMConv-relations": lambda: gnn.FiLMConv(4, 3, 3),
+    "FiLMConv-max": lambda: gnn.FiLMConv(4, 3, 3, aggr="max"),
 }
 
 

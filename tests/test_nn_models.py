@@ -26,6 +26,9 @@ pyg_models = pytest.importorskip("torch_geometric.nn.models")
 import gnnc.nn as gnn  # noqa: E402
 import gnnc.nn.models as models  # noqa: E402
 
+DEG = torch.tensor([0, 2, 3, 1])
+PNA_ARGS = {"aggregators": ["sum", "min"], "scalers": ["attenuation", "linear"], "deg": DEG}
+
 #: (model, options): each model with the options that change what surrounds its layers
 CASES = [
     ("GCN", {}),
@@ -36,6 +39,10 @@ CASES = [
     ("GIN", {"norm": "batch_norm", "jk": "max", "out_channels": 3}),
     ("GAT", {"heads": 2}),
     ("GAT", {"v2": True, "heads": 2, "jk": "last", "out_channels": 3}),
+    ("PNA", {"aggregators": ["mean", "max", "std"], "scalers": ["identity", "amplification"], "deg": DEG}),
+    ("PNA", {**PNA_ARGS, "towers": 2, "norm": "batch_norm", "jk": "cat", "out_channels": 3}),
+    ("EdgeCNN", {"aggr": "add"}),
+    ("EdgeCNN", {"aggr": "mean", "norm": "layer_norm", "jk": "max", "out_channels": 3}),
 ]
 
 
@@ -78,6 +85,7 @@ def test_edge_weights_and_edge_features():
     compare(*_pair("GCN", {}), (features(12, 5, 1), edge_index), {"edge_weight": weight})
     edge_attr = features(edge_index.shape[1], 2, 2)
     compare(*_pair("GAT", {"heads": 2, "edge_dim": 2}), (features(12, 5, 1), edge_index), {"edge_attr": edge_attr})
+    compare(*_pair("PNA", {**PNA_ARGS, "edge_dim": 2}), (features(12, 5, 1), edge_index), {"edge_attr": edge_attr})
 
 
 def test_dropout_in_eval_mode_and_copies():

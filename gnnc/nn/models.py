@@ -3,13 +3,13 @@
     from gnnc.nn.models import GraphSAGE   # instead of: from torch_geometric.nn.models import GraphSAGE
     model = GraphSAGE(in_channels, 256, num_layers=3, out_channels=47, dropout=0.5, jk="cat")
 
-`GCN`, `GraphSAGE`, `GIN` and `GAT` (v2 too) are PyG's `BasicGNN` models,
+`GCN`, `GraphSAGE`, `GIN`, `GAT` (v2 too), `PNA` and `EdgeCNN` are PyG's `BasicGNN` models,
 subclassed: everything around the layers is PyG's own code (dropout, the
 activation, normalisation, jumping knowledge, the final Linear, `trim_to_layer`
 for hierarchical neighbour sampling, `inference` over a loader, the
 constructor's arguments and the parameter names), and `init_conv` builds
 gnnc.nn's layer where PyG's builds its own, so a PyG model's `state_dict`
-loads. PyG's `PNA` and `EdgeCNN` have no gnnc layer yet. This module
+loads. This module
 subclasses PyG's classes, so it needs torch-geometric installed (gnnc.nn
 itself does not).
 """
@@ -26,7 +26,7 @@ except ImportError as e:  # pragma: no cover - exercised with torch_geometric hi
         "gnnc.nn.models subclasses PyG's BasicGNN models: install torch-geometric (gnnc.nn's layers need no PyG)"
     ) from e
 
-from gnnc.nn.conv import GATConv, GATv2Conv, GCNConv, GINConv, SAGEConv
+from gnnc.nn.conv import EdgeConv, GATConv, GATv2Conv, GCNConv, GINConv, PNAConv, SAGEConv
 
 
 class GCN(basic_gnn.GCN):
@@ -79,4 +79,26 @@ class GAT(basic_gnn.GAT):
         return conv(in_channels, out_channels, heads=heads, concat=concat, dropout=self.dropout.p, **kwargs)
 
 
-__all__ = ["GAT", "GCN", "GIN", "GraphSAGE"]
+class PNA(basic_gnn.PNA):
+    """PyG's `PNA` model of gnnc.nn's `PNAConv` layers (aggregators, scalers, deg, ... as PyG's keywords)."""
+
+    def init_conv(self, in_channels: int, out_channels: int, **kwargs: Any) -> PNAConv:
+        return PNAConv(in_channels, out_channels, **kwargs)
+
+
+class EdgeCNN(basic_gnn.EdgeCNN):
+    """PyG's `EdgeCNN` model (DGCNN) of gnnc.nn's `EdgeConv` layers, each around PyG's two-layer `MLP`
+    over `[x_i, x_j - x_i]`, as in PyG (its first Linear split into per-vertex products)."""
+
+    def init_conv(self, in_channels: int, out_channels: int, **kwargs: Any) -> EdgeConv:
+        mlp = MLP(
+            [2 * in_channels, out_channels, out_channels],
+            act=self.act,
+            act_first=self.act_first,
+            norm=self.norm,
+            norm_kwargs=self.norm_kwargs,
+        )
+        return EdgeConv(mlp, **kwargs)
+
+
+__all__ = ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA"]
