@@ -84,7 +84,9 @@ def test_feast_matches_pyg(graph, aggr, heads, loops, bias, scale, seed):
         expected = torch.zeros(n, 4) if ours.bias is None else ours.bias.detach().expand(n, 4)
         torch.testing.assert_close(ours(x, edge_index), expected)
         return
-    compare(pyg, ours, (x, edge_index), rtol=5e-4)
+    # at scale 40, u's gradient sums terms of x's size (40x) into a result of order 1: the float32
+    # rounding of the two softmax forms then shows at 5e-4 of the result (a hub of 100 in-edges)
+    compare(pyg, ours, (x, edge_index), rtol=5e-4 if scale == 1.0 else 2e-3)
 
 
 def test_bipartite_and_blocks():

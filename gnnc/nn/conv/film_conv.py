@@ -12,32 +12,25 @@ With one relation (PyG then reads no edge types), `h = lins[0](x_src)` and
         out[v] = mean(relu(g[v] * h[u] + b[v]))
     }
 
-With several and the film layers PyG's Linear (`nn=None`), the per-relation
-transforms are relation tensors (`x[u] @ W[rel(e)]`, as RGCNConv), so both
-the messages and the modulation are the kernel's (computed once per (vertex,
-relation) pair where that pays), and "mean" is per relation:
-
-    kernel film_conv_rel_mean_relu(x: f32[V, K], xd: f32[V, D], W: f32[R, K, F], gw: f32[R, D, F],
-                                   gb: f32[R, F], bw: f32[R, D, F], bb: f32[R, F]) -> f32[V, F] {
-        out[v] = sum(relu((xd[v] @ gw[rel(e)] + gb[rel(e)]) * (x[u] @ W[rel(e)])
-                          + (xd[v] @ bw[rel(e)] + bb[rel(e)])) / deg_in(v, rel(e)))
-    }
-
-("sum"/"add" without the division). For "max"/"min", or a custom `nn`, the
-kernel aggregates over the graph whose destinations are the (destination,
-relation) pairs (`relations.pair_graph`), with each pair's `b`, `g` gathered
-from the film outputs in torch, and the pairs are added into their
-destinations (`index_add`):
-
-    out[v] = max(relu(g[v] * (x[u] @ W[rel(e)]) + b[v]))
+With several relations the same kernel runs on a graph of (vertex, relation)
+pairs: an edge u -> v of type r becomes (u, r) -> (v, r), ids `u * R + r` and
+`v * R + r` (fixed sizes, no data-dependent count). Every relation's `lins`
+and `films` are dense products in torch on all rows, as PyG's are, viewed as
+`[V * R, F]`; the kernel's aggregation at (v, r) is per relation (PyG's mean,
+max or min per relation), and the relations' results are summed in torch.
+So the kernel is elementwise per edge and every weight's gradient is a dense
+product, not a sum of outer products per edge. The pair graph's edge_index is made once per
+(edge_index, edge_type), under torch.compile by a custom op that reads that
+cache (`gnnc::nn_film_edges`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +45,7 @@ from gnnc.nn.kernels import kernel, literal
 from gnnc.nn.linear import Linear, linears
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
+from gnnc.torch import graphs
 
 LAYER = "FiLMConv"
 
@@ -111,27 +105,43 @@ def plain_source(aggr: str, act: str, apply: Callable[[str], str]) -> tuple[str,
     return f"kernel {name}(h: f32[V, F], b: f32[V, F], g: f32[V, F]) -> f32[V, F] {{\n    out[v] = {body}\n}}\n", name
 
 
-def relational_source(aggr: str, act: str, apply: Callable[[str], str]) -> tuple[str, str]:
-    """(kernel text, name) for several relations, the film layers as relation tensors ("sum"/"mean")."""
-    name = f"film_conv_rel_{aggr}_{act}"
-    term = apply("(xd[v] @ gw[rel(e)] + gb[rel(e)]) * (x[u] @ W[rel(e)]) + (xd[v] @ bw[rel(e)] + bb[rel(e)])")
-    if aggr == "mean":
-        term = f"({term}) / deg_in(v, rel(e))"
-    params = (
-        "x: f32[V, K], xd: f32[V, D], W: f32[R, K, F], gw: f32[R, D, F], gb: f32[R, F], bw: f32[R, D, F], bb: f32[R, F]"
-    )
-    return f"kernel {name}({params}) -> f32[V, F] {{\n    out[v] = sum({term})\n}}\n", name
+_LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
+_LIBRARY.define("nn_film_edges(Tensor edge_index, Tensor edge_type, int num_relations) -> Tensor")
 
 
-def pairs_source(aggr: str, act: str, apply: Callable[[str], str]) -> tuple[str, str]:
-    """(kernel text, name) over the (destination, relation) pairs: `b`, `g` per pair."""
-    name = f"film_conv_pairs_{aggr}_{act}"
-    body = f"{aggr}({apply('g[v] * (x[u] @ W[rel(e)]) + b[v]')})"
-    return (
-        f"kernel {name}(x: f32[V, K], W: f32[R, K, F], b: f32[V, F], g: f32[V, F]) -> f32[V, F] {{\n"
-        f"    out[v] = {body}\n}}\n",
-        name,
-    )
+def _pair_edges(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
+    """`[u * R + r, v * R + r]` per edge, made (and the types checked) once per (edge_index, edge_type)."""
+
+    def make() -> tuple[weakref.ref, tuple, torch.Tensor]:
+        with torch.inference_mode(False):  # an ordinary tensor: a later training call reuses it
+            rel = edge_type.to(torch.int64)
+            if rel.numel() and (int(rel.min()) < 0 or int(rel.max()) >= num_relations):
+                raise ArgumentError(
+                    f"{LAYER}: edge_type has values out of range [0, {num_relations}) "
+                    f"(min {int(rel.min())}, max {int(rel.max())})"
+                )
+            made = edge_index.to(torch.int64) * num_relations + rel
+        return weakref.ref(edge_type), graphs.state_of(edge_type), made
+
+    key = ("nn.film_conv.pairs", int(num_relations))
+    ref, state, made = graphs.derived(edge_index, key, make)
+    if ref() is not edge_type or state != graphs.state_of(edge_type):  # other types on the same edges
+        ref, state, made = graphs.replace_derived(edge_index, key, make())
+    return made
+
+
+@torch.library.impl(_LIBRARY, "nn_film_edges", "CompositeExplicitAutograd")
+def _pair_edges_op(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
+    cached = _pair_edges(edge_index, edge_type, num_relations)
+    out = cached.clone()
+    # the copy (a new tensor each compiled call) finds the gnnc graph built for the cached one
+    graphs.share_conversions(out, cached)
+    return out
+
+
+@torch.library.register_fake("gnnc::nn_film_edges", lib=_LIBRARY)
+def _pair_edges_fake(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
+    return edge_index.new_empty(edge_index.shape, dtype=torch.int64)
 
 
 class FiLMConv(WarmUp, nn.Module):
@@ -170,15 +180,7 @@ class FiLMConv(WarmUp, nn.Module):
             self.films.append(Linear(dst, 2 * out_channels) if nn is None else copy.deepcopy(nn))
         self.lin_skip = Linear(dst, out_channels, bias=False)
         self.film_skip = Linear(dst, 2 * out_channels, bias=False) if nn is None else copy.deepcopy(nn)
-        # several relations: the film layers in the kernel where they are Linear layers and the
-        # aggregation is linear per relation; else the pairs' kernel
-        self._relational = num_relations > 1 and nn is None and self._aggr in ("sum", "mean")
-        if num_relations == 1:
-            self._kernel = kernel(*plain_source(self._aggr, act_name, apply))
-        elif self._relational:
-            self._kernel = kernel(*relational_source(self._aggr, act_name, apply))
-        else:
-            self._kernel = kernel(*pairs_source(self._aggr, act_name, apply))
+        self._kernel = kernel(*plain_source(self._aggr, act_name, apply))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -220,64 +222,46 @@ class FiLMConv(WarmUp, nn.Module):
             b, g = self._split(self.films[0], x_dst)
             h = self.lins[0](x_src)
             return out + self._kernel(adj.index, h, b.to(h.dtype), g.to(h.dtype), size=sizes)
-        if self._relational:
-            return out + self._relational_call(x_src, x_dst, edges, sizes)
         return out + self._pairs_call(x_src, x_dst, edges, sizes)
-
-    def _weights(self, x_src: torch.Tensor) -> torch.Tensor:
-        """W: `[R, in_src, out]`, the lins' weights as a relation tensor."""
-        lins = linears(self.lins)
-        for lin in lins:
-            if lin.lazy:  # sized by the input, as PyG's lin(x[0]) would
-                lin(x_src[:0])
-        return torch.stack([lin.weight.t() for lin in lins]).to(x_src.dtype)
-
-    def _relational_call(
-        self, x_src: torch.Tensor, x_dst: torch.Tensor, edges: relations.TypedEdges, sizes: tuple
-    ) -> torch.Tensor:
-        f = self.out_channels
-        films: list[Linear] = [film for film in self.films if isinstance(film, Linear)]
-        for film, lin in zip(films, linears(self.lins)):
-            if film.lazy or lin.lazy:  # PyG's order of first calls: film(x[1]), then lin(x[0])
-                film(x_dst[:0])
-                lin(x_src[:0])
-        dtype = x_src.dtype
-        fw = torch.stack([film.weight.t() for film in films]).to(dtype)  # [R, D, 2F]: beta's columns, gamma's
-        fb = torch.stack([film.bias for film in films if film.bias is not None]).to(dtype)
-        w = self._weights(x_src)
-        return self._kernel(
-            edges.edge_index,
-            x_src,
-            x_dst.to(dtype),
-            w,
-            fw[..., f:],
-            fb[:, f:],
-            fw[..., :f],
-            fb[:, :f],
-            size=sizes,
-            edge_type=edges.edge_type,
-            num_relations=self.num_relations,
-        )
 
     def _pairs_call(
         self, x_src: torch.Tensor, x_dst: torch.Tensor, edges: relations.TypedEdges, sizes: tuple
     ) -> torch.Tensor:
-        split = [self._split(film, x_dst) for film in self.films]
-        w = self._weights(x_src)
-        pairs = relations.pair_graph(edges, self.num_relations)
-        beta = torch.stack([b for b, _ in split])[pairs.relation, pairs.vertex].to(x_src.dtype)
-        gamma = torch.stack([g for _, g in split])[pairs.relation, pairs.vertex].to(x_src.dtype)
-        per_pair = self._kernel(
-            pairs.edge_index,
-            x_src,
-            w,
-            beta,
-            gamma,
-            size=(sizes[0], pairs.num_pairs),
-            edge_type=edges.edge_type,
-            num_relations=self.num_relations,
-        )
-        return per_pair.new_zeros(sizes[1], self.out_channels).index_add(0, pairs.vertex, per_pair)
+        """Every relation at once on the graph of (vertex, relation) pairs (see the module)."""
+        r, f = self.num_relations, self.out_channels
+        lins = linears(self.lins)
+        for film, lin in zip(self.films, lins):
+            # PyG's order of first calls (lazy layers): film(x[1]), then lin(x[0]), relation by relation
+            if lin.lazy or (isinstance(film, Linear) and film.lazy):
+                self._split(film, x_dst[:0])
+                lin(x_src[:0])
+        # one product for every relation's rows, [V, R * F] viewed as [V * R, F] (no stacking)
+        h_pairs = x_src.matmul(torch.cat([lin.weight for lin in lins]).t()).view(-1, f)
+        dtype = h_pairs.dtype
+        if all(isinstance(film, Linear) and film.bias is not None for film in self.films):
+            # beta's and gamma's rows of every film layer apart: two products, each [V, R * F]
+            films = [cast(Linear, film) for film in self.films]
+            biases = [cast(torch.Tensor, film.bias) for film in films]
+            b_pairs, g_pairs = (
+                torch.addmm(
+                    torch.cat([b[part] for b in biases]), x_dst, torch.cat([film.weight[part] for film in films]).t()
+                )
+                .view(-1, f)
+                .to(dtype)
+                for part in (slice(0, f), slice(f, 2 * f))
+            )
+        else:
+            modulation = torch.stack([torch.cat(self._split(film, x_dst), -1) for film in self.films], dim=1)
+            b_pairs = modulation[..., :f].reshape(-1, f).to(dtype)
+            g_pairs = modulation[..., f:].reshape(-1, f).to(dtype)
+        edge_index, edge_type = edges.edge_index, edges.edge_type
+        if torch.compiler.is_compiling():
+            pairs = torch.ops.gnnc.nn_film_edges(edge_index, edge_type, r)
+        else:
+            pairs = _pair_edges(edge_index, edge_type, r)
+        num_src, num_dst = sizes
+        per_pair = self._kernel(pairs, h_pairs, b_pairs, g_pairs, size=(num_src * r, num_dst * r))
+        return per_pair.view(-1, r, f).sum(dim=1)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, num_relations={self.num_relations})"
