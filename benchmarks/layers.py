@@ -32,6 +32,21 @@ def _mlp(c: int) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(c, c), torch.nn.ReLU(), torch.nn.Linear(c, c))
 
 
+def _mlp_in(i: int, c: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(i, c), torch.nn.ReLU(), torch.nn.Linear(c, c))
+
+
+class _Points(torch.nn.Module):
+    """PointNetConv with the features' first 3 columns as positions."""
+
+    def __init__(self, conv: torch.nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv(x, x[:, :3], edge_index)
+
+
 #: (layer, constructor, forward's extra inputs: "w" edge weights, "a" edge features, "t" edge types,
 #: "x0" initial features)
 LAYERS: list[tuple[str, Any, str]] = [
@@ -57,6 +72,29 @@ LAYERS: list[tuple[str, Any, str]] = [
     ("MFConv", lambda m, c: m.MFConv(c, c), ""),
     ("CGConv", lambda m, c: m.CGConv(c, dim=8), "a"),
     ("GENConv", lambda m, c: m.GENConv(c, c, edge_dim=8), "a"),
+    ("GeneralConv", lambda m, c: m.GeneralConv(c, c), ""),
+    ("GeneralConv-att", lambda m, c: m.GeneralConv(c, c, attention=True), ""),
+    ("LGConv", lambda m, c: m.LGConv(), "w"),
+    ("SimpleConv", lambda m, c: m.SimpleConv("mean", combine_root="sum"), "w"),
+    ("FAConv", lambda m, c: m.FAConv(c), "x0"),
+    ("FiLMConv", lambda m, c: m.FiLMConv(c, c, 4), "t"),
+    ("FeaStConv", lambda m, c: m.FeaStConv(c, c, heads=4), ""),
+    ("EdgeConv", lambda m, c: m.EdgeConv(torch.nn.Linear(2 * c, c)), ""),
+    ("EdgeConv-mlp", lambda m, c: m.EdgeConv(_mlp_in(2 * c, c)), ""),
+    ("PointNetConv", lambda m, c: _Points(m.PointNetConv(torch.nn.Linear(c + 3, c))), ""),
+    (
+        "PNAConv",
+        lambda m, c: m.PNAConv(
+            c,
+            c,
+            ["mean", "min", "max", "std"],
+            ["identity", "amplification", "attenuation"],
+            torch.tensor([0, 1, 2, 4, 8, 4, 2, 1]),
+            edge_dim=8,
+            towers=4,
+        ),
+        "a",
+    ),
     ("RGCNConv", lambda m, c: m.RGCNConv(c, c, 4), "t"),
 ]
 
