@@ -150,6 +150,18 @@ def same_start(name: str, *args: Any, lazy: bool = False, **kwargs: Any) -> tupl
     return pyg, ours
 
 
+class Seeded(torch.nn.Module):
+    """A layer whose every call starts from one torch seed, so PyG's dropout and gnnc's draw alike."""
+
+    def __init__(self, layer: torch.nn.Module, seed: int):
+        super().__init__()
+        self.layer, self.seed = layer, seed
+
+    def forward(self, *args, **kwargs):
+        torch.manual_seed(self.seed)
+        return self.layer(*args, **kwargs)
+
+
 def edge_weights(edge_index: torch.Tensor, seed: int) -> torch.Tensor:
     """Positive edge weights (in [0.1, 1.1)) that need a gradient."""
     g = torch.Generator().manual_seed(seed)

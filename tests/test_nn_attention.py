@@ -19,7 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import bipartite, close, compare, features, pyg_graphs
+from tests.nn_oracle import Seeded, bipartite, close, compare, features, pyg_graphs
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -27,18 +27,6 @@ from gnnc.errors import ArgumentError  # noqa: E402
 from gnnc.nn import attention  # noqa: E402
 
 LAYERS = ["GATConv", "GATv2Conv", "TransformerConv"]
-
-
-class Seeded(torch.nn.Module):
-    """A layer whose every call starts from one torch seed, so PyG's dropout and gnnc's draw alike."""
-
-    def __init__(self, layer: torch.nn.Module, seed: int):
-        super().__init__()
-        self.layer, self.seed = layer, seed
-
-    def forward(self, *args, **kwargs):
-        torch.manual_seed(self.seed)
-        return self.layer(*args, **kwargs)
 
 
 def pair(name: str, *args, **kwargs):

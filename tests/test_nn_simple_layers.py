@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc.torch import graphs
-from tests.nn_oracle import bipartite, close, compare, edge_weights, features, pyg_graphs, same_start
+from tests.nn_oracle import Seeded, bipartite, close, compare, edge_weights, features, pyg_graphs, same_start
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -29,18 +29,6 @@ from tests.sparse_tensor import patch_pyg, pyg_sparse_tensor  # noqa: E402
 
 AGGRS = ["sum", "add", "mean", "max", "min"]
 ROOTS = [None, "sum", "cat", "self_loop"]
-
-
-class Seeded(torch.nn.Module):
-    """A layer whose every call starts from one torch seed, so PyG's dropout and gnnc's draw alike."""
-
-    def __init__(self, layer: torch.nn.Module, seed: int):
-        super().__init__()
-        self.layer, self.seed = layer, seed
-
-    def forward(self, *args, **kwargs):
-        torch.manual_seed(self.seed)
-        return self.layer(*args, **kwargs)
 
 
 def _graph(n: int = 8) -> torch.Tensor:
