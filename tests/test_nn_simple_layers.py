@@ -70,16 +70,20 @@ def test_lg_conv_negative_degrees_are_nan_as_in_pyg():
     assert torch.isnan(expected[1]).all() and torch.isfinite(expected[[0, 2, 3]]).all()
 
 
+def _adjacency(form: str, edge_index: torch.Tensor, n: int):
+    """edge_index as a sparse adjacency of `form`, with positive values (none: a SparseTensor's)."""
+    value = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1)) + 0.5
+    if form in ("coo", "csr"):
+        return _torch_sparse(edge_index, value, n, torch.sparse_csr if form == "csr" else torch.sparse_coo)
+    return _sparse_tensor(edge_index, value if form == "SparseTensor" else None, n)
+
+
 @pytest.mark.parametrize("form", ["coo", "csr", "SparseTensor", "SparseTensor without values"])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_lg_conv_sparse_adjacencies(monkeypatch, form, normalize):
     patch_pyg(monkeypatch)
     edge_index, n = _graph(), 8
-    value = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1)) + 0.5
-    if form in ("coo", "csr"):
-        adj = _torch_sparse(edge_index, value, n, torch.sparse_csr if form == "csr" else torch.sparse_coo)
-    else:
-        adj = _sparse_tensor(edge_index, value if form == "SparseTensor" else None, n)
+    adj = _adjacency(form, edge_index, n)
     compare(*same_start("LGConv", normalize=normalize), (features(n, 4, 2), adj))
 
 
@@ -138,11 +142,7 @@ def test_simple_conv_sparse_adjacencies(monkeypatch, aggr, root, form):
     adjacency's diagonal (coalesced) and replace a SparseTensor's (set_diag)."""
     patch_pyg(monkeypatch)
     edge_index, n = _graph(), 8
-    value = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1)) + 0.5
-    if form in ("coo", "csr"):
-        adj = _torch_sparse(edge_index, value, n, torch.sparse_csr if form == "csr" else torch.sparse_coo)
-    else:
-        adj = _sparse_tensor(edge_index, value if form == "SparseTensor" else None, n)
+    adj = _adjacency(form, edge_index, n)
     x = features(n, 4, 2)
     compare(*same_start("SimpleConv", aggr, root), (x, adj))
 

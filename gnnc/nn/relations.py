@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -101,6 +101,19 @@ class PairGraph:
         return int(self.vertex.shape[0])
 
 
+def derived_with_types(edge_index: torch.Tensor, edge_type: torch.Tensor, key: Any, make: Any) -> Any:
+    """`make()`, kept with edge_index's graphs (`graphs.derived`) and made again when the types
+    are another tensor or were edited in place (other types on the same edges)."""
+
+    def made() -> tuple[weakref.ref, tuple, Any]:
+        return weakref.ref(edge_type), graphs.state_of(edge_type), make()
+
+    ref, state, value = graphs.derived(edge_index, key, made)
+    if ref() is not edge_type or state != graphs.state_of(edge_type):
+        ref, state, value = graphs.replace_derived(edge_index, key, made())
+    return value
+
+
 @torch.compiler.disable(reason="the number of (destination, relation) pairs depends on the data")
 def pair_graph(edges: TypedEdges, num_relations: int) -> PairGraph:
     """The pair graph of `edges`, made once per (edge_index, edge_type) while neither changes.
@@ -108,24 +121,27 @@ def pair_graph(edges: TypedEdges, num_relations: int) -> PairGraph:
     Its size depends on the data: under torch.compile it is a graph break (as PyG's masks per relation)."""
     edge_index, edge_type = edges.edge_index, edges.edge_type
 
-    def make() -> tuple[weakref.ref, tuple, PairGraph]:
+    def make() -> PairGraph:
         dst = edge_index[1].to(torch.int64)
         rel = edge_type.to(torch.int64)
         codes, pair = torch.unique(dst * num_relations + rel, return_inverse=True)
         vertex = torch.div(codes, num_relations, rounding_mode="floor")
-        made = PairGraph(
+        return PairGraph(
             torch.stack([edge_index[0].to(torch.int64), pair.view(-1)]),
             vertex,
             codes % num_relations,
             torch.stack([torch.arange(codes.shape[0], device=codes.device), vertex]),
         )
-        return weakref.ref(edge_type), graphs.state_of(edge_type), made
 
-    key = ("nn.pair_graph", int(num_relations))
-    ref, state, made = graphs.derived(edge_index, key, make)
-    if ref() is not edge_type or state != graphs.state_of(edge_type):  # other types on the same edges
-        ref, state, made = graphs.replace_derived(edge_index, key, make())
-    return made
+    return cast(PairGraph, derived_with_types(edge_index, edge_type, ("nn.pair_graph", int(num_relations)), make))
 
 
-__all__ = ["PairGraph", "TypedEdges", "check_decomposition", "check_relations", "pair_graph", "typed_edges"]
+__all__ = [
+    "PairGraph",
+    "TypedEdges",
+    "check_decomposition",
+    "check_relations",
+    "derived_with_types",
+    "pair_graph",
+    "typed_edges",
+]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import math
-import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -112,7 +111,7 @@ _LIBRARY.define("nn_film_edges(Tensor edge_index, Tensor edge_type, int num_rela
 def _pair_edges(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
     """`[u * R + r, v * R + r]` per edge, made (and the types checked) once per (edge_index, edge_type)."""
 
-    def make() -> tuple[weakref.ref, tuple, torch.Tensor]:
+    def make() -> torch.Tensor:
         with torch.inference_mode(False):  # an ordinary tensor: a later training call reuses it
             rel = edge_type.to(torch.int64)
             if rel.numel() and (int(rel.min()) < 0 or int(rel.max()) >= num_relations):
@@ -120,14 +119,10 @@ def _pair_edges(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations
                     f"{LAYER}: edge_type has values out of range [0, {num_relations}) "
                     f"(min {int(rel.min())}, max {int(rel.max())})"
                 )
-            made = edge_index.to(torch.int64) * num_relations + rel
-        return weakref.ref(edge_type), graphs.state_of(edge_type), made
+            return edge_index.to(torch.int64) * num_relations + rel
 
     key = ("nn.film_conv.pairs", int(num_relations))
-    ref, state, made = graphs.derived(edge_index, key, make)
-    if ref() is not edge_type or state != graphs.state_of(edge_type):  # other types on the same edges
-        ref, state, made = graphs.replace_derived(edge_index, key, make())
-    return made
+    return cast(torch.Tensor, relations.derived_with_types(edge_index, edge_type, key, make))
 
 
 @torch.library.impl(_LIBRARY, "nn_film_edges", "CompositeExplicitAutograd")
