@@ -97,7 +97,8 @@ class CGConv(WarmUp, nn.Module):
         self.lin_s = nn.Linear(src + dst + dim, dst, bias=bias)
         self.bn = nn.BatchNorm1d(dst) if batch_norm else None
         self._plain = kernel(*source(self._aggr, False))
-        self._edges = kernel(*source(self._aggr, True, fused=dim <= FUSED_EDGE_DIM)) if dim else None
+        self._fused = dim <= FUSED_EDGE_DIM
+        self._edges = kernel(*source(self._aggr, True, fused=self._fused)) if dim else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -134,7 +135,7 @@ class CGConv(WarmUp, nn.Module):
         else:
             assert self._edges is not None
             edge_attr = inputs.edge_features(edge_attr, adj.num_edges, self.dim, LAYER)
-            if self.dim <= FUSED_EDGE_DIM:
+            if self._fused:
                 ea = edge_attr.to(fd.dtype)
                 out = self._edges(
                     adj.index, fd, fs, sd, ss, ea, fe_w.t().to(fd.dtype), se_w.t().to(fd.dtype), size=sizes
