@@ -2,25 +2,28 @@
 
 GCNConv's self-loop weights (for a graph without edge weights), the
 attention layers' `keep` mask (0 on the graph's own self loops) and a
-static graph's repeated edge_index (`static_graphs`) are O(E)
-tensor code that every call would otherwise run again. They are kept with
+static graph's repeated edge_index (`static_graphs`), SimpleConv's edges
+with a loop appended per vertex and FiLMConv's edges between (vertex,
+relation) pairs are O(E) tensor code that every call would otherwise run
+again. They are kept with
 the edge_index (`gnnc.torch.graphs.derived`: dropped with the tensor, made
 again after an in-place edit of it). An eager call reads them there; a
 call under torch.compile gets them from a custom op (`gnnc::nn_gcn_loops`,
-`gnnc::nn_keep`) whose implementation reads the same cache and returns a
-copy (the compiled graph owns its outputs), so a compiled model does not
-recompute them either.
+`gnnc::nn_keep`, ...) whose implementation reads the same cache and returns
+a copy (the compiled graph owns its outputs), so a compiled model does not
+recompute them either; an edge_index's copy shares the cached tensor's gnnc
+graphs (`_shared_copy`), so it is not converted again either.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from gnnc.errors import ArgumentError, GraphError
 from gnnc.graph.graph import Graph
-from gnnc.nn import self_loops
+from gnnc.nn import relations, self_loops
 from gnnc.torch import graphs
 
 _LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
@@ -29,6 +32,17 @@ _LIBRARY.define(
     "nn_gcn_loops(Tensor edge_index, SymInt num_nodes, float fill, ScalarType dtype, bool add_loops) -> Tensor"
 )
 _LIBRARY.define("nn_static_edges(Tensor edge_index, SymInt count, SymInt num_src, SymInt num_dst) -> Tensor")
+_LIBRARY.define("nn_appended_loops(Tensor edge_index, SymInt num_nodes) -> Tensor")
+_LIBRARY.define("nn_relation_pair_edges(Tensor edge_index, Tensor edge_type, int num_relations, str layer) -> Tensor")
+
+
+def _shared_copy(cached: torch.Tensor) -> torch.Tensor:
+    """A copy of a cached edge_index for a custom op to return: the copy (a new tensor each
+    compiled call) reaches the kernels as their edge_index and finds the graph built for the
+    cached one instead of building its own each call."""
+    out = cached.clone()
+    graphs.share_conversions(out, cached)
+    return out
 
 
 def _loops(
@@ -82,17 +96,57 @@ def _static_edges(edge_index: torch.Tensor, count: int, num_src: int, num_dst: i
 
 @torch.library.impl(_LIBRARY, "nn_static_edges", "CompositeExplicitAutograd")
 def _static_edges_op(edge_index: torch.Tensor, count: int, num_src: int, num_dst: int) -> torch.Tensor:
-    cached = _static_edges(edge_index, int(count), int(num_src), int(num_dst))
-    out = cached.clone()
-    # the copy (a new tensor each compiled call) reaches the kernels as their edge_index: it
-    # finds the graph built for the cached one instead of building its own each call
-    graphs.share_conversions(out, cached)
-    return out
+    return _shared_copy(_static_edges(edge_index, int(count), int(num_src), int(num_dst)))
 
 
 @torch.library.register_fake("gnnc::nn_static_edges", lib=_LIBRARY)
 def _static_edges_fake(edge_index: torch.Tensor, count: Any, num_src: Any, num_dst: Any) -> torch.Tensor:
     return edge_index.new_empty((2, count * edge_index.shape[1]), dtype=torch.int64)
+
+
+def _appended(edge_index: torch.Tensor | Graph, num_nodes: int) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        with torch.inference_mode(False):
+            edges = graphs.edge_index_of(edge_index) if isinstance(edge_index, Graph) else edge_index
+            ids = torch.arange(num_nodes, dtype=edges.dtype, device=edges.device)
+            return torch.cat([edges, torch.stack([ids, ids])], dim=1)
+
+    return graphs.derived(edge_index, ("nn.appended_loops", num_nodes), make)
+
+
+@torch.library.impl(_LIBRARY, "nn_appended_loops", "CompositeExplicitAutograd")
+def _appended_op(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    return _shared_copy(_appended(edge_index, int(num_nodes)))
+
+
+@torch.library.register_fake("gnnc::nn_appended_loops", lib=_LIBRARY)
+def _appended_fake(edge_index: torch.Tensor, num_nodes: Any) -> torch.Tensor:
+    return edge_index.new_empty((2, edge_index.shape[1] + num_nodes))
+
+
+def _pair_edges(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int, layer: str) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        with torch.inference_mode(False):
+            rel = edge_type.to(torch.int64)
+            if rel.numel() and (int(rel.min()) < 0 or int(rel.max()) >= num_relations):
+                raise ArgumentError(
+                    f"{layer}: edge_type has values out of range [0, {num_relations}) "
+                    f"(min {int(rel.min())}, max {int(rel.max())})"
+                )
+            return edge_index.to(torch.int64) * num_relations + rel
+
+    key = ("nn.relation_pair_edges", int(num_relations))
+    return cast(torch.Tensor, relations.derived_with_types(edge_index, edge_type, key, make))
+
+
+@torch.library.impl(_LIBRARY, "nn_relation_pair_edges", "CompositeExplicitAutograd")
+def _pair_edges_op(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int, layer: str) -> torch.Tensor:
+    return _shared_copy(_pair_edges(edge_index, edge_type, num_relations, layer))
+
+
+@torch.library.register_fake("gnnc::nn_relation_pair_edges", lib=_LIBRARY)
+def _pair_edges_fake(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int, layer: str) -> torch.Tensor:
+    return edge_index.new_empty(edge_index.shape, dtype=torch.int64)
 
 
 @torch.library.impl(_LIBRARY, "nn_gcn_loops", "CompositeExplicitAutograd")
@@ -152,4 +206,22 @@ def static_edges(edge_index: torch.Tensor, count: int, num_src: int, num_dst: in
     return _static_edges(edge_index, count, num_src, num_dst)
 
 
-__all__ = ["gcn_loops", "keep", "static_edges"]
+def appended_loops(edge_index: torch.Tensor | Graph, num_nodes: Any) -> torch.Tensor:
+    """The edges of an edge_index (or a Graph), then a loop (i, i) per vertex (SimpleConv's
+    "self_loop"), made once per tensor (or Graph)."""
+    if torch.compiler.is_compiling() and isinstance(edge_index, torch.Tensor):
+        return torch.ops.gnnc.nn_appended_loops(edge_index, num_nodes)
+    return _appended(edge_index, num_nodes)
+
+
+def relation_pair_edges(
+    edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int, layer: str
+) -> torch.Tensor:
+    """`[u * R + r, v * R + r]` per edge u -> v of type r: the edges between (vertex, relation)
+    pairs (FiLMConv's), made, and the types checked against R, once per (edge_index, edge_type)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.gnnc.nn_relation_pair_edges(edge_index, edge_type, num_relations, layer)
+    return _pair_edges(edge_index, edge_type, num_relations, layer)
+
+
+__all__ = ["appended_loops", "gcn_loops", "keep", "relation_pair_edges", "static_edges"]

@@ -29,7 +29,7 @@ from torch import nn
 from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs, self_loops
 from gnnc.nn.conv.appnp import dropout_order, gcn_weights
-from gnnc.nn.conv.sg_conv import check_in_channels
+from gnnc.nn.conv.sg_conv import check_in_channels, square_graph
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
 from gnnc.nn.message_passing import check_options
@@ -158,17 +158,8 @@ class FAConv(WarmUp, nn.Module):
         edge_weight: torch.Tensor | None = None,
         return_attention_weights: bool | None = None,
     ) -> Any:
-        if not isinstance(x, torch.Tensor):
-            raise ArgumentError(f"{LAYER}: x must be one tensor (PyG's FAConv takes no bipartite pair)")
-        x = inputs.check_features(x, LAYER)
-        adj = inputs.adjacency(edge_index)
-        if adj.block:
-            raise ArgumentError(
-                f"{LAYER} takes one square graph (x and x_0 of its vertices); for a sampled block, pass the "
-                "batch's edge_index (its square subgraph) instead"
-            )
+        x, adj = square_graph(LAYER, x, edge_index)
         n = x.shape[0]
-        inputs.sizes(adj, x, x, None, bipartite=False)
         if self.eps != 0.0:  # PyG reads x_0 only then
             x_0 = self._initial(x_0, x)
         adj, w, loop = self._weights(adj, edge_weight, n, x.dtype)

@@ -21,7 +21,7 @@ max or min per relation), and the relations' results are summed in torch.
 So the kernel is elementwise per edge and every weight's gradient is a dense
 product, not a sum of outer products per edge. The pair graph's edge_index is made once per
 (edge_index, edge_type), under torch.compile by a custom op that reads that
-cache (`gnnc::nn_film_edges`).
+cache (`derived.relation_pair_edges`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.nn import inputs, relations
+from gnnc.nn import derived, inputs, relations
 from gnnc.nn.conv.aggregate import aggregation
 from gnnc.nn.conv.sg_conv import check_out_channels
 from gnnc.nn.init import reset
@@ -44,7 +44,6 @@ from gnnc.nn.kernels import kernel, literal
 from gnnc.nn.linear import Linear, linears
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
-from gnnc.torch import graphs
 
 LAYER = "FiLMConv"
 
@@ -102,41 +101,6 @@ def plain_source(aggr: str, act: str, apply: Callable[[str], str]) -> tuple[str,
     name = f"film_conv_{aggr}_{act}"
     body = f"{aggr}({apply('g[v] * h[u] + b[v]')})"
     return f"kernel {name}(h: f32[V, F], b: f32[V, F], g: f32[V, F]) -> f32[V, F] {{\n    out[v] = {body}\n}}\n", name
-
-
-_LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
-_LIBRARY.define("nn_film_edges(Tensor edge_index, Tensor edge_type, int num_relations) -> Tensor")
-
-
-def _pair_edges(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
-    """`[u * R + r, v * R + r]` per edge, made (and the types checked) once per (edge_index, edge_type)."""
-
-    def make() -> torch.Tensor:
-        with torch.inference_mode(False):  # an ordinary tensor: a later training call reuses it
-            rel = edge_type.to(torch.int64)
-            if rel.numel() and (int(rel.min()) < 0 or int(rel.max()) >= num_relations):
-                raise ArgumentError(
-                    f"{LAYER}: edge_type has values out of range [0, {num_relations}) "
-                    f"(min {int(rel.min())}, max {int(rel.max())})"
-                )
-            return edge_index.to(torch.int64) * num_relations + rel
-
-    key = ("nn.film_conv.pairs", int(num_relations))
-    return cast(torch.Tensor, relations.derived_with_types(edge_index, edge_type, key, make))
-
-
-@torch.library.impl(_LIBRARY, "nn_film_edges", "CompositeExplicitAutograd")
-def _pair_edges_op(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
-    cached = _pair_edges(edge_index, edge_type, num_relations)
-    out = cached.clone()
-    # the copy (a new tensor each compiled call) finds the gnnc graph built for the cached one
-    graphs.share_conversions(out, cached)
-    return out
-
-
-@torch.library.register_fake("gnnc::nn_film_edges", lib=_LIBRARY)
-def _pair_edges_fake(edge_index: torch.Tensor, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
-    return edge_index.new_empty(edge_index.shape, dtype=torch.int64)
 
 
 class FiLMConv(WarmUp, nn.Module):
@@ -249,11 +213,7 @@ class FiLMConv(WarmUp, nn.Module):
             modulation = torch.stack([torch.cat(self._split(film, x_dst), -1) for film in self.films], dim=1)
             b_pairs = modulation[..., :f].reshape(-1, f).to(dtype)
             g_pairs = modulation[..., f:].reshape(-1, f).to(dtype)
-        edge_index, edge_type = edges.edge_index, edges.edge_type
-        if torch.compiler.is_compiling():
-            pairs = torch.ops.gnnc.nn_film_edges(edge_index, edge_type, r)
-        else:
-            pairs = _pair_edges(edge_index, edge_type, r)
+        pairs = derived.relation_pair_edges(edges.edge_index, edges.edge_type, r, LAYER)
         num_src, num_dst = sizes
         per_pair = self._kernel(pairs, h_pairs, b_pairs, g_pairs, size=(num_src * r, num_dst * r))
         return per_pair.view(-1, r, f).sum(dim=1)

@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 from gnnc.errors import ArgumentError
-from gnnc.graph.graph import Graph
-from gnnc.nn import inputs
+from gnnc.nn import derived, inputs
 from gnnc.nn.conv.aggregate import aggregate, aggregation, kernels
 from gnnc.nn.kernels import kernel
 from gnnc.nn.message_passing import check_options
@@ -53,43 +52,11 @@ def root_kernels(aggr: str) -> tuple[Kernel, Kernel]:
     return kernel(plain, name), kernel(weighted, f"{name}_weighted")
 
 
-_LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
-_LIBRARY.define("nn_simple_conv_loops(Tensor edge_index, SymInt num_nodes) -> Tensor")
-
-
-def _appended(edge_index: torch.Tensor | Graph, num_nodes: int) -> torch.Tensor:
-    """An edge_index's (or a Graph's) edges then a loop (i, i) per vertex, made once per graph."""
-
-    def make() -> torch.Tensor:
-        with torch.inference_mode(False):  # an ordinary tensor: a later training call reuses it
-            edges = graphs.edge_index_of(edge_index) if isinstance(edge_index, Graph) else edge_index
-            ids = torch.arange(num_nodes, dtype=edges.dtype, device=edges.device)
-            return torch.cat([edges, torch.stack([ids, ids])], dim=1)
-
-    return graphs.derived(edge_index, ("nn.simple_conv.loops", num_nodes), make)
-
-
-@torch.library.impl(_LIBRARY, "nn_simple_conv_loops", "CompositeExplicitAutograd")
-def _appended_op(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    cached = _appended(edge_index, int(num_nodes))
-    out = cached.clone()
-    # the copy (a new tensor each compiled call) finds the gnnc graph built for the cached one
-    graphs.share_conversions(out, cached)
-    return out
-
-
-@torch.library.register_fake("gnnc::nn_simple_conv_loops", lib=_LIBRARY)
-def _appended_fake(edge_index: torch.Tensor, num_nodes: Any) -> torch.Tensor:
-    return edge_index.new_empty((2, edge_index.shape[1] + num_nodes))
-
-
 def _looped(adj: inputs.Adjacency, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """(edges with PyG's self loops, the edges kept or None for all, the loops appended) of `adj`,
     made once per graph (under torch.compile, an edge_index's by a custom op that reads the cache)."""
     if not adj.sparse:
-        if torch.compiler.is_compiling() and isinstance(adj.index, torch.Tensor):
-            return torch.ops.gnnc.nn_simple_conv_loops(adj.index, num_nodes), None, num_nodes
-        return _appended(adj.index, num_nodes), None, num_nodes
+        return derived.appended_loops(adj.index, num_nodes), None, num_nodes
     edges = adj.edge_index
 
     def make() -> tuple[torch.Tensor, torch.Tensor | None, int]:
