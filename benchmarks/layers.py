@@ -99,11 +99,45 @@ LAYERS: list[tuple[str, Any, str]] = [
 ]
 
 
+def _rank(model: Any, given: dict) -> None:
+    model(given["edge_index"]).sum().backward()
+
+
+def _propagate(model: Any, given: dict) -> None:
+    model(given["y"], given["edge_index"], given["mask"])
+
+
+def _correct_and_smooth(model: Any, given: dict) -> None:
+    y_true, mask, edge_index = given["y"][given["mask"]], given["mask"], given["edge_index"]
+    model.smooth(model.correct(given["y_soft"], y_true, mask, edge_index), y_true, mask, edge_index)
+
+
+#: PyG's models of gnnc.nn.models that are not BasicGNN stacks (benchmarks/nn.py has those):
+#: (model, constructor (module, vertices, channels), one call: LightGCN's rankings of every edge,
+#: forward + backward; label propagation (no gradient, as PyG's) of 16 classes from half the vertices)
+MODELS: list[tuple[str, Any, Any]] = [
+    ("LightGCN", lambda m, n, c: m.LightGCN(n, c, 3), _rank),
+    ("LabelPropagation", lambda m, n, c: m.LabelPropagation(3, 0.9), _propagate),
+    ("CorrectAndSmooth", lambda m, n, c: m.CorrectAndSmooth(3, 0.8, 3, 0.6), _correct_and_smooth),
+]
+
+
+def _model_inputs(n: int, edge_index: torch.Tensor) -> dict:
+    g = torch.Generator().manual_seed(1)
+    return {
+        "edge_index": edge_index,
+        "y": torch.randint(0, 16, (n,), generator=g),
+        "mask": torch.rand(n, generator=g) < 0.5,
+        "y_soft": torch.softmax(torch.randn(n, 16, generator=g), 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graph", default="rmat-16")
     parser.add_argument("--channels", type=int, default=64)
     parser.add_argument("--layers", default=",".join(name for name, _, _ in LAYERS))
+    parser.add_argument("--models", default=",".join(name for name, _, _ in MODELS))
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -134,6 +168,7 @@ def main() -> None:
     )
     print(f"{'layer':<18} {'pyg ms':>9} {'gnnc ms':>9} {'pyg/gnnc':>9} {'pyg MiB':>8} {'gnnc MiB':>9}")
     wanted = args.layers.split(",")
+    cases = []
     for name, make, extra_kind in LAYERS:
         if name not in wanted:
             continue
@@ -150,7 +185,26 @@ def main() -> None:
                 out = layer(x, edge_index, *extra)
             out.sum().backward()
 
-        runs = {"pyg": lambda m=theirs: step(m), "gnnc": lambda m=ours: step(m)}
+        cases.append((name, {"pyg": lambda m=theirs: step(m), "gnnc": lambda m=ours: step(m)}))
+    import torch_geometric.nn.models as pyg_models
+
+    import gnnc.nn.models as gnn_models
+
+    model_inputs = _model_inputs(n, edge_index)
+    for name, make, run in MODELS:
+        if name not in args.models.split(","):
+            continue
+        torch.manual_seed(0)
+        theirs = make(pyg_models, n, c)
+        torch.manual_seed(0)
+        ours = make(gnn_models, n, c)
+        cases.append(
+            (
+                name,
+                {"pyg": lambda m=theirs, r=run: r(m, model_inputs), "gnnc": lambda m=ours, r=run: r(m, model_inputs)},
+            )
+        )
+    for name, runs in cases:
         try:
             peaks = {k: peak_mib(r) for k, r in runs.items()}
         except Exception as exc:  # noqa: BLE001 - a layer that fails is reported, not fatal

@@ -9,7 +9,9 @@ activation, normalisation, jumping knowledge, the final Linear, `trim_to_layer`
 for hierarchical neighbour sampling, `inference` over a loader, the
 constructor's arguments and the parameter names), and `init_conv` builds
 gnnc.nn's layer where PyG's builds its own, so a PyG model's `state_dict`
-loads. This module
+loads. `LightGCN` (its `LGConv` layers gnnc.nn's), `LabelPropagation`
+(gnnc.nn's own, `gnnc/nn/label_propagation.py`) and `CorrectAndSmooth`
+(PyG's, around two of those) are PyG's models of the same names. This module
 subclasses PyG's classes, so it needs torch-geometric installed (gnnc.nn
 itself does not).
 """
@@ -19,14 +21,20 @@ from __future__ import annotations
 from typing import Any
 
 try:
+    from torch_geometric.nn import models as pyg_models
     from torch_geometric.nn.models import basic_gnn
     from torch_geometric.nn.models.mlp import MLP
+    from torch_geometric.utils import is_sparse, to_edge_index
 except ImportError as e:  # pragma: no cover - exercised with torch_geometric hidden
     raise ImportError(
         "gnnc.nn.models subclasses PyG's BasicGNN models: install torch-geometric (gnnc.nn's layers need no PyG)"
     ) from e
 
-from gnnc.nn.conv import EdgeConv, GATConv, GATv2Conv, GCNConv, GINConv, PNAConv, SAGEConv
+from torch import nn
+
+from gnnc.nn.conv import EdgeConv, GATConv, GATv2Conv, GCNConv, GINConv, LGConv, PNAConv, SAGEConv
+from gnnc.nn.kernels import kernel
+from gnnc.nn.label_propagation import LabelPropagation
 
 
 class GCN(basic_gnn.GCN):
@@ -101,4 +109,63 @@ class EdgeCNN(basic_gnn.EdgeCNN):
         return EdgeConv(mlp, **kwargs)
 
 
-__all__ = ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA"]
+#: A LightGCN ranking per pair `u -> v` of `edge_label_index`, without gathering two `[E, F]` rows
+LINK_SCORES = """
+kernel link_scores(x: f32[V, F]) -> f32[E] {
+    out[e] = dot(x[u], x[v])
+}
+"""
+
+
+class LightGCN(pyg_models.LightGCN):
+    """PyG's `LightGCN` (recommendation: `recommend`, `predict_link`, the BPR and link losses are
+    PyG's code) of gnnc.nn's `LGConv` layers; `**kwargs` go to the layers, as in PyG.
+
+    `forward`'s rankings, `(out[src] * out[dst]).sum(-1)` in PyG, are one gnnc kernel over the
+    pairs `edge_label_index` (`link_scores`): PyG's gathers two `[E, F]` tensors and scatters
+    both gradients back, most of a full-graph training step."""
+
+    def __init__(self, num_nodes: int, embedding_dim: int, num_layers: int, alpha: Any = None, **kwargs: Any):
+        super().__init__(num_nodes, embedding_dim, num_layers, alpha, **kwargs)
+        # PyG's LGConv draws nothing: the embedding's initialisation is PyG's, draw for draw
+        self.convs = nn.ModuleList([LGConv(**kwargs) for _ in range(num_layers)])
+        self._scores = kernel(LINK_SCORES, "link_scores")
+
+    def forward(self, edge_index: Any, edge_label_index: Any = None, edge_weight: Any = None) -> Any:
+        if edge_label_index is None:
+            edge_label_index = to_edge_index(edge_index)[0] if is_sparse(edge_index) else edge_index
+        out = self.get_embedding(edge_index, edge_weight)
+        return self._scores(edge_label_index, out, num_vertices=out.shape[0])
+
+
+class CorrectAndSmooth(pyg_models.CorrectAndSmooth):
+    """PyG's `CorrectAndSmooth` (C&S post-processing; `correct` and `smooth` are PyG's code) of
+    gnnc.nn's `LabelPropagation`."""
+
+    def __init__(
+        self,
+        num_correction_layers: int,
+        correction_alpha: float,
+        num_smoothing_layers: int,
+        smoothing_alpha: float,
+        autoscale: bool = True,
+        scale: float = 1.0,
+    ):
+        super().__init__(
+            num_correction_layers, correction_alpha, num_smoothing_layers, smoothing_alpha, autoscale, scale
+        )
+        self.prop1 = LabelPropagation(num_correction_layers, correction_alpha)
+        self.prop2 = LabelPropagation(num_smoothing_layers, smoothing_alpha)
+
+
+__all__ = [
+    "CorrectAndSmooth",
+    "EdgeCNN",
+    "GAT",
+    "GCN",
+    "GIN",
+    "GraphSAGE",
+    "LabelPropagation",
+    "LightGCN",
+    "PNA",
+]
