@@ -112,6 +112,10 @@ def _correct_and_smooth(model: Any, given: dict) -> None:
     model.smooth(model.correct(given["y_soft"], y_true, mask, edge_index), y_true, mask, edge_index)
 
 
+def _molecules(model: Any, given: dict) -> None:
+    model(given["x"], given["edge_index"], given["edge_attr"], given["batch"]).sum().backward()
+
+
 #: PyG's models of gnnc.nn.models that are not BasicGNN stacks (benchmarks/nn.py has those):
 #: (model, constructor (module, vertices, channels), one call: LightGCN's rankings of every edge,
 #: forward + backward; label propagation (no gradient, as PyG's) of 16 classes from half the vertices)
@@ -119,16 +123,21 @@ MODELS: list[tuple[str, Any, Any]] = [
     ("LightGCN", lambda m, n, c: m.LightGCN(n, c, 3), _rank),
     ("LabelPropagation", lambda m, n, c: m.LabelPropagation(3, 0.9), _propagate),
     ("CorrectAndSmooth", lambda m, n, c: m.CorrectAndSmooth(3, 0.8, 3, 0.6), _correct_and_smooth),
+    # the graph's vertices as 1,024 "molecules" of consecutive ids, 10 edge features
+    ("AttentiveFP", lambda m, n, c: m.AttentiveFP(c, c, 1, 10, num_layers=2, num_timesteps=2), _molecules),
 ]
 
 
-def _model_inputs(n: int, edge_index: torch.Tensor) -> dict:
+def _model_inputs(n: int, edge_index: torch.Tensor, x: torch.Tensor) -> dict:
     g = torch.Generator().manual_seed(1)
     return {
         "edge_index": edge_index,
         "y": torch.randint(0, 16, (n,), generator=g),
         "mask": torch.rand(n, generator=g) < 0.5,
         "y_soft": torch.softmax(torch.randn(n, 16, generator=g), 1),
+        "x": x,
+        "edge_attr": torch.randn(edge_index.shape[1], 10, generator=g),
+        "batch": torch.arange(n) * 1024 // n,
     }
 
 
@@ -190,7 +199,7 @@ def main() -> None:
 
     import gnnc.nn.models as gnn_models
 
-    model_inputs = _model_inputs(n, edge_index)
+    model_inputs = _model_inputs(n, edge_index, x)
     for name, make, run in MODELS:
         if name not in args.models.split(","):
             continue

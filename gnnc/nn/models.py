@@ -9,7 +9,8 @@ activation, normalisation, jumping knowledge, the final Linear, `trim_to_layer`
 for hierarchical neighbour sampling, `inference` over a loader, the
 constructor's arguments and the parameter names), and `init_conv` builds
 gnnc.nn's layer where PyG's builds its own, so a PyG model's `state_dict`
-loads. `LightGCN` (its `LGConv` layers gnnc.nn's), `LabelPropagation`
+loads. `AttentiveFP` (its attention layers gnnc.nn's `GATEConv` and
+`GATConv`), `LightGCN` (its `LGConv` layers gnnc.nn's), `LabelPropagation`
 (gnnc.nn's own, `gnnc/nn/label_propagation.py`) and `CorrectAndSmooth`
 (PyG's, around two of those) are PyG's models of the same names. This module
 subclasses PyG's classes, so it needs torch-geometric installed (gnnc.nn
@@ -30,8 +31,10 @@ except ImportError as e:  # pragma: no cover - exercised with torch_geometric hi
         "gnnc.nn.models subclasses PyG's BasicGNN models: install torch-geometric (gnnc.nn's layers need no PyG)"
     ) from e
 
+import torch
 from torch import nn
 
+from gnnc.nn.attentive_fp import GATEConv
 from gnnc.nn.conv import EdgeConv, GATConv, GATv2Conv, GCNConv, GINConv, LGConv, PNAConv, SAGEConv
 from gnnc.nn.kernels import kernel
 from gnnc.nn.label_propagation import LabelPropagation
@@ -138,6 +141,43 @@ class LightGCN(pyg_models.LightGCN):
         return self._scores(edge_label_index, out, num_vertices=out.shape[0])
 
 
+def _in_place_of(theirs: torch.nn.Module, make: Any) -> torch.nn.Module:
+    """gnnc's module `make()` holding `theirs`' parameters, made without a draw from torch's
+    generator: a model built by PyG's constructor (its initialisation, draw for draw) whose
+    layers are then swapped leaves the generator where PyG's model leaves it."""
+    with torch.random.fork_rng(devices=[]):
+        ours = make()
+    ours.load_state_dict(theirs.state_dict())
+    return ours
+
+
+class AttentiveFP(pyg_models.AttentiveFP):
+    """PyG's `AttentiveFP` (molecular property prediction; its GRUs, pooling and readout are PyG's
+    code) of gnnc.nn's layers: the first layer gnnc's `GATEConv`, the atom and molecule layers
+    gnnc's `GATConv` (no self loops, slope 0.01, PyG's arguments), each one kernel."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        edge_dim: int,
+        num_layers: int,
+        num_timesteps: int,
+        dropout: float = 0.0,
+    ):
+        super().__init__(in_channels, hidden_channels, out_channels, edge_dim, num_layers, num_timesteps, dropout)
+        h = hidden_channels
+
+        def gat() -> GATConv:
+            return GATConv(h, h, dropout=dropout, add_self_loops=False, negative_slope=0.01)
+
+        theirs: Any = self  # PyG's attributes, untyped to mypy
+        self.gate_conv = _in_place_of(theirs.gate_conv, lambda: GATEConv(h, h, edge_dim, dropout))
+        self.atom_convs = nn.ModuleList([_in_place_of(conv, gat) for conv in theirs.atom_convs])
+        self.mol_conv = _in_place_of(theirs.mol_conv, gat)
+
+
 class CorrectAndSmooth(pyg_models.CorrectAndSmooth):
     """PyG's `CorrectAndSmooth` (C&S post-processing; `correct` and `smooth` are PyG's code) of
     gnnc.nn's `LabelPropagation`."""
@@ -159,6 +199,7 @@ class CorrectAndSmooth(pyg_models.CorrectAndSmooth):
 
 
 __all__ = [
+    "AttentiveFP",
     "CorrectAndSmooth",
     "EdgeCNN",
     "GAT",
