@@ -450,6 +450,18 @@ def test_error_matvec():
     assert_error(src, 2, 17, "the last axis of the left operand [G] does not match the rows of W [F, G]")
 
 
+def test_error_matvec_of_a_vertex_or_parameter_value_named_per_edge():
+    """`t[e] = x[u]` or `t[e] = W * 2` as '@''s matrix: refused at its name, not a crash in the
+    compiler (which reads such a value at its vertex, or as a parameter, where a matrix has no form)."""
+    sig = "kernel k(x: f32[V, K, M], a: f32[E, K], W: f32[K, M]) -> f32[V, M] {\n"
+    for definition, what in (("x[u]", "source values"), ("x[v]", "destination values"), ("W * 2", "parameters")):
+        src = sig + f"  t[e] = {definition}\n  out[v] = sum(a[e] @ t[e])\n}}\n"
+        assert_error(src, 3, 23, f"'t' is defined from {what} only", 4)
+    # an edge value that is a matrix per edge is one
+    ok = "kernel k(x: f32[V, K], a: f32[E, K, N], w: f32[E]) -> f32[V, N] {\n  t[e] = a[e] * w[e]\n"
+    load_program(ok + "  out[v] = sum(x[u] @ t[e])\n}\n")
+
+
 def test_error_leaky_relu_slope():
     assert_error(SIG + "  out[v] = leaky_relu(x[v], eps)\n}\n", 2, 29, "slope of leaky_relu must be a number", 3)
 

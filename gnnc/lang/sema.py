@@ -570,6 +570,23 @@ class _KernelChecker:
             # an edge value [K, N] (a relation's matrix W[rel(e)], NNConv's theta[e]) is a matrix per edge;
             # one of [..., K, N] is a matrix per leading index of the left operand (a block per head)
             per_edge = w.gtype == "E" and len(rshape) >= 2
+            named_edge = w.name if isinstance(w, ast.Index) else None
+            defined = self.defined.get(named_edge) if named_edge is not None else None
+            if per_edge and defined is not None and defined.value.gtype in ("S", "D", "P"):
+                # `t[e] = x[u]` (or `= W * 2`) is not an edge's value but a vertex's (a parameter's) read
+                # through an edge name: the compiler reads it there, where a matrix has no form but a
+                # named 2-D parameter
+                end = {"S": "source values", "D": "destination values", "P": "parameters"}[defined.value.gtype]
+                hint = (
+                    "name a 2-D parameter itself as the right operand"
+                    if defined.value.gtype == "P"
+                    else "make it an edge tensor input, or multiply elementwise and reduce with dot"
+                )
+                raise self.error(
+                    f"the right operand of '@' is a matrix per edge ([K, N] of an edge tensor, theta[e], or of a "
+                    f"relation's, W[rel(e)]), but '{named_edge}' is defined from {end} only ({hint})",
+                    w.loc,
+                )
             if per_edge and len(rshape) > 2 and tuple(rshape[:-2]) != tuple(lshape[:-1]):
                 raise self.error(
                     f"'@': a right operand of shape {_fmt_shape(rshape)} is a matrix per leading index of the "
