@@ -593,3 +593,27 @@ def test_a_warm_backward_runs_prepared_whatever_the_incoming_gradient(monkeypatc
     for _ in range(3):
         op(EDGE_INDEX, x).sum().backward()
     assert made == []
+
+
+def test_literal_sizes_compile_load_and_differentiate():
+    """Integer sizes in a vertex, edge or parameter type (`f32[V, 4]`, `f32[4, 3]`): the kernel
+    loads (its metadata records the literal row axis, which binds itself) and its gradient runs."""
+    from gnnc.torch.kernels import Kernel
+
+    kernel = Kernel(
+        "kernel literal_sizes(x: f32[V, 4], f: f32[E, 4], r: f32[4, 3]) -> f32[V, 3] {\n"
+        "    out[v] = sum((x[u] * f[e]) @ r)\n}\n",
+        "literal_sizes",
+    )
+    g = torch.Generator().manual_seed(0)
+    edge_index = torch.tensor([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]])
+    x = torch.randn(4, 4, generator=g, requires_grad=True)
+    f = torch.randn(5, 4, generator=g, requires_grad=True)
+    r = torch.randn(4, 3, generator=g, requires_grad=True)
+    out = kernel(edge_index, x, f, r, num_vertices=4)
+    expected = torch.zeros(4, 3).index_add(0, edge_index[1], (x[edge_index[0]] * f) @ r)
+    torch.testing.assert_close(out, expected)
+    got = torch.autograd.grad(out.square().sum(), [x, f, r])
+    want = torch.autograd.grad(expected.square().sum(), [x, f, r])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

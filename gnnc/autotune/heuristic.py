@@ -261,7 +261,7 @@ def default_directives(
             k *= 2
         lines.append(f"partition src {k}")
     elif accumulates and phases and dims and len(phases) == 1 and phases[0].edge_walks == 1:
-        width = dims.get(phases[0].row_dim or "")
+        width = phases[0].row_size(dims)
         if width is not None and VECTORIZE_MIN_ELEMENTS <= width and width * itemsize <= VECTORIZE_MAX_BYTES:
             lines.append(f"vectorize {width}")
     if e >= SPECIALIZE_MIN_EDGES and row_bytes > 0:

@@ -167,13 +167,13 @@ def case_features(graph_signature: dict, traits: dict) -> np.ndarray:
 def kernel_traits(abi_record: abi.AbiRecord, params: Any, results: Any, dims: dict[str, int], itemsize: int) -> dict:
     """What the predictor knows of a kernel: its ABI's phases and its tensors' domains."""
     phases = abi_record.phases or [abi.Phase(None, 0)]
-    row_dim = phases[-1].row_dim
+    row = phases[-1].row_size(dims)
     source_bytes = 0
     for p in params:
         if p.domain == "V":
             source_bytes += p.row_elements(dims) * itemsize
     return {
-        "row": int(dims.get(row_dim, 1)) if row_dim else 1,
+        "row": int(row) if row is not None else 1,
         "source_bytes": source_bytes,
         "edge_walks": sum(ph.edge_walks for ph in phases),
         "phases": len(phases),

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -240,8 +240,14 @@ class Temp:
 class Phase:
     """One destination sweep as the lowering emitted it (for the runtime's default heuristic)."""
 
-    row_dim: str | None  # the innermost row axis
+    row_dim: str | None  # the innermost row axis: a size's name, or a literal size ("3")
     edge_walks: int  # walks over a destination's in-edges
+
+    def row_size(self, dims: Mapping[str, int]) -> int | None:
+        """The row axis's size in a call of these sizes (a literal's own), None without one."""
+        if self.row_dim is None:
+            return None
+        return int(self.row_dim) if self.row_dim.isdigit() else dims.get(self.row_dim)
 
     def to_dict(self) -> dict[str, Any]:
         return {"row_dim": self.row_dim, "edge_walks": self.edge_walks}

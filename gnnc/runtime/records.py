@@ -113,7 +113,10 @@ def _record_problem(record: dict) -> str | None:
         if problem is not None:
             return f"a buffer's shape {problem}"
         used |= {d for d in shape if isinstance(d, str)}
-    used |= set(rec.dims) | set(rec.sizes or {}) | {p.row_dim for p in rec.phases if p.row_dim is not None}
+    # a literal row axis ("3": f32[V, 3]) is its own size
+    used |= (
+        set(rec.dims) | set(rec.sizes or {}) | {p.row_dim for p in rec.phases if p.row_dim and not p.row_dim.isdigit()}
+    )
     unbound = sorted(str(d) for d in used - bound)
     if unbound:
         return f"it sizes buffers by {', '.join(unbound)}, which no input binds"
