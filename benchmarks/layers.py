@@ -47,6 +47,39 @@ class _Points(torch.nn.Module):
         return self.conv(x, x[:, :3], edge_index)
 
 
+class _PointsNormals(torch.nn.Module):
+    """PPFConv with the features' columns 0-2 as positions and 2-4 as normals."""
+
+    def __init__(self, conv: torch.nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv(x, x[:, :3], x[:, 2:5], edge_index)
+
+
+class _Signed(torch.nn.Module):
+    """SignedConv with the reversed edges as the negative graph."""
+
+    def __init__(self, conv: torch.nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv(x, edge_index, edge_index.flip(0))
+
+
+class _History(torch.nn.Module):
+    """DNAConv on a history of two layers: the features and their tanh."""
+
+    def __init__(self, conv: torch.nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.stack([x, x.tanh()], 1), edge_index)
+
+
 #: (layer, constructor, forward's extra inputs: "w" edge weights, "a" edge features, "t" edge types,
 #: "x0" initial features)
 LAYERS: list[tuple[str, Any, str]] = [
@@ -82,6 +115,21 @@ LAYERS: list[tuple[str, Any, str]] = [
     ("EdgeConv", lambda m, c: m.EdgeConv(torch.nn.Linear(2 * c, c)), ""),
     ("EdgeConv-mlp", lambda m, c: m.EdgeConv(_mlp_in(2 * c, c)), ""),
     ("PointNetConv", lambda m, c: _Points(m.PointNetConv(torch.nn.Linear(c + 3, c))), ""),
+    # NNConv at c -> c would hold E x c x c floats of theta (16 GB on rmat-16): c -> 4
+    ("NNConv", lambda m, c: m.NNConv(c, 4, torch.nn.Linear(8, 4 * c), aggr="mean"), "a"),
+    ("GMMConv", lambda m, c: m.GMMConv(c, c, dim=8, kernel_size=4), "a"),
+    ("PDNConv", lambda m, c: m.PDNConv(c, c, edge_dim=8, hidden_channels=16), "a"),
+    ("ARMAConv", lambda m, c: m.ARMAConv(c, c, num_stacks=2, num_layers=2), "w"),
+    ("MixHopConv", lambda m, c: m.MixHopConv(c, c // 3), "w"),
+    ("DirGNNConv", lambda m, c: m.DirGNNConv(m.GCNConv(c, c)), ""),
+    ("AntiSymmetricConv", lambda m, c: m.AntiSymmetricConv(c), ""),
+    ("SuperGATConv", lambda m, c: m.SuperGATConv(c, c // 4, heads=4), ""),
+    ("EGConv", lambda m, c: m.EGConv(c, c, ["symnorm", "max", "std"]), ""),
+    ("HypergraphConv", lambda m, c: m.HypergraphConv(c, c), ""),
+    ("PointTransformerConv", lambda m, c: _Points(m.PointTransformerConv(c, c)), ""),
+    ("PPFConv", lambda m, c: _PointsNormals(m.PPFConv(torch.nn.Linear(c + 4, c))), ""),
+    ("SignedConv", lambda m, c: _Signed(m.SignedConv(c, c // 2, True)), ""),
+    ("DNAConv", lambda m, c: _History(m.DNAConv(c, heads=4)), ""),
     (
         "PNAConv",
         lambda m, c: m.PNAConv(

@@ -197,6 +197,51 @@ class _Points(torch.nn.Module):
         return self.conv(x, x[:, :3], edge_index)
 
 
+class _Hyperedges(torch.nn.Module):
+    """HypergraphConv on the edge_index as (vertex, hyperedge) incidences, x as the hyperedges'
+    features; num_edges given (a traced call needs it, as PyG's)."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index, hyperedge_attr=x, num_edges=x.shape[0])
+
+
+class _PointsNormals(torch.nn.Module):
+    """PPFConv with the features' columns 0-2 as positions and 2-4 as normals."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, x[:, :3], x[:, 2:5], edge_index)
+
+
+class _Signed(torch.nn.Module):
+    """SignedConv with the reversed edges as the negative graph."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index, edge_index.flip(0))
+
+
+class _History(torch.nn.Module):
+    """DNAConv on a history of two layers: the features and their tanh."""
+
+    def __init__(self, conv) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(torch.stack([x, x.tanh()], 1), edge_index)
+
+
 #: (layer, constructor arguments, extra forward arguments): every layer gnnc.nn has
 LAYERS = [
     ("GCNConv", lambda m: m.GCNConv(5, 4), {}),
@@ -260,6 +305,34 @@ LAYERS = [
         ),
         {},
     ),
+    ("NNConv", lambda m: m.NNConv(5, 4, _mlp(2, 20), aggr="mean"), {"edge_attr": 2}),
+    ("GMMConv", lambda m: m.GMMConv(5, 4, dim=2, kernel_size=3), {"edge_attr": 2}),
+    (
+        "GMMConv-separate",
+        lambda m: m.GMMConv(5, 4, dim=2, kernel_size=2, separate_gaussians=True, aggr="max"),
+        {"edge_attr": 2},
+    ),
+    ("PDNConv", lambda m: m.PDNConv(5, 4, edge_dim=2, hidden_channels=6), {"edge_attr": 2}),
+    ("ARMAConv", lambda m: m.ARMAConv(5, 4, num_stacks=2, num_layers=2), {}),
+    ("MixHopConv", lambda m: m.MixHopConv(5, 2), {}),
+    ("DirGNNConv", lambda m: m.DirGNNConv(m.GCNConv(5, 4)), {}),
+    ("AntiSymmetricConv", lambda m: m.AntiSymmetricConv(5, num_iters=2), {}),
+    ("SuperGATConv", lambda m: m.SuperGATConv(5, 3, heads=2), {}),
+    ("SuperGATConv-SD", lambda m: m.SuperGATConv(5, 3, heads=2, attention_type="SD", add_self_loops=False), {}),
+    # (no max/min: under autocast, bfloat16 bases tie and the gradients go to other edges, as EdgeConv's)
+    ("EGConv", lambda m: m.EGConv(5, 4, ["symnorm", "mean", "std"], num_heads=2, num_bases=2), {}),
+    ("HypergraphConv", lambda m: _Hyperedges(m.HypergraphConv(5, 4, use_attention=True, heads=2)), {}),
+    ("PointTransformerConv", lambda m: _Points(m.PointTransformerConv(5, 4)), {}),
+    (
+        "PointTransformerConv-attn",
+        lambda m: _Points(m.PointTransformerConv(5, 4, _mlp(3, 4), _mlp(4, 4), aggr="max")),
+        {},
+    ),
+    ("PPFConv", lambda m: _PointsNormals(m.PPFConv(_mlp(9, 4), torch.nn.Linear(4, 4))), {}),
+    ("SignedConv", lambda m: _Signed(m.SignedConv(5, 4, first_aggr=True)), {}),
+    # (no dropout: the every-layer and autocast tests run PyG's and gnnc's one after the other, without
+    # one seed; tests/test_nn_point_signed_dna.py draws DNAConv's dropout as PyG's)
+    ("DNAConv", lambda m: _History(m.DNAConv(5, heads=1)), {}),
     ("RGCNConv", lambda m: m.RGCNConv(5, 4, 3), {"edge_type": 3}),
     ("RGATConv", lambda m: m.RGATConv(5, 4, 3), {"edge_type": 3}),
 ]

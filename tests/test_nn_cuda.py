@@ -75,6 +75,23 @@ LAYERS = {
     "PNAConv-deep": lambda: gnn.PNAConv(
         4, 3, ["sum", "var"], ["linear"], torch.tensor([0, 2, 3, 1]), pre_layers=2, post_layers=2
     ),
+    "NNConv-edges": lambda: gnn.NNConv(4, 3, torch.nn.Linear(2, 12), aggr="mean"),
+    "GMMConv-edges": lambda: gnn.GMMConv(4, 3, dim=2, kernel_size=2),
+    "GMMConv-separate-edges": lambda: gnn.GMMConv(4, 3, dim=2, kernel_size=2, separate_gaussians=True),
+    "PDNConv-edges": lambda: gnn.PDNConv(4, 3, edge_dim=2, hidden_channels=5),
+    "PDNConv-max-edges": lambda: gnn.PDNConv(4, 3, edge_dim=2, hidden_channels=5, aggr="max"),
+    "ARMAConv-dropout": lambda: gnn.ARMAConv(4, 3, num_stacks=2, num_layers=2, dropout=0.3),
+    "MixHopConv": lambda: gnn.MixHopConv(4, 3),
+    "MixHopConv-no-loops": lambda: gnn.MixHopConv(4, 1, add_self_loops=False),
+    "AntiSymmetricConv": lambda: gnn.AntiSymmetricConv(4, num_iters=2),
+    "DirGNNConv": lambda: gnn.DirGNNConv(gnn.GCNConv(4, 3)),
+    "SuperGATConv-dropout": lambda: gnn.SuperGATConv(4, 3, heads=2, dropout=0.4),
+    "EGConv": lambda: gnn.EGConv(4, 4, ["symnorm", "max", "std"], num_heads=2, num_bases=2),
+    "HypergraphConv": lambda: gnn.HypergraphConv(4, 3),
+    "PointTransformerConv": lambda: gnn.PointTransformerConv(4, 3),
+    "PPFConv": lambda: gnn.PPFConv(torch.nn.Linear(8, 3)),
+    "SignedConv": lambda: gnn.SignedConv(2, 3, False),
+    "DNAConv-dropout": lambda: gnn.DNAConv(4, heads=2, groups=2, dropout=0.3),
     # (GatedGraphConv is left out: torch's GRUCell calls a fused op that only a real CUDA build has,
     # which the stand-in tensors cannot run; MFConv too: its degree buckets' `nonzero`)
 }
@@ -91,6 +108,7 @@ FORMS = {
     "APPNP-SparseTensor": "SparseTensor",
     "GCNConv-Graph": "Graph",
     "SAGEConv-Graph": "Graph",
+    "EGConv-SparseTensor": "SparseTensor",
 }
 LAYERS.update(
     {
@@ -101,6 +119,7 @@ LAYERS.update(
         "APPNP-SparseTensor": lambda: gnn.APPNP(2, 0.1, dropout=0.3),
         "GCNConv-Graph": lambda: gnn.GCNConv(4, 3),
         "SAGEConv-Graph": lambda: gnn.SAGEConv(4, 3),
+        "EGConv-SparseTensor": lambda: gnn.EGConv(4, 4, ["symnorm", "sum"], num_heads=2),
     }
 )
 
@@ -138,6 +157,14 @@ def _call(name: str, layer, x, edge_index, edge_attr):
         return layer(x, x[:, :3], edge_index)
     if name == "GCN2Conv" or name.startswith("FAConv"):
         return layer(x, x, edge_index)
+    if name.startswith("PointTransformerConv"):
+        return layer(x, x[:, :3], edge_index)
+    if name.startswith("PPFConv"):
+        return layer(x, x[:, :3], x[:, 1:4], edge_index)
+    if name.startswith("SignedConv"):
+        return layer(x, edge_index, edge_index.flip(0))
+    if name.startswith("DNAConv"):
+        return layer(torch.stack([x, 2 * x], 1), edge_index)
     return layer(x, edge_index)
 
 
@@ -168,9 +195,20 @@ def test_layers_make_their_tensors_on_the_input_device(monkeypatch, name):
     # weights); the one copy back is the graph's (built on the host)
     if FORMS.get(name) == "Graph":
         assert [shape for _, shape in mode.uploads] in ([(2, EDGE_INDEX.shape[1])], [(2, N), (2, EDGE_INDEX.shape[1])])
+    elif name.startswith("SuperGATConv"):
+        # its negative edges are sampled on the host, as PyG's (Python's random), and go over once
+        assert [shape[0] for _, shape in mode.uploads] == [2]
     else:
         assert mode.uploads == []
-    assert len(mode.downloads) <= 1 and all(shape[0] == 2 for _, shape in mode.downloads)
+    # (DirGNNConv's and HypergraphConv's: one per direction, the reversed edges a tensor of their own;
+    # SignedConv's: its positive and its negative edges)
+    graphs_built = 2 if name.startswith(("DirGNNConv", "HypergraphConv", "SignedConv")) else 1
+    if name.startswith("SuperGATConv"):
+        # training samples negatives on the host from the edges and their loops (PyG's too: Python's
+        # random), and builds their graph there
+        assert len(mode.downloads) <= 4
+    else:
+        assert len(mode.downloads) <= graphs_built and all(shape[0] == 2 for _, shape in mode.downloads)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -43,8 +43,9 @@ LAYER = "GATEConv"
 
 
 #: Up to this many edge features the score kernel makes the edge term itself (`ea[e] @ we`),
-#: above it reads an `[E, O]` tensor torch made (measured: docs/design/training.md, "GATEConv")
-FUSED_EDGE_DIM = 16
+#: above it reads an `[E, O]` tensor torch made: on R-MAT 16 at 64 channels (Xeon, 2 threads) the
+#: fused form's forward and backward ran 1.4-1.9x faster at 4 and 10 edge features, 0.87-0.90x at 12 and 16
+FUSED_EDGE_DIM = 10
 
 
 def _scores(fused: bool) -> tuple[str, str]:

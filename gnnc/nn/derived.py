@@ -3,8 +3,9 @@
 GCNConv's self-loop weights (for a graph without edge weights), the
 attention layers' `keep` mask (0 on the graph's own self loops) and a
 static graph's repeated edge_index (`static_graphs`), SimpleConv's edges
-with a loop appended per vertex and FiLMConv's edges between (vertex,
-relation) pairs are O(E) tensor code that every call would otherwise run
+with a loop appended per vertex, FiLMConv's edges between (vertex,
+relation) pairs and the reversed edges of DirGNNConv and HypergraphConv
+are O(E) tensor code that every call would otherwise run
 again. They are kept with
 the edge_index (`gnnc.torch.graphs.derived`: dropped with the tensor, made
 again after an in-place edit of it). An eager call reads them there; a
@@ -34,6 +35,7 @@ _LIBRARY.define(
 _LIBRARY.define("nn_static_edges(Tensor edge_index, SymInt count, SymInt num_src, SymInt num_dst) -> Tensor")
 _LIBRARY.define("nn_appended_loops(Tensor edge_index, SymInt num_nodes) -> Tensor")
 _LIBRARY.define("nn_relation_pair_edges(Tensor edge_index, Tensor edge_type, int num_relations, str layer) -> Tensor")
+_LIBRARY.define("nn_flipped_edges(Tensor edge_index) -> Tensor")
 
 
 def _shared_copy(cached: torch.Tensor) -> torch.Tensor:
@@ -224,4 +226,31 @@ def relation_pair_edges(
     return _pair_edges(edge_index, edge_type, num_relations, layer)
 
 
-__all__ = ["appended_loops", "gcn_loops", "keep", "relation_pair_edges", "static_edges"]
+def _flipped(edge_index: torch.Tensor) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        # an ordinary tensor even when first made under inference_mode: a later training call reuses it
+        with torch.inference_mode(False):
+            return edge_index.flip(0)
+
+    return graphs.derived(edge_index, "nn.flipped_edges", make)
+
+
+@torch.library.impl(_LIBRARY, "nn_flipped_edges", "CompositeExplicitAutograd")
+def _flipped_op(edge_index: torch.Tensor) -> torch.Tensor:
+    return _shared_copy(_flipped(edge_index))
+
+
+@torch.library.register_fake("gnnc::nn_flipped_edges", lib=_LIBRARY)
+def _flipped_fake(edge_index: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(edge_index)
+
+
+def flipped_edges(edge_index: torch.Tensor) -> torch.Tensor:
+    """`edge_index.flip(0)`, every edge turned around with its id kept (DirGNNConv's reversed
+    graph, HypergraphConv's hyperedge-to-vertex incidences), made once per tensor."""
+    if torch.compiler.is_compiling():
+        return torch.ops.gnnc.nn_flipped_edges(edge_index)
+    return _flipped(edge_index)
+
+
+__all__ = ["appended_loops", "flipped_edges", "gcn_loops", "keep", "relation_pair_edges", "static_edges"]

@@ -72,7 +72,8 @@ class AGNNConv(WarmUp, nn.Module):
             self.beta = nn.Parameter(torch.empty(1))
         else:
             self.register_buffer("beta", torch.ones(1))
-        self._kernel = kernel(LOOPS, "agnn_loops") if add_self_loops else kernel(PLAIN, "agnn")
+        # both made here (the option may change after construction, as DirGNNConv's copies do)
+        self._kernels = {True: kernel(LOOPS, "agnn_loops"), False: kernel(PLAIN, "agnn")}
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -83,7 +84,8 @@ class AGNNConv(WarmUp, nn.Module):
     def forward(self, x: torch.Tensor, edge_index: Any) -> torch.Tensor:
         x, adj = square_graph(LAYER, x, edge_index)
         xn = F.normalize(x, p=2.0, dim=-1)
-        return self._kernel(adj.index, x, xn, self.beta.to(x.dtype), num_vertices=x.shape[0])
+        call = self._kernels[bool(self.add_self_loops)]
+        return call(adj.index, x, xn, self.beta.to(x.dtype), num_vertices=x.shape[0])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -119,7 +119,8 @@ class FeaStConv(WarmUp, nn.Module):
         self.u = Linear(in_channels, heads, bias=False, weight_initializer="uniform")
         self.c = nn.Parameter(torch.empty(heads))
         self.bias: nn.Parameter | None = nn.Parameter(torch.empty(out_channels)) if bias else None
-        self._kernel = kernel(*source(self._aggr, bool(add_self_loops)))
+        # both made here (the option may change after construction, as DirGNNConv's copies do)
+        self._kernels = {loops: kernel(*source(self._aggr, loops)) for loops in (True, False)}
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -154,7 +155,7 @@ class FeaStConv(WarmUp, nn.Module):
             q = torch.softmax(c if square else us[:num_dst] - ud.to(us.dtype) + c, dim=-1)
             wl = wx[:num_dst]
             args.append(torch.matmul(q, wl) if square else torch.bmm(q.unsqueeze(1), wl).squeeze(1))
-        out = self._kernel(adj.index, *args, size=(num_src, num_dst))
+        out = self._kernels[bool(self.add_self_loops)](adj.index, *args, size=(num_src, num_dst))
         return add_bias(out, self.bias)
 
     def __repr__(self) -> str:

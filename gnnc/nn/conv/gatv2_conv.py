@@ -176,7 +176,10 @@ class GATv2Conv(WarmUp, nn.Module):
         if drop:
             mask, mloop = attention.dropout_masks(lp, ranks, num_edges, H, self.dropout, xl)
             args += [mask] if mloop is None else [mask, mloop]
-        kernel = self._kernels[(kind, drop, weights, ea is not None)]
+        key = (kind, drop, weights, ea is not None)
+        kernel = self._kernels.get(key)
+        if kernel is None:  # add_self_loops or dropout set after construction (DirGNNConv's copies)
+            kernel = self._kernels[key] = attention.compiled(self._config(*key))
         result = kernel(edges, *args, size=(num_src, num_dst))
         out = result.out if weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)

@@ -151,7 +151,9 @@ class ResGatedGraphConv(WarmUp, nn.Module):
             g = F.linear(edge_attr, wk[:, dst:] + wq[:, src:])
             ve = F.linear(edge_attr, wv[:, src:])
             out = self._kernel(adj.index, k, q, val, g, ve, size=sizes)
-        if self.lin_skip is not None:
+        if self.root_weight:  # read per call, as PyG's (DirGNNConv's copies turn it off)
+            if self.lin_skip is None:
+                raise ArgumentError(f"{LAYER}: root_weight was turned on after construction, which made no lin_skip")
             out = add_product(out, self.lin_skip, x_dst)
         return add_bias(out, self.bias)
 

@@ -66,9 +66,12 @@ class SAGEConv(WarmUp, nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for name in ("lin", "lin_l", "lin_r"):
-            if hasattr(self, name):
-                getattr(self, name).reset_parameters()
+        # PyG's order and condition: lin_r only while root_weight is on (DirGNNConv's copies turn it off)
+        if self.project and hasattr(self, "lin"):
+            self.lin.reset_parameters()
+        self.lin_l.reset_parameters()
+        if self.root_weight and hasattr(self, "lin_r"):
+            self.lin_r.reset_parameters()
 
     def forward(self, x: Any, edge_index: Any, size: Any = None) -> torch.Tensor:
         if static_graphs.batched(x):
