@@ -235,14 +235,15 @@ def main() -> None:
         ours.load_state_dict(theirs.state_dict())
         extra = tuple(inputs[k] for k in extra_kind.split(",") if k)
 
-        def step(layer: torch.nn.Module, extra: tuple = extra) -> None:
+        def step(layer: torch.nn.Module, extra: tuple = extra, extra_kind: str = extra_kind) -> None:
             if extra and extra_kind == "x0":
                 out = layer(x, extra[0], edge_index)
             else:
                 out = layer(x, edge_index, *extra)
             out.sum().backward()
 
-        cases.append((name, {"pyg": lambda m=theirs: step(m), "gnnc": lambda m=ours: step(m)}))
+        # (each case's own step, bound now: the calls come after the loop)
+        cases.append((name, {"pyg": lambda m=theirs, f=step: f(m), "gnnc": lambda m=ours, f=step: f(m)}))
     import torch_geometric.nn.models as pyg_models
 
     import gnnc.nn.models as gnn_models
