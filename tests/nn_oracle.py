@@ -129,6 +129,12 @@ def bipartite(num_src: int, num_dst: int, num_edges: int, seed: int) -> torch.Te
     )
 
 
+def small_graph(n: int = 8) -> torch.Tensor:
+    """An edge_index with two self loops, a duplicate edge and an isolated vertex (n - 1)."""
+    g = torch.Generator().manual_seed(0)
+    return torch.cat([torch.randint(0, n - 1, (2, 24), generator=g), torch.tensor([[2, 5, 1, 1], [2, 5, 4, 4]])], 1)
+
+
 def features(rows: int, cols: int, seed: int, grad: bool = True) -> torch.Tensor:
     return torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)).requires_grad_(grad)
 
@@ -370,4 +376,5 @@ __all__ = [
     "one_loop_per_vertex",
     "pyg_graphs",
     "same_start",
+    "small_graph",
 ]

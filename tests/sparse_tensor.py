@@ -304,4 +304,22 @@ def pyg_sparse_tensor() -> type:
     return SparseTensor
 
 
-__all__ = ["SparseStorage", "SparseTensor", "patch_pyg", "pyg_sparse_tensor"]
+def torch_sparse_adjacency(edge_index: torch.Tensor, value: torch.Tensor, n: int, layout: Any) -> torch.Tensor:
+    """PyG's transposed adjacency `adj_t` of an edge_index as a torch.sparse COO (coalesced) or CSR tensor."""
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), value, (n, n)).coalesce()
+    return adj.to_sparse_csr() if layout == torch.sparse_csr else adj
+
+
+def sparse_tensor_adjacency(edge_index: torch.Tensor, value: torch.Tensor | None, n: int) -> Any:
+    """PyG's transposed adjacency `adj_t` of an edge_index as a SparseTensor (the stand-in without torch_sparse)."""
+    return pyg_sparse_tensor()(row=edge_index[1], col=edge_index[0], value=value, sparse_sizes=(n, n))
+
+
+__all__ = [
+    "SparseStorage",
+    "SparseTensor",
+    "patch_pyg",
+    "pyg_sparse_tensor",
+    "sparse_tensor_adjacency",
+    "torch_sparse_adjacency",
+]

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.nn_oracle import bipartite, close, compare, features, one_loop_per_vertex, pyg_graphs
-from tests.sparse_tensor import patch_pyg, pyg_sparse_tensor
+from tests.sparse_tensor import patch_pyg, sparse_tensor_adjacency, torch_sparse_adjacency
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc  # noqa: E402
@@ -53,15 +53,6 @@ def start(name: str, *args: Any, make: Callable[[], Any] | None = None, lazy: bo
 def _edge_attr(num_edges: int, dim: int, seed: int, scale: float = 1.0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(num_edges, dim, generator=g) * scale).requires_grad_()
-
-
-def _torch_sparse(edge_index: torch.Tensor, value: torch.Tensor, n: int, layout: Any) -> torch.Tensor:
-    adj = torch.sparse_coo_tensor(edge_index.flip(0), value, (n, n)).coalesce()
-    return adj.to_sparse_csr() if layout == torch.sparse_csr else adj
-
-
-def _sparse_tensor(edge_index: torch.Tensor, value: torch.Tensor | None, n: int) -> Any:
-    return pyg_sparse_tensor()(row=edge_index[1], col=edge_index[0], value=value, sparse_sizes=(n, n))
 
 
 def _row_major(edge_index: torch.Tensor, n: int) -> torch.Tensor:
@@ -185,7 +176,7 @@ def test_pdn_conv_without_edge_features(aggr, loops):
     close(ours(x, edge_index), expected + pyg.bias, "unweighted")
 
 
-def test_pdn_conv_block_and_graph():
+def test_pdn_conv_block_andsmall_graph():
     """A block runs on its sources' square graph (PyG's layer is not bipartite), its destinations'
     rows kept; a gnnc.Graph is taken as its edge_index."""
     edge_index = bipartite(7, 4, 18, 1)
@@ -211,10 +202,10 @@ def test_sparse_adjacencies(monkeypatch, form):
     num_edges = edge_index.shape[1]
     x, ea = features(n, 5, 6), _edge_attr(num_edges, 3, 7, 0.5)
     if form == "SparseTensor":
-        adj, extra = _sparse_tensor(edge_index, ea.detach(), n), ()
+        adj, extra = sparse_tensor_adjacency(edge_index, ea.detach(), n), ()
     else:
         layout = torch.sparse_csr if form == "csr" else torch.sparse_coo
-        adj, extra = _torch_sparse(edge_index, torch.rand(num_edges) + 0.5, n, layout), (ea,)
+        adj, extra = torch_sparse_adjacency(edge_index, torch.rand(num_edges) + 0.5, n, layout), (ea,)
     for aggr in AGGRS:
         compare(*start("NNConv", 5, 4, make=lambda: _mlp(3, 20), aggr=aggr), (x, adj, *extra))
         compare(*start("GMMConv", 5, 4, 3, 2, aggr=aggr), (x, adj, *extra))
@@ -232,7 +223,7 @@ def test_pdn_conv_sparse_tensor_without_values(monkeypatch):
     patch_pyg(monkeypatch)
     n = 9
     edge_index = _row_major(torch.randint(0, n, (2, 40), generator=torch.Generator().manual_seed(8)), n)
-    adj = _sparse_tensor(edge_index, None, n)
+    adj = sparse_tensor_adjacency(edge_index, None, n)
     for aggr in AGGRS:
         for normalize, loops in ((True, True), (True, False), (False, True)):
             pyg, ours = start("PDNConv", 5, 4, 3, 6, normalize=normalize, add_self_loops=loops, aggr=aggr)

@@ -17,7 +17,17 @@ from hypothesis import strategies as st
 
 import gnnc
 from gnnc.torch import graphs
-from tests.nn_oracle import Seeded, bipartite, close, compare, edge_weights, features, pyg_graphs, same_start
+from tests.nn_oracle import (
+    Seeded,
+    bipartite,
+    close,
+    compare,
+    edge_weights,
+    features,
+    pyg_graphs,
+    same_start,
+    small_graph,
+)
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
@@ -25,25 +35,10 @@ from gnnc.errors import ArgumentError  # noqa: E402
 from gnnc.nn import inputs  # noqa: E402
 from gnnc.nn.conv.fa_conv import source  # noqa: E402
 from gnnc.nn.conv.simple_conv import _looped  # noqa: E402
-from tests.sparse_tensor import patch_pyg, pyg_sparse_tensor  # noqa: E402
+from tests.sparse_tensor import patch_pyg, sparse_tensor_adjacency, torch_sparse_adjacency  # noqa: E402
 
 AGGRS = ["sum", "add", "mean", "max", "min"]
 ROOTS = [None, "sum", "cat", "self_loop"]
-
-
-def _graph(n: int = 8) -> torch.Tensor:
-    """An edge_index with two self loops, a duplicate edge and an isolated vertex (n - 1)."""
-    g = torch.Generator().manual_seed(0)
-    return torch.cat([torch.randint(0, n - 1, (2, 24), generator=g), torch.tensor([[2, 5, 1, 1], [2, 5, 4, 4]])], 1)
-
-
-def _torch_sparse(edge_index: torch.Tensor, value: torch.Tensor, n: int, layout) -> torch.Tensor:
-    adj = torch.sparse_coo_tensor(edge_index.flip(0), value, (n, n)).coalesce()
-    return adj.to_sparse_csr() if layout == torch.sparse_csr else adj
-
-
-def _sparse_tensor(edge_index: torch.Tensor, value: torch.Tensor | None, n: int):
-    return pyg_sparse_tensor()(row=edge_index[1], col=edge_index[0], value=value, sparse_sizes=(n, n))
 
 
 def _same_weights(expected, got) -> None:
@@ -74,15 +69,15 @@ def _adjacency(form: str, edge_index: torch.Tensor, n: int):
     """edge_index as a sparse adjacency of `form`, with positive values (none: a SparseTensor's)."""
     value = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1)) + 0.5
     if form in ("coo", "csr"):
-        return _torch_sparse(edge_index, value, n, torch.sparse_csr if form == "csr" else torch.sparse_coo)
-    return _sparse_tensor(edge_index, value if form == "SparseTensor" else None, n)
+        return torch_sparse_adjacency(edge_index, value, n, torch.sparse_csr if form == "csr" else torch.sparse_coo)
+    return sparse_tensor_adjacency(edge_index, value if form == "SparseTensor" else None, n)
 
 
 @pytest.mark.parametrize("form", ["coo", "csr", "SparseTensor", "SparseTensor without values"])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_lg_conv_sparse_adjacencies(monkeypatch, form, normalize):
     patch_pyg(monkeypatch)
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     adj = _adjacency(form, edge_index, n)
     compare(*same_start("LGConv", normalize=normalize), (features(n, 4, 2), adj))
 
@@ -98,7 +93,7 @@ def test_lg_conv_block_and_errors():
         gnn.LGConv(aggr="mean")
     with pytest.raises(ArgumentError, match=r"edge_weight must have shape \[E\]"):
         ours(x, edge_index, torch.ones(3))
-    adj = _torch_sparse(edge_index, torch.ones(18), 7, torch.sparse_coo)
+    adj = torch_sparse_adjacency(edge_index, torch.ones(18), 7, torch.sparse_coo)
     with pytest.raises(ArgumentError, match="edge_weight was given with a sparse adjacency"):
         ours(x, adj, torch.ones(18))
 
@@ -141,14 +136,14 @@ def test_simple_conv_sparse_adjacencies(monkeypatch, aggr, root, form):
     """PyG's spmm weighs by either form's values; its self loops merge with a torch.sparse
     adjacency's diagonal (coalesced) and replace a SparseTensor's (set_diag)."""
     patch_pyg(monkeypatch)
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     adj = _adjacency(form, edge_index, n)
     x = features(n, 4, 2)
     compare(*same_start("SimpleConv", aggr, root), (x, adj))
 
 
-def test_simple_conv_self_loops_are_made_once_per_graph():
-    edge_index = _graph()
+def test_simple_conv_self_loops_are_made_once_persmall_graph():
+    edge_index = small_graph()
     adj = inputs.adjacency(edge_index)
     first, _, count = _looped(adj, 8)
     assert _looped(adj, 8)[0] is first and count == 8
@@ -205,7 +200,7 @@ def test_fa_conv_matches_pyg(graph, options, weights, seed):
 
 @pytest.mark.parametrize("add_self_loops", [True, False])
 def test_fa_conv_dropout_draws_as_pyg(add_self_loops):
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     x, x_0 = features(n, 4, 1), features(n, 4, 2)
     pyg, ours = same_start("FAConv", 4, dropout=0.4, add_self_loops=add_self_loops)
     call = {"return_attention_weights": True}
@@ -221,9 +216,9 @@ def test_fa_conv_dropout_draws_as_pyg(add_self_loops):
 def test_fa_conv_torch_sparse_loops_merge_as_pyg(layout):
     """A torch.sparse adjacency's values are gcn_norm's weights; the loop added to its own diagonal
     entry is one entry of PyG's (coalesced): one coefficient, one dropout draw."""
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     value = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1)) + 0.5
-    adj = _torch_sparse(edge_index, value, n, layout)
+    adj = torch_sparse_adjacency(edge_index, value, n, layout)
     x, x_0 = features(n, 4, 1), features(n, 4, 2)
     for dropout in (0.0, 0.4):
         pyg, ours = same_start("FAConv", 4, dropout=dropout)
@@ -237,16 +232,16 @@ def test_fa_conv_torch_sparse_loops_merge_as_pyg(layout):
         close(g_alpha, e_alpha, "attention weights")
 
 
-def test_fa_conv_sparse_tensor(monkeypatch):
+def test_fa_convsparse_tensor_adjacency(monkeypatch):
     """A SparseTensor without values (normalize=True), with them (normalize=False); its weights
     come back as a SparseTensor, its loops replaced (fill_diag)."""
     patch_pyg(monkeypatch)
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     value = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1)) + 0.5
     x, x_0 = features(n, 4, 1), features(n, 4, 2)
     for options, adj in (
-        ({"dropout": 0.4}, _sparse_tensor(edge_index, None, n)),
-        ({"normalize": False}, _sparse_tensor(edge_index, value, n)),
+        ({"dropout": 0.4}, sparse_tensor_adjacency(edge_index, None, n)),
+        ({"normalize": False}, sparse_tensor_adjacency(edge_index, value, n)),
     ):
         pyg, ours = same_start("FAConv", 4, **options)
         call = {"return_attention_weights": True}
@@ -258,8 +253,8 @@ def test_fa_conv_sparse_tensor(monkeypatch):
         close(g_alpha, e_alpha, "attention weights")
 
 
-def test_fa_conv_cached_keeps_the_first_graph():
-    edge_index, n = _graph(), 8
+def test_fa_conv_cached_keeps_the_firstsmall_graph():
+    edge_index, n = small_graph(), 8
     x, x_0 = features(n, 4, 1), features(n, 4, 2)
     pyg, ours = same_start("FAConv", 4, cached=True)
     compare(pyg, ours, (x, x_0, edge_index))
@@ -272,7 +267,7 @@ def test_fa_conv_cached_keeps_the_first_graph():
 
 
 def test_fa_conv_lazy_channels_and_float64():
-    edge_index = _graph()
+    edge_index = small_graph()
     pyg, ours = same_start("FAConv", -1, lazy=True)
     x, x_0 = features(8, 5, 1), features(8, 5, 2)
     pyg(x, x_0, edge_index), ours(x, x_0, edge_index)  # sized and initialised by the first call
@@ -293,7 +288,7 @@ def test_fa_conv_kernel_text():
 
 
 def test_fa_conv_refuses_bad_input():
-    edge_index = _graph()
+    edge_index = small_graph()
     x, x_0 = torch.randn(8, 4), torch.randn(8, 4)
     with pytest.raises(ArgumentError, match="dropout must be a probability"):
         gnn.FAConv(4, dropout=1.5)
@@ -315,7 +310,7 @@ def test_fa_conv_refuses_bad_input():
         gnn.FAConv(4)(x, None, edge_index)
     gnn.FAConv(4, eps=0.0)(x, None, edge_index)  # as PyG: x_0 is not read without eps
     with pytest.raises(ArgumentError, match="SparseTensor without values"):
-        gnn.FAConv(4)(x, x_0, _sparse_tensor(edge_index, torch.ones(edge_index.shape[1]), 8))
+        gnn.FAConv(4)(x, x_0, sparse_tensor_adjacency(edge_index, torch.ones(edge_index.shape[1]), 8))
 
 
 # ------------------------------------------------------------------ a gnnc.Graph
@@ -334,7 +329,7 @@ def test_fa_conv_refuses_bad_input():
 def test_a_graph_gives_what_its_edge_index_gives(make, lean):
     """A gnnc.Graph where PyG takes an edge_index: the same result; the layers that read no edge
     themselves hand it to their kernel without making its edge_index."""
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     graph = gnnc.Graph.from_edge_index(edge_index.numpy(), num_vertices=n)
     layer = make()
     extra = (features(n, 4, 3),) if isinstance(layer, gnn.FAConv) else ()

@@ -25,25 +25,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.nn_oracle import Seeded, bipartite, close, compare, features, pyg_graphs, same_start
+from tests.nn_oracle import Seeded, bipartite, close, compare, features, pyg_graphs, same_start, small_graph
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 import gnnc.nn as gnn  # noqa: E402
 from gnnc.errors import ArgumentError, GnncError  # noqa: E402
 from gnnc.nn.conv import supergat_conv  # noqa: E402
-from tests.sparse_tensor import patch_pyg, pyg_sparse_tensor  # noqa: E402
+from tests.sparse_tensor import patch_pyg, sparse_tensor_adjacency  # noqa: E402
 
 EG_AGGREGATORS = ["sum", "mean", "symnorm", "max", "min", "var", "std"]
-
-
-def _graph(n: int = 8) -> torch.Tensor:
-    """An edge_index with two self loops, a duplicate edge and an isolated vertex (n - 1)."""
-    g = torch.Generator().manual_seed(0)
-    return torch.cat([torch.randint(0, n - 1, (2, 24), generator=g), torch.tensor([[2, 5, 1, 1], [2, 5, 4, 4]])], 1)
-
-
-def _sparse_tensor(edge_index: torch.Tensor, value: torch.Tensor | None, n: int):
-    return pyg_sparse_tensor()(row=edge_index[1], col=edge_index[0], value=value, sparse_sizes=(n, n))
 
 
 # ------------------------------------------------------------------ SuperGATConv
@@ -135,7 +125,7 @@ def test_supergat_undirected_batches_and_given_negatives():
     half = torch.randint(0, 9, (2, 20), generator=g)
     undirected = torch.cat([half, half.flip(0)], 1)  # PyG's is_undirected holds: no to_undirected
     x = features(9, 5, 2)
-    for edge_index in (undirected, _graph(9)):
+    for edge_index in (undirected, small_graph(9)):
         compare(*_trained(3, 5, 3, heads=2), (x, edge_index))
     # two graphs of a batch, each sampled apart (PyG's batched_negative_sampling)
     batch = torch.tensor([0] * 4 + [1] * 5)
@@ -148,7 +138,7 @@ def test_supergat_undirected_batches_and_given_negatives():
     negatives = torch.randint(0, 9, (2, 7), generator=g)
     for dropout in (0.0, 0.5):
         pyg, ours = _trained(5, 5, 3, heads=2, dropout=dropout)
-        compare(pyg, ours, (x, _graph(9), negatives))
+        compare(pyg, ours, (x, small_graph(9), negatives))
         _same_self_supervision(pyg, ours)
 
 
@@ -179,7 +169,7 @@ def test_supergat_sparse_adjacencies(monkeypatch):
     """torch.sparse adjacencies in eval mode (PyG's training fails on one: refused); a
     SparseTensor (loops replaced by fill_diag, the positive edges in row-major order) in both."""
     patch_pyg(monkeypatch)
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     x = features(n, 5, 7)
     adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(28), (n, n)).coalesce()
     for form in (adj, adj.to_sparse_csr()):
@@ -190,7 +180,7 @@ def test_supergat_sparse_adjacencies(monkeypatch):
     for loops in (True, False):
         for dropout in (0.0, 0.4):
             pyg, ours = _trained(8, 5, 3, heads=2, add_self_loops=loops, dropout=dropout)
-            compare(pyg, ours, (x, _sparse_tensor(edge_index, None, n)))
+            compare(pyg, ours, (x, sparse_tensor_adjacency(edge_index, None, n)))
             _same_self_supervision(pyg, ours)
 
 
@@ -209,12 +199,12 @@ def test_supergat_blocks_lazy_and_float64():
     for key, value in pyg.state_dict().items():
         assert torch.equal(ours.state_dict()[key], value), key
     pyg, ours = (layer.double() for layer in _trained(9, 5, 3, heads=2, attention_type="SD", dropout=0.2))
-    compare(pyg, ours, (x.detach().double().requires_grad_(), _graph(7)), rtol=1e-9)
+    compare(pyg, ours, (x.detach().double().requires_grad_(), small_graph(7)), rtol=1e-9)
 
 
 def test_options_set_after_construction():
     """add_self_loops (and dropout) changed on a built layer, as DirGNNConv does to its copies."""
-    x, edge_index = features(8, 5, 9), _graph()
+    x, edge_index = features(8, 5, 9), small_graph()
     pyg, ours = _trained(10, 5, 3, heads=2)
     for layer in (pyg.layer, ours.layer):
         layer.add_self_loops, layer.dropout = False, 0.3
@@ -282,15 +272,15 @@ def test_eg_conv_sparse_adjacencies(monkeypatch, form, loops, aggregators):
     beside the graph's own) or, without it, every aggregator; a SparseTensor's likewise (loops
     replaced); the other aggregators beside symnorm count each entry once; std's own formula."""
     patch_pyg(monkeypatch)
-    edge_index, n = _graph(), 8
+    edge_index, n = small_graph(), 8
     value = torch.rand(28, generator=torch.Generator().manual_seed(1)) + 0.5
     coo = torch.sparse_coo_tensor(edge_index.flip(0), value, (n, n)).coalesce()
     row, col = coo.indices()
     adj = {
         "coo": coo,
         "csr": coo.to_sparse_csr(),
-        "SparseTensor": _sparse_tensor(torch.stack([col, row]), coo.values(), n),
-        "SparseTensor without values": _sparse_tensor(torch.stack([col, row]), None, n),
+        "SparseTensor": sparse_tensor_adjacency(torch.stack([col, row]), coo.values(), n),
+        "SparseTensor without values": sparse_tensor_adjacency(torch.stack([col, row]), None, n),
     }[form]
     pyg, ours = same_start("EGConv", 5, 4, aggregators, num_heads=2, num_bases=2, add_self_loops=loops)
     x = features(n, 5, 2)
@@ -304,7 +294,7 @@ def test_eg_conv_sparse_adjacencies(monkeypatch, form, loops, aggregators):
 
 
 def test_eg_conv_cache_graph_blocks_lazy_float64():
-    edge_index, other = _graph(), torch.tensor([[0, 1], [1, 2]])
+    edge_index, other = small_graph(), torch.tensor([[0, 1], [1, 2]])
     x = features(8, 5, 3)
     for aggregators, loops in ((["symnorm", "max"], True), (["mean"], True), (["sum"], False)):
         pyg, ours = same_start("EGConv", 5, 4, aggregators, num_heads=2, cached=True, add_self_loops=loops)

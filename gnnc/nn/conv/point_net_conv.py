@@ -71,7 +71,30 @@ def _optional_features(x: Any, what: str) -> torch.Tensor | None:
     return inputs.check_features(x, LAYER, what)
 
 
-class PointNetConv(WarmUp, nn.Module):
+class PointLayer(WarmUp, nn.Module):
+    """What PyG's point-cloud layers (PointNetConv, PPFConv) share: `local_nn`, `global_nn`,
+    `add_self_loops` and PyG's `aggr` keyword ("max" by default), checked; reset as PyG's."""
+
+    def __init__(self, layer: str, local_nn: Any, global_nn: Any, add_self_loops: bool, kwargs: dict[str, Any]):
+        super().__init__()
+        aggr = kwargs.pop("aggr", "max")
+        self._node_dim = check_options(layer, kwargs, aggr=None)
+        for what, module in (("local_nn", local_nn), ("global_nn", global_nn)):
+            if module is not None and not callable(module):
+                raise ArgumentError(f"{layer}: {what} must be a module (or a callable) or None, got {module!r}")
+        self.local_nn = local_nn
+        self.global_nn = global_nn
+        self.add_self_loops = add_self_loops
+        self.aggr = aggr
+        #: the aggregation by the language's name
+        self._aggr = aggregation(aggr, layer)
+
+    def reset_parameters(self) -> None:
+        reset(self.local_nn)
+        reset(self.global_nn)
+
+
+class PointNetConv(PointLayer):
     """PyG's `PointNetConv(local_nn=None, global_nn=None, add_self_loops=True, **kwargs)`:
     `global_nn(max over in-edges of local_nn([x_j, pos_j - pos_i]))`.
 
@@ -82,22 +105,9 @@ class PointNetConv(WarmUp, nn.Module):
     """
 
     def __init__(self, local_nn: Any = None, global_nn: Any = None, add_self_loops: bool = True, **kwargs: Any):
-        super().__init__()
-        aggr = kwargs.pop("aggr", "max")
-        self._node_dim = check_options(LAYER, kwargs, aggr=None)
-        for what, module in (("local_nn", local_nn), ("global_nn", global_nn)):
-            if module is not None and not callable(module):
-                raise ArgumentError(f"{LAYER}: {what} must be a module (or a callable) or None, got {module!r}")
-        self.local_nn = local_nn
-        self.global_nn = global_nn
-        self.add_self_loops = add_self_loops
-        self.aggr = aggr
-        self._kernels = edge_mlp.kernels(aggregation(aggr, LAYER))
+        super().__init__(LAYER, local_nn, global_nn, add_self_loops, kwargs)
+        self._kernels = edge_mlp.kernels(self._aggr)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        reset(self.local_nn)
-        reset(self.global_nn)
 
     def forward(self, x: Any, pos: Any, edge_index: Any) -> torch.Tensor:
         adj = inputs.adjacency(edge_index)

@@ -61,16 +61,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from gnnc.errors import ArgumentError
 from gnnc.nn import edge_mlp, inputs
-from gnnc.nn.conv.aggregate import aggregation
-from gnnc.nn.conv.point_net_conv import looped_edges
-from gnnc.nn.init import reset
+from gnnc.nn.conv.point_net_conv import PointLayer, looped_edges
 from gnnc.nn.kernels import kernel
-from gnnc.nn.message_passing import check_options
-from gnnc.nn.precompile import WarmUp
 from gnnc.torch import graphs
 from gnnc.torch.kernels import Kernel
 
@@ -132,7 +127,7 @@ def _pair_of(value: Any, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     return src, dst
 
 
-class PPFConv(WarmUp, nn.Module):
+class PPFConv(PointLayer):
     """PyG's `PPFConv(local_nn=None, global_nn=None, add_self_loops=True, **kwargs)`:
     `global_nn(max over in-edges of local_nn([x_j, ppf(pos_i, pos_j, n_i, n_j)]))`.
 
@@ -144,25 +139,11 @@ class PPFConv(WarmUp, nn.Module):
     """
 
     def __init__(self, local_nn: Any = None, global_nn: Any = None, add_self_loops: bool = True, **kwargs: Any):
-        super().__init__()
-        aggr = kwargs.pop("aggr", "max")
-        self._node_dim = check_options(LAYER, kwargs, aggr=None)
-        for what, module in (("local_nn", local_nn), ("global_nn", global_nn)):
-            if module is not None and not callable(module):
-                raise ArgumentError(f"{LAYER}: {what} must be a module (or a callable) or None, got {module!r}")
-        self.local_nn = local_nn
-        self.global_nn = global_nn
-        self.add_self_loops = add_self_loops
-        self.aggr = aggr
-        name = aggregation(aggr, LAYER)
-        self._kernels: dict[str, Kernel] = {key: kernel(*made) for key, made in sources(name).items()}
+        super().__init__(LAYER, local_nn, global_nn, add_self_loops, kwargs)
+        self._kernels: dict[str, Kernel] = {key: kernel(*made) for key, made in sources(self._aggr).items()}
         self._kernels["parts"] = kernel(PARTS, "ppf_parts")
-        self._kernels["aggregate"] = edge_mlp.kernels(name)["aggregate"]
+        self._kernels["aggregate"] = edge_mlp.kernels(self._aggr)["aggregate"]
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        reset(self.local_nn)
-        reset(self.global_nn)
 
     def forward(self, x: Any, pos: Any, normal: Any, edge_index: Any) -> torch.Tensor:
         adj = inputs.adjacency(edge_index)
