@@ -311,6 +311,25 @@ def test_dir_gnn_conv_wraps_gnnc_layers(name):
         assert not ours.conv_in.add_self_loops and not ours.conv_out.add_self_loops
 
 
+def test_dir_gnn_conv_copies_warm_up_the_kernels_they_call():
+    """The copies' kernels follow the options DirGNNConv turned off, so warm_up compiles what the
+    calls run (GAT's variants without self loops), not the constructor's."""
+    from gnnc.nn.attention import LoopKind
+    from gnnc.nn.precompile import kernels_of
+
+    for conv in (gnn.GATConv(5, 4, dropout=0.3), gnn.GATv2Conv(5, 4), gnn.AGNNConv(), gnn.FeaStConv(5, 4)):
+        wrapped = gnn.DirGNNConv(conv, root_weight=False)
+        for copy_ in (wrapped.conv_in, wrapped.conv_out):
+            if isinstance(copy_, (gnn.GATConv, gnn.GATv2Conv)):
+                assert {key[0] for key in copy_._kernels} == {LoopKind.NONE}
+            else:
+                assert set(copy_._kernels) == {False}
+        made = {k.name for k in kernels_of(wrapped)}
+        x = features(8, 5, 1, grad=False)
+        wrapped(x, _graph())
+        assert {k.name for k in kernels_of(wrapped)} == made  # the calls made no other kernel
+
+
 def test_dir_gnn_conv_reverses_each_edge_index_once():
     edge_index = _graph()
     flipped = flipped_edges(edge_index)

@@ -34,6 +34,7 @@ from gnnc.nn.conv.sg_conv import square_graph
 from gnnc.nn.kernels import kernel
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
+from gnnc.torch.kernels import Kernel
 
 LAYER = "AGNNConv"
 
@@ -57,6 +58,10 @@ kernel agnn(x: f32[V, F], xn: f32[V, F], beta: f32) -> f32[V, F] {
 """
 
 
+def _kernel(loops: bool) -> Kernel:
+    return kernel(LOOPS, "agnn_loops") if loops else kernel(PLAIN, "agnn")
+
+
 class AGNNConv(WarmUp, nn.Module):
     """PyG's `AGNNConv(requires_grad=True, add_self_loops=True, **kwargs)`.
 
@@ -72,9 +77,12 @@ class AGNNConv(WarmUp, nn.Module):
             self.beta = nn.Parameter(torch.empty(1))
         else:
             self.register_buffer("beta", torch.ones(1))
-        # both made here (the option may change after construction, as DirGNNConv's copies do)
-        self._kernels = {True: kernel(LOOPS, "agnn_loops"), False: kernel(PLAIN, "agnn")}
+        self.make_kernels()
         self.reset_parameters()
+
+    def make_kernels(self) -> None:
+        """The kernel `add_self_loops` calls (what `warm_up` compiles), again after a change of it."""
+        self._kernels = {bool(self.add_self_loops): _kernel(bool(self.add_self_loops))}
 
     def reset_parameters(self) -> None:
         if self.requires_grad:
@@ -84,7 +92,8 @@ class AGNNConv(WarmUp, nn.Module):
     def forward(self, x: torch.Tensor, edge_index: Any) -> torch.Tensor:
         x, adj = square_graph(LAYER, x, edge_index)
         xn = F.normalize(x, p=2.0, dim=-1)
-        call = self._kernels[bool(self.add_self_loops)]
+        loops = bool(self.add_self_loops)
+        call = self._kernels.get(loops) or _kernel(loops)
         return call(adj.index, x, xn, self.beta.to(x.dtype), num_vertices=x.shape[0])
 
     def __repr__(self) -> str:

@@ -62,6 +62,9 @@ class DirGNNConv(WarmUp, nn.Module):
             for option in ("add_self_loops", "root_weight"):
                 if hasattr(conv, option):  # as PyG's: each direction without them, lin adds the root
                     setattr(copied, option, False)
+            remake = getattr(copied, "make_kernels", None)
+            if callable(remake):  # a layer whose kernels follow add_self_loops: the ones warm_up compiles
+                remake()
         self.lin = nn.Linear(_channels(conv, "in_channels"), _channels(conv, "out_channels")) if root_weight else None
         self.reset_parameters()
 

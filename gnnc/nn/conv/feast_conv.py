@@ -119,9 +119,13 @@ class FeaStConv(WarmUp, nn.Module):
         self.u = Linear(in_channels, heads, bias=False, weight_initializer="uniform")
         self.c = nn.Parameter(torch.empty(heads))
         self.bias: nn.Parameter | None = nn.Parameter(torch.empty(out_channels)) if bias else None
-        # both made here (the option may change after construction, as DirGNNConv's copies do)
-        self._kernels = {loops: kernel(*source(self._aggr, loops)) for loops in (True, False)}
+        self.make_kernels()
         self.reset_parameters()
+
+    def make_kernels(self) -> None:
+        """The kernel `add_self_loops` calls (what `warm_up` compiles), again after a change of it."""
+        loops = bool(self.add_self_loops)
+        self._kernels = {loops: kernel(*source(self._aggr, loops))}
 
     def reset_parameters(self) -> None:
         """PyG's initialisation, draw for draw."""
@@ -155,7 +159,9 @@ class FeaStConv(WarmUp, nn.Module):
             q = torch.softmax(c if square else us[:num_dst] - ud.to(us.dtype) + c, dim=-1)
             wl = wx[:num_dst]
             args.append(torch.matmul(q, wl) if square else torch.bmm(q.unsqueeze(1), wl).squeeze(1))
-        out = self._kernels[bool(self.add_self_loops)](adj.index, *args, size=(num_src, num_dst))
+        loops = bool(self.add_self_loops)
+        call = self._kernels.get(loops) or kernel(*source(self._aggr, loops))
+        out = call(adj.index, *args, size=(num_src, num_dst))
         return add_bias(out, self.bias)
 
     def __repr__(self) -> str:

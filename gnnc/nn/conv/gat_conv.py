@@ -149,11 +149,17 @@ class GATConv(WarmUp, nn.Module):
         self.res = Linear(dst_channels, total, bias=False, weight_initializer="glorot") if residual else None
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
         # every kernel a call may need, made now: torch.compile cannot trace making one
+        self.make_kernels()
+        self.reset_parameters()
+
+    def make_kernels(self) -> None:
+        """The kernels the layer's options call (what `warm_up` compiles): made in the constructor,
+        and again by whoever changes `add_self_loops` or `dropout` afterwards (DirGNNConv's copies;
+        a call finds a missing one itself, but a warm-up would not)."""
         self._kernels = {
             v: attention.compiled(self._config(*v))
-            for v in attention.variants(add_self_loops, self.dropout > 0.0, edge_dim is not None)
+            for v in attention.variants(self.add_self_loops, self.dropout > 0.0, self.edge_dim is not None)
         }
-        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
