@@ -68,4 +68,17 @@ def check_options(layer: str, options: dict[str, Any], aggr: str | None = "add",
     return int(options.get("node_dim", -2))
 
 
-__all__ = ["FLOWS", "OPTIONS", "check_options"]
+class CachedGraph:
+    """A layer with PyG's `cached=True`: `_cached` holds what it derived from the first call's
+    graph (normalisation weights, loops). A copy (pickle, deepcopy, torch.save) leaves it out and
+    makes it again from its own next call: the tensors belong to that graph, not to the layer."""
+
+    _cached: Any
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_cached"] = None
+        return state
+
+
+__all__ = ["CachedGraph", "FLOWS", "OPTIONS", "check_options"]

@@ -25,7 +25,7 @@ from torch import nn
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs, self_loops, static_graphs
 from gnnc.nn.kernels import kernel
-from gnnc.nn.message_passing import check_options
+from gnnc.nn.message_passing import CachedGraph, check_options
 from gnnc.nn.precompile import WarmUp
 
 LAYER = "APPNP"
@@ -59,7 +59,7 @@ def dropout_order(adj: inputs.Adjacency, add_loops: bool) -> self_loops.Order:
     return self_loops.Order.ROW_MAJOR if adj.sparse_tensor else self_loops.Order.COALESCED
 
 
-class APPNP(WarmUp, nn.Module):
+class APPNP(CachedGraph, WarmUp, nn.Module):
     """PyG's `APPNP(K, alpha, dropout=0.0, cached=False, add_self_loops=True, normalize=True, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; no parameters. A sparse
@@ -92,11 +92,6 @@ class APPNP(WarmUp, nn.Module):
 
     def reset_parameters(self) -> None:
         self._cached = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_cached"] = None
-        return state
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if static_graphs.batched(x):

@@ -51,7 +51,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import inputs, self_loops
 from gnnc.nn.conv.appnp import dropout_order, gcn_weights
 from gnnc.nn.kernels import kernel
-from gnnc.nn.message_passing import check_options
+from gnnc.nn.message_passing import CachedGraph, check_options
 from gnnc.nn.precompile import WarmUp
 from gnnc.torch.kernels import Kernel
 
@@ -156,7 +156,7 @@ def _positive(value: Any, what: str) -> int:
     return value
 
 
-class DNAConv(WarmUp, nn.Module):
+class DNAConv(CachedGraph, WarmUp, nn.Module):
     """PyG's `DNAConv(channels, heads=1, groups=1, dropout=0.0, cached=False, normalize=True,
     add_self_loops=True, bias=True, **kwargs)`.
 
@@ -206,11 +206,6 @@ class DNAConv(WarmUp, nn.Module):
     def reset_parameters(self) -> None:
         self.multi_head.reset_parameters()
         self._cached = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_cached"] = None
-        return state
 
     def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 3:

@@ -58,7 +58,7 @@ from gnnc.nn import derived, inputs
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear
-from gnnc.nn.message_passing import check_options
+from gnnc.nn.message_passing import CachedGraph, check_options
 from gnnc.nn.precompile import WarmUp
 from gnnc.torch.kernels import Kernel
 
@@ -204,7 +204,7 @@ class _Graph:
     extra: tuple[torch.Tensor, ...]
 
 
-class EGConv(WarmUp, nn.Module):
+class EGConv(CachedGraph, WarmUp, nn.Module):
     """PyG's `EGConv(in_channels, out_channels, aggregators=None, num_heads=8, num_bases=4,
     cached=False, add_self_loops=True, bias=True, **kwargs)`.
 
@@ -264,11 +264,6 @@ class EGConv(WarmUp, nn.Module):
         self.comb_lin.reset_parameters()
         zeros(self.bias)
         self._cached = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_cached"] = None  # made again from the next call's graph
-        return state
 
     def _form(self, kind: str) -> Form | None:
         """The Form of a graph argument's kind with the layer's options as they are now."""

@@ -47,7 +47,7 @@ from gnnc.nn import derived, inputs, self_loops, static_graphs
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
 from gnnc.nn.linear import Linear, add_bias
-from gnnc.nn.message_passing import check_options
+from gnnc.nn.message_passing import CachedGraph, check_options
 from gnnc.nn.precompile import WarmUp
 
 NORMALIZED = """
@@ -81,7 +81,7 @@ kernel gcn_conv_plain(x: f32[V, F]) -> f32[V, F] {
 """
 
 
-class GCNConv(WarmUp, nn.Module):
+class GCNConv(CachedGraph, WarmUp, nn.Module):
     """PyG's `GCNConv(in_channels, out_channels, improved, cached, add_self_loops, normalize, bias, **kwargs)`.
 
     `forward(x, edge_index, edge_weight=None)`; `edge_index` may be a
@@ -128,11 +128,6 @@ class GCNConv(WarmUp, nn.Module):
         self.lin.reset_parameters()
         zeros(self.bias)
         self._cached = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_cached"] = None  # recomputed from the next call's graph
-        return state
 
     def _weights(self, adj: inputs.Adjacency, edge_weight: Any, num_nodes: int, x: torch.Tensor) -> tuple:
         """(unweighted, args): for `gcn_conv`, (w, loop), the edge weights and the self-loop
