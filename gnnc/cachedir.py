@@ -25,6 +25,7 @@ warning (`warn_unusable`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -33,6 +34,7 @@ import secrets
 import shutil
 import stat
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -180,6 +182,10 @@ def warn_unusable(path: Path, what: str, exc: OSError) -> None:
 
 #: Its record's suffix: `NAME.sha256` beside `NAME.so` or `NAME.ptx`.
 RECORD_SUFFIX = ".sha256"
+#: An entry's build lock (`EntryStore.building`): `NAME.so.lock`.
+LOCK_SUFFIX = ".lock"
+#: A FIFO planted at a lock's name must not block the open; never follow a link.
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: The directory's own random key (32 bytes, 0600) the records are signed with.
 KEY_FILE = ".key"
 _KEY_BYTES = 32
@@ -240,6 +246,34 @@ class EntryStore:
         write_entry(self._fd, name, data)
         write_entry(self._fd, _record_name(name), _record(key, name, key_digest, data))
         return self.path / name
+
+    @contextlib.contextmanager
+    def building(self, name: str) -> Iterator[None]:
+        """Holds `name`'s build lock (`NAME.lock`, flock) while the caller builds the entry, so
+        that processes (or threads) wanting one entry at once build it once: the others wait
+        here, then find it with `lookup`. Torchrun's ranks and pytest-xdist's workers start
+        with the same kernels; each compiled every one of them. The lock file is removed before
+        the lock is released: a process that opens the name later makes a new one and finds the
+        entry stored. Where no lock can be made (a read-only directory), nobody waits."""
+        lock_name = name + LOCK_SUFFIX
+        try:
+            fd = os.open(lock_name, _LOCK_FLAGS, FILE_MODE, dir_fd=self._fd)
+        except OSError:
+            yield
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _log.info("%s: being built by another process; waiting for it", self.path / name)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(lock_name, dir_fd=self._fd)
+        finally:
+            os.close(fd)
 
     def _secret(self, create: bool) -> bytes | None:
         """The directory's key; made (atomically: the first of racing processes wins) when `create`."""

@@ -127,6 +127,46 @@ def test_second_compile_reuses_the_cached_object(cache):
     assert sorted(p.name for p in directory.iterdir()) == [".key", f"{key}.sha256", f"{key}.so"]
 
 
+def test_one_entry_wanted_at_once_is_built_once(cache, monkeypatch):
+    """Two threads (as two ranks or test workers would) compile one new source at once: one
+    builds it, the other waits on the entry's build lock and loads what the first stored."""
+    import threading
+    import time
+
+    directory, calls = cache
+    counting = compiler.compile_source
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)  # the other thread reaches the lock while this one builds
+        return counting(*args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_source", slow)
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(compiler.compile_cached(SOURCE))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(calls) == 1, "built twice"
+    assert len(paths) == 2 and paths[0] == paths[1]
+    assert not list(directory.glob("*.lock")), "the build lock is left behind"
+    check_runs(gnnc.load(paths[0]))
+
+
+def test_an_unusable_build_lock_builds_anyway(cache):
+    """A directory (or a FIFO) at the lock's name: nobody waits on it, the entry is built."""
+    directory, calls = cache
+    name = f"{compiler.cache_key(SOURCE, compiler.CompileOptions())}.so.lock"
+    directory.mkdir(mode=0o700)
+    (directory / name).mkdir()
+    path = compiler.compile_cached(SOURCE)
+    assert len(calls) == 1 and path.exists()
+    (directory / name).rmdir()
+    os.mkfifo(directory / name, 0o600)
+    path.unlink()
+    assert compiler.compile_cached(SOURCE) == path and len(calls) == 2
+
+
 def test_different_source_or_options_different_entries(cache):
     directory, calls = cache
     base = gnnc.compile(SOURCE).path

@@ -599,38 +599,51 @@ def compile_cached(source: str, file: str = "<string>", options: CompileOptions 
     """The path of a shared object for source, built or taken from the cache.
 
     A hit is an entry whose record binds its bytes to this source's full key
-    (`cachedir.EntryStore`); anything else at its name is rebuilt.
+    (`cachedir.EntryStore`); anything else at its name is rebuilt. Processes
+    that ask for one entry at once build it once (`EntryStore.building`).
     """
     from gnnc.target.cpu import codegen
 
-    options = options or CompileOptions()
-    key = full_cache_key(source, options)
-    name = f"{key[:32]}.so"
-    with _cache() as store:
-        if store is not None and store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
-            _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
-            return store.path / name
-        start = time.perf_counter()
+    def build() -> bytes:
         result = compile_source(source, file, options, keep_stages=False)
         assert result.object_code is not None
-        path = _keep(store, name, key, codegen.shared_object_bytes(result.object_code))
-    _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
-    return path
+        return codegen.shared_object_bytes(result.object_code)
+
+    options = options or CompileOptions()
+    return _cached(source, file, options, ".so", build)
 
 
 def compile_cached_ptx(source: str, file: str = "<string>", options: CompileOptions | None = None) -> Path:
     """The path of a PTX file for source (target cuda), built or taken from the cache as `compile_cached`'s."""
-    options = options or CompileOptions(target="cuda")
-    key = full_cache_key(source, options)
-    name = f"{key[:32]}.ptx"
-    with _cache() as store:
-        if store is not None and store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
-            _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
-            return store.path / name
-        start = time.perf_counter()
+
+    def build() -> bytes:
         result = compile_source(source, file, options, keep_stages=False)
         assert result.ptx is not None
-        path = _keep(store, name, key, result.ptx.encode())
+        return result.ptx.encode()
+
+    options = options or CompileOptions(target="cuda")
+    return _cached(source, file, options, ".ptx", build)
+
+
+def _cached(source: str, file: str, options: CompileOptions, suffix: str, build: Callable[[], bytes]) -> Path:
+    """The cache entry of source and options, `build()` and stored on a miss."""
+    key = full_cache_key(source, options)
+    name = f"{key[:32]}{suffix}"
+    with _cache() as store:
+        if store is None:
+            start = time.perf_counter()
+            path = _keep(store, name, key, build())
+        else:
+            if store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
+                _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
+                return store.path / name
+            with store.building(name):
+                # another process may have built it while this one waited for the lock
+                if store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
+                    _log.info("%s: built by another process, %s", _describe(file, options), store.path / name)
+                    return store.path / name
+                start = time.perf_counter()
+                path = _keep(store, name, key, build())
     _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
     return path
 
