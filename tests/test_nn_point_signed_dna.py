@@ -456,7 +456,7 @@ def test_dna_conv_long_history():
     with torch.no_grad():
         x = _history(6, dna_conv.SLOTS + 1, 4, 5) * 3
         close(ours(x, edge_index), pyg(x, edge_index), "a long history")
-    assert (dna_conv.SLOTS + 1, False) in ours._kernels
+    assert ("weights", dna_conv.SLOTS + 1) in ours._kernels
 
 
 def test_dna_conv_errors():
