@@ -254,7 +254,8 @@ class EntryStore:
         here, then find it with `lookup`. Torchrun's ranks and pytest-xdist's workers start
         with the same kernels; each compiled every one of them. The lock file is removed before
         the lock is released: a process that opens the name later makes a new one and finds the
-        entry stored. Where no lock can be made (a read-only directory), nobody waits."""
+        entry stored. Where no lock can be made (a read-only directory, a file system without
+        flock), nobody waits."""
         lock_name = name + LOCK_SUFFIX
         try:
             fd = os.open(lock_name, _LOCK_FLAGS, FILE_MODE, dir_fd=self._fd)
@@ -267,12 +268,15 @@ class EntryStore:
             except BlockingIOError:
                 _log.info("%s: being built by another process; waiting for it", self.path / name)
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(lock_name, dir_fd=self._fd)
+        except OSError:  # a file system without flock (ENOLCK on some NFS): built unlocked
+            os.close(fd)
+            yield
+            return
+        try:
+            yield
         finally:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_name, dir_fd=self._fd)
             os.close(fd)
 
     def _secret(self, create: bool) -> bytes | None:

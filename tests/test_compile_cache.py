@@ -167,6 +167,21 @@ def test_an_unusable_build_lock_builds_anyway(cache):
     assert compiler.compile_cached(SOURCE) == path and len(calls) == 2
 
 
+def test_a_file_system_without_flock_builds_unlocked(cache, monkeypatch):
+    """flock failing with ENOLCK (some NFS mounts): the entry is built and stored, unlocked."""
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    directory, calls = cache
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = compiler.compile_cached(SOURCE)
+    assert len(calls) == 1 and path.exists()
+    assert compiler.compile_cached(SOURCE) == path and len(calls) == 1
+
+
 def test_different_source_or_options_different_entries(cache):
     directory, calls = cache
     base = gnnc.compile(SOURCE).path
