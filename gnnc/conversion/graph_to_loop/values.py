@@ -1,10 +1,26 @@
-"""Values of convert-graph-to-loop: one element of a graph value, and dots into scratch.
+"""Values of convert-graph-to-loop: one element of a graph value, and values into scratch.
 
-Elementwise expressions are never materialised: `value_at` evaluates one
-element of a value at the indices of its consumer's feature nest. `dot` and
-`@` results are computed once per edge (or destination) into per-thread
-scratch first (`precompute`), because recomputing a reduction per consumer
-element would multiply its cost.
+An elementwise expression is evaluated where it is read: `value_at` computes
+one element of a value at the indices of its consumer's feature nest, and a
+value with fewer axes than the nest is computed at the depth its indices are
+known (`hoist`). Some values are computed once per edge (or destination)
+into per-thread scratch first (`_precompute`), because evaluating them per
+consumer element would multiply their cost:
+
+- `dot` and `@` results (a reduction per consumer element);
+- a value read at permuted indices with axes of its own broadcast, costing
+  `_REUSE_COST` or more: an `outer`'s right operand, a broadcast operand
+  under a `transpose`. Its reads run in loops inside its own axes' loops,
+  so no depth computes it once (DNAConv's softmax over the layers, read
+  once per feature: 330 -> 42 ms forward, one kernel, rmat-14);
+- a value costing `_SHARED_COST` or more (an exponential) that two of
+  these nests, or one and the consumer's, read: each nest's memo shares it
+  only within the nest (the generated gradients of a softmax read its
+  exponentials in half a dozen).
+
+A value no rule picks stays inline: scratch stores in the in-edge walk keep
+LLVM from holding the accumulators in registers (GAT's `alpha`, both an
+edge result and a term of the sum, stays inline: tests/test_cpu_backend.py).
 """
 
 from __future__ import annotations
@@ -41,31 +57,80 @@ class ValueEmission(LoopBuilder):
     # ---------------------------------------------- dot / matvec into scratch
 
     def _precompute(self, root: SSAValue, ctx: LoopContext) -> None:
-        """Computes every dot / matvec that root needs, innermost first."""
-        order: list[Operation] = []
-        seen: set[SSAValue] = set()
+        """Computes into scratch, innermost first, every dot / matvec that root needs, every
+        costly value it reads at permuted indices (`_REUSE_COST`), and every very costly value
+        (`_SHARED_COST`) that two or more of these nests, or one and root's, would compute."""
+        order = self._scratch_order(root, ctx, set())
+        shared = _shared_values(root, order, set(ctx.computed))
+        if shared:
+            order = self._scratch_order(root, ctx, shared)
+        for item in order:
+            if isinstance(item, graph.DotOp):
+                self._compute_dot(item, ctx)
+            elif isinstance(item, graph.MatVecOp):
+                self._compute_matvec(item, ctx)
+            elif isinstance(item, SSAValue) and item not in ctx.computed:
+                self._compute_elementwise(item, ctx)
 
-        def visit(x: SSAValue) -> None:
-            if x in seen or x in ctx.computed:
+    def _scratch_order(self, root: SSAValue, ctx: LoopContext, forced: set[SSAValue]) -> list[Operation | SSAValue]:
+        """What `_precompute` computes into scratch for root, operands before their users: the
+        dots and matvecs, the values of `forced`, and the costly values read at permuted indices."""
+        order: list[Operation | SSAValue] = []
+        seen: set[tuple[SSAValue, int]] = set()
+        kept: set[SSAValue] = set(ctx.computed) | forced
+
+        def visit(x: SSAValue, permuted: int = 0) -> None:
+            """`permuted`: the axes of the value x is read in, where that value's indices run in
+            another order than its nest's loops (an `outer`'s right operand, a transpose's)."""
+            if (x, permuted) in seen or x in ctx.computed:
                 return
-            seen.add(x)
+            seen.add((x, permuted))
             op = x.owner
             if isinstance(op, graph.AggregateOp | graph.GatherOp) or not isinstance(op, Operation):
                 return
             if isinstance(op, graph.EdgeSoftmaxOp) and ctx.u is None:
                 return
-            for o in op.operands:
-                visit(o)
+            t = x.type
+            assert isinstance(t, graph.ValueType)
+            keep = x in forced or (permuted > len(t.shape) and _cost(x, kept - {x}) >= _REUSE_COST)
+            if keep:
+                permuted = 0  # its own nest computes it in loop order
+            if isinstance(op, graph.TransposeOp):
+                visit(op.operand, max(permuted, len(t.shape)))
+            elif isinstance(op, graph.OuterOp):
+                visit(op.lhs, permuted)  # read at leading indices: once per row where not permuted
+                visit(op.rhs, max(permuted, len(t.shape)))
+            elif isinstance(op, graph.DotOp | graph.MatVecOp):
+                for o in op.operands:
+                    visit(o)
+            else:
+                for o in op.operands:
+                    visit(o, permuted)
             if isinstance(op, graph.DotOp | graph.MatVecOp):
                 order.append(op)
+            elif keep and x not in order:
+                kept.add(x)
+                order.append(x)
 
         visit(root)
-        for op in order:
-            if isinstance(op, graph.DotOp):
-                self._compute_dot(op, ctx)
-            else:
-                assert isinstance(op, graph.MatVecOp)
-                self._compute_matvec(op, ctx)
+        return order
+
+    def _compute_elementwise(self, x: SSAValue, ctx: LoopContext) -> None:
+        """x's elements into scratch, once. A value read at permuted indices with axes of its
+        own broadcast (`outer(a, b)`'s b; `transpose(s * k)` with s per head and layer, k per
+        head, layer and feature) is read for every index of the axes it lacks, in loops that
+        run inside its own: inlined, it would be computed that many times over (DNAConv's
+        softmax over the layers, once per feature)."""
+        t = x.type
+        assert isinstance(t, graph.ValueType)
+        base = self.alloc_scratch(t.shape)
+        self.for_features(
+            t.shape,
+            lambda idx: self.store(self.value_at(x, idx, ctx), self.scratch, self.linear(base, t.shape, idx)),
+            hoist=[x],
+            ctx=ctx,
+        )
+        ctx.computed[x] = (self.scratch, base)
 
     def _compute_dot(self, op: graph.DotOp, ctx: LoopContext) -> None:
         a = op.lhs.type
@@ -75,6 +140,11 @@ class ValueEmission(LoopBuilder):
         zero = self.em.float_const(0.0, self.elem)
 
         def elem(idx: list[SSAValue]) -> None:
+            # what the operands read at these indices alone (an `outer`'s left operand), once
+            # here and not once per step of the sum
+            self._hoist(op.lhs, idx, ctx)
+            self._hoist(op.rhs, idx, ctx)
+
             def step(i: SSAValue, acc: SSAValue) -> SSAValue:
                 # a dot product may be summed in any order (DESIGN: sums may be
                 # reordered): reassociation lets LLVM vectorise it
@@ -309,3 +379,66 @@ class ValueEmission(LoopBuilder):
             positive = self.em.op(arith.CmpfOp(x, zero, "ugt"))
             return self.em.op(arith.SelectOp(positive, x, self.em.op(arith.MulfOp(x, slope))))
         raise AssertionError(f"unknown unary {kind}")
+
+
+#: Ops whose elements cost no more than a load: read where they are used, never put in scratch.
+_LEAVES = (graph.GatherOp, graph.ConstantOp, graph.EdgeIdOp, graph.SelfLoopOp, graph.DegreeOp, graph.AggregateOp)
+#: A value read at permuted indices goes to scratch from this inline cost per element (`_cost`):
+#: a product of two loads does not (its store and load cost what it does), a quotient does.
+_REUSE_COST = 3
+#: A value several ops read goes to scratch from this cost (an exponential).
+_SHARED_COST = 8
+_UNARY_COST = {"exp": 8, "log": 8, "tanh": 8, "sigmoid": 10, "sqrt": 4, "rsqrt": 4}
+_DIV_COST = 4
+
+
+def _shared_values(root: SSAValue, order: list[Operation | SSAValue], computed: set[SSAValue]) -> set[SSAValue]:
+    """The values of cost `_SHARED_COST` or more that two or more of the nests `_precompute`
+    emits inline (each of `order`'s, and root's own): each nest's memo shares a value only
+    within the nest, so each would compute it again (the generated gradients of a softmax read
+    its exponentials in half a dozen places)."""
+    stops = computed | {item for item in order if isinstance(item, SSAValue)}
+    counts: dict[SSAValue, int] = {}
+    nests: list[list[SSAValue]] = [[root]]
+    for item in order:
+        nests.append(list(item.operands) if isinstance(item, Operation) else list(item.owner.operands))  # type: ignore[union-attr]
+    for starts in nests:
+        reached: set[SSAValue] = set()
+        stack = list(starts)
+        while stack:
+            y = stack.pop()
+            op = y.owner
+            if y in reached or y in stops or not isinstance(op, Operation):
+                continue
+            if isinstance(op, _LEAVES + (graph.DotOp, graph.MatVecOp)):
+                continue
+            reached.add(y)
+            stack.extend(op.operands)
+        for y in reached:
+            counts[y] = counts.get(y, 0) + 1
+    return {y for y, n in counts.items() if n > 1 and _cost(y, stops) >= _SHARED_COST}
+
+
+def _cost(x: SSAValue, kept: set[SSAValue]) -> int:
+    """The operations one element of x costs where it is inlined, roughly (a division 4, an
+    exponential 8), down to leaves, dots and matvecs (loads from scratch); shared sub-values count
+    once, as one nest's memo computes them once."""
+    seen: set[SSAValue] = set()
+
+    def walk(y: SSAValue) -> int:
+        if y in seen:
+            return 0
+        seen.add(y)
+        op = y.owner
+        if y in kept or not isinstance(op, Operation) or isinstance(op, _LEAVES + (graph.DotOp, graph.MatVecOp)):
+            return 0
+        own = 1
+        if isinstance(op, graph.UnaryOp):
+            own = _UNARY_COST.get(op.kind.data, 1)
+        elif isinstance(op, graph.BinaryOp) and op.kind.data == "div":
+            own = _DIV_COST
+        elif isinstance(op, graph.EdgeSoftmaxOp):
+            own = _UNARY_COST["exp"] + _DIV_COST
+        return own + sum(walk(o) for o in op.operands)
+
+    return walk(x)

@@ -185,3 +185,70 @@ builtin.module {
 // CHECK-NEXT:        memref.load [[REL_DEG]]{{\[}}[[E]]{{\]}}
 // CHECK-NEXT:        [[P64:%[0-9]+]] = memref.load [[EDGE_PAIR]]{{\[}}[[E]]{{\]}}
 // CHECK-NEXT:        [[P:%[0-9]+]] = arith.index_cast [[P64]] : i64 to index
+
+// -----
+
+// A computed value read at permuted indices: `outer(o, a)` reads a[h, l] for every d
+// inside the dot's D loop. a (here one exponential) is computed once per edge into
+// scratch, in an H x L nest, and the dot reads it there; o[h, d] is read once per (h, d),
+// outside the sum over L.
+
+builtin.module {
+  func.func @outer_rhs(%val: !graph.tensor<V, f32, [H, D, L]>, %s: !graph.tensor<E, f32, [H, L]>, %oned: !graph.tensor<P, f32, [H, D]>) -> !graph.value<A, f32, [H, D]> attributes {graph.param_names = ["val", "s", "oned"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [H, D]>], graph.single_result} {
+    %se = graph.gather %s "edge" : !graph.tensor<E, f32, [H, L]> -> !graph.value<E, f32, [H, L]>
+    %a = graph.unary exp %se : !graph.value<E, f32, [H, L]> -> !graph.value<E, f32, [H, L]>
+    %o = graph.gather %oned "param" : !graph.tensor<P, f32, [H, D]> -> !graph.value<P, f32, [H, D]>
+    %w = graph.outer %o, %a : (!graph.value<P, f32, [H, D]>, !graph.value<E, f32, [H, L]>) -> !graph.value<E, f32, [H, D, L]>
+    %vu = graph.gather %val "src" : !graph.tensor<V, f32, [H, D, L]> -> !graph.value<S, f32, [H, D, L]>
+    %m = graph.dot %vu, %w : (!graph.value<S, f32, [H, D, L]>, !graph.value<E, f32, [H, D, L]>) -> !graph.value<E, f32, [H, D]>
+    %out = graph.aggregate sum %m : !graph.value<E, f32, [H, D]> -> !graph.value<A, f32, [H, D]>
+    func.return %out : !graph.value<A, f32, [H, D]>
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_outer_rhs(
+// CHECK:         loop.for_in_edges
+// CHECK-NEXT:    ^bb0({{%[0-9]+}}: index, {{%[0-9]+}}: index, {{%[0-9]+}}: index):
+// CHECK-NEXT:      [[A:%[0-9]+]] = arith.addi {{%[0-9]+}}, {{%[0-9]+}} {gnnc.scratch_base} : index
+// CHECK-NEXT:      loop.for_feature {{%[0-9]+}} dim "H" {
+// CHECK:             loop.for_feature {{%[0-9]+}} dim "L" {
+// CHECK:               [[EX:%[0-9]+]] = math.exp
+// CHECK:               memref.store [[EX]], [[SCRATCH:%[0-9]+]][
+// CHECK:           loop.for_feature {{%[0-9]+}} dim "H" {
+// CHECK:             loop.for_feature {{%[0-9]+}} dim "D" {
+// CHECK:               [[O:%[0-9]+]] = memref.load
+// CHECK-NEXT:          scf.for
+// CHECK-NOT:             math.exp
+// CHECK:                 memref.load [[SCRATCH]]
+// CHECK-NOT:             math.exp
+// CHECK:                 arith.mulf [[O]],
+// CHECK:               {{gnnc.dot_reduction}}
+
+// -----
+
+// A costly value two nests read (two dots of one exponential): computed once into scratch,
+// not once in each dot's nest.
+
+builtin.module {
+  func.func @shared_exp(%s: !graph.tensor<E, f32, [H, L]>, %p: !graph.tensor<P, f32, [H, L]>, %q: !graph.tensor<P, f32, [H, L]>) -> !graph.value<A, f32, [H]> attributes {graph.param_names = ["s", "p", "q"], graph.result_names = ["out"], graph.result_types = [!graph.tensor<V, f32, [H]>], graph.single_result} {
+    %se = graph.gather %s "edge" : !graph.tensor<E, f32, [H, L]> -> !graph.value<E, f32, [H, L]>
+    %x = graph.unary exp %se : !graph.value<E, f32, [H, L]> -> !graph.value<E, f32, [H, L]>
+    %pp = graph.gather %p "param" : !graph.tensor<P, f32, [H, L]> -> !graph.value<P, f32, [H, L]>
+    %qq = graph.gather %q "param" : !graph.tensor<P, f32, [H, L]> -> !graph.value<P, f32, [H, L]>
+    %d1 = graph.dot %x, %pp : (!graph.value<E, f32, [H, L]>, !graph.value<P, f32, [H, L]>) -> !graph.value<E, f32, [H]>
+    %d2 = graph.dot %x, %qq : (!graph.value<E, f32, [H, L]>, !graph.value<P, f32, [H, L]>) -> !graph.value<E, f32, [H]>
+    %m = graph.binary div %d1, %d2 : (!graph.value<E, f32, [H]>, !graph.value<E, f32, [H]>) -> !graph.value<E, f32, [H]>
+    %out = graph.aggregate sum %m : !graph.value<E, f32, [H]> -> !graph.value<A, f32, [H]>
+    func.return %out : !graph.value<A, f32, [H]>
+  }
+}
+
+// CHECK-LABEL: func.func @gnnc_shared_exp(
+// CHECK:         loop.for_in_edges
+// CHECK:           loop.for_feature {{%[0-9]+}} dim "L" {
+// CHECK:             math.exp
+// CHECK:           scf.for
+// CHECK-NOT:         math.exp
+// CHECK:           scf.for
+// CHECK-NOT:       math.exp
+// CHECK:           loop.yield
