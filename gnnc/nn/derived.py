@@ -26,6 +26,7 @@ from gnnc.errors import ArgumentError, GraphError
 from gnnc.graph.graph import Graph
 from gnnc.nn import relations, self_loops
 from gnnc.torch import graphs
+from gnnc.torch.untraced import untraced
 
 _LIBRARY = torch.library.Library("gnnc", "FRAGMENT")
 _LIBRARY.define("nn_keep(Tensor edge_index, ScalarType dtype) -> Tensor")
@@ -176,9 +177,7 @@ def _keep_fake(edge_index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 #: A Graph's, outside torch.compile's graph (a Graph cannot be one of its inputs).
-_graph_loops = torch.compiler.disable(
-    _loops, reason="a gnnc.Graph is not a graph input: pass edge_index to torch.compile"
-)
+_graph_loops = untraced("a gnnc.Graph is not a graph input: pass edge_index to torch.compile")(_loops)
 
 
 def gcn_loops(edge_index: Any, num_nodes: Any, fill: float, dtype: torch.dtype, add_loops: bool = True) -> torch.Tensor:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import textwrap
 
-import torch
-
 from gnnc.torch.kernels import Kernel
+from gnnc.torch.untraced import untraced
 
 #: Aggregations the language has, with PyG's names for them.
 AGGREGATIONS = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max", "min": "min"}
@@ -36,7 +35,7 @@ def kernel(source: str, name: str) -> Kernel:
     return made if made is not None else _make(source, name)
 
 
-@torch.compiler.disable(reason="a gnnc.nn kernel is made (parsed, its ops registered) outside the graph")
+@untraced("a gnnc.nn kernel is made (parsed, its ops registered) outside the graph")
 def _make(source: str, name: str) -> Kernel:
     made = _MADE[(source, name)] = Kernel(textwrap.dedent(source).strip() + "\n", name)
     return made

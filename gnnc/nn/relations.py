@@ -23,6 +23,7 @@ import torch
 from gnnc.errors import ArgumentError
 from gnnc.nn import inputs
 from gnnc.torch import graphs
+from gnnc.torch.untraced import untraced
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def derived_with_types(edge_index: torch.Tensor, edge_type: torch.Tensor, key: A
     return value
 
 
-@torch.compiler.disable(reason="the number of (destination, relation) pairs depends on the data")
+@untraced("the number of (destination, relation) pairs depends on the data")
 def pair_graph(edges: TypedEdges, num_relations: int) -> PairGraph:
     """The pair graph of `edges`, made once per (edge_index, edge_type) while neither changes.
 

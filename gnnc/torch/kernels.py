@@ -29,6 +29,7 @@ from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import NO_GRAPH, take_graph
 from gnnc.torch import cuda, graphs, ops
 from gnnc.torch.ops import direct
+from gnnc.torch.untraced import untraced
 
 #: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
 _jit_tracing = torch.jit.is_tracing  # type: ignore[attr-defined]
@@ -282,9 +283,7 @@ class Kernel:
         return self.ops.gradient(dtype)
 
 
-@torch.compiler.disable(
-    reason="a gnnc.Graph is converted to its edge_index outside the graph: pass edge_index to torch.compile"
-)
+@untraced("a gnnc.Graph is converted to its edge_index outside the graph: pass edge_index to torch.compile")
 def _graph_arguments(graph: Graph, num_vertices: Any, size: Any, device: torch.device) -> tuple:
     """A Graph's op arguments (its sizes, and a handle of it or its edge_index on the inputs' device).
     Not traced: a compiled function that gets a Graph breaks the graph here, as it cannot be an input.
