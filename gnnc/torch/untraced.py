@@ -57,7 +57,6 @@ def untraced(reason: str) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         disabled: list[Callable[..., Any]] = []
 
-        @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             if _DYNAMO not in sys.modules:
                 return fn(*args, **kwargs)
@@ -66,7 +65,8 @@ def untraced(reason: str) -> Callable[[F], F]:
             return disabled[0](*args, **kwargs)
 
         if not _run_as_is(call.__code__):
-            return torch.compiler.disable(fn, reason=reason)  # type: ignore[return-value]
+            return torch.compiler.disable(fn, reason=reason)
+        functools.update_wrapper(call, fn)
         # what torch.compiler.disable's wrapper carries, read by dynamo where a traced frame calls it
         call._torchdynamo_disable = True  # type: ignore[attr-defined]
         call._torchdynamo_disable_msg = reason  # type: ignore[attr-defined]
