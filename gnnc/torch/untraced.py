@@ -1,11 +1,10 @@
 """`untraced`: `torch.compiler.disable` without importing torch._dynamo when gnnc is imported.
 
 `torch.compiler.disable` imports torch._dynamo when it is applied: decorating
-gnnc's functions at module level made `import gnnc.nn` take 1.1-1.3 s more
-than `import torch` alone (torch._dynamo and what it imports), in every
-process that imports gnnc and not torch.compile: torchrun's ranks,
-DataLoader workers started by spawn or forkserver, scripts that never
-compile.
+gnnc's functions with it at module level made `import gnnc.nn` five times
+slower (torch._dynamo and what it imports; CHANGELOG has the numbers), in
+every process that imports gnnc and never compiles: torchrun's ranks,
+DataLoader workers started by spawn or forkserver, plain scripts.
 
 `untraced(reason)` marks a function as `torch.compiler.disable` does, with
 the attributes dynamo reads when a traced frame calls it (it does not trace
