@@ -6,8 +6,8 @@ destination runs levels of walks over its in-edges. The lowering itself
 lives in `gnnc/conversion/graph_to_loop/`; this module holds the pass and
 what it takes from the target (its `target` option): source sweeps
 (`SOURCE_SWEEP_TARGETS`), the head loops split from the row loops
-(`HEAD_SPLIT_TARGETS`) and streamed vertex results (`STREAM_TARGETS`) are
-the CPU's.
+(`HEAD_SPLIT_TARGETS`), streamed vertex results (`STREAM_TARGETS`) and
+costly edge values in scratch (`SCRATCH_VALUE_TARGETS`) are the CPU's.
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ HEAD_SPLIT_TARGETS = (LoweringTarget.CPU,)
 
 #: Targets whose vertex results may be written with streaming stores (`stream outputs`).
 STREAM_TARGETS = (LoweringTarget.CPU,)
+
+#: Targets whose edge walks keep costly values read at permuted indices, or by several nests,
+#: in per-thread scratch (graph_to_loop/values.py). The cuda warp mappings split the feature
+#: loops over lanes, and a value one lane computed is not its neighbours': map-threads would
+#: refuse every warp mapping of such a kernel.
+SCRATCH_VALUE_TARGETS = (LoweringTarget.CPU,)
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,10 @@ class ConvertGraphToLoopPass(ModulePass):
                 sweeps = target in SOURCE_SWEEP_TARGETS
                 split = target in HEAD_SPLIT_TARGETS
                 streams = target in STREAM_TARGETS
-                new = KernelLowering(fn, source_sweeps=sweeps, split_heads=split, streams=streams).build()
+                scratch = target in SCRATCH_VALUE_TARGETS
+                new = KernelLowering(
+                    fn, source_sweeps=sweeps, split_heads=split, streams=streams, scratch_values=scratch
+                ).build()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase()

@@ -26,10 +26,18 @@ from gnnc.ir.loop_structure import axis_loops, edge_walks, row_dim
 class KernelLowering(PhaseEmission):
     """Lowers one graph-dialect kernel (`build`); the options say what its target supports."""
 
-    def __init__(self, fn: func.FuncOp, source_sweeps: bool = True, split_heads: bool = True, streams: bool = True):
+    def __init__(
+        self,
+        fn: func.FuncOp,
+        source_sweeps: bool = True,
+        split_heads: bool = True,
+        streams: bool = True,
+        scratch_values: bool = True,
+    ):
         self.src_fn = fn
         self.split_heads = split_heads
         self.streams = streams
+        self.scratch_values = scratch_values
         result_types = fn.attributes[graph.RESULT_TYPES]
         assert isinstance(result_types, ArrayAttr)
         self.result_types: list[graph.TensorType] = list(result_types.data)

@@ -18,6 +18,9 @@ consumer element would multiply their cost:
   only within the nest (the generated gradients of a softmax read its
   exponentials in half a dozen).
 
+The last two are the CPU's (`scratch_values`): the cuda grids keep those
+values inline, as a warp mapping's lanes split the feature loops and
+map-threads refuses a kernel whose lanes would read each other's scratch.
 A value no rule picks stays inline: scratch stores in the in-edge walk keep
 LLVM from holding the accumulators in registers (GAT's `alpha`, both an
 edge result and a term of the sum, stays inline: tests/test_cpu_backend.py).
@@ -53,6 +56,9 @@ class ValueEmission(LoopBuilder):
     rel_deg_out: SSAValue | None
     #: the accumulators of the destination being emitted, by (owner, role)
     acc: dict[tuple[Operation, str], Accumulator]
+    #: whether costly values go to scratch (`_scratch_order`) and a dot's operands are hoisted
+    #: out of its sum; False: dots and matvecs alone (the cuda grids: convert_graph_to_loop.py)
+    scratch_values: bool
 
     # ---------------------------------------------- dot / matvec into scratch
 
@@ -61,7 +67,7 @@ class ValueEmission(LoopBuilder):
         costly value it reads at permuted indices (`_REUSE_COST`), and every very costly value
         (`_SHARED_COST`) that two or more of these nests, or one and root's, would compute."""
         order = self._scratch_order(root, ctx, set())
-        shared = _shared_values(root, order, set(ctx.computed))
+        shared = _shared_values(root, order, set(ctx.computed)) if self.scratch_values else set()
         if shared:
             order = self._scratch_order(root, ctx, shared)
         for item in order:
@@ -92,7 +98,9 @@ class ValueEmission(LoopBuilder):
                 return
             t = x.type
             assert isinstance(t, graph.ValueType)
-            keep = x in forced or (permuted > len(t.shape) and _cost(x, kept - {x}) >= _REUSE_COST)
+            keep = x in forced or (
+                self.scratch_values and permuted > len(t.shape) and _cost(x, kept - {x}) >= _REUSE_COST
+            )
             if keep:
                 permuted = 0  # its own nest computes it in loop order
             if isinstance(op, graph.TransposeOp):
@@ -140,10 +148,11 @@ class ValueEmission(LoopBuilder):
         zero = self.em.float_const(0.0, self.elem)
 
         def elem(idx: list[SSAValue]) -> None:
-            # what the operands read at these indices alone (an `outer`'s left operand), once
-            # here and not once per step of the sum
-            self._hoist(op.lhs, idx, ctx)
-            self._hoist(op.rhs, idx, ctx)
+            if self.scratch_values:
+                # what the operands read at these indices alone (an `outer`'s left operand), once
+                # here and not once per step of the sum
+                self._hoist(op.lhs, idx, ctx)
+                self._hoist(op.rhs, idx, ctx)
 
             def step(i: SSAValue, acc: SSAValue) -> SSAValue:
                 # a dot product may be summed in any order (DESIGN: sums may be

@@ -224,6 +224,13 @@ builtin.module {
 // CHECK:                 arith.mulf [[O]],
 // CHECK:               {{gnnc.dot_reduction}}
 
+// The cuda grids keep it inline (SCRATCH_VALUE_TARGETS): warp lanes split the feature loops.
+// CUDA-LABEL: func.func @gnnc_outer_rhs(
+// CUDA:         loop.for_in_edges
+// CUDA-NOT:       math.exp
+// CUDA:           scf.for
+// CUDA:             math.exp
+
 // -----
 
 // A costly value two nests read (two dots of one exponential): computed once into scratch,
