@@ -184,6 +184,7 @@ def _kernel_default(kernel: Any, graph: Any, dims: dict[str, int], itemsize: int
         pair_transforms=pair_transforms_for(kernel._abi, dims, graph)
         if graph.num_edges >= SPECIALIZE_MIN_EDGES
         else (),
+        edge_rows=kernel._abi.edge_ids,
     )
 
 
@@ -230,6 +231,7 @@ def default_directives(
     wide_vectors: bool = False,
     result_rows: tuple[int, ...] = (),
     pair_transforms: tuple[tuple[int, int, int], ...] = (),
+    edge_rows: bool = True,
 ) -> str | None:
     """Schedule directives for a call without a schedule, or None for the kernel as compiled.
 
@@ -243,7 +245,11 @@ def default_directives(
     `wide_vectors` says the kernel's CPU has 512-bit vector registers.
     `result_rows` are the bytes of a vertex's row of each vertex result.
     `pair_transforms` are the kernel's relation transforms per (vertex, relation)
-    pair, (P, K, N) each (`pair_transforms_for`).
+    pair, (P, K, N) each (`pair_transforms_for`). `edge_rows` says whether the
+    kernel reads edge ids (its ABI record's `edge_ids`): `edges sorted` replaces
+    them by walk positions and changes nothing else, so a kernel without them
+    does not take it, nor ask whether the graph's ids are sorted (a pass over
+    the edges of every new mini-batch block).
     """
     if llc_bytes is None:
         llc_bytes = plans.last_level_cache_bytes()
@@ -278,7 +284,7 @@ def default_directives(
         and _reorder_pays(graph, row_bytes, rows)
     ):
         lines += [REORDER, STREAM_OUTPUTS]
-    elif e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
+    elif edge_rows and e >= SPECIALIZE_MIN_EDGES and getattr(graph, "edges_sorted", False):
         lines.append(EDGES_SORTED)
     if STREAM_OUTPUTS not in lines and _streaming_pays(lines, v, result_rows):
         lines.append(STREAM_OUTPUTS)
