@@ -63,6 +63,19 @@ def test_balanced_blocks_give_a_hub_its_own_block():
         assert 5 in starts
 
 
+@given(
+    degrees=st.lists(st.integers(0, 50), min_size=0, max_size=300),
+    n=st.integers(1, plans._FEW_BLOCKS),
+)
+def test_few_blocks_cut_alike_with_or_without_the_prefix_array(degrees, n):
+    """balanced_blocks cuts few blocks of many destinations by bisection (`_split_work`) and of
+    fewer on the prefix array (`_split_prefix`, `_PREFIX_MAX_ITEMS`): the same boundaries."""
+    indptr = np.zeros(len(degrees) + 1, dtype=np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    prefix = indptr + np.arange(len(degrees) + 1)
+    assert np.array_equal(plans._split_work(indptr, n), plans._split_prefix(prefix, n))
+
+
 def test_balanced_blocks_small_cases():
     graph = Graph.from_coo([], [], num_vertices=0)
     assert plans.balanced_blocks(graph, 0).tolist() == [0]
