@@ -21,7 +21,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from gnnc.conversion.graph_to_loop.analysis import Accumulator, LoopContext, Reduction, Sink, costly
 from gnnc.conversion.graph_to_loop.emitter import index
 from gnnc.conversion.graph_to_loop.values import ValueEmission
-from gnnc.ir import graph, loop
+from gnnc.ir import loop
 
 Dim = int | str
 
@@ -82,19 +82,8 @@ class EdgeEmission(ValueEmission):
         for _, scale in rescaled:
             if scale in factors:
                 continue
-            t = scale.type
-            assert isinstance(t, graph.ValueType)
             self._precompute(scale, vctx)
-            base = self.alloc_scratch(t.shape)
-            self.for_features(
-                t.shape,
-                lambda idx, scale=scale, t=t, base=base: self.store(  # type: ignore[misc]  # mypy cannot type a lambda's defaults; they bind this iteration's values (B023)
-                    self.value_at(scale, idx, vctx), self.scratch, self.linear(base, t.shape, idx)
-                ),
-                hoist=[scale],
-                ctx=vctx,
-            )
-            factors[scale] = (self.scratch, base)
+            factors[scale] = self.into_scratch(scale, vctx)
         block = Block(arg_types=[index, index, index])
         _, u, e = block.args
         ctx = LoopContext(v=v, u=u, e=e, computed=dict(factors))

@@ -129,6 +129,10 @@ class ValueEmission(LoopBuilder):
         head, layer and feature) is read for every index of the axes it lacks, in loops that
         run inside its own: inlined, it would be computed that many times over (DNAConv's
         softmax over the layers, once per feature)."""
+        ctx.computed[x] = self.into_scratch(x, ctx)
+
+    def into_scratch(self, x: SSAValue, ctx: LoopContext) -> tuple[SSAValue, SSAValue]:
+        """Emits a nest that writes every element of x to a fresh scratch region: (scratch, base)."""
         t = x.type
         assert isinstance(t, graph.ValueType)
         base = self.alloc_scratch(t.shape)
@@ -138,7 +142,7 @@ class ValueEmission(LoopBuilder):
             hoist=[x],
             ctx=ctx,
         )
-        ctx.computed[x] = (self.scratch, base)
+        return self.scratch, base
 
     def _compute_dot(self, op: graph.DotOp, ctx: LoopContext) -> None:
         a = op.lhs.type
@@ -392,6 +396,8 @@ class ValueEmission(LoopBuilder):
 
 #: Ops whose elements cost no more than a load: read where they are used, never put in scratch.
 _LEAVES = (graph.GatherOp, graph.ConstantOp, graph.EdgeIdOp, graph.SelfLoopOp, graph.DegreeOp, graph.AggregateOp)
+#: ... and with them the ops that are already read from scratch: where an inline walk stops.
+_NOT_INLINED = _LEAVES + (graph.DotOp, graph.MatVecOp)
 #: A value read at permuted indices goes to scratch from this inline cost per element (`_cost`):
 #: a product of two loads does not (its store and load cost what it does), a quotient does.
 _REUSE_COST = 3
@@ -419,7 +425,7 @@ def _shared_values(root: SSAValue, order: list[Operation | SSAValue], computed: 
             op = y.owner
             if y in reached or y in stops or not isinstance(op, Operation):
                 continue
-            if isinstance(op, _LEAVES + (graph.DotOp, graph.MatVecOp)):
+            if isinstance(op, _NOT_INLINED):
                 continue
             reached.add(y)
             stack.extend(op.operands)
@@ -439,7 +445,7 @@ def _cost(x: SSAValue, kept: set[SSAValue]) -> int:
             return 0
         seen.add(y)
         op = y.owner
-        if y in kept or not isinstance(op, Operation) or isinstance(op, _LEAVES + (graph.DotOp, graph.MatVecOp)):
+        if y in kept or not isinstance(op, Operation) or isinstance(op, _NOT_INLINED):
             return 0
         own = 1
         if isinstance(op, graph.UnaryOp):
