@@ -9,6 +9,7 @@ schedule entry, and is what the compiler's own stage after the pass printed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -642,3 +643,26 @@ def test_a_partitioned_sum_accumulates_in_its_output_row_where_the_row_is_read_o
     c = rng.standard_normal(60).astype(np.float32)
     got = module.k(graph, x, c, threads=2)
     assert_matches(got, reference.k(graph, x, c), graph, np.float32)
+
+
+def test_the_row_axis_of_a_tie_is_the_same_in_every_process(tmp_path):
+    """Two innermost feature axes as frequent as each other: the record's row axis was picked by
+    string hash order, so processes with other hash seeds compiled D or L (and `vectorize` read
+    another width). The first in walk order now, whatever the seed."""
+    path = tmp_path / "tie.gnn"
+    path.write_text(
+        "kernel k(a: f32[V, H, L], b: f32[V, H, D]) -> (p: f32[V, H, L], q: f32[V, H, D]) {\n"
+        "    p[v] = sum(a[u])\n    q[v] = sum(b[u])\n}\n"
+    )
+    code = (
+        "import sys; from gnnc.driver import compiler; "
+        "print(compiler.compile_source(open(sys.argv[1]).read(), sys.argv[1], stop_after='loop').stages['expand-exp'])"
+    )
+    found = set()
+    for seed in range(6):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env, timeout=120, check=True
+        ).stdout
+        found.update(re.findall(r"row_dim\\22: \\22(\w+)\\22", out))
+    assert found == {"L"}

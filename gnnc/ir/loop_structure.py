@@ -50,7 +50,9 @@ def row_dim(for_dst: loop.ForDstOp) -> str:
         and op.dim is not None
         and not any(isinstance(inner, loop.ForFeatureOp) for inner in op.body.block.walk())
     ]
-    return max(set(innermost), key=innermost.count) if innermost else "F"
+    # the first of the most frequent in walk order: max over a set broke ties by string hash,
+    # which differs between processes (DNAConv's oned gradient got H, D or L)
+    return max(innermost, key=innermost.count) if innermost else "F"
 
 
 def edge_walks(for_dst: loop.ForDstOp) -> int:
