@@ -184,6 +184,11 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
     return _readonly(indptr), _readonly(other[order]), _readonly(order), counts
 
 
+def _nondecreasing(keys: np.ndarray) -> bool:
+    """Whether `keys` never decrease (one pass; the edges are then grouped by them already)."""
+    return keys.shape[0] < 2 or bool(np.all(keys[1:] >= keys[:-1]))
+
+
 #: A reversed graph with more edges keeps no edge ids; `in_eid` sorts again if asked.
 _KEEP_REVERSED_EIDS = 1 << 20
 
@@ -414,8 +419,19 @@ class Graph:
         self.num_edges = int(src.shape[0])
         self._src = _readonly(src)
         self._dst = _readonly(dst)
-        self.in_indptr, self.in_src, self._in_eid, self._in_counts = _csr_by(self._dst, self.src, self.num_dst)
-        self._init_caches()
+        grouped = _nondecreasing(self._dst)
+        if grouped:
+            # edges listed by destination already (a sampler's blocks, a CSC's COO): the edge
+            # list is the in-CSR, as `from_csc` keeps it; its edge ids are the identity, made
+            # if a kernel reads them. No sort, no gather: a new block's graph each call
+            counts = np.bincount(self._dst, minlength=self.num_dst)
+            indptr = np.empty(self.num_dst + 1, dtype=np.int64)
+            indptr[0] = 0
+            np.cumsum(counts, out=indptr[1:])
+            self.in_indptr, self.in_src, self._in_eid, self._in_counts = _readonly(indptr), self._src, None, counts
+        else:
+            self.in_indptr, self.in_src, self._in_eid, self._in_counts = _csr_by(self._dst, self.src, self.num_dst)
+        self._init_caches(edges_sorted=grouped)
 
     def _init_caches(self, edges_sorted: bool | None = None) -> None:
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
