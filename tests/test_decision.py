@@ -101,7 +101,7 @@ def test_decide_returns_the_decision_kept_on_the_graph(gcn):
     assert made.origin is decision.Origin.DEFAULT
     assert made.schedule == heuristic.kernel_default(gcn, graph, dims)
     assert made.kernel() is gcn._variants[made.schedule]
-    assert made.plans == plans.PlanSpec(threads=made.threads, dtype="f32")
+    assert made.plans == plans.PlanSpec(threads=made.threads, dtype="f32", deg_in=False, deg_out=False)
     assert made.arguments["num_threads"] == made.threads and list(made.arguments["dims"]) == [8]
     assert dict(made.workspace)["scratch"] >= made.threads
     assert plans.build(graph, made.plans) is plans.build(graph, made.plans)  # built once too
@@ -164,7 +164,6 @@ def test_a_kernel_without_edge_rows_does_not_take_edges_sorted():
     chosen = decision.decide(sage, graph, dims)
     assert chosen.schedule is not None and "specialize F 8" in chosen.schedule.splitlines()
     assert "edges sorted" not in chosen.schedule.splitlines()
-    assert graph._edges_sorted is None  # never computed
     assert graph.edges_sorted  # and the graph's ids are sorted: gcn, which reads w[e], takes it
     inputs = random_inputs(sage.signature, graph, dims, np.float32, 7)
     want = gnnc.compile(EXAMPLES / "sage_mean.gnn", target="reference").sage_mean(graph, **inputs)

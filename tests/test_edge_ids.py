@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gnnc
 import gnnc.torch
@@ -168,3 +169,36 @@ def test_a_large_reversed_graph_drops_its_sources_once_partitions_hold_them(edge
     kept = gnnc.Graph.from_coo(src, dst, num_vertices=v)
     kept.release_in_src()
     assert kept._in_src is not None
+
+
+NORMED = "kernel normed(x: f32[V, F]) -> f32[V, F] { out[v] = sum(x[u] * rsqrt(deg_out(u) * deg_in(v))) }"
+ONE_SIDE = "kernel one_side(x: f32[V, F]) -> f32[V, F] { out[v] = sum(x[u] / deg_out(u)) }"
+
+
+def test_the_record_says_which_degrees_a_kernel_reads():
+    assert (gnnc.compile(PLAIN).plain._abi.deg_in, gnnc.compile(PLAIN).plain._abi.deg_out) == (False, False)
+    normed = gnnc.compile(NORMED).normed._abi
+    assert (normed.deg_in, normed.deg_out) == (True, True)
+    one_side = gnnc.compile(ONE_SIDE, schedule="partition src 2").one_side._abi
+    assert (one_side.deg_in, one_side.deg_out) == (False, True)
+    # a record written before the field existed reads both
+    old = {k: v for k, v in normed.to_dict().items() if k not in ("deg_in", "deg_out")}
+    assert type(normed).from_dict(old).deg_in and type(normed).from_dict(old).deg_out
+
+
+@settings(max_examples=15, deadline=None)
+@given(edges=edge_lists(), bipartite=st.booleans())
+def test_a_kernel_that_reads_no_degrees_leaves_them_uncounted(edges, bipartite):
+    """A new graph (a mini-batch block) counts no degrees for a kernel that never reads them;
+    one that reads them, on the same graph after it, gets them whole (padded when bipartite)."""
+    src, dst, v = edges
+    n_src = v + 3 if bipartite else v
+    graph = gnnc.Graph.from_coo(src, dst, shape=(n_src, v))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n_src, 4)).astype(np.float32)
+    for source, name in ((PLAIN, "plain"), (ONE_SIDE, "one_side"), (NORMED, "normed")):
+        kernel = getattr(gnnc.compile(source), name)
+        want = getattr(gnnc.compile(source, target="reference"), name)(graph, x)
+        assert_matches(kernel(graph, x), want, graph, np.float32)
+        counted = {key[0] for key in graph._degrees}
+        assert counted == {"plain": set(), "one_side": {"out"}, "normed": {"in", "out"}}[name]

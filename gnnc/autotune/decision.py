@@ -432,6 +432,8 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         pair_rows=record.pair_rows,
         edge_ids=record.edge_ids,
         in_src=record.in_src,
+        deg_in=record.deg_in,
+        deg_out=record.deg_out,
     )
 
 

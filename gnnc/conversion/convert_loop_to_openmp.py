@@ -316,6 +316,11 @@ class ConvertLoopToOpenmpPass(ModulePass):
                 kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), edge_ids=False))
             if kernel_abi.has_record(fn) and not reads_in_src(fn):
                 kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), in_src=False))
+            if kernel_abi.has_record(fn):
+                record = kernel_abi.get_record(fn)
+                deg_in, deg_out = (bool(kernel_abi.argument(fn, name).uses) for name in ("deg_in", "deg_out"))
+                if (deg_in, deg_out) != (record.deg_in, record.deg_out):
+                    kernel_abi.set_record(fn, replace(record, deg_in=deg_in, deg_out=deg_out))
             for i, (phase, for_dst) in enumerate(sweeps(fn)):
                 _check_schedule_consumed(for_dst)
                 name = f"{fn.sym_name.data}_phase{i}"

@@ -49,6 +49,7 @@ only when something asks for it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -182,6 +183,12 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
     indptr[0] = 0
     np.cumsum(counts, out=indptr[1:])
     return _readonly(indptr), _readonly(other[order]), _readonly(order), counts
+
+
+@functools.lru_cache(maxsize=8)
+def _unread_degrees(dtype: Any) -> np.ndarray:
+    """What a kernel that never reads a degree array gets for it: one element (a valid pointer)."""
+    return _readonly(np.zeros(1, dtype=_float_dtype(dtype)))
 
 
 def _nondecreasing(keys: np.ndarray) -> bool:
@@ -668,16 +675,19 @@ class Graph:
         """Out-degree of every source as floats (self loops and duplicates count)."""
         return self._degree("out", dtype)
 
-    def kernel_degrees(self, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    def kernel_degrees(self, dtype: Any, deg_in: bool = True, deg_out: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(deg_in, deg_out) over every id either side may use (num_ids each), as kernels read them.
 
         ``deg_in(u)`` and ``deg_out(v)`` read them at the other side: an id
         that is no destination has no in-edges, one that is no source no
-        out-edges, so the padding is 0.
+        out-edges, so the padding is 0. ``deg_in=False`` / ``deg_out=False``
+        (a kernel that never reads it): a one-element placeholder, not counted.
         """
-        if not self.bipartite:  # nothing to pad: the user-facing arrays serve
-            return self.deg_in(dtype), self.deg_out(dtype)
-        return self._degree("in", dtype, padded=True), self._degree("out", dtype, padded=True)
+        padded = self.bipartite  # else nothing to pad: the user-facing arrays serve
+        return (
+            self._degree("in", dtype, padded) if deg_in else _unread_degrees(dtype),
+            self._degree("out", dtype, padded) if deg_out else _unread_degrees(dtype),
+        )
 
     # ------------------------------------------------------------ statistics
 

@@ -1083,6 +1083,9 @@ class PlanSpec:
     #: the kernel reads `in_src` (its record's `in_src`); False: a placeholder (a partitioned
     #: walk reads `part_src`), and a large reversed graph may drop its own (`release_in_src`)
     in_src: bool = True
+    #: the kernel reads `deg_in` / `deg_out` (its record's); False: a placeholder, not counted
+    deg_in: bool = True
+    deg_out: bool = True
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -1126,7 +1129,7 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
     if spec.ordered_edges:
         # the sweep walks edges by position in its order (transforms/loop/order_destinations.py)
         in_csr = ordered_in_csr(graph, spec.order)
-    deg_in, deg_out = graph.kernel_degrees(spec.dtype)
+    deg_in, deg_out = graph.kernel_degrees(spec.dtype, spec.deg_in, spec.deg_out)
     values: dict[str, Any] = {
         "num_vertices": graph.num_vertices,
         "num_edges": graph.num_edges,

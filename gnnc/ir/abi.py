@@ -21,7 +21,7 @@ The rules every caller keeps:
   A kernel whose record has `edge_ids` false reads neither `in_eid` nor
   `part_eid`: a one-element array may stand for each; one whose `in_src`
   is false (partitioned, `part_src` carries the sources) does not read
-  `in_src`.
+  `in_src`, nor one whose `deg_in` / `deg_out` is false that degree array.
 - A tensor's rows: vertex tensors have num_dst rows (num_src for an input
   read at sources, see `gnnc/ir/signature.py`), edge tensors num_edges rows
   indexed by the user's edge id, parameters are whole (a scalar is a
@@ -411,6 +411,11 @@ class AbiRecord:
     #: whether the kernel reads `in_src` (convert-loop-to-openmp, as `edge_ids`). False only for
     #: a partitioned kernel, whose one walk reads `part_src`: in_src may be a one-element array
     in_src: bool = True
+    #: whether the kernel reads `deg_in` / `deg_out` (convert-loop-to-openmp, as `edge_ids`).
+    #: False: a one-element array may stand for it, so a new graph (a mini-batch block) need
+    #: not count its degrees for a kernel that never reads them
+    deg_in: bool = True
+    deg_out: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -449,6 +454,10 @@ class AbiRecord:
             record["edge_ids"] = False
         if not self.in_src:
             record["in_src"] = False
+        if not self.deg_in:
+            record["deg_in"] = False
+        if not self.deg_out:
+            record["deg_out"] = False
         return record
 
     @classmethod
@@ -478,6 +487,8 @@ class AbiRecord:
             pair_rows=record.get("pair_rows"),
             edge_ids=bool(record.get("edge_ids", True)),
             in_src=bool(record.get("in_src", True)),
+            deg_in=bool(record.get("deg_in", True)),
+            deg_out=bool(record.get("deg_out", True)),
         )
 
     def to_json(self) -> str:
