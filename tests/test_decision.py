@@ -75,8 +75,13 @@ def test_a_second_identical_call_takes_no_new_decision(monkeypatch):
     assert len(defaults) == 2
     gcn(graph, **inputs, threads=3)
     assert len(defaults) == 3
+    # another graph of the same class (heuristic.default_class) takes the same decision, looked up
     other = _random_graph(1)
     gcn(other, **random_inputs(gcn.signature, other, {"F": 8}, np.float32, 0))
+    assert len(defaults) == 3
+    # one of another class, a decision of its own
+    large = gnnc.Graph.from_coo(*np.random.default_rng(2).integers(0, 300, (2, 1 << 15)), num_vertices=300)
+    gcn(large, **random_inputs(gcn.signature, large, {"F": 8}, np.float32, 0))
     assert len(defaults) == 4
     # schedule="auto" asks the tuner once too
     for _ in range(3):
@@ -378,3 +383,29 @@ def test_a_cuda_kernel_runs_the_mapping_variant_it_decided_on(tmp_path, monkeypa
     assert [launch["function"] for launch in fake.launches] == [
         p for p, n in zip(variant._grid.phases, made.launches) if n
     ]
+
+
+def test_graphs_of_one_class_share_a_decision_with_their_own_workspace():
+    """A new graph of a known `heuristic.default_class` (a mini-batch block) takes the class's
+    decision: the same variant and plans, its own workspace where the kernel's buffers are
+    sized by the graph (mlp_aggr's per-vertex temporary), its own shape in the reason."""
+    mlp = gnnc.compile(EXAMPLES / "mlp_aggr.gnn").mlp_aggr
+    reference = gnnc.compile(EXAMPLES / "mlp_aggr.gnn", target="reference").mlp_aggr
+    rng = np.random.default_rng(3)
+    dims = {d: 8 for p in mlp.signature.params for d in p.shape if isinstance(d, str)}
+    first = None
+    for v, e in ((200, 2000), (700, 5000), (50, 100)):
+        graph = gnnc.Graph.from_coo(rng.integers(0, v, e), rng.integers(0, v, e), num_vertices=v)
+        decided = decision.decide(mlp, graph, dims)
+        assert f"V={v} E={e}" in decided.reason
+        temps = dict(decided.workspace)
+        del temps["scratch"]
+        assert temps and all(size >= v * 8 for size in temps.values())  # before the kernel writes them
+        if first is None:
+            first, cls = decided, heuristic.default_class(mlp, graph, dims)
+        else:
+            assert heuristic.default_class(mlp, graph, dims) == cls
+            assert decided.kernel() is first.kernel() and decided.schedule == first.schedule
+            assert decided.plans == first.plans and decided.arguments is first.arguments
+        inputs = random_inputs(mlp.signature, graph, dims, np.float32, v)
+        assert_matches(mlp(graph, **inputs), reference(graph, **inputs), graph, np.float32)

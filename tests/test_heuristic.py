@@ -319,23 +319,40 @@ def test_simd_follows_the_kernels_cpu(features, want):
     assert ("simd 512" in got.splitlines()) == want
 
 
-@pytest.mark.parametrize("example", ["gcn", "gat", "sage_max", "mlp_aggr"])
-def test_a_small_calls_default_is_the_same_for_every_graph_of_its_class(example):
-    """Below SPECIALIZE_MIN_EDGES edges the default reads nothing of the graph but whether it
-    has vertices (and whether partitions would split it): so mini-batch blocks look it up."""
+class _StrictGraph:
+    """Sizes and whether the ids are sorted; any other read (a probe of the graph) fails."""
+
+    def __init__(self, v: int, e: int, edges_sorted: bool):
+        self.num_vertices, self.num_edges, self.edges_sorted = v, e, edges_sorted
+
+    def __getattr__(self, name: str) -> None:
+        raise AssertionError(f"the default read graph.{name} of a graph it had a class for")
+
+
+@pytest.mark.parametrize("example", ["gcn", "gat", "sage_mean", "sage_max", "mlp_aggr", "rgcn", "gcn_norm"])
+def test_every_graph_of_a_class_gets_the_same_default(example):
+    """`default_class` names every threshold `default_directives` compares a graph with: graphs
+    of one class get one default, made without looking at the graph further; mini-batch
+    blocks look theirs up (and the runtime its decision). Sizes across every threshold."""
     kernel = getattr(gnnc.compile(EXAMPLES / f"{example}.gnn"), example)
     rng = np.random.default_rng(0)
-    dims = {d: 16 for p in kernel.signature.params for d in p.shape if isinstance(d, str)}
-    for _ in range(30):
-        v = int(rng.integers(0, 3000))
-        e = int(rng.integers(0, heuristic.SPECIALIZE_MIN_EDGES))
-        graph = gnnc.Graph.from_coo(
-            rng.integers(0, max(v, 1), e if v else 0), rng.integers(0, max(v, 1), e if v else 0), num_vertices=v
-        )
-        itemsize = 4
+    names = sorted({d for p in kernel.signature.params for d in p.shape if isinstance(d, str)})
+    itemsize = 4
+    seen: dict[tuple, str | None] = {}
+    for _ in range(400):
+        dims = {d: int(rng.choice([1, 4, 16, 64, 256])) for d in names}
+        v = int(np.exp(rng.uniform(0, np.log(1 << 23)))) if rng.random() > 0.02 else 0
+        e = int(np.exp(rng.uniform(0, np.log(1 << 27)))) if v else 0
+        graph = _StrictGraph(v, e, bool(rng.random() < 0.5))
+        cls = heuristic.default_class(kernel, graph, dims)
+        if cls is None:
+            continue
         row_bytes = heuristic.source_row_bytes(kernel.signature, dims, itemsize)
         fresh = heuristic._kernel_default(kernel, graph, dims, itemsize, row_bytes)
+        key = (tuple(dims.items()), cls)
+        assert seen.setdefault(key, fresh) == fresh, (key, v, e)
         assert heuristic.kernel_default(kernel, graph, dims) == fresh
-    # a large call reads the graph itself, every time
-    big = fake_graph(1 << 14, 1 << 20)
-    assert heuristic._small_class(big, 64, 32 * MIB) is None
+    assert len(seen) > 20  # the classes were met, small and large
+    # a call whose default reads the graph itself has no class
+    big = _StrictGraph(1 << 22, 1 << 26, False)
+    assert heuristic.default_class(kernel, big, dict.fromkeys(names, 64)) is None

@@ -229,6 +229,13 @@ def _given(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None, t
     return replace(inner, schedule=directives_text(text) or None, origin=Origin.GIVEN)
 
 
+#: Per kernel, its default decisions by (threads, sizes, `heuristic.default_class` of the
+#: graph, whether the graph is bipartite, has relation types, has sorted ids), each with its
+#: reason's graph-free part: a new graph of a known class (a mini-batch block) takes one,
+#: rechecked, with its own workspace.
+_CLASS_DECISIONS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Decision, str]]] = weakref.WeakKeyDictionary()
+
+
 def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision:
     """A CPU kernel's call without `schedule=`: the default heuristic's pick (autotune/heuristic.py)."""
     name, metadata = kernel.name, kernel._metadata
@@ -236,21 +243,44 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
         # a CPU variant would replace what a cuda emulation is there to check
         reason = f"{name}: runs as compiled (its schedule was given, or it has no source to vary)"
         return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, reason)
+    cls = heuristic.default_class(kernel, graph, dims)
+    if cls is None:
+        return _default_made(kernel, graph, dims, threads)[0]
+    memo = _CLASS_DECISIONS.setdefault(kernel, {})
+    # beside the class, what `_made` checks of the graph (`_check_runs`)
+    key = (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
+    hit = memo.get(key)
+    runner = hit[0].kernel() if hit is not None else None
+    if hit is None or runner is None:
+        hit = memo[key] = _default_made(kernel, graph, dims, threads)
+        return hit[0]
+    made, head = hit
+    _check_runs(runner.name, runner._abi, graph, dims)
+    workspace = made.workspace
+    if _workspace_reads_graph(runner._abi):
+        workspace = _workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize)
+    return replace(made, workspace=workspace, reason=f"{head} for {_shape(graph, dims)}")
+
+
+def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> tuple[Decision, str]:
+    """The default's decision, made for this graph, and its reason without the graph's shape."""
+    name = kernel.name
+    runner, schedule, origin = kernel, None, Origin.AS_COMPILED
     directives = heuristic.kernel_default(kernel, graph, dims)
     if directives is None:
-        reason = f"{name}: runs as compiled, the default for {_shape(graph, dims)}"
-        return _made(kernel, graph, dims, threads, None, Origin.DEFAULT, reason)
-    if directives in kernel._refused:
-        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, _refused(name, directives))
-    try:
-        variant = kernel._variant(directives)
-    except CompileError:
-        # the schedule cannot apply to this kernel (partitioning a softmax):
-        # it runs as compiled, and the compiler is not asked again
-        kernel._refused.add(directives)
-        return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, _refused(name, directives))
-    reason = f"{name}: default schedule {_one_line(directives)!r} for {_shape(graph, dims)}"
-    return _made(variant, graph, dims, threads, directives, Origin.DEFAULT, reason)
+        head, origin = f"{name}: runs as compiled, the default", Origin.DEFAULT
+    elif directives in kernel._refused:
+        head = _refused(name, directives)
+    else:
+        try:
+            runner, schedule, origin = kernel._variant(directives), directives, Origin.DEFAULT
+            head = f"{name}: default schedule {_one_line(directives)!r}"
+        except CompileError:
+            # the schedule cannot apply to this kernel (partitioning a softmax):
+            # it runs as compiled, and the compiler is not asked again
+            kernel._refused.add(directives)
+            head = _refused(name, directives)
+    return _made(runner, graph, dims, threads, schedule, origin, f"{head} for {_shape(graph, dims)}"), head
 
 
 def _default_mapping(kernel: Any, graph: Any, dims: dict[str, int], threads: int, grid: abi.Grid) -> Decision:
@@ -434,6 +464,17 @@ def _plan_spec(runner: Any, threads: int, dims: dict[str, int], itemsize: int) -
         in_src=record.in_src,
         deg_in=record.deg_in,
         deg_out=record.deg_out,
+    )
+
+
+def _workspace_reads_graph(record: abi.AbiRecord) -> bool:
+    """Whether `_workspace` sizes any buffer of a kernel with this record by its graph."""
+    return bool(
+        record.temps
+        or record.partitions
+        or record.groups
+        or record.pairs
+        or (record.grid is not None and record.grid.dst_scratch)
     )
 
 

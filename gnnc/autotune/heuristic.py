@@ -129,39 +129,58 @@ def result_row_bytes(signature: Any, dims: dict[str, int], itemsize: int) -> tup
     return tuple(r.row_elements(dims) * itemsize for r in signature.results if r.domain == "V")
 
 
-#: Per kernel, the defaults of its small calls (`_small_class`) by sizes and class of graph.
-_SMALL_DEFAULTS: weakref.WeakKeyDictionary[Any, dict[tuple, str | None]] = weakref.WeakKeyDictionary()
+#: Per kernel, the defaults of its calls by sizes and class of graph (`default_class`).
+_CLASS_DEFAULTS: weakref.WeakKeyDictionary[Any, dict[tuple, str | None]] = weakref.WeakKeyDictionary()
 
 
-def _small_class(graph: Any, row_bytes: int, llc_bytes: int) -> tuple | None:
-    """What `default_directives` reads of a graph with fewer than SPECIALIZE_MIN_EDGES edges
-    that source partitions would not split: whether it has vertices, nothing else (every
-    other rule needs a large call). None for other graphs, which it reads whole. Mini-batch
-    blocks are such graphs, a new one each call: their defaults are looked up, not made."""
+def default_class(kernel: Any, graph: Any, dims: dict[str, int]) -> tuple | None:
+    """What `default_directives` reads of `graph` for a call of `kernel` with sizes `dims`,
+    where that is a few thresholds: the class of the graph, equal for every graph that gets
+    the same default. None where a rule would look at the graph itself (the reuse of
+    gathers under RCM order, the in-degrees edge lanes need, relation pairs: large calls
+    only): its default is made for that graph.
+
+    Mini-batch blocks are a new graph each call, of a few classes: their defaults (and the
+    runtime's decisions, `autotune.decision`) are looked up, not made. Every threshold
+    `default_directives` compares the graph with is here; a test checks the two agree.
+    """
     v, e = graph.num_vertices, graph.num_edges
-    if e >= SPECIALIZE_MIN_EDGES:
+    if v == 0:
+        return ("empty",)
+    record = kernel._abi
+    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
+    row_bytes = source_row_bytes(kernel.signature, dims, itemsize)
+    rows = v * row_bytes
+    large = e >= SPECIALIZE_MIN_EDGES
+    if large and (
+        rows >= REORDER_MIN_ROWS_BYTES
+        or lane_walks_for(record, dims, graph)
+        or any(t.domain in ("RS", "RD") and t.reduced is not None for t in record.temps)
+    ):
         return None
-    if v and row_bytes > 0 and v * row_bytes >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes:
-        return None  # partitions may be cut, in a number that depends on the rows
-    return (v == 0,)
+    llc_bytes = plans.last_level_cache_bytes()
+    gathers = row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes
+    parts = partition_count(rows, llc_bytes) if gathers and e / v >= PARTITION_MIN_MEAN_DEGREE else 0
+    streams = v * sum(result_row_bytes(kernel.signature, dims, itemsize)) >= STREAM_MIN_RESULT_BYTES
+    sorted_ids = large and record.edge_ids and bool(getattr(graph, "edges_sorted", False))
+    return (large, gathers, parts, streams, sorted_ids)
 
 
 def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
-    """default_directives for a call of a compiled kernel (its signature and ABI record);
-    a small call's is computed once per kernel, sizes and `_small_class`."""
-    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
-    row_bytes = source_row_bytes(kernel.signature, dims, itemsize)
-    small = _small_class(graph, row_bytes, plans.last_level_cache_bytes())
+    """default_directives for a call of a compiled kernel (its signature and ABI record),
+    computed once per kernel, sizes and `default_class` of graph where it has one."""
+    cls = default_class(kernel, graph, dims)
     memo: dict[tuple, str | None] | None = None
-    if small is not None:
+    if cls is not None:
         try:
-            memo = _SMALL_DEFAULTS.setdefault(kernel, {})
+            memo = _CLASS_DEFAULTS.setdefault(kernel, {})
         except TypeError:  # a kernel that cannot be weakly referenced or hashed: computed each time
             memo = None
-        key = (tuple(dims.items()), small)
+        key = (tuple(dims.items()), cls)
         if memo is not None and key in memo:
             return memo[key]
-    directives = _kernel_default(kernel, graph, dims, itemsize, row_bytes)
+    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
+    directives = _kernel_default(kernel, graph, dims, itemsize, source_row_bytes(kernel.signature, dims, itemsize))
     if memo is not None:
         memo[key] = directives
     return directives
@@ -261,11 +280,7 @@ def default_directives(
     gathers_rows = row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes
     lines = []
     if gathers_rows and e / v >= PARTITION_MIN_MEAN_DEGREE and single_walk:
-        parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
-        k = 2
-        while k < PARTITION_MAX and k * 1.5 < parts:
-            k *= 2
-        lines.append(f"partition src {k}")
+        lines.append(f"partition src {partition_count(rows, llc_bytes)}")
     elif accumulates and phases and dims and len(phases) == 1 and phases[0].edge_walks == 1:
         width = phases[0].row_size(dims)
         if width is not None and VECTORIZE_MIN_ELEMENTS <= width and width * itemsize <= VECTORIZE_MAX_BYTES:
@@ -295,6 +310,16 @@ def default_directives(
     if pair_transforms and e >= SPECIALIZE_MIN_EDGES and not pairs_pay(e, pair_transforms):
         lines.append(RELATIONS_PER_EDGE)
     return "\n".join(lines) or None
+
+
+def partition_count(rows: int, llc_bytes: int) -> int:
+    """Source partitions for `rows` bytes of gathered rows: a power of two, about
+    PARTITION_ROWS_PER_PART_OVER_LLC caches of rows each, at most PARTITION_MAX."""
+    parts = rows / (PARTITION_ROWS_PER_PART_OVER_LLC * llc_bytes)
+    k = 2
+    while k < PARTITION_MAX and k * 1.5 < parts:
+        k *= 2
+    return k
 
 
 def pairs_pay(num_edges: int, transforms: Sequence[tuple[int, int, int]]) -> bool:
