@@ -81,6 +81,21 @@ def test_an_int64_edge_index_with_its_shape_takes_one_copy_and_builds_the_same_g
             Graph.from_edge_index(np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)]), shape=(top, top))
 
 
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        ([0, 1, 2], [0, 1, 3]),  # grouped by destination: the last is out of range
+        ([0, 1, 2], [-1, 0, 1]),  # grouped: the first is negative
+        ([0, 1, 2], [2, 3, 0]),  # not grouped: one in the middle
+        ([0, 5, 2], [0, 1, 1]),  # a source
+        ([-1, 0, 2], [0, 1, 1]),
+    ],
+)
+def test_a_blocks_ids_out_of_range_are_refused(src, dst):
+    with pytest.raises(GraphError, match="out of range|is negative"):
+        Graph.from_edge_index(np.array([src, dst], dtype=np.int64), shape=(3, 3))
+
+
 def test_every_constructor_gives_the_same_edge_ids():
     want = Graph.from_coo(SRC, DST, num_vertices=V)
     assert_same_graph(Graph.from_edge_index(np.stack([SRC, DST]), num_vertices=V), want)

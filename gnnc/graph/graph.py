@@ -415,7 +415,15 @@ class Graph:
         _check_range(types, r, "edge_type", "num_relations", what_kind="relation types")
         self.edge_type, self.num_relations = _readonly(types), r
 
-    def _build(self, src: np.ndarray, dst: np.ndarray, n_src: int, n_dst: int, checked: bool = False) -> None:
+    def _build(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        n_src: int,
+        n_dst: int,
+        checked: bool = False,
+        grouped: bool | None = None,
+    ) -> None:
         if not checked:
             limits.check_graph_size(n_src, n_dst, src.shape[0])
             square = n_src == n_dst
@@ -426,7 +434,8 @@ class Graph:
         self.num_edges = int(src.shape[0])
         self._src = _readonly(src)
         self._dst = _readonly(dst)
-        grouped = _nondecreasing(self._dst)
+        if grouped is None:
+            grouped = _nondecreasing(self._dst)
         if grouped:
             # edges listed by destination already (a sampler's blocks, a CSC's COO): the edge
             # list is the in-CSR, as `from_csc` keeps it; its edge ids are the identity, made
@@ -785,13 +794,16 @@ def _from_int64_edge_index(edge_index: Any, shape: Any) -> Graph | None:
         return None
     ids = arr.copy()  # C-contiguous and owned: its rows are the graph's own
     n_src, n_dst = shape
+    src, dst = ids
+    grouped = _nondecreasing(dst)
     if ids.shape[1]:
-        top = ids.max(axis=1)
-        if ids.min() < 0 or top[0] >= n_src or top[1] >= n_dst:
+        # a block's destinations come grouped: their range is their ends
+        low, high = (dst[0], dst[-1]) if grouped else (dst.min(), dst.max())
+        if low < 0 or high >= n_dst or src.min() < 0 or src.max() >= n_src:
             return None
     limits.check_graph_size(n_src, n_dst, ids.shape[1])
     graph = Graph.__new__(Graph)
-    graph._build(ids[0], ids[1], n_src, n_dst, checked=True)
+    graph._build(src, dst, n_src, n_dst, checked=True, grouped=grouped)
     graph._set_relations(None, None)
     return graph
 
