@@ -409,3 +409,27 @@ def test_graphs_of_one_class_share_a_decision_with_their_own_workspace():
             assert decided.plans == first.plans and decided.arguments is first.arguments
         inputs = random_inputs(mlp.signature, graph, dims, np.float32, v)
         assert_matches(mlp(graph, **inputs), reference(graph, **inputs), graph, np.float32)
+
+
+def test_a_class_decision_marks_its_variant_used(monkeypatch):
+    """A decision taken from its class is looked up in the module's variant cache as a made
+    one is: the variant in use is the most recently used, not the first one evicted."""
+    from gnnc.ir.schedule import directives_text
+    from gnnc.runtime import variants
+
+    monkeypatch.setattr(variants, "MAX_VARIANTS", 2)
+    gcn = gnnc.compile(EXAMPLES / "gcn.gnn").gcn
+    rng = np.random.default_rng(4)
+
+    def graph(grouped: bool) -> gnnc.Graph:
+        src, dst = rng.integers(0, 300, (2, 1 << 15))
+        return gnnc.Graph.from_coo(src, np.sort(dst) if grouped else dst, num_vertices=300)
+
+    dims = {"F": 8}
+    first = decision.decide(gcn, graph(True), dims)  # reads w[e] of sorted ids: `edges sorted`
+    second = decision.decide(gcn, graph(False), dims)
+    assert first.schedule and second.schedule and first.schedule != second.schedule
+    again = decision.decide(gcn, graph(True), dims)  # the first's class: taken, and marked used
+    assert again.kernel() is first.kernel()
+    gcn._variant("prefetch 4")  # a third variant: the least recently used one goes
+    assert set(gcn._variants) == {directives_text(first.schedule), "prefetch 4"}

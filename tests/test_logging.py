@@ -58,10 +58,18 @@ def test_each_call_logs_the_schedule_the_default_picked(monkeypatch, caplog):
 
     caplog.clear()
     monkeypatch.setattr(heuristic, "kernel_default", lambda kernel, graph, dims: None)
-    # the decision is made once per graph and sizes: the new default decides for a new graph
-    module.agg(gnnc.Graph(GRAPH), X)
+    # the decision is made once per class of graph and sizes (heuristic.default_class): a new
+    # graph of the same class takes it, with its own shape in the message
+    module.agg(gnnc.Graph(np.array([[0, 1, 2, 3], [1, 2, 4, 3]]), num_vertices=5), X)
     assert _messages(caplog, "gnnc.runtime.module") == [
-        ("DEBUG", "agg: runs as compiled, the default for V=5 E=5 {'F': 8}")
+        ("DEBUG", "agg: default schedule 'tile features 4; parallel dst' for V=5 E=4 {'F': 8}")
+    ]
+    caplog.clear()
+    # one of another class (16K edges and more) gets the new default
+    loops = np.zeros((2, heuristic.SPECIALIZE_MIN_EDGES), dtype=np.int64)
+    module.agg(gnnc.Graph(loops, num_vertices=5), X)
+    assert _messages(caplog, "gnnc.runtime.module") == [
+        ("DEBUG", f"agg: runs as compiled, the default for V=5 E={heuristic.SPECIALIZE_MIN_EDGES} {{'F': 8}}")
     ]
 
 

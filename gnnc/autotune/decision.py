@@ -231,9 +231,9 @@ def _given(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None, t
 
 #: Per kernel, its default decisions by (threads, sizes, `heuristic.default_class` of the
 #: graph, whether the graph is bipartite, has relation types, has sorted ids), each with its
-#: reason's graph-free part: a new graph of a known class (a mini-batch block) takes one,
-#: rechecked, with its own workspace.
-_CLASS_DECISIONS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Decision, str]]] = weakref.WeakKeyDictionary()
+#: reason's graph-free part and its variant's key: a new graph of a known class (a mini-batch
+#: block) takes one, rechecked, with its own workspace.
+_CLASS_DECISIONS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Decision, str, str]]] = weakref.WeakKeyDictionary()
 
 
 def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision:
@@ -250,11 +250,15 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     # beside the class, what `_made` checks of the graph (`_check_runs`)
     key = (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
     hit = memo.get(key)
-    runner = hit[0].kernel() if hit is not None else None
-    if hit is None or runner is None:
+    if hit is None:
         hit = memo[key] = _default_made(kernel, graph, dims, threads)
         return hit[0]
-    made, head = hit
+    made, head, variant_key = hit
+    runner = made.kernel()
+    # a variant is looked up in its module's cache as `_variant` does: marked used, or re-made if evicted
+    if runner is None or (runner is not kernel and kernel._variant_cache.get(name, variant_key) is None):
+        hit = memo[key] = _default_made(kernel, graph, dims, threads)
+        return hit[0]
     _check_runs(runner.name, runner._abi, graph, dims)
     workspace = made.workspace
     if _workspace_reads_graph(runner._abi):
@@ -262,8 +266,9 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     return replace(made, workspace=workspace, reason=f"{head} for {_shape(graph, dims)}")
 
 
-def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> tuple[Decision, str]:
-    """The default's decision, made for this graph, and its reason without the graph's shape."""
+def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> tuple[Decision, str, str]:
+    """The default's decision, made for this graph, its reason without the graph's shape, and
+    the key of its variant in the module's cache ("" for the kernel as compiled)."""
     name = kernel.name
     runner, schedule, origin = kernel, None, Origin.AS_COMPILED
     directives = heuristic.kernel_default(kernel, graph, dims)
@@ -280,7 +285,8 @@ def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -
             # it runs as compiled, and the compiler is not asked again
             kernel._refused.add(directives)
             head = _refused(name, directives)
-    return _made(runner, graph, dims, threads, schedule, origin, f"{head} for {_shape(graph, dims)}"), head
+    made = _made(runner, graph, dims, threads, schedule, origin, f"{head} for {_shape(graph, dims)}")
+    return made, head, directives_text(schedule) if schedule else ""
 
 
 def _default_mapping(kernel: Any, graph: Any, dims: dict[str, int], threads: int, grid: abi.Grid) -> Decision:
