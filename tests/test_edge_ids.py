@@ -202,3 +202,49 @@ def test_a_kernel_that_reads_no_degrees_leaves_them_uncounted(edges, bipartite):
         assert_matches(kernel(graph, x), want, graph, np.float32)
         counted = {key[0] for key in graph._degrees}
         assert counted == {"plain": set(), "one_side": {"out"}, "normed": {"in", "out"}}[name]
+
+
+def _rss_file() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssFile:"))
+
+
+def test_a_memory_mapped_graph_gives_its_sources_pages_back(tmp_path):
+    """A graph over a read-only memory-mapped in-CSR (`from_csc`) gives the sources' pages back
+    to the system once a kernel's partitions hold every source, and again after its reversed
+    graph's sort read them: the process's memory holds them no more, the values stay the file's."""
+    rng = np.random.default_rng(5)
+    v, e = 40_000, graph_module._KEEP_REVERSED_EIDS + 4096
+    src, dst = rng.integers(0, v, e), rng.integers(0, v, e)
+    order = np.argsort(dst, kind="stable")
+    indptr = np.zeros(v + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=v), out=indptr[1:])
+    np.save(tmp_path / "indptr.npy", indptr)
+    np.save(tmp_path / "indices.npy", src[order])
+    mapped = np.load(tmp_path / "indices.npy", mmap_mode="r")
+    graph = gnnc.Graph.from_csc(np.load(tmp_path / "indptr.npy", mmap_mode="r"), mapped)
+    x = rng.standard_normal((v, 2)).astype(np.float32)
+    plain = gnnc.compile(PLAIN, schedule="partition src 3").plain
+    assert not plain._abi.in_src
+    want = gnnc.compile(PLAIN, target="reference").plain(graph, x)  # reads every page in
+    before = _rss_file()
+    assert_matches(plain(graph, x), want, graph, np.float32)
+    assert graph._mapped_released and before - _rss_file() >= 0.8 * mapped.nbytes
+    int(np.asarray(graph.in_src).sum())  # read in again: the file's values
+    before = _rss_file()
+    graph.reversed()  # its sort reads them too, then they go again
+    assert before - _rss_file() >= 0.8 * mapped.nbytes
+    np.testing.assert_array_equal(graph.in_src, src[order])
+
+
+def test_only_read_only_file_mappings_give_their_pages_back(tmp_path):
+    owned = np.arange(1 << 20)
+    assert not graph_module._release_mapped_pages(owned)
+    np.save(tmp_path / "a.npy", owned)
+    writable = np.load(tmp_path / "a.npy", mmap_mode="r+")
+    assert not graph_module._release_mapped_pages(writable)
+    copied = np.load(tmp_path / "a.npy", mmap_mode="c")  # copy-on-write: a page written is the process's
+    copied[0] = -1
+    assert not graph_module._release_mapped_pages(copied)
+    assert copied[0] == -1 and owned[5] == 5
+    assert graph_module._release_mapped_pages(np.load(tmp_path / "a.npy", mmap_mode="r")[1:])

@@ -49,7 +49,9 @@ only when something asks for it.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import mmap
 from collections.abc import Mapping
 from typing import Any
 
@@ -189,6 +191,32 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
 def _unread_degrees(dtype: Any) -> np.ndarray:
     """What a kernel that never reads a degree array gets for it: one element (a valid pointer)."""
     return _readonly(np.zeros(1, dtype=_float_dtype(dtype)))
+
+
+#: madvise's advice that the pages of a range are not needed (Linux, and most Unix systems).
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+
+
+def _release_mapped_pages(arr: np.ndarray | None) -> bool:
+    """Gives the pages of `arr` back to the system when it lies in a read-only file mapping
+    (an np.memmap of mode "r", through views): clean pages of the file, read again from the
+    page cache (or the file) on the next access, so nothing is lost. Other arrays are left
+    alone (dropping an anonymous page would zero it). True where the pages were released."""
+    base: Any = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    if arr is None or base is None or base.mode != "r" or _MADV_DONTNEED is None or not arr.nbytes:
+        return False
+    page = mmap.PAGESIZE
+    start = -(-arr.ctypes.data // page) * page  # whole pages inside the array only
+    end = (arr.ctypes.data + arr.nbytes) // page * page
+    if end <= start:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED) == 0
+    except (OSError, AttributeError):  # no madvise: the pages stay, as the system decides
+        return False
 
 
 def _nondecreasing(keys: np.ndarray) -> bool:
@@ -456,6 +484,10 @@ class Graph:
         self._edges_sorted: bool | None = edges_sorted
         #: a reversed graph (made by `reversed`) may drop its in-CSR sources and sort them again
         self._derived_reverse = False
+        #: the in-CSR sources are a read-only file mapping whose pages this process gave back
+        #: once its kernels' plans held every source (`release_in_src`); a later full read
+        #: (the reversed graph's sort) gives them back again
+        self._mapped_released = False
         self._keep_in_src = False
         self.edge_type, self.num_relations = None, None
         self.types = None
@@ -492,15 +524,23 @@ class Graph:
         return forward._dst if forward._dst is not None else forward._csr_destinations()
 
     def release_in_src(self) -> None:
-        """Drops the in-CSR sources of a reversed graph of more than `_KEEP_REVERSED_EIDS` edges,
-        unless they were asked for again before: `plans.build` calls it for a kernel whose
-        partitions hold every source (8 bytes an edge: 0.5 GiB at 64M edges). A kernel that
-        reads them (its record's `in_src`) makes them again (a sort, once)."""
-        if not (self._derived_reverse and not self._keep_in_src and self.num_edges > _KEEP_REVERSED_EIDS):
+        """Lets go of the in-CSR sources once `plans.build` has laid out a kernel's partitions,
+        which hold every source, unless a kernel's cached arguments still read them (they would
+        be made, or read, again on every call).
+
+        A reversed graph of more than `_KEEP_REVERSED_EIDS` edges drops them (8 bytes an edge:
+        0.5 GiB at 64M edges), unless they were asked for again before; a kernel that reads them
+        (its record's `in_src`) makes them again (a sort, once). A graph whose sources are a
+        read-only file mapping (`from_csc` over `np.load(mmap_mode="r")`) gives their pages back
+        to the system: clean pages of the file, read again from it if asked for."""
+        if self.num_edges <= _KEEP_REVERSED_EIDS or self._in_src is None:
             return
-        # a kernel's cached arguments that hold them keep them alive: dropped here they would be made twice
         held = any(isinstance(p, Mapping) and p.get("in_src") is self._in_src for p in self.plans.values())
-        if not held:
+        if held:
+            return
+        if not self._derived_reverse:
+            self._mapped_released = _release_mapped_pages(self._in_src) or self._mapped_released
+        elif not self._keep_in_src:
             self._in_src = None
 
     @property
@@ -634,6 +674,8 @@ class Graph:
             rev._reversed = self
             rev._derived_reverse = True
             self._reversed = rev
+            if self._mapped_released:  # the sort read the mapped sources again: given back again
+                self.release_in_src()
         return self._reversed
 
     def reordered(self, method: str = "rcm") -> Any:
