@@ -12,10 +12,12 @@ one loop (i, i) per vertex i < min(num_src, num_dst) on every call. gnnc
 keeps the user's edges (so the graph is built once per edge_index) and
 passes the loop as vertex tensors instead: the loop's score `sl[v]`
 (computed in torch from per-vertex values) and, for its message, the
-source row `h[v]` (on a bipartite graph, a per-destination input `hl[v]`
-holding it: gradients of an input read at both u and v are refused on a
-bipartite graph's reversal). Existing loops are left out by `1 -
-self_loop(e)` (no mask of E floats is made or read).
+source row `h[v]`: on a bipartite graph with more sources than
+destinations the destinations are the first sources (the block
+convention), and the gradient of `h` read at v adds into its leading rows;
+with fewer, a per-destination input `hl[v]` holds the rows, zero past the
+sources. Existing loops are left out by `1 - self_loop(e)` (no mask of E
+floats is made or read).
 The softmax over the in-edges and the loop is then written out, stable as
 the built-in one (the shift `m[v]` is the largest score of the two):
 
@@ -160,7 +162,8 @@ class LoopKind(enum.StrEnum):
     NONE = "none"
     #: num_src == num_dst: every destination's loop reads its own source row.
     SQUARE = "square"
-    #: num_src > num_dst: every destination has a loop; its message is an input of its own.
+    #: num_src > num_dst: every destination has a loop, and reads its own source row (the
+    #: block convention: destinations are the first sources).
     MORE_SOURCES = "more-sources"
     #: num_src < num_dst: only the first num_src destinations have one (`has[v]`).
     FEWER_SOURCES = "fewer-sources"
@@ -175,10 +178,13 @@ def loop_kind(add_self_loops: bool, num_src: Any, num_dst: Any) -> LoopKind:
 
 
 def loop_fields(kind: LoopKind, own_row: str) -> dict[str, Any]:
-    """The Config fields of a loop kind; `own_row` is the loop's message on a square graph (`h[v]`)."""
+    """The Config fields of a loop kind; `own_row` is the loop's message read at the destination
+    (`h[v]`) where every destination is a source too."""
     if kind == LoopKind.NONE:
         return {"loops": "none"}
-    if kind == LoopKind.SQUARE:
+    if kind in (LoopKind.SQUARE, LoopKind.MORE_SOURCES):
+        # destinations are the first sources (the block convention): the loop's message is the
+        # source row, read at v; its gradient's part per destination adds into the leading rows
         return {"loops": "all", "loop_message": own_row}
     return {
         "loops": "all" if kind == LoopKind.MORE_SOURCES else "some",

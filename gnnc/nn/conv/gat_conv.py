@@ -263,7 +263,7 @@ class GATConv(WarmUp, nn.Module):
                 assert ea is not None and self.lin_edge is not None and self.att_edge is not None
                 loop_ea = attention.loop_attr(edges, ea, lp, self.fill_value)
                 raw = raw + scores(self.lin_edge, loop_ea, self.att_edge)
-            if kind != LoopKind.SQUARE:  # the loop's message, a row per destination
+            if kind == LoopKind.FEWER_SOURCES:  # the loop's message, a row per destination
                 args.append(lp.pad(h_src[:n]))
             args.append(lp.pad(F.leaky_relu(raw, self.negative_slope)))
             if kind == LoopKind.FEWER_SOURCES:

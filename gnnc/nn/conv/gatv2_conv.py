@@ -174,7 +174,7 @@ class GATv2Conv(WarmUp, nn.Module):
             if ea is not None:
                 assert self.lin_edge is not None
                 raw = raw + self.lin_edge(attention.loop_attr(edges, ea, lp, self.fill_value)).view(-1, H, C)
-            if kind != LoopKind.SQUARE:  # the loop's message, a row per destination
+            if kind == LoopKind.FEWER_SOURCES:  # the loop's message, a row per destination
                 args.append(lp.pad(xl[:n]))
             args.append(lp.pad((F.leaky_relu(raw, self.negative_slope) * att).sum(-1)))
             if kind == LoopKind.FEWER_SOURCES:
