@@ -186,8 +186,8 @@ def loop_fields(kind: LoopKind, own_row: str) -> dict[str, Any]:
         # destinations are the first sources (the block convention): the loop's message is the
         # source row, read at v; its gradient's part per destination adds into the leading rows
         return {"loops": "all", "loop_message": own_row}
-    return {
-        "loops": "all" if kind == LoopKind.MORE_SOURCES else "some",
+    return {  # FEWER_SOURCES: the loops' rows are an input, zero past the sources
+        "loops": "some",
         "loop_message": "hl[v]",
         "loop_params": ("hl: f32[V, H, F]",),
     }
