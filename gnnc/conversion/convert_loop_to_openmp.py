@@ -311,16 +311,19 @@ class ConvertLoopToOpenmpPass(ModulePass):
             return
         _declare_runtime(op)
         for fn in kernels:
-            if kernel_abi.has_record(fn) and not reads_edge_ids(fn):
-                # once outlined, every argument travels in the closure and looks read
-                kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), edge_ids=False))
-            if kernel_abi.has_record(fn) and not reads_in_src(fn):
-                kernel_abi.set_record(fn, replace(kernel_abi.get_record(fn), in_src=False))
             if kernel_abi.has_record(fn):
+                # what the kernel reads, found now: once outlined, every argument travels in the
+                # closure and looks read
                 record = kernel_abi.get_record(fn)
-                deg_in, deg_out = (bool(kernel_abi.argument(fn, name).uses) for name in ("deg_in", "deg_out"))
-                if (deg_in, deg_out) != (record.deg_in, record.deg_out):
-                    kernel_abi.set_record(fn, replace(record, deg_in=deg_in, deg_out=deg_out))
+                read = replace(
+                    record,
+                    edge_ids=record.edge_ids and reads_edge_ids(fn),
+                    in_src=record.in_src and reads_in_src(fn),
+                    deg_in=bool(kernel_abi.argument(fn, "deg_in").uses),
+                    deg_out=bool(kernel_abi.argument(fn, "deg_out").uses),
+                )
+                if read != record:
+                    kernel_abi.set_record(fn, read)
             for i, (phase, for_dst) in enumerate(sweeps(fn)):
                 _check_schedule_consumed(for_dst)
                 name = f"{fn.sym_name.data}_phase{i}"
