@@ -181,10 +181,15 @@ def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np
     else:  # pragma: no cover - needs about 2**62 vertices x edges
         order = np.argsort(keys, kind="stable").astype(np.int64, copy=False)
     counts = np.bincount(keys, minlength=n)
-    indptr = np.empty(n + 1, dtype=np.int64)
+    return _readonly(_offsets(counts)), _readonly(other[order]), _readonly(order), counts
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """The offsets of groups of `counts` entries laid out one after another: 0, then the running sum."""
+    indptr = np.empty(counts.shape[0] + 1, dtype=np.int64)
     indptr[0] = 0
     np.cumsum(counts, out=indptr[1:])
-    return _readonly(indptr), _readonly(other[order]), _readonly(order), counts
+    return indptr
 
 
 @functools.lru_cache(maxsize=8)
@@ -469,10 +474,12 @@ class Graph:
             # list is the in-CSR, as `from_csc` keeps it; its edge ids are the identity, made
             # if a kernel reads them. No sort, no gather: a new block's graph each call
             counts = np.bincount(self._dst, minlength=self.num_dst)
-            indptr = np.empty(self.num_dst + 1, dtype=np.int64)
-            indptr[0] = 0
-            np.cumsum(counts, out=indptr[1:])
-            self.in_indptr, self.in_src, self._in_eid, self._in_counts = _readonly(indptr), self._src, None, counts
+            self.in_indptr, self.in_src, self._in_eid, self._in_counts = (
+                _readonly(_offsets(counts)),
+                self._src,
+                None,
+                counts,
+            )
         else:
             self.in_indptr, self.in_src, self._in_eid, self._in_counts = _csr_by(self._dst, self.src, self.num_dst)
         self._init_caches(edges_sorted=grouped)
