@@ -51,6 +51,20 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+#: The compile cache (kernels' shared objects, PTX, the graph layer's helper), as messages name
+#: it, and the variable that moves it.
+CACHE_NAME = "compile cache"
+CACHE_SETTING = "$GNNC_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """The compile cache's directory: $GNNC_CACHE_DIR, else $XDG_CACHE_HOME/gnnc/kernels."""
+    base = os.environ.get("GNNC_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gnnc" / "kernels"
+
+
 def private_directory(path: Path, what: str, setting: str) -> int:
     """An open descriptor of the directory `path`, created 0700 with its missing parents.
 
@@ -317,9 +331,12 @@ def _record(key: bytes, name: str, key_digest: str, data: bytes) -> bytes:
 
 
 __all__ = [
+    "CACHE_NAME",
+    "CACHE_SETTING",
     "DIR_MODE",
     "FILE_MODE",
     "EntryStore",
+    "cache_dir",
     "check_private",
     "existing_private_directory",
     "private_directory",

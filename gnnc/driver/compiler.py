@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gnnc.cachedir import FILE_MODE, EntryStore, warn_unusable
+from gnnc.cachedir import CACHE_NAME, CACHE_SETTING, FILE_MODE, EntryStore, cache_dir, warn_unusable
 from gnnc.errors import CompileError, GnncError
 from gnnc.ir import abi
 from gnnc.version import __version__
@@ -477,18 +477,8 @@ def write_shared_object(result: CompileResult, out_path: str | os.PathLike) -> N
 # ---------------------------------------------------------------- the cache
 
 
-#: The compile cache, as messages name it, and the variable that moves it.
-CACHE_NAME = "compile cache"
-CACHE_SETTING = "$GNNC_CACHE_DIR"
 #: An entry longer than this is not read (an object of a few kernels is tens of KiB).
 _MAX_ENTRY_BYTES = 1 << 30
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("GNNC_CACHE_DIR")
-    if base:
-        return Path(base)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gnnc" / "kernels"
 
 
 def cache_key(source: str, options: CompileOptions) -> str:
