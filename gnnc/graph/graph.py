@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.errors import ArgumentError, GraphError
-from gnnc.graph import limits, reorder
+from gnnc.graph import group_edges, limits, reorder
 from gnnc.graph.hetero import GraphTypes, hetero_parts
 from gnnc.graph.tensors import is_torch_tensor
 
@@ -157,9 +157,20 @@ _RADIX_KEYS = 1 << 16
 _RADIX2_EDGES = 1 << 24
 
 
-def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Groups edges by ``keys`` (stable: increasing edge id within a group): (indptr, other in
-    group order, edge ids in group order, the count of each key)."""
+    group order, edge ids in group order)."""
+    found = group_edges.group(keys, other, n)  # the keys are checked: no OutOfRange
+    if found is not None:
+        if found.other is None:  # grouped already
+            return _readonly(found.indptr), _readonly(other), _readonly(np.arange(keys.shape[0], dtype=np.int64))
+        assert found.order is not None
+        return _readonly(found.indptr), _readonly(found.other), _readonly(found.order)
+    return _numpy_csr_by(keys, other, n)[:3]
+
+
+def _numpy_csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`_csr_by` in numpy, with the count of each key."""
     e = keys.shape[0]
     bits = max(1, e.bit_length())
     if n <= _RADIX_KEYS:
@@ -456,17 +467,35 @@ class Graph:
         n_dst: int,
         checked: bool = False,
         grouped: bool | None = None,
+        eids: bool = True,
     ) -> None:
+        """The graph of the edges ``src[i] -> dst[i]`` (int64 arrays it keeps), ids checked unless
+        `checked`; `grouped` says whether `dst` never decreases where known, `eids` False drops
+        the in-CSR's edge ids of a graph that sorts its edges (they are sorted again if asked)."""
         if not checked:
             limits.check_graph_size(n_src, n_dst, src.shape[0])
-            square = n_src == n_dst
-            _check_range(src, n_src, "source id src", "num_vertices" if square else "num_src")
-            _check_range(dst, n_dst, "destination id dst", "num_vertices" if square else "num_dst")
         self.num_src = int(n_src)
         self.num_dst = int(n_dst)
         self.num_edges = int(src.shape[0])
         self._src = _readonly(src)
         self._dst = _readonly(dst)
+        # one native pass checks the ids and counts the in-edges; a second groups them unless
+        # they came grouped (every sampler's blocks)
+        try:
+            found = group_edges.group(self._dst, self._src, self.num_dst, None if checked else self.num_src, eids)
+        except group_edges.OutOfRange:
+            found = None
+        if not checked and found is None:  # an id out of range, or no helper
+            square = n_src == n_dst
+            _check_range(self._src, n_src, "source id src", "num_vertices" if square else "num_src")
+            _check_range(self._dst, n_dst, "destination id dst", "num_vertices" if square else "num_dst")
+        if found is not None:
+            self.in_indptr = _readonly(found.indptr)
+            self.in_src = self._src if found.other is None else _readonly(found.other)
+            self._in_eid = None if found.order is None else _readonly(found.order)
+            self._in_counts = None  # np.diff(indptr) when a degree is asked for
+            self._init_caches(edges_sorted=found.other is None)
+            return
         if grouped is None:
             grouped = _nondecreasing(self._dst)
         if grouped:
@@ -481,7 +510,9 @@ class Graph:
                 counts,
             )
         else:
-            self.in_indptr, self.in_src, self._in_eid, self._in_counts = _csr_by(self._dst, self.src, self.num_dst)
+            self.in_indptr, self.in_src, self._in_eid, self._in_counts = _numpy_csr_by(
+                self._dst, self.src, self.num_dst
+            )
         self._init_caches(edges_sorted=grouped)
 
     def _init_caches(self, edges_sorted: bool | None = None) -> None:
@@ -640,7 +671,7 @@ class Graph:
 
     def _out_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._out is None:
-            self._out = _csr_by(self.src, self.dst, self.num_src)[:3]
+            self._out = _csr_by(self.src, self.dst, self.num_src)
         return self._out
 
     @property
@@ -669,12 +700,13 @@ class Graph:
             # a from_csc graph's destinations are made for the sort, not kept: the reversed
             # graph's sources, made again if asked for (its kernels read its in-CSR only)
             dst = self._dst if self._dst is not None else self._csr_destinations()
-            rev._build(dst, self.src, self.num_dst, self.num_src, checked=True)
+            # most gradient kernels read no edge ids (`plans.PlanSpec.edge_ids`): 8 bytes an edge
+            keep_eids = self.num_edges <= _KEEP_REVERSED_EIDS
+            rev._build(dst, self.src, self.num_dst, self.num_src, checked=True, eids=keep_eids)
             if self._dst is None:
                 rev._src = None
             del dst
-            if rev.num_edges > _KEEP_REVERSED_EIDS:
-                # most gradient kernels read no edge ids (`plans.PlanSpec.edge_ids`): 8 bytes an edge
+            if not keep_eids:
                 rev._in_eid = None
             rev._set_relations(self.edge_type, self.num_relations, checked=True)
             rev.types = self.types  # the same vertex ids
@@ -827,10 +859,11 @@ def _coo_from_edge_index(
 
 
 def _from_int64_edge_index(edge_index: Any, shape: Any) -> Graph | None:
-    """The graph of a ``2 x E`` int64 numpy array or CPU tensor with ``shape=(int, int)`` and
-    every id in range, with one copy and two reductions (a mini-batch block is a new graph every
-    call: `_coo_from_edge_index`'s general checks cost a third of its conversion); None for
-    anything else, which the general way converts or refuses with its message."""
+    """The graph of a ``2 x E`` int64 numpy array or CPU tensor with ``shape=(int, int)``, with
+    one copy and the native helper's passes (`group_edges`), else two reductions before numpy's
+    (a mini-batch block is a new graph every call: `_coo_from_edge_index`'s general checks cost
+    a third of its conversion); None for anything else (or an id out of range without the
+    helper), which the general way converts or refuses with its message."""
     if not (isinstance(shape, tuple) and len(shape) == 2 and all(type(n) is int and n >= 0 for n in shape)):
         return None
     if isinstance(edge_index, np.ndarray):
@@ -844,6 +877,8 @@ def _from_int64_edge_index(edge_index: Any, shape: Any) -> Graph | None:
     ids = arr.copy()  # C-contiguous and owned: its rows are the graph's own
     n_src, n_dst = shape
     src, dst = ids
+    if group_edges.available():  # the count pass checks every id (and names one out of range)
+        return Graph._new(src, dst, n_src, n_dst)
     grouped = _nondecreasing(dst)
     if ids.shape[1]:
         # a block's destinations come grouped: their range is their ends

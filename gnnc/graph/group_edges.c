@@ -1,0 +1,73 @@
+/* Grouping a graph's edges by a key (destination for the in-CSR, source for the reversed
+ * graph's), for gnnc/graph/group_edges.py. Two passes over int64 arrays: a count that checks
+ * every id and notices edges already grouped, then a stable counting sort. numpy needs a
+ * dozen calls for the same (a mini-batch block's graph is new every call), and its radix
+ * argsort and gather keep temporaries of 8-16 bytes an edge that these passes do not.
+ *
+ * Plain C99 with no libc call but memset: the object is built by the C compiler that links
+ * gnnc's kernels, once per cache.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define GROUPED (-1)
+#define UNGROUPED (-2)
+#define CHANGED (-3)
+
+/* Counts the edges of each key into indptr (n_keys + 1 offsets, indptr[0] = 0) and checks
+ * every key against n_keys and, where n_other >= 0, every other id against n_other.
+ * Returns GROUPED when the keys never decrease (the edges are grouped already: no pass 2),
+ * UNGROUPED otherwise, or the position of the first edge with an id out of range (>= 0),
+ * indptr then being incomplete. */
+int64_t gnnc_count_groups(const int64_t *keys, const int64_t *other, int64_t e, int64_t n_keys, int64_t n_other,
+                          int64_t *indptr) {
+    memset(indptr, 0, sizeof(int64_t) * (size_t)(n_keys + 1));
+    int64_t *counts = indptr + 1;
+    int64_t grouped = 1, previous = 0;
+    for (int64_t i = 0; i < e; i++) {
+        int64_t k = keys[i];
+        if ((uint64_t)k >= (uint64_t)n_keys) return i;  /* negative ids wrap past n_keys */
+        grouped &= k >= previous;
+        previous = k;
+        counts[k]++;
+    }
+    if (n_other >= 0)
+        for (int64_t i = 0; i < e; i++)
+            if ((uint64_t)other[i] >= (uint64_t)n_other) return i;
+    for (int64_t j = 0; j < n_keys; j++) indptr[j + 1] += indptr[j];
+    return grouped ? GROUPED : UNGROUPED;
+}
+
+/* Lays out `other` (and, where out_order is not NULL, each edge's position) in key order,
+ * stable, by the offsets of gnnc_count_groups on the same keys. indptr serves as the write
+ * cursor and is restored. Returns UNGROUPED, or CHANGED where a key no longer fits the count
+ * (another writer of a file mapping between the passes): nothing is written out of bounds,
+ * and the outputs and indptr are to be thrown away. */
+int64_t gnnc_scatter_groups(const int64_t *keys, const int64_t *other, int64_t e, int64_t n_keys, int64_t *indptr,
+                            int64_t *out_other, int64_t *out_order) {
+    int64_t status = UNGROUPED;
+    int64_t *cursor = indptr;  /* cursor[k]: the next free position of key k */
+    for (int64_t i = 0; i < e; i++) {
+        int64_t k = keys[i];
+        if ((uint64_t)k >= (uint64_t)n_keys || cursor[k] >= e) {
+            status = CHANGED;
+            continue;
+        }
+        int64_t p = cursor[k]++;
+        out_other[p] = other[i];
+        if (out_order) out_order[p] = i;
+    }
+    /* cursor[k] ended at k's end, the next key's start: shift back */
+    for (int64_t j = n_keys; j > 0; j--) indptr[j] = indptr[j - 1];
+    indptr[0] = 0;
+    return status;
+}
+
+/* Both passes in one call (a small graph pays one foreign call, not two): the count, then,
+ * unless the keys came grouped, the scatter into out_other / out_order (room for e each). */
+int64_t gnnc_group_edges(const int64_t *keys, const int64_t *other, int64_t e, int64_t n_keys, int64_t n_other,
+                         int64_t *indptr, int64_t *out_other, int64_t *out_order) {
+    int64_t status = gnnc_count_groups(keys, other, e, n_keys, n_other, indptr);
+    if (status != UNGROUPED) return status;
+    return gnnc_scatter_groups(keys, other, e, n_keys, indptr, out_other, out_order);
+}

@@ -1,0 +1,211 @@
+"""The native edge grouping (gnnc/graph/group_edges.c) against the graph layer's numpy code and a loop.
+
+Every graph is built both ways (the helper, and numpy with the helper turned
+off) and compared array by array, in-CSR, reversed graph and out-CSR, with
+the sizes drawn across the helper's one-buffer limit; ids out of range get
+the same message both ways; without a C compiler graphs are built by numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gnnc.errors import GraphError
+from gnnc.graph import graph as graph_module
+from gnnc.graph import group_edges
+from gnnc.graph.graph import Graph
+
+from .strategies import edge_lists
+from .test_runtime_graph import in_csr_by_loop
+
+ARRAYS = ("src", "dst", "in_indptr", "in_src", "in_eid", "out_indptr", "out_dst", "out_eid")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_helper():
+    """Each test loads the helper as its settings say (set up first, this is torn down after
+    the test's monkeypatch is undone): the next test finds it as the process has it."""
+    group_edges._reset_for_tests()
+    yield
+    group_edges._reset_for_tests()
+
+
+def build_both(make, monkeypatch):
+    """`make()` with the helper and with numpy: the graphs (or the messages of their errors)."""
+    results = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv(group_edges.SETTING, setting)
+        group_edges._reset_for_tests()
+        assert group_edges.available() == (setting == "1"), group_edges._unavailable
+        try:
+            results.append(make())
+        except GraphError as exc:
+            results.append(str(exc))
+    assert not group_edges.available()
+    return results
+
+
+def assert_same(a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+        return
+    assert (a.num_src, a.num_dst, a.num_edges, a.edges_sorted) == (b.num_src, b.num_dst, b.num_edges, b.edges_sorted)
+    for name in ARRAYS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert not getattr(a, name).flags.writeable, name
+    ra, rb = a.reversed(), b.reversed()
+    for name in ("in_indptr", "in_src", "in_eid"):
+        np.testing.assert_array_equal(getattr(ra, name), getattr(rb, name), err_msg=f"reversed {name}")
+    assert ra.edges_sorted == rb.edges_sorted
+    np.testing.assert_array_equal(a.deg_in(np.float32), b.deg_in(np.float32))
+    np.testing.assert_array_equal(a.deg_out(np.float64), b.deg_out(np.float64))
+
+
+@given(edges=edge_lists(huge_hubs=True), grouped=st.booleans(), extra_src=st.integers(0, 5), one_buffer=st.booleans())
+def test_native_and_numpy_build_the_same_graphs(edges, grouped, extra_src, one_buffer):
+    with pytest.MonkeyPatch.context() as mp:
+        check_both_ways(mp, edges, grouped, extra_src, one_buffer)
+    group_edges._reset_for_tests()
+
+
+def check_both_ways(monkeypatch, edges, grouped, extra_src, one_buffer):
+    src, dst, v = edges
+    if grouped:  # a sampler's block: edges listed by destination
+        order = np.argsort(dst, kind="stable")
+        src, dst = src[order], dst[order]
+    shape = (v + extra_src, v)  # bipartite where extra_src > 0
+    edge_index = np.stack([src, dst]).astype(np.int64)
+    if not one_buffer:
+        monkeypatch.setattr(group_edges, "_ONE_BUFFER_EDGES", -1)  # the large graphs' two calls
+    native, numpy = build_both(lambda: Graph.from_edge_index(edge_index, shape=shape), monkeypatch)
+    assert_same(native, numpy)
+    if isinstance(native, Graph):
+        assert native.edges_sorted == (src.size < 2 or bool(np.all(dst[1:] >= dst[:-1])))
+        indptr, in_src, in_eid = in_csr_by_loop(src, dst, v)
+        np.testing.assert_array_equal(native.in_indptr, indptr)
+        np.testing.assert_array_equal(native.in_src, in_src)
+        np.testing.assert_array_equal(native.in_eid, in_eid)
+    assert_same(*build_both(lambda: Graph.from_coo(src, dst, num_vertices=v + extra_src), monkeypatch))
+
+
+@pytest.mark.parametrize(
+    "src,dst,shape",
+    [
+        ([0, 1, 2], [0, 1, 3], (3, 3)),  # grouped: the last destination
+        ([0, 1, 2], [-1, 0, 1], (3, 3)),  # a negative destination
+        ([0, 1, 2], [2, 3, 0], (3, 3)),  # not grouped: one in the middle
+        ([0, 5, 2], [0, 1, 1], (3, 3)),  # a source
+        ([-1, 0, 2], [0, 1, 1], (3, 3)),  # a negative source
+        ([0, 1, 2], [0, 1, 1], (2, 3)),  # bipartite: a source past num_src
+        ([0, 1, 2, 3], [3, 0, 1, 2], (4, 2)),  # several destinations past num_dst
+        ([0], [0], (1, 0)),  # no destinations at all
+    ],
+)
+def test_ids_out_of_range_get_the_same_message_both_ways(monkeypatch, src, dst, shape):
+    edge_index = np.array([src, dst], dtype=np.int64)
+    for make in (
+        lambda: Graph.from_edge_index(edge_index, shape=shape),
+        lambda: Graph.from_coo(src, dst, shape=shape),
+    ):
+        native, numpy = build_both(make, monkeypatch)
+        assert isinstance(native, str) and ("out of range" in native or "is negative" in native)
+        assert native == numpy
+
+
+def test_large_reversed_graphs_sort_their_edge_ids_again_when_asked(monkeypatch):
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 50, 400), rng.integers(0, 30, 400)
+    monkeypatch.setattr(graph_module, "_KEEP_REVERSED_EIDS", 100)  # past it: no edge ids kept
+    monkeypatch.setattr(group_edges, "_ONE_BUFFER_EDGES", 100)  # and the two-call way
+    rev = Graph.from_coo(src, dst, num_vertices=50).reversed()
+    assert rev._in_eid is None and not rev.edges_sorted
+    indptr, in_src, in_eid = in_csr_by_loop(dst, src, 50)
+    np.testing.assert_array_equal(rev.in_indptr, indptr)
+    np.testing.assert_array_equal(rev.in_src, in_src)
+    np.testing.assert_array_equal(rev.in_eid, in_eid)
+
+
+def test_keys_changed_between_the_passes_write_nothing_out_of_bounds():
+    """A file mapping rewritten by another process between the count and the scatter: the
+    scatter says so (and the graph layer then groups with numpy), never writing past its arrays."""
+    functions = group_edges._load()
+    assert functions is not None
+    keys = np.array([0, 0, 1, 2], dtype=np.int64)
+    other = np.arange(4, dtype=np.int64)
+    indptr = np.empty(4, dtype=np.int64)
+    assert functions.count(keys.ctypes.data, other.ctypes.data, 4, 3, -1, indptr.ctypes.data) == -1
+    out = np.full(6, -7, dtype=np.int64)  # guards either side of the four slots
+    changed = np.array([2, 2, 2, 9], dtype=np.int64)  # more of key 2 than counted, one out of range
+    status = functions.scatter(
+        changed.ctypes.data, other.ctypes.data, 4, 3, indptr.ctypes.data, out[1:5].ctypes.data, None
+    )
+    assert status == -3
+    assert out[0] == -7 and out[5] == -7
+
+
+def test_without_a_compiler_numpy_builds_the_graphs(monkeypatch, caplog):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with caplog.at_level(logging.INFO, logger="gnnc.graph.group_edges"):
+        g = Graph.from_coo([0, 2, 1], [1, 0, 0], num_vertices=3)
+    assert not group_edges.available()
+    assert "grouped by numpy" in caplog.text and "/nonexistent/cc" in caplog.text
+    np.testing.assert_array_equal(g.in_src, [2, 1, 0])
+
+
+def test_a_failing_compiler_leaves_numpy_to_build_the_graphs(monkeypatch, tmp_path, caplog):
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\necho 'no such thing' >&2\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("GNNC_CACHE_DIR", str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger="gnnc.graph.group_edges"):
+        assert not group_edges.available()
+    assert "no such thing" in caplog.text
+    g = Graph.from_coo([0, 2, 1], [1, 0, 0], num_vertices=3)
+    np.testing.assert_array_equal(g.in_eid, [1, 2, 0])
+
+
+def test_the_built_helper_is_kept_in_the_compile_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("GNNC_CACHE_DIR", str(tmp_path))
+    assert group_edges.available()
+    entries = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("graph-group-edges-"))
+    assert [p.rsplit(".", 1)[1] for p in entries] == ["sha256", "so"]
+    group_edges._reset_for_tests()
+
+    def no_build(cc):
+        raise group_edges._BuildError("built again")
+
+    monkeypatch.setattr(group_edges, "_build", no_build)
+    assert group_edges.available()  # from the cache
+    # an entry changed on disk is not loaded: built again
+    so = next(p for p in tmp_path.iterdir() if p.suffix == ".so")
+    so.write_bytes(so.read_bytes() + b"\0")
+    group_edges._reset_for_tests()
+    assert not group_edges.available()
+    monkeypatch.undo()
+    monkeypatch.setenv("GNNC_CACHE_DIR", str(tmp_path))
+    group_edges._reset_for_tests()
+    assert group_edges.available()
+
+
+def test_a_forked_child_groups_with_the_parents_helper():
+    code = (
+        "import os, numpy as np\n"
+        "from gnnc.graph import group_edges\n"
+        "from gnnc.graph.graph import Graph\n"
+        "assert group_edges.available()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    g = Graph.from_coo([0, 2, 1], [1, 0, 0], num_vertices=3)\n"
+        "    os._exit(0 if g.in_src.tolist() == [2, 1, 0] else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "raise SystemExit(os.waitstatus_to_exitcode(status))\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
