@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gnnc.errors import ArgumentError, GraphError
 from gnnc.graph import graph as graph_module
+from gnnc.graph import group_edges
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.runtime.signature import pack_results, prepare_call
@@ -293,12 +294,20 @@ def test_edges_grouped_by_destination_are_the_in_csr_as_they_are(edges):
 
 
 def test_builds_a_million_edges_fast():
+    """A million edges build within a few times numpy's stable argsort of their destinations
+    (timed beside it, best of three: the machines are shared); an O(E log E) comparison sort
+    or a loop in Python would be far past it."""
     rng = np.random.default_rng(0)
     src, dst = rng.integers(0, 200_000, 1_000_000), rng.integers(0, 200_000, 1_000_000)
-    start = time.perf_counter()
-    g = Graph.from_coo(src, dst)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, elapsed
+    build, baseline = [], []
+    for _ in range(3):
+        start = time.perf_counter()
+        g = Graph.from_coo(src, dst)
+        build.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        np.argsort(dst, kind="stable")
+        baseline.append(time.perf_counter() - start)
+    assert min(build) < 8 * min(baseline), (build, baseline)
     assert g.in_indptr[-1] == 1_000_000
 
 
@@ -596,16 +605,19 @@ def test_empty_graph_call():
 @settings(max_examples=25, deadline=None)
 @given(edges=edge_lists(), spread=st.sampled_from([4099, 65521]))
 def test_every_sort_of_the_in_csr_is_stable(path, edges, spread):
-    """The three sorts `_csr_by` picks from (by key and edge count) give the stable in-CSR;
+    """The three numpy sorts `_numpy_csr_by` picks from (by key and edge count) give the stable in-CSR;
     past the first, vertex ids are spread (id * `spread` + 7) so that keys differ in their
     low and high 16 bits both."""
     src, dst, v = edges
     if path != "one 16-bit radix":
         src, dst, v = src * spread + 7, dst * spread + 7, v * spread + 7
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(group_edges.SETTING, "0")  # numpy's sorts, not the native helper's
+        group_edges._reset_for_tests()
         if path == "packed":
             mp.setattr(graph_module, "_RADIX2_EDGES", -1)
         g = Graph.from_coo(src, dst, num_vertices=v)
+    group_edges._reset_for_tests()
     order = np.argsort(dst, kind="stable")
     np.testing.assert_array_equal(g.in_indptr, np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=v))]))
     np.testing.assert_array_equal(g.in_src, src[order])
