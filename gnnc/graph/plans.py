@@ -270,6 +270,8 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
         v = graph.num_vertices
         if v == 0:
             return _readonly(np.zeros(n + 1, dtype=np.int64))
+        if n == 1:  # a small graph's, a single thread's
+            return _readonly(np.array([0, v]))
         if order is not None and not _is_identity(graph, order):
             work = np.diff(graph.in_indptr)[order] + 1
             prefix = np.concatenate([[0], np.cumsum(work)]).astype(np.int64)
@@ -310,13 +312,16 @@ def block_count_for(graph: Any, threads: int, min_work: int = MIN_BLOCK_WORK) ->
 
     ``BLOCKS_PER_THREAD`` per thread, fewer when a block would hold less than
     ``min_work`` (in-edges + vertices), never more than V; 1 for a small
-    non-empty graph, 0 for V == 0.
+    non-empty graph or a single thread (which walks the blocks in order: one
+    is the same walk, without a split to compute per graph), 0 for V == 0.
     """
     threads = _positive(threads, "threads")
     min_work = _positive(min_work, "min_work")
     v = graph.num_vertices
     if v == 0:
         return 0
+    if threads == 1:
+        return 1
     work = graph.num_edges + v
     return max(1, min(v, BLOCKS_PER_THREAD * threads, -(-work // min_work)))
 
