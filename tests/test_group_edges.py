@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gnnc import sharedlib
 from gnnc.errors import GraphError
 from gnnc.graph import graph as graph_module
 from gnnc.graph import group_edges
@@ -209,3 +210,17 @@ def test_a_forked_child_groups_with_the_parents_helper():
         "raise SystemExit(os.waitstatus_to_exitcode(status))\n"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_the_helper_is_loaded_from_a_sealed_copy_else_a_file_copy(monkeypatch):
+    assert group_edges.available()
+    maps = open("/proc/self/maps").read()
+    assert "memfd:gnnc:group_edges.so" in maps
+    group_edges._reset_for_tests()
+
+    def no_memfd(path, data):
+        raise OSError("memfds may not be executed here")
+
+    monkeypatch.setattr(sharedlib, "_load_memfd", no_memfd)  # a noexec /proc, an old kernel
+    assert group_edges.available()
+    np.testing.assert_array_equal(Graph.from_coo([0, 2, 1], [1, 0, 0], num_vertices=3).in_src, [2, 1, 0])

@@ -19,8 +19,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "gnnc"
 
 #: Leaves every layer may import: the error family, gnnc's version, the host CPU's features,
-#: the caches' private directory.
-LEAVES = {"errors", "version", "host", "cachedir"}
+#: the caches' private directory, loading a shared object from its checked bytes.
+LEAVES = {"errors", "version", "host", "cachedir", "sharedlib"}
 
 #: What each layer may import besides itself and the leaves. `gnnc` is the
 #: package's own __init__ (the public API).
@@ -29,6 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "version": set(),
     "host": {"errors"},
     "cachedir": {"errors"},
+    "sharedlib": set(),
     "ir": {"errors"},
     "lang": {"errors", "ir"},
     "transforms": {"errors", "ir"},
@@ -76,7 +77,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 #: Layers that run where the compiler may be absent: no xDSL, no llvmlite.
-COMPILER_FREE = {"errors", "version", "host", "cachedir", "graph", "autotune", "runtime"}
+COMPILER_FREE = {"errors", "version", "host", "cachedir", "sharedlib", "graph", "autotune", "runtime"}
 #: Modules of the ir layer that the runtime reads (plain Python records).
 COMPILER_FREE_MODULES = {"gnnc.ir.abi", "gnnc.ir.schedule", "gnnc.ir.signature"}
 

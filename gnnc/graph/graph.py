@@ -160,7 +160,10 @@ _RADIX2_EDGES = 1 << 24
 def _csr_by(keys: np.ndarray, other: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Groups edges by ``keys`` (stable: increasing edge id within a group): (indptr, other in
     group order, edge ids in group order)."""
-    found = group_edges.group(keys, other, n)  # the keys are checked: no OutOfRange
+    try:
+        found = group_edges.group(keys, other, n)
+    except group_edges.OutOfRange:  # checked keys that changed since (a file mapping rewritten)
+        found = None
     if found is not None:
         if found.other is None:  # grouped already
             return _readonly(found.indptr), _readonly(other), _readonly(np.arange(keys.shape[0], dtype=np.int64))

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gnnc import sharedlib
 from gnnc.cachedir import CACHE_NAME, CACHE_SETTING, EntryStore, cache_dir, warn_unusable
 from gnnc.errors import CacheError
 
@@ -110,8 +111,8 @@ def group(
         if status >= 0:
             raise OutOfRange(status)
         indptr = buffer[: n_keys + 1]
-        if status == _GROUPED:
-            return Grouped(indptr, None, None)
+        if status == _GROUPED:  # the room for the sort is not kept alive by the offsets
+            return Grouped(indptr.copy() if 2 * e > n_keys else indptr, None, None)
         if status != _UNGROUPED:  # a shared array changed between the passes: numpy's way decides
             return None
         rest = buffer[n_keys + 1 :]
@@ -217,14 +218,7 @@ def _build(cc: list[str]) -> bytes:
 
 def _bind(data: bytes) -> _Functions:
     """Loads `data` from a private copy (the checked bytes are the loaded ones) and types its functions."""
-    directory = tempfile.mkdtemp(prefix="gnnc-graph-load-")  # 0700, a new name
-    try:
-        path = os.path.join(directory, "group_edges.so")
-        with open(path, "wb") as f:
-            f.write(data)
-        library = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0))
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)  # mapped, the file can go
+    library, _ = sharedlib.load_private_copy(Path("group_edges.so"), data)  # loaded for the process's life
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
     count = library.gnnc_count_groups
     count.argtypes = [ptr, ptr, i64, i64, i64, ptr]

@@ -27,15 +27,11 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
-import fcntl
-import functools
 import json
 import os
-import shutil
 import stat
 import struct
 import sys
-import tempfile
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnc import sharedlib
 from gnnc.errors import ToolchainError
 from gnnc.host import host_cpu_flags
 from gnnc.ir import abi
@@ -130,73 +127,17 @@ def _check_elf_complete(path: Path, data: bytes) -> None:
             raise ToolchainError(corrupt)
 
 
-#: The kernels' symbols stay out of the global namespace.
-_MODE = getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0)
-
-
 def _load_copy(path: Path, data: bytes) -> ctypes.CDLL:
-    """dlopen of a private copy of `data`: a sealed memfd, else a file in a private temporary
-    directory (where memfds may not be executed, or there is no /proc). Each load is a copy of
-    its own under a name no loaded library has (dlopen returns the handle it has for a name)."""
+    """dlopen of a private copy of `data` (`sharedlib.load_private_copy`), unloaded once
+    nothing in Python can call into it."""
     try:
-        library, release = _load_memfd(path, data)
-    except OSError:
-        try:
-            library, release = _load_file_copy(path, data)
-        except OSError as exc:
-            raise ToolchainError(f"{path}: cannot load shared object: {exc}") from None
+        library, release = sharedlib.load_private_copy(path, data)
+    except OSError as exc:
+        raise ToolchainError(f"{path}: cannot load shared object: {exc}") from None
     finalizer = weakref.finalize(library, _unload, library._handle, release)
     finalizer.atexit = False  # at exit nothing is unloaded: another thread may still be in a kernel
     _keep_openmp_loaded()
     return library
-
-
-#: The descriptor numbers in the names (/proc/self/fd/N) of the libraries loaded from memfds.
-#: Their descriptors are closed once loaded (a process may load thousands), so a new load
-#: picks a number none of them has.
-_memfd_names: set[int] = set()
-
-
-def _load_memfd(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], None]]:
-    fd = os.memfd_create(f"gnnc:{path.name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    opened = [fd]
-    try:
-        with open(fd, "wb", closefd=False) as f:
-            f.write(data)
-        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # what was checked cannot change
-        while opened[-1] in _memfd_names:
-            opened.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, opened[-1] + 1))
-        number = opened[-1]
-        name = f"/proc/self/fd/{number}"
-        try:
-            library = ctypes.CDLL(name, mode=_MODE)
-        except OSError as exc:
-            raise OSError(str(exc).replace(name, str(path))) from None
-        _memfd_names.add(number)
-    finally:
-        for n in opened:
-            os.close(n)  # the mapping keeps the memfd
-    return library, functools.partial(_memfd_names.discard, number)
-
-
-def _load_file_copy(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], None]]:
-    directory = tempfile.mkdtemp(prefix="gnnc-load-")  # 0700, a new name
-    try:
-        name = os.path.join(directory, path.name)
-        with open(name, "wb") as f:
-            f.write(data)
-        try:
-            library = ctypes.CDLL(name, mode=_MODE)
-        except OSError as exc:
-            raise OSError(str(exc).replace(name, str(path))) from None
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)  # mapped, the file can go
-    return library, _nothing
-
-
-def _nothing() -> None:
-    pass
 
 
 def _unload(handle: int, release: Callable[[], None]) -> None:
