@@ -224,3 +224,11 @@ def test_the_helper_is_loaded_from_a_sealed_copy_else_a_file_copy(monkeypatch):
     monkeypatch.setattr(sharedlib, "_load_memfd", no_memfd)  # a noexec /proc, an old kernel
     assert group_edges.available()
     np.testing.assert_array_equal(Graph.from_coo([0, 2, 1], [1, 0, 0], num_vertices=3).in_src, [2, 1, 0])
+
+
+def test_the_c_source_compiles_without_warnings(tmp_path):
+    cc = group_edges._compiler()
+    flags = ["-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Werror"]
+    cmd = [*cc, *group_edges._FLAGS, *flags, "-o", str(tmp_path / "g.so"), str(group_edges._SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
