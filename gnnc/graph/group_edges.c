@@ -71,3 +71,60 @@ int64_t gnnc_group_edges(const int64_t *keys, const int64_t *other, int64_t e, i
     if (status != UNGROUPED) return status;
     return gnnc_scatter_groups(keys, other, e, n_keys, indptr, out_other, out_order);
 }
+
+/* The partition of source u: the p with bounds[p] <= u < bounds[p + 1] (k + 1 increasing
+ * boundaries; an id outside them lands in the first or the last partition). */
+static int64_t partition_of(const int64_t *bounds, int64_t k, int64_t u) {
+    int64_t lo = 0, n = k;
+    while (n > 1) { /* branch-free halving: the last boundary at or below u */
+        int64_t half = n / 2;
+        lo = bounds[lo + half] <= u ? lo + half : lo;
+        n -= half;
+    }
+    return lo;
+}
+
+/* FeatGraph's source partitions of an in-CSR (plans.source_partitions): the edges grouped by
+ * their source's partition, each partition's edges an in-CSR by destination in the in-CSR's
+ * order. part_indptr holds k segments of v + 1 offsets into part_src / part_eid (positions
+ * over all partitions: segment p starts where p - 1 ends). in_eid NULL: the edge ids are the
+ * in-CSR positions; part_eid NULL: none are written. Returns 0, or CHANGED where the sources
+ * no longer fit the count (a file mapping rewritten between the passes): nothing is written
+ * out of bounds, and the outputs are to be thrown away. */
+int64_t gnnc_partition_edges(const int64_t *indptr, const int64_t *in_src, const int64_t *in_eid, int64_t v,
+                             const int64_t *bounds, int64_t k, int64_t *part_indptr, int64_t *part_src,
+                             int64_t *part_eid) {
+    memset(part_indptr, 0, sizeof(int64_t) * (size_t)(k * (v + 1)));
+    for (int64_t d = 0; d < v; d++)
+        for (int64_t i = indptr[d]; i < indptr[d + 1]; i++)
+            part_indptr[partition_of(bounds, k, in_src[i]) * (v + 1) + d + 1]++;
+    int64_t running = 0;
+    for (int64_t p = 0; p < k; p++) {
+        int64_t *segment = part_indptr + p * (v + 1);
+        segment[0] = running;
+        for (int64_t d = 0; d < v; d++) {
+            running += segment[d + 1];
+            segment[d + 1] = running;
+        }
+    }
+    /* segment[d] serves as the cursor of destination d: row d - 1 is done before row d starts */
+    int64_t status = 0;
+    for (int64_t d = 0; d < v; d++)
+        for (int64_t i = indptr[d]; i < indptr[d + 1]; i++) {
+            int64_t *cursor = part_indptr + partition_of(bounds, k, in_src[i]) * (v + 1) + d;
+            if (cursor[0] >= cursor[1]) { /* the row is full (cursor[1], row d + 1's, has not moved) */
+                status = CHANGED;
+                continue;
+            }
+            int64_t at = cursor[0]++;
+            part_src[at] = in_src[i];
+            if (part_eid) part_eid[at] = in_eid ? in_eid[i] : i;
+        }
+    /* each cursor ended at its row's end, the next row's start: shift back, segment by segment */
+    for (int64_t p = 0; p < k; p++) {
+        int64_t *segment = part_indptr + p * (v + 1);
+        for (int64_t d = v; d > 0; d--) segment[d] = segment[d - 1];
+        segment[0] = p == 0 ? 0 : segment[-1];
+    }
+    return status;
+}

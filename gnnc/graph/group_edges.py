@@ -73,6 +73,7 @@ class _Functions(NamedTuple):
     both: Any  # ctypes foreign functions, typed in `_bind`
     count: Any
     scatter: Any
+    partition: Any
     library: ctypes.CDLL
 
 
@@ -138,6 +139,37 @@ def group(
     if status != _UNGROUPED:
         return None
     return Grouped(indptr, out_other, out_order)
+
+
+def partition(
+    indptr: np.ndarray, in_src: np.ndarray, in_eid: np.ndarray | None, bounds: np.ndarray, eids: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """An in-CSR's edges grouped by their source's partition (``bounds``: k + 1 source
+    boundaries), each partition an in-CSR by destination: (part_indptr, part_src, part_eid)
+    as `plans.source_partitions` lays them out; `in_eid` None where the edge ids are the
+    in-CSR positions, part_eid None unless `eids`. None where the helper is unavailable
+    (or the sources changed between its passes): numpy's way then."""
+    functions = _load()
+    if functions is None or not all(_plain(a) for a in (indptr, in_src, bounds)):
+        return None
+    if in_eid is not None and not _plain(in_eid):
+        return None
+    v, k, e = indptr.shape[0] - 1, bounds.shape[0] - 1, in_src.shape[0]
+    part_indptr = np.empty(k * (v + 1), dtype=np.int64)
+    part_src = np.empty(e, dtype=np.int64)
+    part_eid = np.empty(e, dtype=np.int64) if eids else None
+    status = functions.partition(
+        _address(indptr),
+        _address(in_src),
+        None if in_eid is None else _address(in_eid),
+        v,
+        _address(bounds),
+        k,
+        _address(part_indptr),
+        _address(part_src),
+        None if part_eid is None else _address(part_eid),
+    )
+    return None if status else (part_indptr, part_src, part_eid)
 
 
 def _address(ids: np.ndarray) -> int:
@@ -229,7 +261,10 @@ def _bind(data: bytes) -> _Functions:
     both = library.gnnc_group_edges
     both.argtypes = [ptr, ptr, i64, i64, i64, ptr, ptr, ptr]
     both.restype = i64
-    return _Functions(both, count, scatter, library)
+    partition = library.gnnc_partition_edges
+    partition.argtypes = [ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, ptr]
+    partition.restype = i64
+    return _Functions(both, count, scatter, partition, library)
 
 
 def _reset_for_tests() -> None:
