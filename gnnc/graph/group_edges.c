@@ -1,5 +1,6 @@
 /* Grouping a graph's edges by a key (destination for the in-CSR, source for the reversed
- * graph's), for gnnc/graph/group_edges.py. Two passes over int64 arrays: a count that checks
+ * graph's; source partition and destination for FeatGraph's partitions), for
+ * gnnc/graph/group_edges.py. Two passes over int64 arrays: a count that checks
  * every id and notices edges already grouped, then a stable counting sort. numpy needs a
  * dozen calls for the same (a mini-batch block's graph is new every call), and its radix
  * argsort and gather keep temporaries of 8-16 bytes an edge that these passes do not.

@@ -1,4 +1,5 @@
-"""Edges grouped by a key in native code: the in-CSR of a new graph and its reversed graph's.
+"""Edges grouped by a key in native code: a new graph's in-CSR, its reversed graph's, and
+FeatGraph's source partitions (`partition`: by source partition, then destination).
 
 A mini-batch block is a new graph every call, and its CSRs cost numpy a
 dozen calls of a few microseconds each (a range check, the grouped check,
@@ -8,7 +9,8 @@ each key's edges while checking every id and noticing edges listed by key
 already (a sampler's blocks, which then need no second pass), the other lays
 the edges out in key order (stable, as numpy's sort: edges of one key keep
 their id order). Large graphs gain too: one scatter instead of two radix
-passes and a gather, without their temporaries.
+passes and a gather, without their temporaries; source partitions are a count
+and a scatter over the in-CSR instead of a sort by partition.
 
 The object is built with the C compiler that links gnnc's kernels ($CC, else
 cc), once per compile cache (an entry as the kernels', digest-checked by
