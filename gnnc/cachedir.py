@@ -34,7 +34,7 @@ import secrets
 import shutil
 import stat
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -206,6 +206,10 @@ _KEY_BYTES = 32
 _RECORD_TAG = "gnnc-cache-entry-v1"
 
 
+#: Where `EntryStore.lookup_or_build`'s bytes came from.
+CACHED, BUILT_ELSEWHERE, BUILT, NOT_STORED = "cached", "built by another process", "built", "built, not stored"
+
+
 class EntryStore:
     """Digest-checked entries in a private directory, as a context manager (it holds the directory open).
 
@@ -260,6 +264,25 @@ class EntryStore:
         write_entry(self._fd, name, data)
         write_entry(self._fd, _record_name(name), _record(key, name, key_digest, data))
         return self.path / name
+
+    def lookup_or_build(self, name: str, key_digest: str, limit: int, build: Callable[[], bytes]) -> tuple[bytes, str]:
+        """The entry's bytes, and where they came from: `CACHED`; `BUILT_ELSEWHERE` (another
+        process stored it while this one waited for `building`'s lock); `BUILT` (`build()`'s,
+        stored); `NOT_STORED` (`build()`'s, which the directory would not take: one warning)."""
+        data = self.lookup(name, key_digest, limit)
+        if data is not None:
+            return data, CACHED
+        with self.building(name):
+            data = self.lookup(name, key_digest, limit)
+            if data is not None:
+                return data, BUILT_ELSEWHERE
+            data = build()
+            try:
+                self.store(name, key_digest, data)
+            except OSError as exc:
+                warn_unusable(self.path, self.what, exc)
+                return data, NOT_STORED
+            return data, BUILT
 
     @contextlib.contextmanager
     def building(self, name: str) -> Iterator[None]:
@@ -331,10 +354,14 @@ def _record(key: bytes, name: str, key_digest: str, data: bytes) -> bytes:
 
 
 __all__ = [
+    "BUILT",
+    "BUILT_ELSEWHERE",
+    "CACHED",
     "CACHE_NAME",
     "CACHE_SETTING",
     "DIR_MODE",
     "FILE_MODE",
+    "NOT_STORED",
     "EntryStore",
     "cache_dir",
     "check_private",

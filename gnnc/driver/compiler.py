@@ -28,7 +28,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gnnc.cachedir import CACHE_NAME, CACHE_SETTING, FILE_MODE, EntryStore, cache_dir, warn_unusable
+from gnnc.cachedir import (
+    BUILT,
+    BUILT_ELSEWHERE,
+    CACHE_NAME,
+    CACHE_SETTING,
+    CACHED,
+    FILE_MODE,
+    EntryStore,
+    cache_dir,
+    warn_unusable,
+)
 from gnnc.errors import CompileError, GnncError
 from gnnc.ir import abi
 from gnnc.version import __version__
@@ -550,21 +560,12 @@ def _cache() -> Iterator[EntryStore | None]:
         yield store
 
 
-def _keep(store: EntryStore | None, name: str, key: str, data: bytes) -> Path:
-    """Stores a built entry and returns its path; where the cache cannot take it (read-only,
-    full), one warning, and the path of a private copy that lives as long as this process."""
-    if store is not None:
-        try:
-            return store.store(name, key, data)
-        except OSError as exc:
-            warn_unusable(store.path, CACHE_NAME, exc)
-    return _uncached(name, data)
-
-
 _uncached_dir: Path | None = None
 
 
 def _uncached(name: str, data: bytes) -> Path:
+    """The path of a private copy of a built entry the cache could not take (read-only, full),
+    that lives as long as this process."""
     global _uncached_dir
     if _uncached_dir is None:
         _uncached_dir = Path(tempfile.mkdtemp(prefix="gnnc-uncached-"))  # 0700
@@ -619,21 +620,25 @@ def _cached(source: str, file: str, options: CompileOptions, suffix: str, build:
     """The cache entry of source and options, `build()` and stored on a miss."""
     key = full_cache_key(source, options)
     name = f"{key[:32]}{suffix}"
+    start = time.perf_counter()
+
+    def timed() -> bytes:
+        nonlocal start
+        start = time.perf_counter()
+        return build()
+
     with _cache() as store:
         if store is None:
-            start = time.perf_counter()
-            path = _keep(store, name, key, build())
+            path = _uncached(name, timed())
         else:
-            if store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
+            data, origin = store.lookup_or_build(name, key, _MAX_ENTRY_BYTES, timed)
+            if origin == CACHED:
                 _log.debug("%s: from the compile cache, %s", _describe(file, options), store.path / name)
                 return store.path / name
-            with store.building(name):
-                # another process may have built it while this one waited for the lock
-                if store.lookup(name, key, _MAX_ENTRY_BYTES) is not None:
-                    _log.info("%s: built by another process, %s", _describe(file, options), store.path / name)
-                    return store.path / name
-                start = time.perf_counter()
-                path = _keep(store, name, key, build())
+            if origin == BUILT_ELSEWHERE:
+                _log.info("%s: built by another process, %s", _describe(file, options), store.path / name)
+                return store.path / name
+            path = store.path / name if origin == BUILT else _uncached(name, data)
     _log.info("%s: compiled in %.2f s, %s", _describe(file, options), time.perf_counter() - start, path)
     return path
 

@@ -227,17 +227,7 @@ def _library_bytes() -> bytes:
         warn_unusable(directory, CACHE_NAME, exc)
         return _build(cc)
     with store:
-        data = store.lookup(name, key, _MAX_BYTES)
-        if data is None:
-            with store.building(name):
-                data = store.lookup(name, key, _MAX_BYTES)  # another process may have built it
-                if data is None:
-                    data = _build(cc)
-                    try:
-                        store.store(name, key, data)
-                    except OSError as exc:
-                        warn_unusable(store.path, CACHE_NAME, exc)
-        return data
+        return store.lookup_or_build(name, key, _MAX_BYTES, lambda: _build(cc))[0]
 
 
 def _build(cc: list[str]) -> bytes:
