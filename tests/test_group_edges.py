@@ -282,3 +282,34 @@ def test_partitions_of_a_small_in_csr_by_hand():
     np.testing.assert_array_equal(part_indptr, [0, 1, 2, 2, 3, 4])
     np.testing.assert_array_equal(out[1:5], [0, 1, 3, 2])  # partition 0's edges, then 1's
     assert out[0] == -7 and out[5] == -7  # nothing written outside
+
+
+@given(edges=edge_lists(huge_hubs=True), n=st.integers(1, 200), reversed_graph=st.booleans())
+def test_balanced_blocks_are_the_same_both_ways(edges, n, reversed_graph):
+    """plans.balanced_blocks in id order natively (`split_work`: bisection over indptr[j] + j)
+    and by numpy's prefix and searchsorted (or its bisection in Python): the same boundaries,
+    heavy destinations moved into blocks of their own alike."""
+    src, dst, v = edges
+    g = Graph.from_coo(src, dst, num_vertices=v)
+    g = g.reversed() if reversed_graph else g
+    if g.num_vertices == 0:
+        return
+    n = min(n, g.num_vertices)
+    native = group_edges.split_work(g.in_indptr, n)
+    assert native is not None
+    prefix = g.in_indptr + np.arange(g.num_vertices + 1)
+    np.testing.assert_array_equal(native, plans._split_prefix(prefix, n))
+    if n <= plans._FEW_BLOCKS:
+        np.testing.assert_array_equal(native, plans._split_work(g.in_indptr, n))
+    g.plans.clear()
+    np.testing.assert_array_equal(plans.balanced_blocks(g, n), native)
+
+
+def test_a_hub_gets_a_block_of_its_own_natively():
+    # destinations 0-2 light, 3 a hub of 100 in-edges, 4 light: work 1, 1, 1, 101, 1
+    indptr = np.array([0, 0, 0, 0, 100, 100], dtype=np.int64)
+    bounds = group_edges.split_work(indptr, 3)
+    # both targets (35 and 70 of 105) fall in the hub: the second block came out empty, so the
+    # first boundary moves in front of the hub, which gets the middle block to itself
+    np.testing.assert_array_equal(bounds, [0, 3, 4, 5])
+    np.testing.assert_array_equal(bounds, plans._split_prefix(indptr + np.arange(6), 3))

@@ -622,3 +622,58 @@ def test_every_sort_of_the_in_csr_is_stable(path, edges, spread):
     np.testing.assert_array_equal(g.in_indptr, np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=v))]))
     np.testing.assert_array_equal(g.in_src, src[order])
     np.testing.assert_array_equal(g.in_eid, order)
+
+
+def test_a_graph_and_its_reversed_graph_go_without_a_garbage_collection():
+    """A block's reversed graph points back weakly: no cycle, so both graphs (and the plans and
+    decisions they cache) are freed when the last reference goes, not at the next collection."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        g = Graph.from_edge_index(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), shape=(3, 3))
+        rev = g.reversed()
+        rev.deg_out(np.float32)
+        dead = weakref.ref(g), weakref.ref(rev)
+        del g, rev
+        assert dead[0]() is None and dead[1]() is None
+    finally:
+        gc.enable()
+
+
+def test_a_reversed_graph_outlives_the_graph_it_reverses():
+    g = Graph.from_edge_index(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), shape=(3, 4))
+    rev = g.reversed()
+    in_src, in_indptr, deg_in = g.in_src.copy(), g.in_indptr.copy(), g.deg_in(np.float64).copy()
+    del g
+    assert rev._reversed is None  # held weakly: gone
+    np.testing.assert_array_equal(rev.deg_out(np.float64), deg_in)  # counted from its own sources
+    again = rev.reversed()  # built again, and kept
+    assert again.reversed() is rev and rev.reversed() is again
+    np.testing.assert_array_equal(again.in_src, in_src)
+    np.testing.assert_array_equal(again.in_indptr, in_indptr)
+
+
+def test_a_graph_that_ran_kernels_pickles_and_copies_without_its_caches():
+    """A pickle or a copy keeps the arrays, not the plans (decisions, laid-out calls: a
+    mappingproxy and weak references that do not pickle) nor a forward graph's reversed one."""
+    import copy
+    import pickle
+
+    import gnnc
+
+    module = gnnc.compile("kernel s(x: f32[V, 4]) -> f32[V, 4] { out[v] = sum(x[u]) }")
+    g = Graph.from_edge_index(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), shape=(3, 3))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = module.s(g, x)
+    rev = g.reversed()
+    module.s(rev, x)
+    assert g.plans and rev.plans
+    for made in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):
+        assert made.plans == {} and made._reversed is None
+        np.testing.assert_array_equal(module.s(made, x), want)
+    made_rev = pickle.loads(pickle.dumps(rev))
+    assert made_rev.plans == {} and made_rev._reversed is not None  # the graph it reverses, along
+    np.testing.assert_array_equal(made_rev.reversed().in_src, g.in_src)
+    np.testing.assert_array_equal(module.s(made_rev, x), module.s(rev, x))

@@ -263,7 +263,18 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     workspace = made.workspace
     if _workspace_reads_graph(runner._abi):
         workspace = _workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize)
-    return replace(made, workspace=workspace, reason=f"{head} for {_shape(graph, dims)}")
+    # `replace` of the hit, field by field (dataclasses.replace costs twice the constructor)
+    return Decision(
+        made.schedule,
+        made.origin,
+        made.threads,
+        made.plans,
+        made.arguments,
+        workspace,
+        made.launches,
+        f"{head} for {_shape(graph, dims)}",
+        made.kernel,
+    )
 
 
 def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> tuple[Decision, str, str]:

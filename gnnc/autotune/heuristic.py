@@ -148,22 +148,43 @@ def default_class(kernel: Any, graph: Any, dims: dict[str, int]) -> tuple | None
     if v == 0:
         return ("empty",)
     record = kernel._abi
-    itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
-    row_bytes = source_row_bytes(kernel.signature, dims, itemsize)
+    row_bytes, result_bytes, pair_reductions = _class_inputs(kernel, dims)
     rows = v * row_bytes
     large = e >= SPECIALIZE_MIN_EDGES
-    if large and (
-        rows >= REORDER_MIN_ROWS_BYTES
-        or lane_walks_for(record, dims, graph)
-        or any(t.domain in ("RS", "RD") and t.reduced is not None for t in record.temps)
-    ):
+    if large and (rows >= REORDER_MIN_ROWS_BYTES or lane_walks_for(record, dims, graph) or pair_reductions):
         return None
     llc_bytes = plans.last_level_cache_bytes()
     gathers = row_bytes > 0 and rows >= PARTITION_MIN_ROWS_OVER_LLC * llc_bytes
     parts = partition_count(rows, llc_bytes) if gathers and e / v >= PARTITION_MIN_MEAN_DEGREE else 0
-    streams = v * sum(result_row_bytes(kernel.signature, dims, itemsize)) >= STREAM_MIN_RESULT_BYTES
+    streams = v * result_bytes >= STREAM_MIN_RESULT_BYTES
     sorted_ids = large and record.edge_ids and bool(getattr(graph, "edges_sorted", False))
     return (large, gathers, parts, streams, sorted_ids)
+
+
+#: Per kernel, by sizes, what `default_class` reads of it whatever the graph (`_class_inputs`).
+_CLASS_INPUTS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[int, int, bool]]] = weakref.WeakKeyDictionary()
+
+
+def _class_inputs(kernel: Any, dims: dict[str, int]) -> tuple[int, int, bool]:
+    """(bytes gathered per source, bytes of a vertex's rows of results, whether a temporary
+    reduces over relation pairs) of `kernel` at sizes `dims`, made once: a new mini-batch
+    block asks for its class every call."""
+    try:
+        per_kernel: dict[tuple, tuple[int, int, bool]] | None = _CLASS_INPUTS.setdefault(kernel, {})
+    except TypeError:  # a kernel that cannot be weakly referenced or hashed: computed each time
+        per_kernel = None
+    key = tuple(dims.items())
+    made = None if per_kernel is None else per_kernel.get(key)
+    if made is None:
+        itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
+        made = (
+            source_row_bytes(kernel.signature, dims, itemsize),
+            sum(result_row_bytes(kernel.signature, dims, itemsize)),
+            any(t.domain in ("RS", "RD") and t.reduced is not None for t in kernel._abi.temps),
+        )
+        if per_kernel is not None:
+            per_kernel[key] = made
+    return made
 
 
 def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import mmap
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -267,6 +268,8 @@ class Graph:
     _in_src: np.ndarray | None
     _dst: np.ndarray | None
     _in_eid: np.ndarray | None
+    #: `_reversed`'s value: a graph, or a weak reference to the graph a reversed graph reverses
+    _twin: Graph | weakref.ref[Graph] | None
     _in_counts: np.ndarray | None
     #: The relation type of each edge, by edge id (int64, read-only), or None.
     edge_type: np.ndarray | None
@@ -518,9 +521,29 @@ class Graph:
             )
         self._init_caches(edges_sorted=grouped)
 
+    @property
+    def _reversed(self) -> Graph | None:
+        """The reversed graph (`reversed`, cached), or for a reversed graph the graph it reverses
+        (None once that is gone, where it was held weakly)."""
+        twin = self._twin
+        return twin() if isinstance(twin, weakref.ref) else twin
+
+    @_reversed.setter
+    def _reversed(self, value: Graph | None) -> None:
+        self._twin = value
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle or a copy keeps: the arrays, not the caches (`plans`, which hold
+        decisions and kernels' laid-out calls, and a forward graph's reversed graph); a
+        reversed graph keeps the graph it reverses, as it may read it."""
+        state = self.__dict__.copy()
+        state["plans"] = {}
+        state["_twin"] = self._reversed if self._derived_reverse else None
+        return state
+
     def _init_caches(self, edges_sorted: bool | None = None) -> None:
         self._out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._reversed: Graph | None = None
+        self._twin = None
         self._degrees: dict[tuple[str, Any, bool], np.ndarray] = {}
         self._edges_sorted: bool | None = edges_sorted
         #: a reversed graph (made by `reversed`) may drop its in-CSR sources and sort them again
@@ -713,7 +736,11 @@ class Graph:
                 rev._in_eid = None
             rev._set_relations(self.edge_type, self.num_relations, checked=True)
             rev.types = self.types  # the same vertex ids
-            rev._reversed = self
+            # the reversed graph points back weakly where it needs nothing of this one (its own
+            # sources, kept): no cycle, so a mini-batch block's two graphs, their plans and
+            # decisions go when the last reference does, not at the next garbage collection
+            needs_forward = rev._src is None or not keep_eids
+            rev._twin = self if needs_forward else weakref.ref(self)
             rev._derived_reverse = True
             self._reversed = rev
             if self._mapped_released:  # the sort read the mapped sources again: given back again
@@ -735,7 +762,8 @@ class Graph:
 
     def _in_counts_of(self) -> np.ndarray:
         if self._in_counts is None:
-            self._in_counts = np.diff(self.in_indptr)
+            indptr = self.in_indptr
+            self._in_counts = indptr[1:] - indptr[:-1]
         return self._in_counts
 
     def _degree(self, direction: str, dtype: Any, padded: bool = False) -> np.ndarray:

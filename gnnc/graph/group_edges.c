@@ -129,3 +129,32 @@ int64_t gnnc_partition_edges(const int64_t *indptr, const int64_t *in_src, const
     }
     return status;
 }
+
+/* The n + 1 boundaries of plans.balanced_blocks over destinations in id order: the work of
+ * destination j is its in-degree + 1, so the work before j is indptr[j] + j, searched by
+ * bisection (no prefix array). Boundary i is the first j whose prefix reaches ceil(i T / n);
+ * where the next block came out empty and this one holds two or more destinations, the
+ * boundary moves in front of the heavy last one (plans._split_prefix's rule, on the
+ * boundaries before any moved). */
+void gnnc_split_work(const int64_t *indptr, int64_t items, int64_t n, int64_t *bounds) {
+    int64_t total = indptr[items] + items;
+    bounds[0] = 0;
+    bounds[n] = items;
+    for (int64_t i = 1; i < n; i++) {
+        int64_t target = (i * total + n - 1) / n, lo = 0, hi = items + 1;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (indptr[mid] + mid < target) lo = mid + 1;
+            else hi = mid;
+        }
+        bounds[i] = lo;
+    }
+    /* the rule reads the unshifted boundaries: walk down, so bounds[i - 1] is still unshifted
+     * and bounds[i + 1] is final (a shifted boundary's neighbours never qualify) */
+    int64_t next = bounds[n];
+    for (int64_t i = n - 1; i >= 1; i--) {
+        int64_t here = bounds[i];
+        if (here == next && here - bounds[i - 1] >= 2) bounds[i] = here - 1;
+        next = here;
+    }
+}

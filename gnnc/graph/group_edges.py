@@ -76,6 +76,7 @@ class _Functions(NamedTuple):
     count: Any
     scatter: Any
     partition: Any
+    split_work: Any
     library: ctypes.CDLL
 
 
@@ -174,6 +175,18 @@ def partition(
     return None if status else (part_indptr, part_src, part_eid)
 
 
+def split_work(indptr: np.ndarray, n: int) -> np.ndarray | None:
+    """`plans.balanced_blocks`' n + 1 boundaries (n >= 1) of the destinations in id order, the
+    work of each its in-degree + 1, from the in-CSR's offsets: the same as `plans._split_prefix`
+    on the prefix `indptr + arange`, without that array. None where the helper is unavailable."""
+    functions = _load()
+    if functions is None or not _plain(indptr) or n < 1:
+        return None
+    bounds = np.empty(n + 1, dtype=np.int64)
+    functions.split_work(_address(indptr), indptr.shape[0] - 1, n, _address(bounds))
+    return bounds
+
+
 def _address(ids: np.ndarray) -> int:
     return ids.__array_interface__["data"][0]
 
@@ -256,7 +269,10 @@ def _bind(data: bytes) -> _Functions:
     partition = library.gnnc_partition_edges
     partition.argtypes = [ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, ptr]
     partition.restype = i64
-    return _Functions(both, count, scatter, partition, library)
+    split_work = library.gnnc_split_work
+    split_work.argtypes = [ptr, i64, i64, ptr]
+    split_work.restype = None
+    return _Functions(both, count, scatter, partition, split_work, library)
 
 
 def _reset_for_tests() -> None:

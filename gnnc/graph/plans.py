@@ -277,6 +277,9 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
             work = np.diff(graph.in_indptr)[order] + 1
             prefix = np.concatenate([[0], np.cumsum(work)]).astype(np.int64)
             return _readonly(_split_prefix(prefix, n))
+        split = group_edges.split_work(graph.in_indptr, n)
+        if split is not None:
+            return _readonly(split)
         if n <= _FEW_BLOCKS and v > _PREFIX_MAX_ITEMS:
             return _readonly(_split_work(graph.in_indptr, n))
         # prefix of (deg + 1) is in_indptr + arange: no pass over the degrees needed
