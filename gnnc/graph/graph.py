@@ -720,6 +720,10 @@ class Graph:
 
         Sources and destinations swap sides (num_src and num_dst too).
         Gradient kernels that sum over out-edges run on it as in-edge aggregations.
+        The reversed graph's own `reversed()` is this graph while it lives: it is
+        held weakly (no reference cycle) unless the reversed graph reads it (a
+        large one that drops its sources, a `from_csc` graph's); once it is gone,
+        a new one is built.
         """
         if self._reversed is None:
             rev = Graph.__new__(Graph)
