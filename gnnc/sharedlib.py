@@ -8,6 +8,9 @@ mapped. Each load is a copy of its own under a name no loaded library has
 (dlopen returns the handle it already has for a name). The runtime loads
 kernels this way (runtime/native.py), the graph layer its edge-grouping
 helper (graph/group_edges.py).
+
+`addresses` gives the data pointers of numpy arrays passed to those
+libraries' functions, at a tenth of `ndarray.ctypes.data`'s cost.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 #: The libraries' symbols stay out of the global namespace.
 MODE = getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 0)
@@ -80,3 +85,54 @@ def _load_file_copy(path: Path, data: bytes) -> tuple[ctypes.CDLL, Callable[[], 
 
 def _nothing() -> None:
     pass
+
+
+# ------------------------------------------------------------- addresses
+
+
+def _addresses_by_ctypes(arrays: list[np.ndarray]) -> list[int]:
+    return [a.ctypes.data for a in arrays]
+
+
+def _addresses_by_struct(arrays: list[np.ndarray]) -> list[int]:
+    # PyArrayObject begins with PyObject_HEAD and then the data pointer
+    # (numpy's ndarraytypes.h, PyArrayObject_fields), in every numpy since 1.7
+    return [_read_pointer(id(a) + _DATA_OFFSET).value or 0 for a in arrays]
+
+
+_DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def _pick_addresses() -> Callable[[list[np.ndarray]], list[int]]:
+    """Data pointers of the buffers a kernel is called with: `ndarray.ctypes.data`
+    costs 1.3-1.9 us an array, most of a small graph's per-call overhead (14
+    buffers: 26 of 43 us), where the struct field costs 0.1 us. The field is
+    used only if it agrees with `.ctypes.data` here, on arrays of each kind a
+    call passes (fresh, views at an offset, empty, read-only)."""
+    base = np.arange(64, dtype=np.float64)
+    probes: list[np.ndarray] = [
+        base,
+        base[3:],
+        base[5:9],
+        np.empty(0, np.int64),
+        np.zeros((4, 3), np.float32)[1:],
+        np.frombuffer(b"abcdefgh", dtype=np.uint8),
+    ]
+    try:
+        if _addresses_by_struct(probes) == _addresses_by_ctypes(probes):
+            return _addresses_by_struct
+    except (OSError, ValueError):  # pragma: no cover - an interpreter without the layout
+        pass
+    return _addresses_by_ctypes  # pragma: no cover
+
+
+#: The data addresses of numpy arrays, in order.
+addresses = _pick_addresses()
+
+
+def address(array: np.ndarray) -> int:
+    """The data address of one numpy array (`addresses`' way)."""
+    if addresses is _addresses_by_struct:
+        return _read_pointer(id(array) + _DATA_OFFSET).value or 0
+    return int(array.ctypes.data)  # pragma: no cover - an interpreter without the layout

@@ -251,7 +251,8 @@ ONE_WAY = [
     "gnnc.autotune.decision",  # decide: read from the graph
     "gnnc.graph.plans",  # build: read from the graph
     "gnnc.runtime.prepared",  # make: the native arguments laid out, then run
-    "gnnc.runtime.memory",  # the workspace, the arrays' addresses
+    "gnnc.runtime.memory",  # the workspace
+    "gnnc.sharedlib",  # the arrays' addresses
     "gnnc.runtime.native",  # Function: the native call
 ]
 
@@ -260,7 +261,8 @@ ONE_WAY = [
 PREPARED = [
     "gnnc.runtime.module",  # Kernel.__call__: the key of the call's shape
     "gnnc.runtime.prepared",  # the call kept on the graph
-    "gnnc.runtime.memory",  # results and workspace, the arrays' addresses
+    "gnnc.runtime.memory",  # results and workspace
+    "gnnc.sharedlib",  # the arrays' addresses
     "gnnc.runtime.native",  # the native call
 ]
 #: ... and with threads=None, what the threads mean now (OMP_NUM_THREADS, the affinity mask).

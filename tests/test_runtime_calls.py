@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import gnnc
+from gnnc import sharedlib
 from gnnc.errors import ArgumentError, GnncError, GraphError, SourceError
 from tests.helpers import assert_matches
 
@@ -388,7 +389,6 @@ def test_graph_arrays_are_read_only(graph):
 def test_buffer_addresses_are_the_arrays_data_pointers():
     # the runtime reads data pointers from the array struct (faster than
     # .ctypes.data); they must be the same on every kind of array a call passes
-    from gnnc.runtime import memory
 
     base = np.arange(100, dtype=np.float32)
     arrays = [
@@ -400,5 +400,6 @@ def test_buffer_addresses_are_the_arrays_data_pointers():
         np.ascontiguousarray(np.arange(12).reshape(3, 4).T),
         np.frombuffer(bytes(16), np.uint8),
     ]
-    assert memory.addresses(arrays) == [a.ctypes.data for a in arrays]
-    assert memory.addresses is memory._addresses_by_struct  # the fast path is the one in use
+    assert sharedlib.addresses(arrays) == [a.ctypes.data for a in arrays]
+    assert sharedlib.addresses is sharedlib._addresses_by_struct  # the fast path is the one in use
+    assert [sharedlib.address(a) for a in arrays] == [a.ctypes.data for a in arrays]

@@ -209,8 +209,16 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=8)
 def _unread_degrees(dtype: Any) -> np.ndarray:
-    """What a kernel that never reads a degree array gets for it: one element (a valid pointer)."""
-    return _readonly(np.zeros(1, dtype=_float_dtype(dtype)))
+    """What a kernel that never reads a degree array gets for it: one element (a valid pointer),
+    read-only and shared by every graph."""
+    dt = _float_dtype(dtype)
+    placeholder = _UNREAD_DEGREES.get(dt)
+    if placeholder is None:
+        placeholder = _UNREAD_DEGREES[dt] = _readonly(np.zeros(1, dtype=dt))
+    return placeholder
+
+
+_UNREAD_DEGREES: dict[np.dtype, np.ndarray] = {}
 
 
 #: madvise's advice that the pages of a range are not needed (Linux, and most Unix systems).

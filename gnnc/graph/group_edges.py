@@ -187,8 +187,7 @@ def split_work(indptr: np.ndarray, n: int) -> np.ndarray | None:
     return bounds
 
 
-def _address(ids: np.ndarray) -> int:
-    return ids.__array_interface__["data"][0]
+_address = sharedlib.address
 
 
 def _plain(ids: np.ndarray) -> bool:

@@ -10,55 +10,13 @@ docs/design/locality.md).
 
 from __future__ import annotations
 
-import ctypes
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gnnc.ir.abi import CACHE_LINE_BYTES
-
-
-def _addresses_by_ctypes(arrays: list[np.ndarray]) -> list[int]:
-    return [a.ctypes.data for a in arrays]
-
-
-def _addresses_by_struct(arrays: list[np.ndarray]) -> list[int]:
-    # PyArrayObject begins with PyObject_HEAD and then the data pointer
-    # (numpy's ndarraytypes.h, PyArrayObject_fields), in every numpy since 1.7
-    return [_read_pointer(id(a) + _DATA_OFFSET).value or 0 for a in arrays]
-
-
-_DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
-_read_pointer = ctypes.c_void_p.from_address
-
-
-def _pick_addresses() -> Callable[[list[np.ndarray]], list[int]]:
-    """Data pointers of the buffers a kernel is called with: `ndarray.ctypes.data`
-    costs 1.3-1.9 us an array, most of a small graph's per-call overhead (14
-    buffers: 26 of 43 us), where the struct field costs 0.1 us. The field is
-    used only if it agrees with `.ctypes.data` here, on arrays of each kind a
-    call passes (fresh, views at an offset, empty, read-only)."""
-    base = np.arange(64, dtype=np.float64)
-    probes: list[np.ndarray] = [
-        base,
-        base[3:],
-        base[5:9],
-        np.empty(0, np.int64),
-        np.zeros((4, 3), np.float32)[1:],
-        np.frombuffer(b"abcdefgh", dtype=np.uint8),
-    ]
-    try:
-        if _addresses_by_struct(probes) == _addresses_by_ctypes(probes):
-            return _addresses_by_struct
-    except (OSError, ValueError):  # pragma: no cover - an interpreter without the layout
-        pass
-    return _addresses_by_ctypes  # pragma: no cover
-
-
-#: The data addresses of numpy arrays, in order.
-addresses = _pick_addresses()
+from gnnc.sharedlib import addresses
 
 
 def is_aligned(array: np.ndarray, alignment: int = CACHE_LINE_BYTES) -> bool:

@@ -44,7 +44,6 @@ from gnnc import sharedlib
 from gnnc.errors import ToolchainError
 from gnnc.host import host_cpu_flags
 from gnnc.ir import abi
-from gnnc.runtime import memory
 
 METADATA_SYMBOL = "gnnc_metadata"
 METADATA_SIZE_SYMBOL = "gnnc_metadata_size"
@@ -246,7 +245,7 @@ class Function:
             values.update(arguments)
         if values.get("num_threads", 1) > 1:
             note_pool_started()
-        addresses = iter(memory.addresses([values[name] for name in self._pointers]))
+        addresses = iter(sharedlib.addresses([values[name] for name in self._pointers]))
         self._function(*[next(addresses) if pointer else values[name] for name, pointer in self._layout])
 
     def call(self, values: list[Any]) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnc import sharedlib
 from gnnc.autotune.decision import Decision
 from gnnc.runtime import memory, native
 
@@ -148,7 +149,7 @@ class Prepared:
         sources: tuple[Sequence[np.ndarray], ...] = ((), inputs, outputs, workspace)
         arrays = [index if source == _FIXED else sources[source][index] for _, source, index in self.pointers]
         values = list(self.values)
-        for (position, _, _), address in zip(self.pointers, memory.addresses(arrays)):
+        for (position, _, _), address in zip(self.pointers, sharedlib.addresses(arrays)):
             values[position] = address
         if self.threads > 1:
             native.note_pool_started()
