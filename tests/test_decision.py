@@ -435,3 +435,35 @@ def test_a_class_decision_marks_its_variant_used(monkeypatch):
     assert again.kernel() is first.kernel()
     gcn._variant("prefetch 4")  # a third variant: the least recently used one goes
     assert set(gcn._variants) == {directives_text(first.schedule), "prefetch 4"}
+
+
+def test_a_new_graph_of_a_decided_class_runs_without_decide(gcn, reference, monkeypatch):
+    """A call on a new graph of a class the kernel decided for before (a mini-batch block) takes
+    that class's decision through `class_default`, rechecked and described for this graph, the
+    same as `decide` makes; no `decide` runs. A graph of another class, or a call with a
+    schedule, still decides."""
+    from gnnc.runtime import module as runtime_module
+
+    first, second = _random_graph(21), _random_graph(22)
+    dims, threads = {"F": 8}, 2
+    inputs = [random_inputs(gcn.signature, g, dims, np.float32, 0) for g in (first, second)]
+    args = [[i[p.name] for p in gcn.signature.params] for i in inputs]
+    gcn(first, *args[0], threads=threads)
+    quick = decision.class_default(gcn, second, dims, threads)
+    assert quick is not None
+    made = decision.decide(gcn, second, dims, threads)
+    assert quick.kernel() is made.kernel() and quick.plans == made.plans and quick.schedule == made.schedule
+    assert quick.workspace == made.workspace and quick.reason == made.reason
+    assert f"V={second.num_vertices} E={second.num_edges}" in quick.reason
+
+    def refused(*a, **k):
+        raise AssertionError("decide ran for a graph of a decided class")
+
+    monkeypatch.setattr(runtime_module, "decide_and_hold", refused)
+    third = _random_graph(23)
+    got = gcn(third, *[inputs[1][p.name] for p in gcn.signature.params], threads=threads)
+    assert_matches(got, reference(third, **inputs[1]), third, np.float32)
+    # unknown to the class memo: another size of graph class, or a schedule asked for, decide
+    assert decision.class_default(gcn, gnnc.Graph.from_coo([], [], num_vertices=0), dims, threads) is None
+    with pytest.raises(AssertionError, match="decide ran"):
+        gcn(_random_graph(24), *args[1], threads=threads, schedule="prefetch 4")

@@ -238,27 +238,62 @@ _CLASS_DECISIONS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Decision, str
 
 def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision:
     """A CPU kernel's call without `schedule=`: the default heuristic's pick (autotune/heuristic.py)."""
-    name, metadata = kernel.name, kernel._metadata
-    if kernel._abi.schedule_given or metadata.get("source") is None or metadata.get("target", "cpu") != "cpu":
+    if not _varies(kernel):
         # a CPU variant would replace what a cuda emulation is there to check
-        reason = f"{name}: runs as compiled (its schedule was given, or it has no source to vary)"
+        reason = f"{kernel.name}: runs as compiled (its schedule was given, or it has no source to vary)"
         return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, reason)
     cls = heuristic.default_class(kernel, graph, dims)
     if cls is None:
         return _default_made(kernel, graph, dims, threads)[0]
     memo = _CLASS_DECISIONS.setdefault(kernel, {})
-    # beside the class, what `_made` checks of the graph (`_check_runs`)
-    key = (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
+    key = _class_key(graph, dims, threads, cls)
     hit = memo.get(key)
-    if hit is None:
+    decided = None if hit is None else _for_graph(kernel, hit, graph, dims, threads)
+    if decided is None:
         hit = memo[key] = _default_made(kernel, graph, dims, threads)
         return hit[0]
+    return decided
+
+
+def class_default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision | None:
+    """The decision a call of `kernel` without `schedule=` on a CPU graph gets (`_default`), where
+    the kernel has decided for a graph of the same class (`heuristic.default_class`) at these
+    sizes and threads (checked, as `decide` checks them) before; None otherwise, or where that
+    variant is gone: `decide` then decides. Without `decide`'s layers and its entry in the
+    graph's plans: a mini-batch block is a new graph every call, seen once."""
+    if kernel._abi.grid is not None or not _varies(kernel):
+        return None
+    cls = heuristic.default_class(kernel, graph, dims)
+    memo = _CLASS_DECISIONS.get(kernel)
+    if cls is None or memo is None:
+        return None
+    hit = memo.get(_class_key(graph, dims, threads, cls))
+    return None if hit is None else _for_graph(kernel, hit, graph, dims, threads)
+
+
+def _varies(kernel: Any) -> bool:
+    """Whether the default may pick a variant of `kernel`: a CPU kernel with its source and no schedule of its own."""
+    metadata = kernel._metadata
+    return (
+        not kernel._abi.schedule_given and metadata.get("source") is not None and metadata.get("target", "cpu") == "cpu"
+    )
+
+
+def _class_key(graph: Any, dims: dict[str, int], threads: int, cls: tuple) -> tuple:
+    # beside the class, what `_made` checks of the graph (`_check_runs`)
+    return (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
+
+
+def _for_graph(
+    kernel: Any, hit: tuple[Decision, str, str], graph: Any, dims: dict[str, int], threads: int
+) -> Decision | None:
+    """A class's decision (`_CLASS_DECISIONS`) for `graph`: rechecked, with the graph's own workspace
+    where the kernel sizes buffers by the graph; None where its variant is gone."""
     made, head, variant_key = hit
     runner = made.kernel()
     # a variant is looked up in its module's cache as `_variant` does: marked used, or re-made if evicted
-    if runner is None or (runner is not kernel and kernel._variant_cache.get(name, variant_key) is None):
-        hit = memo[key] = _default_made(kernel, graph, dims, threads)
-        return hit[0]
+    if runner is None or (runner is not kernel and kernel._variant_cache.get(kernel.name, variant_key) is None):
+        return None
     _check_runs(runner.name, runner._abi, graph, dims)
     workspace = made.workspace
     if _workspace_reads_graph(runner._abi):

@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from gnnc.autotune.decision import Request, decide, decide_and_hold, next_serial, resolve_threads
+from gnnc.autotune.decision import (
+    Request,
+    class_default,
+    decide,
+    decide_and_hold,
+    next_serial,
+    resolve_threads,
+)
 from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
 from gnnc.graph.graph import Graph
@@ -221,7 +228,11 @@ class Kernel:
         results = result_shapes_on(self.signature, graph, given, dims)
         if results is None:
             return None
-        decided, _ = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
+        decided = None
+        if schedule is None:  # a block of a class decided before: its decision, without `decide`'s layers
+            decided = class_default(self, graph, dims, resolve_threads(1 if native.forked_after_pool else threads))
+        if decided is None:
+            decided, _ = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
         if not call.runs_as(decided):
             return None
         ready = call.rebound(plans.build(graph, decided.plans), decided, results)
