@@ -201,7 +201,7 @@ def kernel_default(kernel: Any, graph: Any, dims: dict[str, int]) -> str | None:
         if memo is not None and key in memo:
             return memo[key]
     itemsize = np.dtype(kernel.signature.numpy_dtype).itemsize
-    directives = _kernel_default(kernel, graph, dims, itemsize, source_row_bytes(kernel.signature, dims, itemsize))
+    directives = _kernel_default(kernel, graph, dims, itemsize, _class_inputs(kernel, dims)[0])
     if memo is not None:
         memo[key] = directives
     return directives

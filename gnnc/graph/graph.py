@@ -536,10 +536,6 @@ class Graph:
         twin = self._twin
         return twin() if isinstance(twin, weakref.ref) else twin
 
-    @_reversed.setter
-    def _reversed(self, value: Graph | None) -> None:
-        self._twin = value
-
     def __getstate__(self) -> dict[str, Any]:
         """What a pickle or a copy keeps: the arrays, not the caches (`plans`, which hold
         decisions and kernels' laid-out calls, and a forward graph's reversed graph); a
@@ -733,31 +729,33 @@ class Graph:
         large one that drops its sources, a `from_csc` graph's); once it is gone,
         a new one is built.
         """
-        if self._reversed is None:
-            rev = Graph.__new__(Graph)
-            # a from_csc graph's destinations are made for the sort, not kept: the reversed
-            # graph's sources, made again if asked for (its kernels read its in-CSR only)
-            dst = self._dst if self._dst is not None else self._csr_destinations()
-            # most gradient kernels read no edge ids (`plans.PlanSpec.edge_ids`): 8 bytes an edge
-            keep_eids = self.num_edges <= _KEEP_REVERSED_EIDS
-            rev._build(dst, self.src, self.num_dst, self.num_src, checked=True, eids=keep_eids)
-            if self._dst is None:
-                rev._src = None
-            del dst
-            if not keep_eids:
-                rev._in_eid = None
-            rev._set_relations(self.edge_type, self.num_relations, checked=True)
-            rev.types = self.types  # the same vertex ids
-            # the reversed graph points back weakly where it needs nothing of this one (its own
-            # sources, kept): no cycle, so a mini-batch block's two graphs, their plans and
-            # decisions go when the last reference does, not at the next garbage collection
-            needs_forward = rev._src is None or not keep_eids
-            rev._twin = self if needs_forward else weakref.ref(self)
-            rev._derived_reverse = True
-            self._reversed = rev
-            if self._mapped_released:  # the sort read the mapped sources again: given back again
-                self.release_in_src()
-        return self._reversed
+        twin = self._reversed
+        if twin is not None:
+            return twin
+        rev = Graph.__new__(Graph)
+        # a from_csc graph's destinations are made for the sort, not kept: the reversed
+        # graph's sources, made again if asked for (its kernels read its in-CSR only)
+        dst = self._dst if self._dst is not None else self._csr_destinations()
+        # most gradient kernels read no edge ids (`plans.PlanSpec.edge_ids`): 8 bytes an edge
+        keep_eids = self.num_edges <= _KEEP_REVERSED_EIDS
+        rev._build(dst, self.src, self.num_dst, self.num_src, checked=True, eids=keep_eids)
+        if self._dst is None:
+            rev._src = None
+        del dst
+        if not keep_eids:
+            rev._in_eid = None
+        rev._set_relations(self.edge_type, self.num_relations, checked=True)
+        rev.types = self.types  # the same vertex ids
+        # the reversed graph points back weakly where it needs nothing of this one (its own
+        # sources, kept): no cycle, so a mini-batch block's two graphs, their plans and
+        # decisions go when the last reference does, not at the next garbage collection
+        needs_forward = rev._src is None or not keep_eids
+        rev._twin = self if needs_forward else weakref.ref(self)
+        rev._derived_reverse = True
+        self._twin = rev
+        if self._mapped_released:  # the sort read the mapped sources again: given back again
+            self.release_in_src()
+        return rev
 
     def reordered(self, method: str = "rcm") -> Any:
         """This graph with vertices and edges relabelled for locality, and the maps between the ids.

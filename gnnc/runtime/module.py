@@ -228,11 +228,12 @@ class Kernel:
         results = result_shapes_on(self.signature, graph, given, dims)
         if results is None:
             return None
+        asked = 1 if native.forked_after_pool else threads
         decided = None
         if schedule is None:  # a block of a class decided before: its decision, without `decide`'s layers
-            decided = class_default(self, graph, dims, resolve_threads(1 if native.forked_after_pool else threads))
+            decided = class_default(self, graph, dims, resolve_threads(asked))
         if decided is None:
-            decided, _ = decide_and_hold(self, graph, dims, 1 if native.forked_after_pool else threads, schedule)
+            decided, _ = decide_and_hold(self, graph, dims, asked, schedule)
         if not call.runs_as(decided):
             return None
         ready = call.rebound(plans.build(graph, decided.plans), decided, results)
