@@ -469,8 +469,9 @@ def test_kernels_run_in_forked_dataloader_workers():
 def test_forward_keeps_intermediates_only_when_a_gradient_is_needed(monkeypatch):
     op = gt.kernel(EXAMPLES / "sage_max.gnn", "sage_max")
     calls = []
-    # eager CPU calls run the implementations without the dispatcher (ops.direct)
-    for name in ("forward_impl", "saving_impl"):
+    # eager CPU calls run the implementations without the dispatcher (ops.direct); the
+    # autograd Function's forward through `_forward_on` / `_saving_on`, as the impls do
+    for name in ("_forward_on", "_saving_on"):
         original = getattr(op.ops, name)
         monkeypatch.setattr(op.ops, name, lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
     x = torch.rand(V, 3)
@@ -478,7 +479,7 @@ def test_forward_keeps_intermediates_only_when_a_gradient_is_needed(monkeypatch)
     op(EDGE_INDEX, x.requires_grad_()).sum().backward()
     with torch.no_grad():
         op(EDGE_INDEX, x)
-    assert calls == ["forward_impl", "saving_impl", "forward_impl"]
+    assert calls == ["_forward_on", "_saving_on", "_forward_on"]
     # each destination with in-edges (0, 1 and 2) passes its gradient to one winning source per feature
     torch.testing.assert_close(x.grad.sum(0), torch.full((3,), 3.0))
 
@@ -617,3 +618,20 @@ def test_literal_sizes_compile_load_and_differentiate():
     want = torch.autograd.grad(expected.square().sum(), [x, f, r])
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+def test_an_eager_backward_runs_on_its_forwards_graph(monkeypatch):
+    """An eager call's backward takes the Graph its forward ran on: the edge_index is converted
+    once and not looked up again, and the gradients are the op's (as through the dispatcher)."""
+    op = gt.kernel(EXAMPLES / "sage_max.gnn", "sage_max")
+    x = torch.rand(V, 3, requires_grad=True)
+    edge_index = EDGE_INDEX.clone()  # a tensor no other test converted
+    looked_up = []
+    original = graphs.graph_of
+    monkeypatch.setattr(graphs, "graph_of", lambda *a: looked_up.append(1) or original(*a))
+    op(edge_index, x).sum().backward()
+    assert len(looked_up) == 1
+    eager = x.grad.clone()
+    x.grad = None
+    op.op(edge_index, V, V, x, None).sum().backward()  # the registered op and autograd
+    torch.testing.assert_close(eager, x.grad)

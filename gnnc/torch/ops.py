@@ -175,12 +175,17 @@ def _check_edge_index(edge_index: torch.Tensor) -> None:
         raise ArgumentError(f"edge_index holds vertex ids: an integer tensor, got {edge_index.dtype}")
 
 
+_CPU = torch.device("cpu")
+
+
 def call_device(name: str, tensors: Sequence[torch.Tensor]) -> torch.device:
     """The one device a call's tensors (edge_index, inputs) are on, the CPU without any; a
     0-d CPU tensor (a scalar) may stand beside tensors on another device, as in torch."""
+    if all(t.is_cpu for t in tensors):  # every eager CPU call: no device objects made
+        return _CPU
     devices = {t.device for t in tensors if not (t.device.type == "cpu" and t.dim() == 0)}
     if not devices:
-        return torch.device("cpu")
+        return _CPU
     if len(devices) > 1:
         listed = ", ".join(sorted(str(d) for d in devices))
         raise ArgumentError(
@@ -420,10 +425,13 @@ class KernelOps:
 
     # --------------------------------------------------------- implementations
 
-    def _call_arrays(self, args: tuple, kept: bool = False) -> tuple[Any, str, list[np.ndarray], int, tuple]:
+    def _call_arrays(
+        self, args: tuple, kept: bool = False, graph: Graph | None = None
+    ) -> tuple[Any, str, list[np.ndarray], int, tuple]:
         edge_index, num_src, num_dst, params, rest = self._split(args)
         call_device(self.name, [edge_index, *params])
-        graph = self._graph(args)
+        if graph is None:
+            graph = self._graph(args)
         dtype = dtype_name(params, self.signature.dtype)
         convert = _kept_array if kept else _array
         return graph, dtype, [convert(t) for t in params], _threads(rest[-1] if rest else None), rest
@@ -434,20 +442,29 @@ class KernelOps:
 
     def forward_impl(self, *args: Any) -> Any:
         """The forward op's CPU implementation: the dispatcher's, and eager calls' (`direct`)."""
+        return self._forward_on(args)[0]
+
+    def _forward_on(self, args: tuple) -> tuple[Any, Graph]:
+        """`forward_impl`'s result, and the Graph it ran on (an eager call's backward takes it)."""
         graph, dtype, arrays, threads, _ = self._call_arrays(args)
         out = self.forward_kernel(dtype)(graph, *arrays, threads=threads)
-        return self._packed(self._result_tensors(out, self.results))
+        return self._packed(self._result_tensors(out, self.results)), graph
 
     def saving_impl(self, *args: Any) -> Any:
         """The saving forward op's CPU implementation (results, then what the gradient reuses)."""
+        return self._saving_on(args)[0]
+
+    def _saving_on(self, args: tuple) -> tuple[Any, Graph]:
         graph, dtype, arrays, threads, _ = self._call_arrays(args)
         out, saved = self.gradient(dtype).forward(graph, *arrays, threads=threads)
         tensors = self._result_tensors(out, self.results)
-        return self._packed(tensors + [torch.from_numpy(saved[s.name]) for s in self.saved])
+        return self._packed(tensors + [torch.from_numpy(saved[s.name]) for s in self.saved]), graph
 
-    def backward_impl(self, *args: Any) -> Any:
-        """The backward op's CPU implementation: the wanted inputs' gradients, empty tensors else."""
-        graph, dtype, arrays, threads, rest = self._call_arrays(args, kept=True)
+    def backward_impl(self, *args: Any, graph: Graph | None = None) -> Any:
+        """The backward op's CPU implementation: the wanted inputs' gradients, empty tensors else.
+        `graph`: the Graph of the call's graph arguments, where the caller has it (an eager
+        call's forward ran on it): the edge_index is not looked up again."""
+        graph, dtype, arrays, threads, rest = self._call_arrays(args, kept=True, graph=graph)
         n = len(self.results)
         gouts, saved, wanted = rest[:n], rest[n], rest[n + 1]
         names = tuple(p.name for p, w in zip(self.params, wanted) if w)
@@ -605,7 +622,7 @@ class KernelOps:
         if torch.is_grad_enabled():  # create_graph=True: the backward op's autograd raises the clear error
             out = self.backward(*arguments)
         elif direct((*graph_args, *params, *gouts)):
-            out = self.backward_impl(*arguments)
+            out = self.backward_impl(*arguments, graph=getattr(ctx, "gnnc_graph", None))
         else:
             with torch._C._AutoDispatchBelowAutograd():  # as torch's own wrapper would, without its Python
                 out = self.backward(*arguments)
@@ -626,12 +643,14 @@ class KernelOps:
                 @staticmethod
                 def forward(ctx: Any, *inputs: Any) -> Any:
                     ctx.set_materialize_grads(False)  # a result the loss does not use comes as None
+                    graph = None
                     if direct(inputs):
-                        output = (ops.saving_impl if saving else ops.forward_impl)(*inputs)
+                        output, graph = (ops._saving_on if saving else ops._forward_on)(inputs)
                     else:
                         with torch._C._AutoDispatchBelowAutograd():
                             output = (ops.forward_saving if saving else ops.forward)(*inputs)
                     ops._setup(ctx, inputs, output, saving)
+                    ctx.gnnc_graph = graph  # its backward runs on the same graph
                     return output
 
                 @staticmethod
