@@ -187,5 +187,20 @@ def test_a_kept_layout_does_not_hold_its_graph_alive(gat):
     kept = [call for call, _ in gat._layouts.values()]
     assert kept and all(v is None or not isinstance(v, np.ndarray) for c in kept for v in c.values)
     assert all(index is None for c in kept for _, source, index in c.pointers if source == prepared._FIXED)
+    # nor their addresses: a layout's fixed places are empty until `rebound` fills them
+    assert all(c.values[at] is None for c in kept for at, source, _ in c.pointers if source == prepared._FIXED)
     del graph
     assert in_src() is None
+
+
+def test_a_laid_out_call_reads_its_fixed_arrays_addresses_once(gat):
+    """A prepared call's graph arrays are in place as addresses (read when it is laid out, for
+    every later call), and they are the addresses of the arrays the call keeps."""
+    graph = _bipartite(6, 300, 40, 900)
+    args = (np.ones((300, 8), np.float32), np.ones(300, np.float32), np.ones(40, np.float32))
+    first = gat(graph, *args, threads=1)
+    for call in _entries(graph):
+        fixed = [(at, array) for at, source, array in call.pointers if source == prepared._FIXED]
+        assert fixed and all(call.values[at] == array.ctypes.data for at, array in fixed)
+        assert {at for at, _, _ in call.per_call}.isdisjoint(at for at, _ in fixed)
+    np.testing.assert_array_equal(gat(graph, *args, threads=1), first)  # warm: from those addresses

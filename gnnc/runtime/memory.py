@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.ir.abi import CACHE_LINE_BYTES
+from gnnc.sharedlib import address as _address
 from gnnc.sharedlib import addresses
 
 
@@ -27,6 +28,14 @@ def is_aligned(array: np.ndarray, alignment: int = CACHE_LINE_BYTES) -> bool:
 def empty(shape: Any, dtype: Any = np.float32, alignment: int = CACHE_LINE_BYTES) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on an `alignment`-byte
     boundary (unless it is empty: numpy points an empty slice at its base)."""
+    if alignment == CACHE_LINE_BYTES and isinstance(dtype, np.dtype) and dtype.kind == "f":
+        # every kernel call's results and workspace (float types, numpy dtypes): the general
+        # way's checks and conversions cost as much as the allocation
+        itemsize = dtype.itemsize
+        count = int(shape) if isinstance(shape, (int, np.integer)) else math.prod(shape)
+        raw = np.empty(count + CACHE_LINE_BYTES // itemsize, dtype=dtype)
+        start = (-_address(raw) % CACHE_LINE_BYTES) // itemsize  # numpy's data is 16-byte aligned
+        return raw[start : start + count].reshape(shape)
     if alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, not {alignment}")
     dtype = np.dtype(dtype)

@@ -64,6 +64,9 @@ class Prepared:
     values: list[Any]
     #: ... and each pointer argument: (position, source, index or the fixed array)
     pointers: tuple[tuple[int, int, Any], ...]
+    #: the pointers a call fills: its inputs', results' and workspace's (the fixed arrays'
+    #: addresses are read once, by the first call, into `values`)
+    per_call: tuple[tuple[int, int, int], ...]
     threads: int
     #: what the runtime logs at DEBUG for each call (the decision's reason)
     reason: str
@@ -74,13 +77,17 @@ class Prepared:
     keep: tuple[Any, ...]
     #: where each fixed value goes: (position, name, its index in `pointers` or None for a scalar)
     fixed: tuple[tuple[int, str, int | None], ...]
+    #: whether the fixed arrays' addresses are still to be read into `values` (the first call's)
+    unread: bool = True
 
     def layout(self) -> Prepared:
         """This call without its graph's arrays (the fixed values left empty): what a kernel
         keeps to lay out calls on other graphs (`rebound`) without holding this graph's
         plans alive, which for a large graph are gigabytes."""
         values, pointers = self._refilled({})
-        return replace(self, results=(), values=values, pointers=pointers, reason="", keep=(None, self.keep[1]))
+        return replace(
+            self, results=(), values=values, pointers=pointers, reason="", keep=(None, self.keep[1]), unread=True
+        )
 
     def _refilled(self, fixed: Mapping[str, Any]) -> tuple[list[Any], tuple[tuple[int, int, Any], ...]]:
         """(values, pointers) with every fixed place holding `fixed`'s value of its name (None without one)."""
@@ -89,7 +96,8 @@ class Prepared:
         for position, name, slot in self.fixed:
             if slot is None:
                 values[position] = fixed.get(name)
-            else:
+            else:  # its address is read from the array by the first call
+                values[position] = None
                 pointers[slot] = (position, _FIXED, fixed.get(name))
         return values, tuple(pointers)
 
@@ -99,6 +107,7 @@ class Prepared:
         on the other graph), that graph's arrays and counts in the fixed places, results of
         `results`' shapes. What `make` would lay out there, without walking the ABI again."""
         values, pointers = self._refilled({**graph_arguments, **decided.arguments})
+        same_workspace = decided.workspace == self.workspace
         return Prepared(
             runner=self.runner,
             dtype=self.dtype,
@@ -107,11 +116,12 @@ class Prepared:
             workspace=decided.workspace,
             values=values,
             pointers=pointers,
+            per_call=self.per_call,
             threads=self.threads,
             reason=decided.reason,
             # workspace sets of the same sizes serve both (a small call's are graph-free)
-            spare=self.spare if decided.workspace == self.workspace else [],
-            keep_workspace=_keeps(decided.workspace, self.dtype),
+            spare=self.spare if same_workspace else [],
+            keep_workspace=self.keep_workspace if same_workspace else _keeps(decided.workspace, self.dtype),
             keep=(graph_arguments, decided),
             fixed=self.fixed,
         )
@@ -147,9 +157,18 @@ class Prepared:
         except IndexError:
             workspace = [memory.empty(n, dtype) for _, n in self.workspace]
         sources: tuple[Sequence[np.ndarray], ...] = ((), inputs, outputs, workspace)
-        arrays = [index if source == _FIXED else sources[source][index] for _, source, index in self.pointers]
+        if self.unread:
+            # the fixed arrays (the graph's, the decision's) are kept in `keep`: their addresses
+            # hold for every call, read once (two threads may both read them: the same values)
+            fixed = [(at, array) for at, source, array in self.pointers if source == _FIXED and array is not None]
+            for (position, _), address in zip(fixed, sharedlib.addresses([array for _, array in fixed])):
+                self.values[position] = address
+            self.unread = False
+        per_call = self.per_call
         values = list(self.values)
-        for (position, _, _), address in zip(self.pointers, sharedlib.addresses(arrays)):
+        for (position, _, _), address in zip(
+            per_call, sharedlib.addresses([sources[source][index] for _, source, index in per_call])
+        ):
             values[position] = address
         if self.threads > 1:
             native.note_pool_started()
@@ -188,6 +207,7 @@ def make(runner: Any, decided: Decision, graph_arguments: Mapping[str, Any], out
         workspace=decided.workspace,
         values=values,
         pointers=tuple(pointers),
+        per_call=tuple(p for p in pointers if p[1] != _FIXED),
         threads=int(decided.arguments.get("num_threads", 1)),
         reason=decided.reason,
         spare=[],
