@@ -474,7 +474,12 @@ def test_build_assembles_the_arguments_a_spec_names():
     n = plans.block_count_for(graph, 3)
     assert list(plain) == [*base, "deg_in", "deg_out"]
     assert (plain["num_vertices"], plain["num_edges"], plain["num_blocks"]) == (60, 500, n)
-    assert plain["dst_blocks"] is plans.balanced_blocks(graph, n)
+    # one block (this small graph's) is [0, V], made in place; more are the cached split
+    assert np.array_equal(plain["dst_blocks"], plans.balanced_blocks(graph, n)) and n == 1
+    assert not plain["dst_blocks"].flags.writeable
+    large = _random_graph(3000, 40_000, seed=4)
+    split = plans.build(large, plans.PlanSpec(threads=3, dtype="f32"))["dst_blocks"]
+    assert split is plans.balanced_blocks(large, plans.block_count_for(large, 3)) and split.shape[0] > 2
     assert plain["dst_order"] is plans.destination_order(graph, "identity")
     assert plain["in_src"] is graph.in_src and plain["deg_in"] is graph.kernel_degrees("f32")[0]
     with pytest.raises(TypeError):

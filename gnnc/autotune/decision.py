@@ -217,7 +217,13 @@ def _one_line(directives: str) -> str:
 
 def _shape(graph: Any, dims: dict[str, int]) -> str:
     """What a schedule decision depends on, for the log: V, E and the kernel's sizes."""
-    return f"V={graph.num_vertices} E={graph.num_edges} {dims}"
+    return f"V={graph.num_vertices} E={graph.num_edges} {_dims_text(tuple(dims.items()))}"
+
+
+@functools.lru_cache(maxsize=256)
+def _dims_text(items: tuple[tuple[str, int], ...]) -> str:
+    # a dict's repr, made once per sizes: every mini-batch block's decision names its sizes
+    return repr(dict(items))
 
 
 def _given(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None, text: str) -> Decision:

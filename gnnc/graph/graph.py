@@ -135,6 +135,12 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    """`arr` (C-contiguous already: made here) read-only."""
+    arr.flags.writeable = False
+    return arr
+
+
 #: The element types degrees take by the language's names (a new graph asks for them by name).
 _FLOAT_NAMES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
 
@@ -503,10 +509,10 @@ class Graph:
             square = n_src == n_dst
             _check_range(self._src, n_src, "source id src", "num_vertices" if square else "num_src")
             _check_range(self._dst, n_dst, "destination id dst", "num_vertices" if square else "num_dst")
-        if found is not None:
-            self.in_indptr = _readonly(found.indptr)
-            self.in_src = self._src if found.other is None else _readonly(found.other)
-            self._in_eid = None if found.order is None else _readonly(found.order)
+        if found is not None:  # the helper's arrays: its own, C-contiguous int64
+            self.in_indptr = _frozen(found.indptr)
+            self.in_src = self._src if found.other is None else _frozen(found.other)
+            self._in_eid = None if found.order is None else _frozen(found.order)
             self._in_counts = None  # np.diff(indptr) when a degree is asked for
             self._init_caches(edges_sorted=found.other is None)
             return

@@ -1141,6 +1141,8 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
         elif spec.blocks is Blocks.GROUPED:
             assert spec.groups is not None, "grouped blocks need `group neighbors G`"
             blocks = grouped_blocks(graph, spec.groups, n_blocks)
+        elif n_blocks == 1:  # one thread's, a small graph's: every destination (`balanced_blocks`' own)
+            blocks = _readonly(np.array([0, graph.num_vertices]))
         else:
             blocks = balanced_blocks(graph, n_blocks, order=order)
     in_csr = (
