@@ -12,8 +12,9 @@ dtype (by position or by name), the kernel keeps it on the graph (in
 `graph.plans`, beside the decision, so it goes with the graph), and a later
 call of the same shape (`runtime.module.call_key`) runs it without checking
 or deciding again:
-it allocates the results and the workspace, reads the arrays' addresses and
-calls the native code. Everything else (`out=`, Python numbers, other
+it allocates the results and the workspace, reads their and the inputs'
+addresses (the graph's arrays' were read once, by the first call) and calls
+the native code. Everything else (`out=`, Python numbers, other
 arrays, a dict schedule) takes the checked way every time.
 
 A graph new to the kernel (every mini-batch block) with a call of a shape
