@@ -762,3 +762,55 @@ def test_forward_variant_reads_the_kernels_own_vertex_values():
         np.testing.assert_allclose(
             want[p], _numeric(forward, GRAPH, args64, {"out": gout.astype(np.float64)}, p), rtol=1e-5, atol=1e-6
         )
+
+
+#: An attention written out (GATConv's form: a max shift, exp, a normalising sum), not as softmax.
+EXPLICIT_ATTENTION = """
+kernel att(h: f64[V, H, F], a: f64[V, H], b: f64[V, H]) -> f64[V, H, F] {
+    s[e] = leaky_relu(a[u] + b[v], 0.2)
+    m[v] = detach(max(s[e]))
+    p[e] = exp(s[e] - m[v])
+    z[v] = sum(p[e])
+    r[v] = 1.0 / (z[v] + (1 - step(z[v])))
+    out[v] = sum(p[e] * r[v] * h[u])
+}
+"""
+
+
+def test_a_per_edge_dot_several_kernels_read_is_staged_once():
+    """The scores' adjoint `dot(gout__[v], h[u])` is read by the a and b kernels (one on the
+    reversed graph) and a vertex stage: one [E, H] stage computes it, the others read it by
+    edge, and the gradients stay the reference's on square and bipartite graphs."""
+    from gnnc.lang.autodiff import gradient_program
+
+    grad = gradient_program(parse_and_check(EXPLICIT_ATTENTION).kernel("att"))
+    pieces = {p.split("(", 1)[0]: p for p in grad.source.split("kernel ")[1:]}
+    dots = [n for n, p in pieces.items() if "dot(gout__[v], h[u])" in p or "dot(gout__[u], h[v])" in p]
+    assert len(dots) == 1 and "-> f64[E, H] {" in pieces[dots[0]]
+    stage = next(k.wrt for k in grad.kernels if k.name == dots[0])
+    readers = [k for k in grad.kernels if stage in k.inputs]
+    assert len(readers) >= 2 and any(k.reverse for k in readers)
+    assert all(f"{stage}[e]" in pieces[k.name] for k in readers)
+    order = [k.name for k in grad.kernels]
+    assert all(order.index(dots[0]) < order.index(k.name) for k in readers)
+    rng = np.random.default_rng(5)
+    for graph in (
+        gnnc.Graph.from_coo(rng.integers(0, 12, 60), rng.integers(0, 12, 60), num_vertices=12),
+        gnnc.Graph.from_coo(rng.integers(0, 12, 50), rng.integers(0, 5, 50), shape=(12, 5)),
+    ):
+        args = {"h": rng.normal(size=(12, 2, 3)), "a": rng.normal(size=(12, 2)), "b": rng.normal(size=(12, 2))}
+        gout = rng.normal(size=(graph.num_dst, 2, 3))
+        got = compile_grad(EXPLICIT_ATTENTION, "att")(graph, gout=gout, **args)
+        want = compile_grad(EXPLICIT_ATTENTION, "att", target="reference")(graph, gout=gout, **args)
+        for k in args:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
+
+
+def test_a_per_edge_dot_one_kernel_reads_is_not_staged():
+    """A weighted sum's weight gradient reads `dot(gout__[v], x[u])` once: staging it would be a walk more."""
+    from gnnc.lang.autodiff import gradient_program
+
+    source = "kernel ws(x: f64[V, F], w: f64[E]) -> f64[V, F] { out[v] = sum(w[e] * x[u]) }"
+    grad = gradient_program(parse_and_check(source).kernel("ws"))
+    assert not any(k.wrt.endswith("__") for k in grad.kernels)  # no stage: w's own kernel computes the dot
+    assert grad.source.count("dot(gout__[v], x[u])") == 1

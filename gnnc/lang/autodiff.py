@@ -83,6 +83,8 @@ from gnnc.lang import ast
 GOUT = "gout__"
 #: Intermediate tensors computed by stage kernels: st0__, st1__, ...
 _STAGE = re.compile(r"\bst\d+__\b")
+#: A dot product over the feature axis of two vertex rows, one read at each end of the edge.
+_EDGE_DOT = re.compile(r"dot\((\w+)\[(u|v)\], (\w+)\[(u|v)\]\)")
 #: A softmax gradient stage's per-destination weighted sum, local to that stage kernel.
 _WEIGHTED = "weighted__"
 
@@ -259,9 +261,11 @@ class _Builder:
     aggregation, a softmax, a vertex value) cannot be recomputed inside
     another aggregation, nor on the reversed graph. Such a value becomes an
     intermediate: a *stage* kernel on the forward graph writes it to a V or
-    E tensor (`st0__`), and later kernels read it like an input. The only
+    E tensor (`st0__`), and later kernels read it like an input. The
     edge-sized ones are softmax weights, of the softmax's own shape (gat's
-    [E, H]); edge values are recomputed, never saved per feature.
+    [E, H]), and a per-edge dot of two rows that several kernels would each
+    gather (`share_edge_dots`); edge values are recomputed, never saved per
+    feature.
     """
 
     def __init__(self, kernel: ast.Kernel):
@@ -448,6 +452,53 @@ class _Builder:
             if reads <= set(self.forward_stages):
                 self.forward_stages[name] = f"{name}[{index}] = {body}"
         return self.stages[key]
+
+    def share_edge_dots(self) -> None:
+        """A per-edge dot product of two inputs' rows (`dot(gout__[v], h[u])`: an attention
+        score's adjoint) that several kernels compute becomes one edge intermediate they read.
+
+        Each of them otherwise gathers a whole row per edge for it: GAT's gradient computed
+        it in three kernels, two on the forward graph and one on the reversed, each walk
+        reading a 512-byte row per edge to make [E, H] numbers. Staged, one walk gathers
+        the rows and the others read an [E, H] array by edge id (the reversed graph keeps
+        the edge ids). Only where at least two readers run on every graph (a fused kernel
+        for square graphs and its two parts for bipartite ones never run together): with
+        one reader the stage would be a walk more.
+        """
+        shapes = {p.name: tuple(p.type.shape) for p in self.kernel.params if p.type.domain == "V"}
+        shapes.update(
+            {gout_name(self.kernel, r.name): tuple(r.type.shape) for r in self.kernel.results if r.type.domain == "V"}
+        )
+        readers: dict[tuple[str, tuple], list[int]] = {}
+        for i, (piece, k) in enumerate(zip(self.pieces, self.kernels)):
+            if k.pairs or k.via_pairs:
+                continue
+            for m in set(_EDGE_DOT.finditer(piece.split("{", 1)[1])):
+                a, at_a, b, at_b = m.groups()
+                if at_a == at_b or a not in shapes or b not in shapes or shapes[a] != shapes[b] or not shapes[a]:
+                    continue
+                text = swap_uv(m.group(0)) if k.reverse else m.group(0)  # as the forward graph reads it
+                readers.setdefault((text, shapes[a][:-1]), []).append(i)
+        for (text, shape), found in readers.items():
+            found = sorted(set(found))
+            kinds = [self.kernels[i].square for i in found]
+            if sum(s is not False for s in kinds) < 2 or sum(s is not True for s in kinds) < 2:
+                continue
+            name = self.stage(text, "e", shape)
+            # the stage's kernel runs before its first reader
+            piece, kernel = self.pieces.pop(), self.kernels.pop()
+            first = found[0]
+            self.pieces.insert(first, piece)
+            self.kernels.insert(first, kernel)
+            for i in (j + 1 for j in found):
+                k = self.kernels[i]
+                head, body = self.pieces[i].split("{", 1)
+                read = swap_uv(text) if k.reverse else text
+                signature, rtype = head.rsplit(") -> ", 1)
+                self.pieces[i] = f"{signature}, {name}: {self.stage_types[name]}) -> {rtype}{{" + body.replace(
+                    read, f"{name}[e]"
+                )
+                self.kernels[i] = replace(k, inputs=(*k.inputs, name))
 
     def drop_unread_stages(self) -> None:
         """Drops the intermediates no gradient reads, with their kernels: differentiating one
@@ -1089,6 +1140,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None) -> GradPr
             d.pair_inputs,
         )
     builder.resolve_pair_inputs()
+    builder.share_edge_dots()
     builder.drop_unread_stages()
     source = "\n".join(builder.pieces)
     forward = builder.forward_source()
