@@ -814,3 +814,36 @@ def test_a_per_edge_dot_one_kernel_reads_is_not_staged():
     grad = gradient_program(parse_and_check(source).kernel("ws"))
     assert not any(k.wrt.endswith("__") for k in grad.kernels)  # no stage: w's own kernel computes the dot
     assert grad.source.count("dot(gout__[v], x[u])") == 1
+
+
+def test_two_shared_dots_are_two_stages_before_all_their_readers():
+    """Two attention-weighted sums (h and g): two per-edge dots, each staged once; every reader
+    of each reads its stage (the second stage's readers are found after the first moved them)."""
+    from gnnc.lang.autodiff import gradient_program
+
+    source = EXPLICIT_ATTENTION.replace("h: f64[V, H, F],", "h: f64[V, H, F], g: f64[V, H, F],").replace(
+        "out[v] = sum(p[e] * r[v] * h[u])", "out[v] = sum(p[e] * r[v] * h[u]) + sum(p[e] * r[v] * g[u])"
+    )
+    grad = gradient_program(parse_and_check(source).kernel("att"))
+    pieces = {p.split("(", 1)[0]: p for p in grad.source.split("kernel ")[1:]}
+    order = [k.name for k in grad.kernels]
+    for row in ("h", "g"):
+        makers = [n for n, p in pieces.items() if f"out[e] = dot(gout__[v], {row}[u])" in p]
+        assert len(makers) == 1
+        stage = next(k.wrt for k in grad.kernels if k.name == makers[0])
+        readers = [k.name for k in grad.kernels if stage in k.inputs]
+        assert len(readers) >= 2 and all(order.index(makers[0]) < order.index(n) for n in readers)
+        assert all(
+            f"dot(gout__[v], {row}[u])" not in pieces[n] and f"dot(gout__[u], {row}[v])" not in pieces[n]
+            for n in order
+            if n != makers[0]
+        )
+    rng = np.random.default_rng(6)
+    graph = gnnc.Graph.from_coo(rng.integers(0, 12, 60), rng.integers(0, 5, 60), shape=(12, 5))
+    args = {n: rng.normal(size=(12, 2, 3)) for n in ("h", "g")}
+    args.update({n: rng.normal(size=(12, 2)) for n in ("a", "b")})
+    gout = rng.normal(size=(5, 2, 3))
+    got = compile_grad(source, "att")(graph, gout=gout, **args)
+    want = compile_grad(source, "att", target="reference")(graph, gout=gout, **args)
+    for k in args:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)

@@ -469,27 +469,28 @@ class _Builder:
         shapes.update(
             {gout_name(self.kernel, r.name): tuple(r.type.shape) for r in self.kernel.results if r.type.domain == "V"}
         )
-        readers: dict[tuple[str, tuple], list[int]] = {}
-        for i, (piece, k) in enumerate(zip(self.pieces, self.kernels)):
+        # readers by kernel name: each stage inserted moves the kernels after it
+        readers: dict[tuple[str, tuple], dict[str, None]] = {}
+        for piece, k in zip(self.pieces, self.kernels):
             if k.pairs or k.via_pairs:
                 continue
-            for m in set(_EDGE_DOT.finditer(piece.split("{", 1)[1])):
+            for m in _EDGE_DOT.finditer(piece.split("{", 1)[1]):
                 a, at_a, b, at_b = m.groups()
                 if at_a == at_b or a not in shapes or b not in shapes or shapes[a] != shapes[b] or not shapes[a]:
                     continue
                 text = swap_uv(m.group(0)) if k.reverse else m.group(0)  # as the forward graph reads it
-                readers.setdefault((text, shapes[a][:-1]), []).append(i)
-        for (text, shape), found in readers.items():
-            found = sorted(set(found))
+                readers.setdefault((text, shapes[a][:-1]), {})[k.name] = None
+        for (text, shape), names in readers.items():
+            at = {k.name: i for i, k in enumerate(self.kernels)}
+            found = sorted(at[n] for n in names)
             kinds = [self.kernels[i].square for i in found]
             if sum(s is not False for s in kinds) < 2 or sum(s is not True for s in kinds) < 2:
                 continue
             name = self.stage(text, "e", shape)
             # the stage's kernel runs before its first reader
             piece, kernel = self.pieces.pop(), self.kernels.pop()
-            first = found[0]
-            self.pieces.insert(first, piece)
-            self.kernels.insert(first, kernel)
+            self.pieces.insert(found[0], piece)
+            self.kernels.insert(found[0], kernel)
             for i in (j + 1 for j in found):
                 k = self.kernels[i]
                 head, body = self.pieces[i].split("{", 1)
