@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from gnnc.ir.abi import CACHE_LINE_BYTES
-from gnnc.sharedlib import address as _address
-from gnnc.sharedlib import addresses
+from gnnc.sharedlib import address
 
 
 def is_aligned(array: np.ndarray, alignment: int = CACHE_LINE_BYTES) -> bool:
@@ -28,31 +27,28 @@ def is_aligned(array: np.ndarray, alignment: int = CACHE_LINE_BYTES) -> bool:
 def empty(shape: Any, dtype: Any = np.float32, alignment: int = CACHE_LINE_BYTES) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on an `alignment`-byte
     boundary (unless it is empty: numpy points an empty slice at its base)."""
-    if alignment == CACHE_LINE_BYTES and isinstance(dtype, np.dtype) and dtype.kind == "f":
-        # every kernel call's results and workspace (float types, numpy dtypes): the general
-        # way's checks and conversions cost as much as the allocation
-        itemsize = dtype.itemsize
-        count = int(shape) if isinstance(shape, (int, np.integer)) else math.prod(shape)
-        raw = np.empty(count + CACHE_LINE_BYTES // itemsize, dtype=dtype)
-        start = (-_address(raw) % CACHE_LINE_BYTES) // itemsize  # numpy's data is 16-byte aligned
-        return raw[start : start + count].reshape(shape)
-    if alignment <= 0 or alignment & (alignment - 1):
+    # the runtime's results and workspace come at the cache line with a numpy dtype: no conversion
+    if alignment != CACHE_LINE_BYTES and (alignment <= 0 or alignment & (alignment - 1)):
         raise ValueError(f"alignment must be a power of two, not {alignment}")
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    elif not isinstance(shape, tuple):
+        shape = tuple(shape)
     count = math.prod(shape)
     itemsize = dtype.itemsize
     # the view keeps the buffer alive through .base; numpy's buffers start on 16 bytes at least,
     # so for the float and int types an offset in whole elements reaches the boundary
     if itemsize and alignment % itemsize == 0 and dtype.kind in "fiu":
         raw = np.empty(count + alignment // itemsize, dtype=dtype)
-        start = -addresses([raw])[0] % alignment
+        start = -address(raw) % alignment
         if start % itemsize == 0:
             start //= itemsize
             return raw[start : start + count].reshape(shape)
     nbytes = count * itemsize
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    start = -addresses([raw])[0] % alignment
+    start = -address(raw) % alignment
     return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
