@@ -266,13 +266,14 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
     n = int(n_blocks)
     if n == 0 and graph.num_vertices:
         raise ArgumentError(f"a graph with {graph.num_vertices} vertices needs n_blocks >= 1")
+    if n == 1 and graph.num_vertices:
+        # a small graph's, a single thread's: made, not cached (a mini-batch block is seen once)
+        return _readonly(np.array([0, graph.num_vertices]))
 
     def compute() -> np.ndarray:
         v = graph.num_vertices
         if v == 0:
             return _readonly(np.zeros(n + 1, dtype=np.int64))
-        if n == 1:  # a small graph's, a single thread's
-            return _readonly(np.array([0, v]))
         if order is not None and not _is_identity(graph, order):
             work = np.diff(graph.in_indptr)[order] + 1
             prefix = np.concatenate([[0], np.cumsum(work)]).astype(np.int64)
@@ -1141,8 +1142,6 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
         elif spec.blocks is Blocks.GROUPED:
             assert spec.groups is not None, "grouped blocks need `group neighbors G`"
             blocks = grouped_blocks(graph, spec.groups, n_blocks)
-        elif n_blocks == 1:  # one thread's, a small graph's: every destination (`balanced_blocks`' own)
-            blocks = _readonly(np.array([0, graph.num_vertices]))
         else:
             blocks = balanced_blocks(graph, n_blocks, order=order)
     in_csr = (
