@@ -153,6 +153,35 @@ def test_new_graphs_reuse_the_layout_of_a_call_shape(gat, gat_reference, monkeyp
     assert len(checks) <= 1, "only the first call takes the checked way (none: an earlier test's shape)"
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_bound_call_lays_out_what_the_checked_way_would(gat, threads):
+    """Graphs of one class share one `Bound` of the call shape (the class decision's arguments
+    in place), and the call it lays out for each graph holds the values, addresses and
+    workspace that `prepared.make` lays out for that graph from its own decision."""
+    from gnnc.autotune.decision import decide
+    from gnnc.graph import plans
+
+    args = (np.ones((300, 8), np.float32), np.ones(300, np.float32), np.ones(40, np.float32))
+    gat(_bipartite(20, 300, 40, 900), *args, threads=threads)  # the shape's layout and class decision
+    decisions = []
+    for seed, e in ((21, 700), (22, 1100), (23, 0)):
+        graph = _bipartite(seed, 300, 40, e)
+        gat(graph, *args, threads=threads)
+        (bound,) = _entries(graph)
+        assert not bound.unread, "laid out with its addresses"
+        decided = decide(gat, graph, {"F": 8}, threads)
+        outputs = [np.empty(shape, np.float32) for shape in bound.results]
+        made = prepared.make(bound.runner(), decided, plans.build(graph, decided.plans), outputs)
+        made(list(args), outputs)  # its first call reads the fixed addresses
+        assert bound.values == made.values
+        assert [p[:2] for p in bound.pointers] == [p[:2] for p in made.pointers]
+        assert all(a is b for (_, s, a), (_, _, b) in zip(bound.pointers, made.pointers) if s == prepared._FIXED)
+        assert (bound.workspace, bound.threads, bound.per_call) == (made.workspace, made.threads, made.per_call)
+        np.testing.assert_array_equal(gat(graph, *args, threads=threads), outputs[0])
+        decisions.append(bound.keep[1])
+    assert decisions[0] is decisions[1], "graphs of one class: one class decision, one Bound"
+
+
 def test_a_new_graph_the_inputs_do_not_fit_takes_the_checked_way(gat, monkeypatch):
     checks = _count_checks(monkeypatch)
     first = _bipartite(0, 300, 40, 900)
@@ -184,7 +213,7 @@ def test_a_kept_layout_does_not_hold_its_graph_alive(gat):
     graph = _bipartite(5, 300, 40, 900)
     gat(graph, np.ones((300, 8), np.float32), np.ones(300, np.float32), np.ones(40, np.float32), threads=1)
     in_src = weakref.ref(graph.in_src)
-    kept = [call for call, _ in gat._layouts.values()]
+    kept = [call for call, _, _ in gat._layouts.values()]
     assert kept and all(v is None or not isinstance(v, np.ndarray) for c in kept for v in c.values)
     assert all(index is None for c in kept for _, source, index in c.pointers if source == prepared._FIXED)
     # nor their addresses: a layout's fixed places are empty until `rebound` fills them

@@ -235,11 +235,14 @@ def _given(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None, t
     return replace(inner, schedule=directives_text(text) or None, origin=Origin.GIVEN)
 
 
+#: A class's decision, its reason's graph-free part and its variant's key (`_default_made`).
+ClassHit = tuple[Decision, str, str]
+
 #: Per kernel, its default decisions by (threads, sizes, `heuristic.default_class` of the
 #: graph, whether the graph is bipartite, has relation types, has sorted ids), each with its
 #: reason's graph-free part and its variant's key: a new graph of a known class (a mini-batch
 #: block) takes one, rechecked, with its own workspace.
-_CLASS_DECISIONS: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Decision, str, str]]] = weakref.WeakKeyDictionary()
+_CLASS_DECISIONS: weakref.WeakKeyDictionary[Any, dict[tuple, ClassHit]] = weakref.WeakKeyDictionary()
 
 
 def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision:
@@ -254,19 +257,20 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     memo = _CLASS_DECISIONS.setdefault(kernel, {})
     key = _class_key(graph, dims, threads, cls)
     hit = memo.get(key)
-    decided = None if hit is None else _for_graph(kernel, hit, graph, dims, threads)
-    if decided is None:
+    if hit is None or not _live(kernel, hit):
         hit = memo[key] = _default_made(kernel, graph, dims, threads)
         return hit[0]
-    return decided
+    return _for_graph(hit, graph, dims, threads)
 
 
-def class_default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision | None:
-    """The decision a call of `kernel` without `schedule=` on a CPU graph gets (`_default`), where
-    the kernel has decided for a graph of the same class (`heuristic.default_class`) at these
-    sizes and threads (checked, as `decide` checks them) before; None otherwise, or where that
-    variant is gone: `decide` then decides. Without `decide`'s layers and its entry in the
-    graph's plans: a mini-batch block is a new graph every call, seen once."""
+def class_hit(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> ClassHit | None:
+    """What a call of `kernel` without `schedule=` on a CPU graph decides (`_default`), where the
+    kernel has decided for a graph of the same class (`heuristic.default_class`) at these sizes
+    and threads before and the variant that runs is still there (marked used); None otherwise,
+    and `decide` then decides. The hit was checked (`_check_runs`) on a graph of the same
+    `_class_key`, which holds everything that check reads of a graph. A mini-batch block is a
+    new graph every call, seen once: its call takes the hit without `decide`'s layers and its
+    entry in the graph's plans (`class_call`, `runtime.module.Kernel._run_as_before`)."""
     if kernel._abi.grid is not None or not _varies(kernel):
         return None
     cls = heuristic.default_class(kernel, graph, dims)
@@ -274,7 +278,27 @@ def class_default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -
     if cls is None or memo is None:
         return None
     hit = memo.get(_class_key(graph, dims, threads, cls))
-    return None if hit is None else _for_graph(kernel, hit, graph, dims, threads)
+    return hit if hit is not None and _live(kernel, hit) else None
+
+
+def class_call(
+    hit: ClassHit, graph: Any, dims: dict[str, int], threads: int
+) -> tuple[tuple[tuple[str, int], ...], str]:
+    """(workspace, reason) of a `class_hit`'s decision on `graph`: the graph's own workspace
+    where the kernel sizes buffers by the graph, and the line a call logs."""
+    made, head, _ = hit
+    workspace = made.workspace
+    runner = made.kernel()
+    if runner is not None and _workspace_reads_graph(runner._abi):
+        workspace = _workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize)
+    return workspace, f"{head} for {_shape(graph, dims)}"
+
+
+def class_default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision | None:
+    """`class_hit`'s decision for `graph`, checked and described as `decide` would make it; None
+    where there is no hit."""
+    hit = class_hit(kernel, graph, dims, threads)
+    return None if hit is None else _for_graph(hit, graph, dims, threads)
 
 
 def _varies(kernel: Any) -> bool:
@@ -290,20 +314,22 @@ def _class_key(graph: Any, dims: dict[str, int], threads: int, cls: tuple) -> tu
     return (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
 
 
-def _for_graph(
-    kernel: Any, hit: tuple[Decision, str, str], graph: Any, dims: dict[str, int], threads: int
-) -> Decision | None:
-    """A class's decision (`_CLASS_DECISIONS`) for `graph`: rechecked, with the graph's own workspace
-    where the kernel sizes buffers by the graph; None where its variant is gone."""
-    made, head, variant_key = hit
+def _live(kernel: Any, hit: ClassHit) -> bool:
+    """Whether a class's decision (`_CLASS_DECISIONS`) may run: its kernel is there, a variant
+    looked up in its module's cache as `_variant` does (marked used; gone once evicted)."""
+    made, _, variant_key = hit
     runner = made.kernel()
-    # a variant is looked up in its module's cache as `_variant` does: marked used, or re-made if evicted
-    if runner is None or (runner is not kernel and kernel._variant_cache.get(kernel.name, variant_key) is None):
-        return None
+    return runner is not None and (runner is kernel or kernel._variant_cache.get(kernel.name, variant_key) is not None)
+
+
+def _for_graph(hit: ClassHit, graph: Any, dims: dict[str, int], threads: int) -> Decision:
+    """A live class's decision (`_CLASS_DECISIONS`) for `graph`: rechecked, with the graph's own
+    workspace where the kernel sizes buffers by the graph."""
+    made = hit[0]
+    runner = made.kernel()
+    assert runner is not None, "a live hit's kernel"
     _check_runs(runner.name, runner._abi, graph, dims)
-    workspace = made.workspace
-    if _workspace_reads_graph(runner._abi):
-        workspace = _workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize)
+    workspace, reason = class_call(hit, graph, dims, threads)
     # `replace` of the hit, field by field (dataclasses.replace costs twice the constructor)
     return Decision(
         made.schedule,
@@ -313,12 +339,12 @@ def _for_graph(
         made.arguments,
         workspace,
         made.launches,
-        f"{head} for {_shape(graph, dims)}",
+        reason,
         made.kernel,
     )
 
 
-def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> tuple[Decision, str, str]:
+def _default_made(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> ClassHit:
     """The default's decision, made for this graph, its reason without the graph's shape, and
     the key of its variant in the module's cache ("" for the kernel as compiled)."""
     name = kernel.name

@@ -267,8 +267,8 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
     if n == 0 and graph.num_vertices:
         raise ArgumentError(f"a graph with {graph.num_vertices} vertices needs n_blocks >= 1")
     if n == 1 and graph.num_vertices:
-        # a small graph's, a single thread's: made, not cached (a mini-batch block is seen once)
-        return _readonly(np.array([0, graph.num_vertices]))
+        # a small graph's, a single thread's: not cached on the graph (a mini-batch block is seen once)
+        return _one_block(graph.num_vertices)
 
     def compute() -> np.ndarray:
         v = graph.num_vertices
@@ -289,6 +289,13 @@ def balanced_blocks(graph: Any, n_blocks: int, order: np.ndarray | None = None) 
 
     key = ("balanced_blocks", n) if order is None or _is_identity(graph, order) else ("balanced_blocks", n, id(order))
     return _cached(graph, key, compute)
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_block(v: int) -> np.ndarray:
+    """[0, v]: one block of every destination, read-only and shared by the graphs of v destinations
+    (mini-batch blocks of a seed batch's size come again every batch)."""
+    return _readonly(np.array([0, v]))
 
 
 def source_blocks(graph: Any, threads: int) -> np.ndarray:

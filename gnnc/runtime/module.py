@@ -23,7 +23,8 @@ import numpy as np
 
 from gnnc.autotune.decision import (
     Request,
-    class_default,
+    class_call,
+    class_hit,
     decide,
     decide_and_hold,
     next_serial,
@@ -124,8 +125,9 @@ class Kernel:
         self._param_names = tuple(p.name for p in self.signature.params)
         #: which inputs have a leading axis over V, E or R (rows that follow the graph)
         self._leading = tuple(bool(p.domain) for p in self.signature.params)
-        #: the argument layouts of recent call shapes, for calls on new graphs (`_run_as_before`)
-        self._layouts: dict[tuple, tuple[prepared.Prepared, dict[str, int]]] = {}
+        #: the argument layouts of recent call shapes, for calls on new graphs (`_run_as_before`),
+        #: with their sizes and their `Bound`s by the class decision they run (its id)
+        self._layouts: dict[tuple, tuple[prepared.Prepared, dict[str, int], dict[int, prepared.Bound]]] = {}
         self._result_names = tuple(r.name for r in self.signature.results)
         self._single_result = self.signature.single_result
         # the argument layout, once: every call places its values by these names
@@ -206,7 +208,7 @@ class Kernel:
         """`call` (a `Prepared.layout`) as the layout of its shape, the MAX_LAYOUTS most recent kept."""
         layouts = self._layouts
         layouts.pop(key, None)
-        layouts[key] = (call, dims)
+        layouts[key] = (call, dims, {})
         while len(layouts) > MAX_LAYOUTS:
             try:  # another thread's call may drop the same entry
                 del layouts[next(iter(layouts))]
@@ -216,29 +218,40 @@ class Kernel:
     def _run_as_before(self, shape: tuple, graph: Graph, given: tuple, threads: int | None, schedule: Any) -> Any:
         """A call on a graph new to this kernel, of a shape it ran on another graph (the same
         inputs but their rows): that call's argument layout, refilled with this graph's arrays
-        (`Prepared.rebound`), where the inputs fit this graph and its decision runs the same;
-        None otherwise, for the checked way. Every mini-batch block is a new graph: this leaves
-        out the check and the layout, a third of a small call's cost on a new graph."""
+        (`Prepared.bound`, `Bound.on`), where the inputs fit this graph and its decision runs the
+        same; None otherwise, for the checked way. Every mini-batch block is a new graph: this
+        leaves out the check and the layout, and for a graph of a class decided before
+        (`decision.class_hit`) the decision's layers too."""
         before = self._layouts.get(_layout_key(self._leading, shape))
         if before is None:
             return None
-        call, dims = before
+        call, dims, bindings = before
         if not call.accepts(given):
             return None
         results = result_shapes_on(self.signature, graph, given, dims)
         if results is None:
             return None
         asked = 1 if native.forked_after_pool else threads
-        decided = None
-        if schedule is None:  # a block of a class decided before: its decision, without `decide`'s layers
-            decided = class_default(self, graph, dims, resolve_threads(asked))
-        if decided is None:
+        workers = resolve_threads(asked)
+        hit = class_hit(self, graph, dims, workers) if schedule is None else None
+        if hit is not None:
+            made = hit[0]
+            bound = bindings.get(id(made))
+            if bound is None or bound.decided is not made:  # an id reused after its decision went
+                if not call.runs_as(made):
+                    return None
+                if len(bindings) >= MAX_LAYOUTS:
+                    bindings.clear()
+                bound = bindings[id(made)] = call.bound(made)
+            workspace, reason = class_call(hit, graph, dims, workers)
+        else:
             decided, _ = decide_and_hold(self, graph, dims, asked, schedule)
-        if not call.runs_as(decided):
-            return None
-        ready = call.rebound(plans.build(graph, decided.plans), decided, results)
+            if not call.runs_as(decided):
+                return None
+            bound, workspace, reason = call.bound(decided), decided.workspace, decided.reason
+        ready = bound.on(plans.build(graph, bound.decided.plans), workspace, results, reason)
         graph.plans[shape] = ready
-        _log.debug("%s", decided.reason)
+        _log.debug("%s", reason)
         return ready(given)
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> None:

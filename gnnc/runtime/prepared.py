@@ -83,49 +83,41 @@ class Prepared:
 
     def layout(self) -> Prepared:
         """This call without its graph's arrays (the fixed values left empty): what a kernel
-        keeps to lay out calls on other graphs (`rebound`) without holding this graph's
-        plans alive, which for a large graph are gigabytes."""
-        values, pointers = self._refilled({})
-        return replace(
-            self, results=(), values=values, pointers=pointers, reason="", keep=(None, self.keep[1]), unread=True
-        )
-
-    def _refilled(self, fixed: Mapping[str, Any]) -> tuple[list[Any], tuple[tuple[int, int, Any], ...]]:
-        """(values, pointers) with every fixed place holding `fixed`'s value of its name (None without one)."""
+        keeps to lay out calls on other graphs (`rebound`, `bound`) without holding this
+        graph's plans alive, which for a large graph are gigabytes."""
         values = list(self.values)
         pointers = list(self.pointers)
-        for position, name, slot in self.fixed:
-            if slot is None:
-                values[position] = fixed.get(name)
-            else:  # its address is read from the array by the first call
-                values[position] = None
-                pointers[slot] = (position, _FIXED, fixed.get(name))
-        return values, tuple(pointers)
+        for position, _, slot in self.fixed:
+            values[position] = None
+            if slot is not None:  # its address is read from the array by the call that fills it
+                pointers[slot] = (position, _FIXED, None)
+        return replace(
+            self, results=(), values=values, pointers=tuple(pointers), reason="", keep=(None, self.keep[1]), unread=True
+        )
 
     def rebound(self, graph_arguments: Mapping[str, Any], decided: Decision, results: tuple) -> Prepared:
         """This call (a `layout`) laid out for another graph: the same kernel, plan spec,
         arguments and workspace buffers (`decided` must run the same as this call's decision,
         on the other graph), that graph's arrays and counts in the fixed places, results of
         `results`' shapes. What `make` would lay out there, without walking the ABI again."""
-        values, pointers = self._refilled({**graph_arguments, **decided.arguments})
-        same_workspace = decided.workspace == self.workspace
-        return Prepared(
-            runner=self.runner,
-            dtype=self.dtype,
-            results=results,
-            names=self.names,
-            workspace=decided.workspace,
-            values=values,
-            pointers=pointers,
-            per_call=self.per_call,
-            threads=self.threads,
-            reason=decided.reason,
-            # workspace sets of the same sizes serve both (a small call's are graph-free)
-            spare=self.spare if same_workspace else [],
-            keep_workspace=self.keep_workspace if same_workspace else _keeps(decided.workspace, self.dtype),
-            keep=(graph_arguments, decided),
-            fixed=self.fixed,
-        )
+        return self.bound(decided).on(graph_arguments, decided.workspace, results, decided.reason)
+
+    def bound(self, decided: Decision) -> Bound:
+        """This call (a `layout`) with `decided`'s arguments in place (`decided` must run the
+        same as this call's decision: `runs_as`): what its calls on graphs of one class share."""
+        values = list(self.values)
+        pointers = list(self.pointers)
+        arguments = decided.arguments
+        slots = []
+        for position, name, slot in self.fixed:
+            if name not in arguments:
+                slots.append((position, name, slot))
+            elif slot is None:
+                values[position] = arguments[name]
+            else:  # the decision keeps its arrays (`dims`) alive
+                values[position] = sharedlib.address(arguments[name])
+                pointers[slot] = (position, _FIXED, arguments[name])
+        return Bound(self, decided, values, tuple(pointers), tuple(slots))
 
     def runs_as(self, decided: Decision) -> bool:
         """Whether `decided` (for another graph) runs what this call's decision runs: the same
@@ -179,6 +171,63 @@ class Prepared:
         return outputs[0] if self.names is None else dict(zip(self.names, outputs))
 
 
+@dataclass(eq=False)
+class Bound:
+    """A layout (`Prepared.layout`) with one decision's arguments in place (`Prepared.bound`).
+
+    A kernel keeps one per call shape and class of graph: a mini-batch block (a new graph each
+    call) of a class decided before takes it, and `on` puts its graph's arrays and counts in
+    the places left, with their addresses read there: the call runs without a first pass."""
+
+    layout: Prepared
+    decided: Decision
+    #: the native arguments in ABI order, the decision's in place, None where the graph's go
+    values: list[Any]
+    #: the layout's pointers, the decision's arrays in place
+    pointers: tuple[tuple[int, int, Any], ...]
+    #: where the graph's arguments go: (position, name, its index in `pointers` or None for a scalar)
+    graph_slots: tuple[tuple[int, str, int | None], ...]
+
+    def on(
+        self, graph_arguments: Mapping[str, Any], workspace: tuple[tuple[str, int], ...], results: tuple, reason: str
+    ) -> Prepared:
+        """The call on the graph of `graph_arguments` (`plans.build`'s), with this workspace
+        (the decision's for that graph) and results of `results`' shapes."""
+        layout = self.layout
+        values = list(self.values)
+        pointers = list(self.pointers)
+        arrays = []
+        for position, name, slot in self.graph_slots:
+            value = graph_arguments.get(name)
+            if slot is None:
+                values[position] = value
+            else:
+                pointers[slot] = (position, _FIXED, value)
+                if value is not None:
+                    arrays.append((position, value))
+        for (position, _), address in zip(arrays, sharedlib.addresses([a for _, a in arrays])):
+            values[position] = address
+        same_workspace = workspace == layout.workspace
+        return Prepared(
+            runner=layout.runner,
+            dtype=layout.dtype,
+            results=results,
+            names=layout.names,
+            workspace=workspace,
+            values=values,
+            pointers=tuple(pointers),
+            per_call=layout.per_call,
+            threads=layout.threads,
+            reason=reason,
+            # workspace sets of the same sizes serve both (a small call's are graph-free)
+            spare=layout.spare if same_workspace else [],
+            keep_workspace=layout.keep_workspace if same_workspace else _keeps(workspace, layout.dtype),
+            keep=(graph_arguments, self.decided),
+            fixed=layout.fixed,
+            unread=False,
+        )
+
+
 def make(runner: Any, decided: Decision, graph_arguments: Mapping[str, Any], outputs: Sequence[np.ndarray]) -> Prepared:
     """The call `runner` makes with `decided`, these graph arguments and outputs of these shapes."""
     function = runner._native
@@ -222,4 +271,4 @@ def _keeps(workspace: tuple[tuple[str, int], ...], dtype: np.dtype) -> bool:
     return sum(n for _, n in workspace) * dtype.itemsize <= KEEP_WORKSPACE_BYTES
 
 
-__all__ = ["KEEP_WORKSPACE_BYTES", "Prepared", "make"]
+__all__ = ["KEEP_WORKSPACE_BYTES", "Bound", "Prepared", "make"]
