@@ -540,3 +540,44 @@ def test_runtime_plans_do_not_import_the_compiler():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+#: The PlanSpec fields `build` lays out in its base mapping; every other one is an extra.
+_BASE_FIELDS = {"threads", "dtype", "order", "blocks", "ordered_edges", "edge_ids", "in_src", "deg_in", "deg_out"}
+
+
+def test_every_spec_field_past_the_base_mapping_counts_as_an_extra():
+    """`build` stops after the base mapping when `spec.extras` is False: a field it lays out
+    more for (a new one included) must make `extras` True, or its kernels read no array."""
+    import dataclasses
+
+    base = plans.PlanSpec(threads=2, dtype="f32")
+    assert not base.extras
+    others = {
+        "source_blocks": True,
+        "partitions": 2,
+        "hilbert": True,
+        "groups": 4,
+        "hybrid": plans.Hybrid("warp_vertex", 8, (4,), 4),
+        "relations": True,
+        "relation_degrees": True,
+        "pairs": ("src",),
+        "pair_rows": 8,
+    }
+    fields = {f.name for f in dataclasses.fields(plans.PlanSpec) if f.init}
+    assert fields == _BASE_FIELDS | set(others), "a new PlanSpec field: base or extra?"
+    for name, value in others.items():
+        spec = dataclasses.replace(base, **{name: value})
+        # tiles are cut per relation pair: `pair_rows` comes with `pairs`
+        assert spec.extras or name == "pair_rows", name
+    assert dataclasses.replace(base, pairs=("src",), pair_rows=8).extras
+
+
+def test_one_thread_gets_one_shared_block_and_the_same_mapping():
+    graph = Graph.from_coo([0, 1, 2, 2], [1, 2, 0, 1], num_vertices=3)
+    other = Graph.from_coo([0, 2], [1, 1], num_vertices=3)
+    one = plans.build(graph, plans.PlanSpec(threads=1, dtype="f32"))
+    assert one["dst_blocks"].tolist() == [0, 3] and one["num_blocks"] == 1
+    assert one["dst_blocks"] is plans.build(other, plans.PlanSpec(threads=1, dtype="f32"))["dst_blocks"]
+    assert not one["dst_blocks"].flags.writeable
+    assert one["dst_blocks"].tolist() == plans.balanced_blocks(graph, plans.block_count_for(graph, 1)).tolist()

@@ -27,7 +27,7 @@ import functools
 import glob
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -1116,6 +1116,21 @@ class PlanSpec:
     #: the kernel reads `deg_in` / `deg_out` (its record's); False: a placeholder, not counted
     deg_in: bool = True
     deg_out: bool = True
+    #: whether `build` lays out more than the counts, blocks, order, in-CSR and degrees
+    extras: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        extras = (
+            self.source_blocks
+            or self.partitions is not None
+            or self.hilbert
+            or self.groups is not None
+            or self.hybrid is not None
+            or self.relations
+            or self.relation_degrees
+            or bool(self.pairs)
+        )
+        object.__setattr__(self, "extras", extras)
 
 
 def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
@@ -1124,7 +1139,11 @@ def build(graph: Any, spec: PlanSpec) -> Mapping[str, Any]:
     `spec` asks for (source blocks, partitions, Hilbert edges, neighbour groups, hybrid
     sources). Assembled once per graph and spec, from the plans cached on the graph;
     the mapping is read-only, and so is every array in it."""
-    return _cached(graph, ("build", spec), lambda: MappingProxyType(_build(graph, spec)))
+    key = ("build", spec)
+    found = graph.plans.get(key)
+    if found is None:  # no closure for `_cached`: a mini-batch block's kernels build one each
+        found = graph.plans[key] = MappingProxyType(_build(graph, spec))
+    return found
 
 
 #: What a kernel that reads no edge ids gets for them (its record's `edge_ids` is False).
@@ -1141,7 +1160,9 @@ def _nonempty(arr: np.ndarray) -> np.ndarray:
 def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
     order = destination_order(graph, spec.order)
     if spec.blocks is Blocks.WHOLE:
-        blocks = _readonly(np.array([0, graph.num_vertices]))
+        blocks = _one_block(graph.num_vertices)
+    elif spec.threads == 1 and spec.blocks is Blocks.BALANCED and graph.num_vertices:
+        blocks = _one_block(graph.num_vertices)  # `block_count_for` one thread: one block
     else:
         n_blocks = block_count_for(graph, spec.threads)
         if spec.blocks is Blocks.EDGES:
@@ -1172,6 +1193,8 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
         "deg_in": _nonempty(deg_in),
         "deg_out": _nonempty(deg_out),
     }
+    if not spec.extras:
+        return values
     if spec.source_blocks:
         src_blocks = source_blocks(graph, spec.threads)
         values["src_meta"] = _readonly(np.array([graph.num_src, src_blocks.shape[0] - 1]))
