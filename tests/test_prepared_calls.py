@@ -177,6 +177,7 @@ def test_a_bound_call_lays_out_what_the_checked_way_would(gat, threads):
         assert [p[:2] for p in bound.pointers] == [p[:2] for p in made.pointers]
         assert all(a is b for (_, s, a), (_, _, b) in zip(bound.pointers, made.pointers) if s == prepared._FIXED)
         assert (bound.workspace, bound.threads, bound.per_call) == (made.workspace, made.threads, made.per_call)
+        assert str(bound.reason) == decided.reason, "the line a call logs, formatted when logged"
         np.testing.assert_array_equal(gat(graph, *args, threads=threads), outputs[0])
         decisions.append(bound.keep[1])
     assert decisions[0] is decisions[1], "graphs of one class: one class decision, one Bound"

@@ -257,33 +257,56 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
     memo = _CLASS_DECISIONS.setdefault(kernel, {})
     key = _class_key(graph, dims, threads, cls)
     hit = memo.get(key)
-    if hit is None or not _live(kernel, hit):
+    if hit is None or not live(kernel, hit):
         hit = memo[key] = _default_made(kernel, graph, dims, threads)
         return hit[0]
     return _for_graph(hit, graph, dims, threads)
 
 
+def graph_class(kernel: Any, graph: Any, dims: dict[str, int]) -> tuple | None:
+    """What a class decision's key (`_class_key`) reads of `graph` for a call of `kernel` with
+    sizes `dims`: its class (`heuristic.default_class`) and what `_check_runs` reads; None
+    where the graph has no class (its default is made for it)."""
+    cls = heuristic.default_class(kernel, graph, dims)
+    return None if cls is None else (cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
+
+
 def class_hit(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> ClassHit | None:
     """What a call of `kernel` without `schedule=` on a CPU graph decides (`_default`), where the
-    kernel has decided for a graph of the same class (`heuristic.default_class`) at these sizes
-    and threads before and the variant that runs is still there (marked used); None otherwise,
-    and `decide` then decides. The hit was checked (`_check_runs`) on a graph of the same
-    `_class_key`, which holds everything that check reads of a graph. A mini-batch block is a
-    new graph every call, seen once: its call takes the hit without `decide`'s layers and its
-    entry in the graph's plans (`class_call`, `runtime.module.Kernel._run_as_before`)."""
-    if kernel._abi.grid is not None or not _varies(kernel):
+    kernel has decided for a graph of the same class (`graph_class`) at these sizes and threads
+    before and the variant that runs is still there (`live`); None otherwise, and `decide`
+    then decides. The hit was checked (`_check_runs`) on a graph of the same `_class_key`,
+    which holds everything that check reads of a graph. A mini-batch block is a new graph
+    every call, seen once: its call takes the hit without `decide`'s layers and its entry in
+    the graph's plans (`class_call`, `runtime.module.Kernel._run_as_before`)."""
+    if not varies_by_class(kernel):
         return None
-    cls = heuristic.default_class(kernel, graph, dims)
+    of_graph = graph_class(kernel, graph, dims)
     memo = _CLASS_DECISIONS.get(kernel)
-    if cls is None or memo is None:
+    if of_graph is None or memo is None:
         return None
-    hit = memo.get(_class_key(graph, dims, threads, cls))
-    return hit if hit is not None and _live(kernel, hit) else None
+    hit = memo.get((threads, tuple(dims.items()), *of_graph))
+    return hit if hit is not None and live(kernel, hit) else None
+
+
+class ClassReason:
+    """A class decision's reason for one graph (`Decision.reason`), formatted when it is read:
+    the runtime logs it at DEBUG, and a mini-batch block's call is made once."""
+
+    __slots__ = ("head", "graph_shape")
+
+    def __init__(self, head: str, graph: Any, dims: dict[str, int]):
+        self.head = head
+        self.graph_shape = (graph.num_dst, graph.num_edges, tuple(dims.items()))
+
+    def __str__(self) -> str:
+        v, e, dims = self.graph_shape
+        return f"{self.head} for V={v} E={e} {_dims_text(dims)}"
 
 
 def class_call(
     hit: ClassHit, graph: Any, dims: dict[str, int], threads: int
-) -> tuple[tuple[tuple[str, int], ...], str]:
+) -> tuple[tuple[tuple[str, int], ...], ClassReason]:
     """(workspace, reason) of a `class_hit`'s decision on `graph`: the graph's own workspace
     where the kernel sizes buffers by the graph, and the line a call logs."""
     made, head, _ = hit
@@ -291,7 +314,7 @@ def class_call(
     runner = made.kernel()
     if runner is not None and _workspace_reads_graph(runner._abi):
         workspace = _workspace(runner, graph, dims, threads, runner.signature.numpy_dtype.itemsize)
-    return workspace, f"{head} for {_shape(graph, dims)}"
+    return workspace, ClassReason(head, graph, dims)
 
 
 def class_default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Decision | None:
@@ -299,6 +322,12 @@ def class_default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -
     where there is no hit."""
     hit = class_hit(kernel, graph, dims, threads)
     return None if hit is None else _for_graph(hit, graph, dims, threads)
+
+
+def varies_by_class(kernel: Any) -> bool:
+    """Whether calls of `kernel` without `schedule=` take class decisions (`class_hit`): a CPU
+    kernel the default may vary."""
+    return kernel._abi.grid is None and _varies(kernel)
 
 
 def _varies(kernel: Any) -> bool:
@@ -310,11 +339,11 @@ def _varies(kernel: Any) -> bool:
 
 
 def _class_key(graph: Any, dims: dict[str, int], threads: int, cls: tuple) -> tuple:
-    # beside the class, what `_made` checks of the graph (`_check_runs`)
+    # beside the class, what `_made` checks of the graph (`_check_runs`): `graph_class`'s
     return (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
 
 
-def _live(kernel: Any, hit: ClassHit) -> bool:
+def live(kernel: Any, hit: ClassHit) -> bool:
     """Whether a class's decision (`_CLASS_DECISIONS`) may run: its kernel is there, a variant
     looked up in its module's cache as `_variant` does (marked used; gone once evicted)."""
     made, _, variant_key = hit
@@ -339,7 +368,7 @@ def _for_graph(hit: ClassHit, graph: Any, dims: dict[str, int], threads: int) ->
         made.arguments,
         workspace,
         made.launches,
-        reason,
+        str(reason),
         made.kernel,
     )
 

@@ -27,8 +27,11 @@ from gnnc.autotune.decision import (
     class_hit,
     decide,
     decide_and_hold,
+    graph_class,
+    live,
     next_serial,
     resolve_threads,
+    varies_by_class,
 )
 from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
@@ -126,8 +129,8 @@ class Kernel:
         #: which inputs have a leading axis over V, E or R (rows that follow the graph)
         self._leading = tuple(bool(p.domain) for p in self.signature.params)
         #: the argument layouts of recent call shapes, for calls on new graphs (`_run_as_before`),
-        #: with their sizes and their `Bound`s by the class decision they run (its id)
-        self._layouts: dict[tuple, tuple[prepared.Prepared, dict[str, int], dict[int, prepared.Bound]]] = {}
+        #: with their sizes and, by `decision.graph_class`, the class decision they run and its `Bound`
+        self._layouts: dict[tuple, tuple[prepared.Prepared, dict[str, int], dict[tuple | None, tuple]]] = {}
         self._result_names = tuple(r.name for r in self.signature.results)
         self._single_result = self.signature.single_result
         # the argument layout, once: every call places its values by these names
@@ -233,16 +236,24 @@ class Kernel:
             return None
         asked = 1 if native.forked_after_pool else threads
         workers = resolve_threads(asked)
-        hit = class_hit(self, graph, dims, workers) if schedule is None else None
-        if hit is not None:
-            made = hit[0]
-            bound = bindings.get(id(made))
-            if bound is None or bound.decided is not made:  # an id reused after its decision went
-                if not call.runs_as(made):
+        found = None
+        if schedule is None and varies_by_class(self):
+            # a class decided before, bound to this layout (the layout fixes the sizes and threads)
+            of_graph = graph_class(self, graph, dims)
+            found = bindings.get(of_graph)
+            if found is None or not live(self, found[0]):
+                hit = class_hit(self, graph, dims, workers)
+                if hit is None:
+                    found = None
+                elif not call.runs_as(hit[0]):
                     return None
-                if len(bindings) >= MAX_LAYOUTS:
-                    bindings.clear()
-                bound = bindings[id(made)] = call.bound(made)
+                else:
+                    if len(bindings) >= MAX_LAYOUTS:
+                        bindings.clear()
+                    found = bindings[of_graph] = (hit, call.bound(hit[0]))
+        reason: Any
+        if found is not None:
+            hit, bound = found
             workspace, reason = class_call(hit, graph, dims, workers)
         else:
             decided, _ = decide_and_hold(self, graph, dims, asked, schedule)

@@ -69,8 +69,9 @@ class Prepared:
     #: addresses are read once, by the first call, into `values`)
     per_call: tuple[tuple[int, int, int], ...]
     threads: int
-    #: what the runtime logs at DEBUG for each call (the decision's reason)
-    reason: str
+    #: what the runtime logs at DEBUG for each call (the decision's reason; a class decision's
+    #: is formatted when logged: `decision.ClassReason`)
+    reason: Any
     #: workspace sets of earlier calls, free for the next one (small workspaces only)
     spare: list[list[np.ndarray]]
     keep_workspace: bool
@@ -189,7 +190,7 @@ class Bound:
     graph_slots: tuple[tuple[int, str, int | None], ...]
 
     def on(
-        self, graph_arguments: Mapping[str, Any], workspace: tuple[tuple[str, int], ...], results: tuple, reason: str
+        self, graph_arguments: Mapping[str, Any], workspace: tuple[tuple[str, int], ...], results: tuple, reason: Any
     ) -> Prepared:
         """The call on the graph of `graph_arguments` (`plans.build`'s), with this workspace
         (the decision's for that graph) and results of `results`' shapes."""
