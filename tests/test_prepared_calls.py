@@ -183,6 +183,25 @@ def test_a_bound_call_lays_out_what_the_checked_way_would(gat, threads):
     assert decisions[0] is decisions[1], "graphs of one class: one class decision, one Bound"
 
 
+def test_new_graphs_from_several_python_threads_at_once(gat, gat_reference):
+    """Blocks from a pool of Python threads (the native code runs without the GIL): each call
+    on its new graph gets its own layout, workspace and results, and matches the reference."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(seed: int) -> tuple:
+        n_src, n_dst = (300, 40) if seed % 3 else (64, 64)
+        graph = _bipartite(seed, n_src, n_dst, 200 + 37 * seed) if seed % 3 else _graph(seed, 64, 300)
+        rng = np.random.default_rng(seed)
+        h = rng.random((n_src, 8), dtype=np.float32)
+        el, er = rng.random(n_src, dtype=np.float32), rng.random(n_dst, dtype=np.float32)
+        got = gat(graph, h, el, er, threads=1 + seed % 2)
+        return got, gat_reference(graph, h=h, el=el, er=er), graph
+
+    with ThreadPoolExecutor(4) as pool:
+        for got, want, graph in pool.map(run, range(40, 100)):
+            assert_matches(got, want, graph, np.float32)
+
+
 def test_a_new_graph_the_inputs_do_not_fit_takes_the_checked_way(gat, monkeypatch):
     checks = _count_checks(monkeypatch)
     first = _bipartite(0, 300, 40, 900)
