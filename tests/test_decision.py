@@ -467,3 +467,40 @@ def test_a_new_graph_of_a_decided_class_runs_without_decide(gcn, reference, monk
     assert decision.class_default(gcn, gnnc.Graph.from_coo([], [], num_vertices=0), dims, threads) is None
     with pytest.raises(AssertionError, match="decide ran"):
         gcn(_random_graph(24), *args[1], threads=threads, schedule="prefetch 4")
+
+
+class _ReadsRecorded:
+    """A graph that records which of its attributes a check reads."""
+
+    def __init__(self, graph: gnnc.Graph):
+        self._graph, self.read = graph, set()
+
+    def __getattr__(self, name: str):
+        self.read.add(name)
+        return getattr(self._graph, name)
+
+
+def test_the_run_check_reads_only_what_the_graph_class_holds():
+    """A new graph of a decided class skips `_check_runs` (`decision.class_hit`): that is sound
+    only while the check reads nothing of a graph but what `graph_class` puts in the key (and
+    the sizes its messages name). A check that reads more must go into `graph_class` too."""
+    square, bipartite = _random_graph(31), gnnc.Graph.from_coo([0, 5], [1, 2], shape=(6, 3))
+    kernels = [
+        gnnc.compile("kernel a(x: f32[V, F]) -> f32[V, F] { out[v] = sum(x[u]) }").a,
+        gnnc.compile("kernel b(x: f32[V, F]) -> f32[V, F] { out[v] = sum(x[u]) }", schedule="edges sorted").b,
+        gnnc.compile("kernel c(x: f32[V, 4]) -> f32[V, 4] { out[v] = sum(x[u]) }").c,
+        gnnc.compile((Path(__file__).parents[1] / "examples" / "rgcn.gnn").read_text()).rgcn,
+    ]
+    key_reads = {"bipartite", "has_relations", "edges_sorted"}
+    message_reads = {"num_src", "num_dst"}
+    for kernel in kernels:
+        for graph in (square, bipartite):
+            for dims in ({"F": 8}, {"F": 4}, {"K": 4, "N": 4}, {}):
+                recorded = _ReadsRecorded(graph)
+                try:
+                    decision._check_runs(kernel.name, kernel._abi, recorded, dims)
+                except gnnc.ArgumentError:
+                    assert recorded.read <= key_reads | message_reads
+                else:
+                    assert recorded.read <= key_reads, (kernel.name, recorded.read)
+    assert decision.graph_class(kernels[0], square, {"F": 8})[1:] == (False, False, square.edges_sorted)
