@@ -217,7 +217,11 @@ def _one_line(directives: str) -> str:
 
 def _shape(graph: Any, dims: dict[str, int]) -> str:
     """What a schedule decision depends on, for the log: V, E and the kernel's sizes."""
-    return f"V={graph.num_vertices} E={graph.num_edges} {_dims_text(tuple(dims.items()))}"
+    return _shape_text(graph.num_vertices, graph.num_edges, tuple(dims.items()))
+
+
+def _shape_text(v: int, e: int, dims: tuple[tuple[str, int], ...]) -> str:
+    return f"V={v} E={e} {_dims_text(dims)}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -251,11 +255,11 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
         # a CPU variant would replace what a cuda emulation is there to check
         reason = f"{kernel.name}: runs as compiled (its schedule was given, or it has no source to vary)"
         return _made(kernel, graph, dims, threads, None, Origin.AS_COMPILED, reason)
-    cls = heuristic.default_class(kernel, graph, dims)
-    if cls is None:
+    of_graph = graph_class(kernel, graph, dims)
+    if of_graph is None:
         return _default_made(kernel, graph, dims, threads)[0]
     memo = _CLASS_DECISIONS.setdefault(kernel, {})
-    key = _class_key(graph, dims, threads, cls)
+    key = _class_key(threads, dims, of_graph)
     hit = memo.get(key)
     if hit is None or not live(kernel, hit):
         hit = memo[key] = _default_made(kernel, graph, dims, threads)
@@ -285,7 +289,7 @@ def class_hit(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Cl
     memo = _CLASS_DECISIONS.get(kernel)
     if of_graph is None or memo is None:
         return None
-    hit = memo.get((threads, tuple(dims.items()), *of_graph))
+    hit = memo.get(_class_key(threads, dims, of_graph))
     return hit if hit is not None and live(kernel, hit) else None
 
 
@@ -297,11 +301,10 @@ class ClassReason:
 
     def __init__(self, head: str, graph: Any, dims: dict[str, int]):
         self.head = head
-        self.graph_shape = (graph.num_dst, graph.num_edges, tuple(dims.items()))
+        self.graph_shape = (graph.num_vertices, graph.num_edges, tuple(dims.items()))
 
     def __str__(self) -> str:
-        v, e, dims = self.graph_shape
-        return f"{self.head} for V={v} E={e} {_dims_text(dims)}"
+        return f"{self.head} for {_shape_text(*self.graph_shape)}"
 
 
 def class_call(
@@ -338,9 +341,9 @@ def _varies(kernel: Any) -> bool:
     )
 
 
-def _class_key(graph: Any, dims: dict[str, int], threads: int, cls: tuple) -> tuple:
-    # beside the class, what `_made` checks of the graph (`_check_runs`): `graph_class`'s
-    return (threads, tuple(dims.items()), cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
+def _class_key(threads: int, dims: dict[str, int], of_graph: tuple) -> tuple:
+    # the graph's part (`graph_class`): its class and what `_made` checks of it (`_check_runs`)
+    return (threads, tuple(dims.items()), *of_graph)
 
 
 def live(kernel: Any, hit: ClassHit) -> bool:

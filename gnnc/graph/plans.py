@@ -1161,8 +1161,6 @@ def _build(graph: Any, spec: PlanSpec) -> dict[str, Any]:
     order = destination_order(graph, spec.order)
     if spec.blocks is Blocks.WHOLE:
         blocks = _one_block(graph.num_vertices)
-    elif spec.threads == 1 and spec.blocks is Blocks.BALANCED and graph.num_vertices:
-        blocks = _one_block(graph.num_vertices)  # `block_count_for` one thread: one block
     else:
         n_blocks = block_count_for(graph, spec.threads)
         if spec.blocks is Blocks.EDGES:

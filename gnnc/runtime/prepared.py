@@ -20,9 +20,10 @@ arrays, a dict schedule) takes the checked way every time.
 A graph new to the kernel (every mini-batch block) with a call of a shape
 the kernel ran on another graph (the inputs' rows aside) reuses that
 call's layout: the rows are checked against the new graph, the decision
-made for it, and where it runs the same kernel, plans and workspace
-buffers, `rebound` puts the new graph's arrays and counts in the old
-layout's places (`runtime.module.Kernel._run_as_before`).
+made for it (a class decision's `Bound`, kept per layout and class of
+graph), and where it runs the same kernel, plans and workspace buffers,
+`Bound.on` puts the new graph's arrays and counts in the old layout's
+places (`runtime.module.Kernel._run_as_before`).
 
 On a 1,300-edge block this took a warm call's own cost from about 20 us to
 about 5 us (docs/design/training.md, "Per-call overhead").
@@ -84,7 +85,7 @@ class Prepared:
 
     def layout(self) -> Prepared:
         """This call without its graph's arrays (the fixed values left empty): what a kernel
-        keeps to lay out calls on other graphs (`rebound`, `bound`) without holding this
+        keeps to lay out calls on other graphs (`bound`) without holding this
         graph's plans alive, which for a large graph are gigabytes."""
         values = list(self.values)
         pointers = list(self.pointers)
@@ -95,13 +96,6 @@ class Prepared:
         return replace(
             self, results=(), values=values, pointers=tuple(pointers), reason="", keep=(None, self.keep[1]), unread=True
         )
-
-    def rebound(self, graph_arguments: Mapping[str, Any], decided: Decision, results: tuple) -> Prepared:
-        """This call (a `layout`) laid out for another graph: the same kernel, plan spec,
-        arguments and workspace buffers (`decided` must run the same as this call's decision,
-        on the other graph), that graph's arrays and counts in the fixed places, results of
-        `results`' shapes. What `make` would lay out there, without walking the ABI again."""
-        return self.bound(decided).on(graph_arguments, decided.workspace, results, decided.reason)
 
     def bound(self, decided: Decision) -> Bound:
         """This call (a `layout`) with `decided`'s arguments in place (`decided` must run the
