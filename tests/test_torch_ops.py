@@ -517,6 +517,45 @@ def test_eager_calls_skip_the_dispatcher_only_where_nothing_would_see_it():
     assert any(n.startswith("gnnc::") and n.endswith("_backward") for n in names), names
 
 
+def test_eager_backward_matches_the_dispatchers_for_each_wanted_set():
+    """An eager call's backward runs the gradient kernels on its forward's Graph, in its element
+    type, for the wanted inputs only (`KernelOps._eager_backward`); the dispatcher's backward op
+    (under a dispatch mode) gives the same gradients, float32 and float64."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Through(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    op = gt.kernel("kernel wsum(x: f32[V, F], w: f32[E]) -> f32[V, F] { out[v] = sum(w[e] * x[u]) }", "wsum")
+    for dtype in (torch.float32, torch.float64):
+        for wants in ((True, False), (False, True), (True, True)):
+            got = []
+            for mode in (None, Through):
+                x = torch.rand(V, 3, dtype=dtype, generator=torch.Generator().manual_seed(1))
+                w = torch.rand(E, dtype=dtype, generator=torch.Generator().manual_seed(2))
+                x.requires_grad_(wants[0])
+                w.requires_grad_(wants[1])
+                gout = torch.rand(V, 3, dtype=dtype, generator=torch.Generator().manual_seed(3))
+                if mode is None:
+                    op(EDGE_INDEX, x, w).backward(gout)
+                else:
+                    with mode():
+                        op(EDGE_INDEX, x, w).backward(gout)
+                got.append((x.grad, w.grad))
+            for (eager, dispatched), wanted in zip(zip(*got), wants):
+                assert (eager is None) == (not wanted) and (dispatched is None) == (not wanted)
+                if wanted:
+                    assert eager.dtype == dtype
+                    torch.testing.assert_close(eager, dispatched)
+
+
+def test_inputs_of_two_float_types_are_refused():
+    op = gt.kernel("kernel wsum(x: f32[V, F], w: f32[E]) -> f32[V, F] { out[v] = sum(w[e] * x[u]) }", "wsum")
+    with pytest.raises(gnnc.ArgumentError, match="all be float32 or all float64"):
+        op(EDGE_INDEX, torch.rand(V, 3), torch.rand(E, dtype=torch.float64))
+
+
 def test_an_input_the_gradient_does_not_read_is_not_kept_for_it(monkeypatch):
     """`out[v] = sum(w[e] * x[u])`: x's gradient reads w and the incoming gradient, not x; a
     training step keeps a one-element stand-in of x's shape (GCNConv's projected features, a

@@ -28,7 +28,7 @@ from gnnc.errors import ArgumentError
 from gnnc.graph.graph import Graph
 from gnnc.runtime.signature import NO_GRAPH, take_graph
 from gnnc.torch import cuda, graphs, ops
-from gnnc.torch.ops import direct
+from gnnc.torch.ops import PLAIN, direct
 from gnnc.torch.untraced import untraced
 
 #: Whether jit.trace is recording (public, but missing from torch.jit's __all__).
@@ -91,6 +91,7 @@ class Kernel:
         self.results = [r.name for r in self.ops.results]
         self._listing = f"{name} takes {len(self.params)} inputs ({', '.join(self.params)})"
         self._scalars = [_is_scalar(p) for p in self.ops.params]
+        self._any_scalar = any(self._scalars)
         self._rows_from = next((i for i, p in enumerate(self.ops.params) if p.domain == "V"), None)
         self._result_type = (
             collections.namedtuple(f"{name}_results", self.results, rename=True) if len(self.results) > 1 else None
@@ -216,6 +217,8 @@ class Kernel:
     def _tensors(self, values: list[Any], graph: Any) -> list[torch.Tensor]:
         """The inputs as tensors of one dtype; scalar parameters as 0-d tensors (a number
         on the inputs' device, so that a CUDA call holds no CPU tensor)."""
+        if _plain_cpu_inputs(values, graph, self._any_scalar):
+            return values
         values = _autocast(values)
         for p, v in zip(self.params, values):
             if isinstance(v, torch.Tensor):
@@ -302,6 +305,19 @@ def eager() -> bool:
     (torch.compile, export, jit.trace, functorch's grad and vmap): it may then take
     `KernelOps.eager`'s autograd Function, or the op below autograd."""
     return not (torch.compiler.is_compiling() or _jit_tracing() or torch._C._are_functorch_transforms_active())
+
+
+def _plain_cpu_inputs(values: list[Any], graph: Any, any_scalar: bool) -> bool:
+    """Whether a call's inputs pass `Kernel._tensors` as they are, told at a glance: a
+    kernel without scalar parameters, every input a plain CPU tensor of the first one's
+    float type (autocast casts half precision only), the graph a CPU tensor or a Graph.
+    Anything else takes the checks, which also name what is wrong."""
+    if any_scalar or not values or not (isinstance(graph, Graph) or (type(graph) in PLAIN and graph.is_cpu)):
+        return False
+    dtype = values[0].dtype if type(values[0]) in PLAIN else None
+    if dtype not in ops.DTYPES:
+        return False
+    return all(type(v) in PLAIN and v.dtype is dtype and v.is_cpu for v in values)
 
 
 def _keeps_for_backward(tensors: list[torch.Tensor]) -> bool:

@@ -196,7 +196,7 @@ def call_device(name: str, tensors: Sequence[torch.Tensor]) -> torch.device:
 
 
 #: The tensor types an eager call may take past the dispatcher (no subclass dispatches on them).
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def direct(args: Sequence[Any]) -> bool:
@@ -207,7 +207,7 @@ def direct(args: Sequence[Any]) -> bool:
     if torch._C._len_torch_dispatch_stack() or torch._C._autograd._profiler_enabled():
         return False
     for a in args:
-        if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN or not a.is_cpu):
+        if isinstance(a, torch.Tensor) and (type(a) not in PLAIN or not a.is_cpu):
             return False
     return True
 
@@ -260,7 +260,9 @@ class KernelOps:
             self.grad_error = exc
         self._lock = threading.Lock()
         self._forward_kernels: dict[str, Any] = {}
-        self._gradients: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._gradient_kernels: dict[tuple[str, tuple[str, ...]], Any] = {}
+        #: the names of the wanted inputs by mask (`_wanted_names`)
+        self._names_of: dict[tuple[bool, ...], tuple[str, ...]] = {}
         #: the forward ops as autograd Functions for eager calls, plain and saving (`eager`)
         self._eager: list[Any] = [None, None]
         self.cuda = cuda.CudaVariants(source, name, options)
@@ -410,18 +412,18 @@ class KernelOps:
             raise self.grad_error
         everything = tuple(p.name for p in self.params)
         wanted = everything if wanted is None else wanted
-        grad = self._gradients.get((dtype, wanted))
+        grad = self._gradient_kernels.get((dtype, wanted))
         if grad is not None:
             return grad
         with self._lock:
-            full = self._gradients.get((dtype, everything))
+            full = self._gradient_kernels.get((dtype, everything))
             if full is None:
                 source = variant_source(self.source, self.signature.dtype, dtype)
                 full = api.compile_grad(source, self.name, **self.options)
-                self._gradients[(dtype, everything)] = full
+                self._gradient_kernels[(dtype, everything)] = full
             if wanted != everything:
-                self._gradients[(dtype, wanted)] = full.restricted_to(wanted)
-        return self._gradients[(dtype, wanted)]
+                self._gradient_kernels[(dtype, wanted)] = full.restricted_to(wanted)
+        return self._gradient_kernels[(dtype, wanted)]
 
     # --------------------------------------------------------- implementations
 
@@ -444,21 +446,22 @@ class KernelOps:
         """The forward op's CPU implementation: the dispatcher's, and eager calls' (`direct`)."""
         return self._forward_on(args)[0]
 
-    def _forward_on(self, args: tuple) -> tuple[Any, Graph]:
-        """`forward_impl`'s result, and the Graph it ran on (an eager call's backward takes it)."""
+    def _forward_on(self, args: tuple) -> tuple[Any, Graph, str]:
+        """`forward_impl`'s result, the Graph it ran on and the element type (an eager call's
+        backward takes both)."""
         graph, dtype, arrays, threads, _ = self._call_arrays(args)
         out = self.forward_kernel(dtype)(graph, *arrays, threads=threads)
-        return self._packed(self._result_tensors(out, self.results)), graph
+        return self._packed(self._result_tensors(out, self.results)), graph, dtype
 
     def saving_impl(self, *args: Any) -> Any:
         """The saving forward op's CPU implementation (results, then what the gradient reuses)."""
         return self._saving_on(args)[0]
 
-    def _saving_on(self, args: tuple) -> tuple[Any, Graph]:
+    def _saving_on(self, args: tuple) -> tuple[Any, Graph, str]:
         graph, dtype, arrays, threads, _ = self._call_arrays(args)
         out, saved = self.gradient(dtype).forward(graph, *arrays, threads=threads)
         tensors = self._result_tensors(out, self.results)
-        return self._packed(tensors + [torch.from_numpy(saved[s.name]) for s in self.saved]), graph
+        return self._packed(tensors + [torch.from_numpy(saved[s.name]) for s in self.saved]), graph, dtype
 
     def backward_impl(self, *args: Any, graph: Graph | None = None) -> Any:
         """The backward op's CPU implementation: the wanted inputs' gradients, empty tensors else.
@@ -467,21 +470,44 @@ class KernelOps:
         graph, dtype, arrays, threads, rest = self._call_arrays(args, kept=True, graph=graph)
         n = len(self.results)
         gouts, saved, wanted = rest[:n], rest[n], rest[n + 1]
-        names = tuple(p.name for p, w in zip(self.params, wanted) if w)
         params = self._split(args)[3]
+        return self._packed(self._gradients(graph, dtype, threads, params, arrays, gouts, saved, wanted))
+
+    def _wanted_names(self, wanted: Sequence[bool]) -> tuple[str, ...]:
+        """The names of the `wanted` inputs (made once per mask: every backward asks)."""
+        key = tuple(bool(w) for w in wanted)
+        names = self._names_of.get(key)
+        if names is None:
+            names = self._names_of[key] = tuple(p.name for p, w in zip(self.params, key) if w)
+        return names
+
+    def _gradients(
+        self,
+        graph: Graph,
+        dtype: str,
+        threads: int,
+        params: Sequence[torch.Tensor],
+        arrays: Sequence[np.ndarray],
+        gouts: Sequence[torch.Tensor],
+        saved: Sequence[torch.Tensor],
+        wanted: Sequence[bool],
+    ) -> list[torch.Tensor]:
+        """The wanted inputs' gradients by the CPU gradient kernels on `graph` (`arrays`: the
+        inputs as the kernels take them), empty tensors for the others."""
+        names = self._wanted_names(wanted)
         if not names:
-            return self._packed([t.new_empty(0) for t in params])
-        gout: Any = {r.name: _array(g) for r, g in zip(self.results, gouts)}
+            return [t.new_empty(0) for t in params]
+        gout: Any
         if len(self.results) == 1:
-            gout = gout[self.results[0].name]
+            gout = _array(gouts[0])
+        else:
+            gout = {r.name: _array(g) for r, g in zip(self.results, gouts)}
         kept = {s.name: _array(t) for s, t in zip(self.saved, saved)} if saved else None
         grads = self.gradient(dtype, names)(graph, *arrays, gout=gout, saved=kept, threads=threads)
-        return self._packed(
-            [
-                torch.from_numpy(_contiguous(grads[p.name])) if w else t.new_empty(0)
-                for p, t, w in zip(self.params, params, wanted)
-            ]
-        )
+        return [
+            torch.from_numpy(_contiguous(grads[p.name])) if w else t.new_empty(0)
+            for p, t, w in zip(self.params, params, wanted)
+        ]
 
     # ---------------------------------------------------- CUDA implementations
 
@@ -622,11 +648,40 @@ class KernelOps:
         if torch.is_grad_enabled():  # create_graph=True: the backward op's autograd raises the clear error
             out = self.backward(*arguments)
         elif direct((*graph_args, *params, *gouts)):
-            out = self.backward_impl(*arguments, graph=getattr(ctx, "gnnc_graph", None))
+            ran = getattr(ctx, "gnnc_ran", None)
+            out = self.backward_impl(*arguments, graph=ran[0] if ran else None)
         else:
             with torch._C._AutoDispatchBelowAutograd():  # as torch's own wrapper would, without its Python
                 out = self.backward(*arguments)
         out = (out,) if n == 1 else out
+        return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
+
+    def _eager_backward(self, ctx: Any, grads: tuple) -> tuple:
+        """The eager Function's backward: where its forward ran the CPU code (`direct`), the
+        gradient kernels run on that forward's Graph in its element type, the saved tensors
+        taken as they are (`_gradients`), without the op's argument tuple and its second
+        look at devices and types; else, and under create_graph, `_autograd_backward`."""
+        ran = ctx.gnnc_ran
+        if not ran or torch.is_grad_enabled():
+            return self._autograd_backward(ctx, *grads)
+        n, lead = len(self.params), self._lead
+        wanted = ctx.needs_input_grad[lead : lead + n]
+        if not any(wanted):
+            return (None,) * (lead + 1 + n)
+        if self.backward is None:
+            raise self.grad_error or CompileError(f"{self.name}: no gradient kernels")
+        gouts = [
+            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
+        ]
+        tensors = ctx.saved_tensors
+        k = 2 if self.relational else 1
+        params, saved = tensors[k : k + n], tensors[k + n :]
+        if not direct((*params, *gouts)):  # a gradient that is a tensor subclass: the dispatcher's way
+            return self._autograd_backward(ctx, *grads)
+        graph, dtype = ran
+        threads = _threads(ctx.gnnc_call[1])
+        out = self._gradients(graph, dtype, threads, params, [_kept_array(t) for t in params], gouts, saved, wanted)
         return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
 
     def eager(self, saving: bool) -> Any:
@@ -643,19 +698,19 @@ class KernelOps:
                 @staticmethod
                 def forward(ctx: Any, *inputs: Any) -> Any:
                     ctx.set_materialize_grads(False)  # a result the loss does not use comes as None
-                    graph = None
+                    ran = None
                     if direct(inputs):
-                        output, graph = (ops._saving_on if saving else ops._forward_on)(inputs)
+                        output, *ran = (ops._saving_on if saving else ops._forward_on)(inputs)
                     else:
                         with torch._C._AutoDispatchBelowAutograd():
                             output = (ops.forward_saving if saving else ops.forward)(*inputs)
                     ops._setup(ctx, inputs, output, saving)
-                    ctx.gnnc_graph = graph  # its backward runs on the same graph
+                    ctx.gnnc_ran = ran  # its backward runs on the same graph, in the same type
                     return output
 
                 @staticmethod
                 def backward(ctx: Any, *grads: Any) -> Any:
-                    return ops._autograd_backward(ctx, *grads)
+                    return ops._eager_backward(ctx, grads)
 
             Eager.__name__ = Eager.__qualname__ = f"{self.base}{'_forward' if saving else ''}"
             made = self._eager[saving] = Eager
@@ -672,6 +727,7 @@ class KernelOps:
 __all__ = [
     "DTYPES",
     "NAMESPACE",
+    "PLAIN",
     "CudaCall",
     "KernelOps",
     "call_device",
