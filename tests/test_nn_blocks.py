@@ -338,3 +338,59 @@ def test_warm_up_refuses_what_gnnc_cannot_run():
         gnn.warm_up(gnn.SAGEConv(4, 4), dtype=torch.float16)
     with pytest.raises(ArgumentError, match="CPU and CUDA"):
         gnn.warm_up(gnn.SAGEConv(4, 4), device="meta")
+
+
+def test_a_run_of_new_blocks_across_graph_classes_gives_pygs_results():
+    """Layers called on a random run of new blocks, as mini-batch training calls them: a block of
+    a class decided before takes that decision's bound call (`Kernel._run_as_before`) without
+    deciding or checking again, so the run crosses what a class holds (edge counts either side
+    of SPECIALIZE_MIN_EDGES, edges grouped by destination or not, a hub, empty blocks, one
+    and two threads) in an order that revisits each, against PyG's layer in float64 as oracle,
+    forward and the features' gradient (float32 sums over a hub's in-edges drift with its
+    degree, PyG's as gnnc's: the tolerance grows with it)."""
+    from gnnc.autotune import heuristic
+
+    big = heuristic.SPECIALIZE_MIN_EDGES
+    rng = np.random.default_rng(7)
+    torch.manual_seed(7)
+    layers = {
+        "sage_mean": (gnn.SAGEConv(IN, 6, aggr="mean"), pyg_nn.SAGEConv(IN, 6, aggr="mean")),
+        "sage_max": (gnn.SAGEConv(IN, 6, aggr="max"), pyg_nn.SAGEConv(IN, 6, aggr="max")),
+        "gat": (
+            gnn.GATConv(IN, 6, heads=3, add_self_loops=False),
+            pyg_nn.GATConv(IN, 6, heads=3, add_self_loops=False),
+        ),
+        "graph": (gnn.GraphConv(IN, 6), pyg_nn.GraphConv(IN, 6)),
+    }
+    for ours, theirs in layers.values():
+        theirs.load_state_dict(ours.state_dict())
+        theirs.double()
+    threads = torch.get_num_threads()
+    try:
+        for step in range(48):
+            name = list(layers)[step % len(layers)]
+            ours, theirs = layers[name]
+            e = int(rng.choice([0, 7, 900, big - 1, big, big + 5]))
+            num_src = int(rng.choice([1, 60, 900]))
+            num_dst = min(num_src, int(rng.choice([1, 25, 900])))
+            src, dst = torch.randint(0, num_src, (e,)), torch.randint(0, num_dst, (e,))
+            if rng.random() < 0.5:  # listed destination by destination, as samplers give them
+                order = torch.argsort(dst, stable=True)
+                src, dst = src[order], dst[order]
+            if e and rng.random() < 0.25:  # a hub
+                dst[: e // 2] = 0
+            torch.set_num_threads(int(rng.choice([1, 2])))
+            x = torch.randn(num_src, IN, requires_grad=True)
+            x64 = x.detach().double().requires_grad_()
+            edge_index = torch.stack([src, dst])
+            got = ours((x, x[:num_dst]), edge_index, size=(num_src, num_dst))
+            want = theirs((x64, x64[:num_dst]), edge_index, size=(num_src, num_dst))
+            gout = torch.randn(want.shape, dtype=torch.float64)
+            (got_x,) = torch.autograd.grad(got, x, gout.float())
+            (want_x,) = torch.autograd.grad(want, x64, gout)
+            what = f"step {step}: {name} on {e} edges {num_src}->{num_dst}"
+            rtol = 2e-4 + 2e-8 * (int(torch.bincount(dst).max()) if e else 0)
+            close(got, want, what, rtol)
+            close(got_x, want_x, what, rtol)
+    finally:
+        torch.set_num_threads(threads)
