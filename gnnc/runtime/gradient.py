@@ -219,9 +219,6 @@ class Gradient:
         #: `reads()`, once computed
         self._reads: frozenset[str] | None = None
         self._reads_known = False
-        #: the module's kernels by name, looked up once (a module's attribute lookup is its
-        #: `__getattr__`); shared by copies, which keep the module
-        self._kernel_of: dict[str, Any] = {}
 
     def with_arrays(self, arrays: HostArrays) -> Gradient:
         """A copy that calls its kernels and treats their arrays through `arrays`."""
@@ -244,11 +241,6 @@ class Gradient:
         pruned.constant = [c for c in self.constant if c in wanted]
         pruned._reads_known = False
         return pruned
-
-    def _multiplies(self) -> bool:
-        """Whether a kernel's part goes through a dense product (a factor, a relation's ends),
-        which runs on the call's workers."""
-        return any(factor or relation in ("u", "v") for _, _, _, _, _, factor, relation, _, _, _ in self.kernels)
 
     def reads(self) -> frozenset[str] | None:
         """The forward inputs whose values these kernels may read; None where that cannot be
@@ -356,14 +348,12 @@ class Gradient:
                 f"below 2^24 edges; this graph has {graph.num_edges}: use float64"
             )
         values: dict[str, np.ndarray] = {}
-        if saved:
-            unknown = sorted(set(saved) - set(self.saved))
-            if unknown:
-                raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
-            values.update(saved)
+        unknown = sorted(set(saved or {}) - set(self.saved))
+        if unknown:
+            raise ArgumentError(f"{self.name}: saved= has {', '.join(unknown)}, which forward() does not give")
+        values.update(saved or {})
         square = not graph.bipartite
-        # the weight products' workers (runtime/products.py); threads=None resolves the environment
-        workers = resolve_threads(threads) if threads is not None or self._multiplies() else 1
+        workers = resolve_threads(threads)  # the weight products' (runtime/products.py)
         by_pairs = self.pair_module is not None and arrays.pair_sums
         summed: dict[str, Any] = {}  # pair sums by kernel: a weight's and an input's gradient share them
         taken: list[tuple[tuple, Any]] = []  # kept arrays this call wrote, given back at its end
@@ -417,9 +407,7 @@ class Gradient:
                     )
                     part = t if part is None else arrays.add_parts(part, t)
             else:
-                kernel = self._kernel_of.get(name)
-                if kernel is None:
-                    kernel = self._kernel_of[name] = getattr(self.module, name)
+                kernel = getattr(self.module, name)
                 if graph.bipartite:
                     call = _leading_rows(kernel, g, call)
                 part = arrays.run(kernel, g, call, threads)
