@@ -639,11 +639,7 @@ class KernelOps:
         sizes, threads = ctx.gnnc_call
         # edge_index, num_src, num_dst (, edge_type, num_relations): the forward op's graph arguments
         graph_args = (graph_tensors[0], *sizes[:2], *((graph_tensors[1], sizes[2]) if self.relational else ()))
-        # a result the loss does not use may come as None: its gradient is zero
-        gouts = [
-            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
-        ]
+        gouts = self._incoming(ctx, grads)
         arguments = (*graph_args, *params, *gouts, list(saved), wanted, threads)
         if torch.is_grad_enabled():  # create_graph=True: the backward op's autograd raises the clear error
             out = self.backward(*arguments)
@@ -655,6 +651,14 @@ class KernelOps:
                 out = self.backward(*arguments)
         out = (out,) if n == 1 else out
         return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
+
+    @staticmethod
+    def _incoming(ctx: Any, grads: tuple) -> list[torch.Tensor]:
+        """The results' incoming gradients; one the loss does not use comes as None: zeros."""
+        return [
+            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
+        ]
 
     def _eager_backward(self, ctx: Any, grads: tuple) -> tuple:
         """The eager Function's backward: where its forward ran the CPU code (`direct`), the
@@ -670,10 +674,7 @@ class KernelOps:
             return (None,) * (lead + 1 + n)
         if self.backward is None:
             raise self.grad_error or CompileError(f"{self.name}: no gradient kernels")
-        gouts = [
-            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
-        ]
+        gouts = self._incoming(ctx, grads)
         tensors = ctx.saved_tensors
         k = 2 if self.relational else 1
         params, saved = tensors[k : k + n], tensors[k + n :]
