@@ -519,7 +519,7 @@ def test_eager_calls_skip_the_dispatcher_only_where_nothing_would_see_it():
 
 def test_eager_backward_matches_the_dispatchers_for_each_wanted_set():
     """An eager call's backward runs the gradient kernels on its forward's Graph, in its element
-    type, for the wanted inputs only (`KernelOps._eager_backward`); the dispatcher's backward op
+    type, for the wanted inputs only (`KernelOps._autograd_backward`); the dispatcher's backward op
     (under a dispatch mode) gives the same gradients, float32 and float64."""
     from torch.utils._python_dispatch import TorchDispatchMode
 

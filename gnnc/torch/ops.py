@@ -427,13 +427,10 @@ class KernelOps:
 
     # --------------------------------------------------------- implementations
 
-    def _call_arrays(
-        self, args: tuple, kept: bool = False, graph: Graph | None = None
-    ) -> tuple[Any, str, list[np.ndarray], int, tuple]:
+    def _call_arrays(self, args: tuple, kept: bool = False) -> tuple[Any, str, list[np.ndarray], int, tuple]:
         edge_index, num_src, num_dst, params, rest = self._split(args)
         call_device(self.name, [edge_index, *params])
-        if graph is None:
-            graph = self._graph(args)
+        graph = self._graph(args)
         dtype = dtype_name(params, self.signature.dtype)
         convert = _kept_array if kept else _array
         return graph, dtype, [convert(t) for t in params], _threads(rest[-1] if rest else None), rest
@@ -463,11 +460,9 @@ class KernelOps:
         tensors = self._result_tensors(out, self.results)
         return self._packed(tensors + [torch.from_numpy(saved[s.name]) for s in self.saved]), graph, dtype
 
-    def backward_impl(self, *args: Any, graph: Graph | None = None) -> Any:
-        """The backward op's CPU implementation: the wanted inputs' gradients, empty tensors else.
-        `graph`: the Graph of the call's graph arguments, where the caller has it (an eager
-        call's forward ran on it): the edge_index is not looked up again."""
-        graph, dtype, arrays, threads, rest = self._call_arrays(args, kept=True, graph=graph)
+    def backward_impl(self, *args: Any) -> Any:
+        """The backward op's CPU implementation: the wanted inputs' gradients, empty tensors else."""
+        graph, dtype, arrays, threads, rest = self._call_arrays(args, kept=True)
         n = len(self.results)
         gouts, saved, wanted = rest[:n], rest[n], rest[n + 1]
         params = self._split(args)[3]
@@ -639,50 +634,27 @@ class KernelOps:
         sizes, threads = ctx.gnnc_call
         # edge_index, num_src, num_dst (, edge_type, num_relations): the forward op's graph arguments
         graph_args = (graph_tensors[0], *sizes[:2], *((graph_tensors[1], sizes[2]) if self.relational else ()))
-        gouts = self._incoming(ctx, grads)
+        # a result the loss does not use may come as None: its gradient is zero
+        gouts = [
+            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
+        ]
         arguments = (*graph_args, *params, *gouts, list(saved), wanted, threads)
+        ran = getattr(ctx, "gnnc_ran", None)  # (Graph, dtype) where an eager forward ran the CPU code
         if torch.is_grad_enabled():  # create_graph=True: the backward op's autograd raises the clear error
             out = self.backward(*arguments)
+        elif ran and direct((*params, *gouts)):
+            # the gradient kernels on that forward's Graph, in its type, the saved tensors as they are:
+            # not the op's implementation, which would look at devices, types and the graph again
+            graph, dtype = ran
+            arrays = [_kept_array(t) for t in params]
+            out = self._packed(self._gradients(graph, dtype, _threads(threads), params, arrays, gouts, saved, wanted))
         elif direct((*graph_args, *params, *gouts)):
-            ran = getattr(ctx, "gnnc_ran", None)
-            out = self.backward_impl(*arguments, graph=ran[0] if ran else None)
+            out = self.backward_impl(*arguments)
         else:
             with torch._C._AutoDispatchBelowAutograd():  # as torch's own wrapper would, without its Python
                 out = self.backward(*arguments)
         out = (out,) if n == 1 else out
-        return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
-
-    @staticmethod
-    def _incoming(ctx: Any, grads: tuple) -> list[torch.Tensor]:
-        """The results' incoming gradients; one the loss does not use comes as None: zeros."""
-        return [
-            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, (shape, dtype, device) in zip(grads, ctx.gnnc_results)
-        ]
-
-    def _eager_backward(self, ctx: Any, grads: tuple) -> tuple:
-        """The eager Function's backward: where its forward ran the CPU code (`direct`), the
-        gradient kernels run on that forward's Graph in its element type, the saved tensors
-        taken as they are (`_gradients`), without the op's argument tuple and its second
-        look at devices and types; else, and under create_graph, `_autograd_backward`."""
-        ran = ctx.gnnc_ran
-        if not ran or torch.is_grad_enabled():
-            return self._autograd_backward(ctx, *grads)
-        n, lead = len(self.params), self._lead
-        wanted = ctx.needs_input_grad[lead : lead + n]
-        if not any(wanted):
-            return (None,) * (lead + 1 + n)
-        if self.backward is None:
-            raise self.grad_error or CompileError(f"{self.name}: no gradient kernels")
-        gouts = self._incoming(ctx, grads)
-        tensors = ctx.saved_tensors
-        k = 2 if self.relational else 1
-        params, saved = tensors[k : k + n], tensors[k + n :]
-        if not direct((*params, *gouts)):  # a gradient that is a tensor subclass: the dispatcher's way
-            return self._autograd_backward(ctx, *grads)
-        graph, dtype = ran
-        threads = _threads(ctx.gnnc_call[1])
-        out = self._gradients(graph, dtype, threads, params, [_kept_array(t) for t in params], gouts, saved, wanted)
         return (*(None,) * lead, *(g if w else None for g, w in zip(out, wanted)), None)
 
     def eager(self, saving: bool) -> Any:
@@ -711,7 +683,7 @@ class KernelOps:
 
                 @staticmethod
                 def backward(ctx: Any, *grads: Any) -> Any:
-                    return ops._eager_backward(ctx, grads)
+                    return ops._autograd_backward(ctx, *grads)
 
             Eager.__name__ = Eager.__qualname__ = f"{self.base}{'_forward' if saving else ''}"
             made = self._eager[saving] = Eager
