@@ -155,6 +155,8 @@ class CompileResult:
     metadata: dict
     stages: dict[str, str]
     object_code: bytes | None = None
+    #: C compiled into the shared object beside object_code: the kernels' COO entries
+    c_source: str | None = None
     #: the cuda target's PTX, metadata comment first
     ptx: str | None = None
 
@@ -400,11 +402,14 @@ def _emit_cpu(
     stop_after: str | None,
 ) -> CompileResult:
     """LLVM IR with the metadata record embedded, optimised to object code (CPU, cuda-emulation)."""
-    from gnnc.target.cpu import codegen
+    from gnnc.target.cpu import c_helpers, codegen
     from gnnc.target.llvm.translate import translate_module
 
     target = codegen.resolve_cpu(options.cpu)
     kernels = _kernel_records(module, signatures)
+    for k in kernels:
+        if c_helpers.has_coo_entry(abi.AbiRecord.from_dict(k["abi"])):
+            k["coo"] = abi.coo_symbol(k["symbol"])
     result.metadata = _metadata(
         "gnnc-shared-object", source, file, options, {"target": options.target, "cpu": target.metadata()}, kernels
     )
@@ -417,6 +422,7 @@ def _emit_cpu(
     record("llvm-opt", lambda: opt_ir)
     record("emit-asm", lambda: asm)
     result.object_code = obj
+    result.c_source = c_helpers.coo_entries(result.metadata)
     return result
 
 
@@ -481,7 +487,7 @@ def write_shared_object(result: CompileResult, out_path: str | os.PathLike) -> N
     from gnnc.target.cpu import codegen
 
     assert result.object_code is not None
-    codegen.link_shared_object(result.object_code, Path(out_path))
+    codegen.link_shared_object(result.object_code, Path(out_path), c_source=result.c_source)
 
 
 # ---------------------------------------------------------------- the cache
@@ -598,7 +604,7 @@ def compile_cached(source: str, file: str = "<string>", options: CompileOptions 
     def build() -> bytes:
         result = compile_source(source, file, options, keep_stages=False)
         assert result.object_code is not None
-        return codegen.shared_object_bytes(result.object_code)
+        return codegen.shared_object_bytes(result.object_code, c_source=result.c_source)
 
     options = options or CompileOptions()
     return _cached(source, file, options, ".so", build)

@@ -100,6 +100,35 @@ def arity_symbol(symbol: str) -> str:
     return f"{symbol}.nargs"
 
 
+#: A CPU kernel's COO entry, `int gnnc_K__coo(...)` (`coo_symbol`): its graph built from COO
+#: edges, its plan prepared, the kernel called and everything freed, in one function the linker
+#: compiles into the shared object from the header's C helpers (`target/cpu/c_helpers.py`); the
+#: kernel's metadata record names it under "coo" where the kernel has one (a CPU kernel reading
+#: no relation types, not compiled for sorted edge ids). Its arguments, in order, and whether
+#: each is a pointer: the counts, the edges `src[e] -> dst[e]` (int64, ids checked), the
+#: workers, the dims in the record's `dims` order (int64), and an array of the kernel's
+#: inputs' then results' addresses in declaration order. It returns 0, or a `COO_ERRORS` code
+#: with no result written.
+COO_ENTRY_ARGUMENTS: tuple[tuple[str, bool], ...] = (
+    ("num_src", False),
+    ("num_dst", False),
+    ("num_edges", False),
+    ("src", True),
+    ("dst", True),
+    ("num_threads", False),
+    ("dims", True),
+    ("args", True),
+)
+
+#: What a COO entry's nonzero return means (GNNC_ERROR_MEMORY, GNNC_ERROR_ARGUMENT of the helpers).
+COO_ERRORS = {1: "an allocation failed", 2: "an id out of range, a bad thread count or bad dims"}
+
+
+def coo_symbol(symbol: str) -> str:
+    """The COO entry's name for kernel symbol `symbol` (two underscores: no kernel's own suffix)."""
+    return f"{symbol}__coo"
+
+
 #: The last bytes of every gnnc shared object, written at link time
 #: (`target/cpu/codegen.link_shared_object`): this marker, then the SHA-256 of
 #: every byte before the marker. The dynamic linker maps what the ELF program

@@ -9,6 +9,13 @@ field per graph or schedule argument (named as in `abi.kernel_arguments`),
 and `gnnc_K_prepare` / `gnnc_K_run` / `gnnc_K_free`: the C counterpart of
 what `runtime/module.py` passes a kernel. A plan only has to be valid, not
 equal to the Python runtime's (see `SHARED`'s comments for what is computed).
+
+`coo_entries` writes, for the kernels that have one (`has_coo_entry`), an
+exported `gnnc_K__coo`: graph, plan, call and frees in one function, which
+the linker compiles into the shared object beside the kernels. The Python
+runtime calls it for a graph it has not seen (a mini-batch block): one
+foreign call where building a `gnnc.Graph`, its plans and a prepared call in
+Python cost several times the kernel on a small block.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from gnnc.ir import abi
 
 #: Marks the shared helpers as defined; one per ABI version, so headers of one version share them.
 HELPERS_GUARD = f"GNNC_HELPERS_ABI{abi.ABI_VERSION}"
+
+#: C types of the kernels' float types.
+C_TYPES = {"f32": "float", "f64": "double"}
 
 SHARED = r"""/* ------------------------------------------------------------------ helpers
  *
@@ -588,7 +598,8 @@ def kernel_helpers(kernel: dict, arguments: Sequence[abi.Argument], float_type: 
     run_args = ", ".join(f"{a.c_type(t)}{a.name}" for a in params)
     lines += [
         f"/* Calls {symbol} on a prepared plan: inputs, then results, in declaration order. */",
-        f"static inline void gnnc_{name}_run(const {plan} *p{', ' if run_args else ''}{run_args})",
+        # the plan is `gnnc__plan`: a kernel's parameters take their own names (one may be `p`)
+        f"static inline void gnnc_{name}_run(const {plan} *gnnc__plan{', ' if run_args else ''}{run_args})",
         "{",
     ]
     values = []
@@ -596,11 +607,11 @@ def kernel_helpers(kernel: dict, arguments: Sequence[abi.Argument], float_type: 
         if a.group in (abi.Group.PARAMS, abi.Group.RESULTS):
             values.append(a.name)
         elif a.name == "num_vertices":
-            values.append("p->graph->num_dst")
+            values.append("gnnc__plan->graph->num_dst")
         elif a.name == "num_edges":
-            values.append("p->graph->num_edges")
+            values.append("gnnc__plan->graph->num_edges")
         else:
-            values.append(f"p->{a.name}")
+            values.append(f"gnnc__plan->{a.name}")
     lines.append(f"    {symbol}({', '.join(values)});")
     lines += ["}", ""]
     return "\n".join(lines)
@@ -782,3 +793,81 @@ def _prepare(name: str, plan: str, record: abi.AbiRecord, arguments: Sequence[ab
         alloc("acc_rows", f"{rows} * ({_sum_expression(record.acc_rows, dims)})", t)
     lines += ["    return GNNC_OK;", "fail:", f"    gnnc_{name}_free(p);", "    return status;", "}", ""]
     return lines
+
+
+def has_coo_entry(record: abi.AbiRecord) -> bool:
+    """Whether a kernel gets a `gnnc_K__coo` entry: a CPU kernel whose plan needs nothing but the
+    edges (no relation types, no ids sorted by destination, which COO edges need not be)."""
+    return record.grid is None and not (
+        record.relations or record.relation_degrees or record.pairs or record.edges_sorted
+    )
+
+
+#: The C types of a COO entry's arguments (`abi.COO_ENTRY_ARGUMENTS`).
+_COO_TYPES = {
+    "src": "const int64_t *",
+    "dst": "const int64_t *",
+    "dims": "const int64_t *",
+    "args": "void *const *",
+}
+
+
+def coo_prototype(symbol: str) -> str:
+    """`symbol(arguments)` of a COO entry, its arguments as `abi.COO_ENTRY_ARGUMENTS` lists them."""
+    arguments = ", ".join(
+        f"{_COO_TYPES[name]}{name}" if pointer else f"int64_t {name}" for name, pointer in abi.COO_ENTRY_ARGUMENTS
+    )
+    return f"{symbol}({arguments})"
+
+
+def coo_entry(kernel: dict, arguments: Sequence[abi.Argument], float_type: str) -> str:
+    """A kernel's COO entry: `gnnc_graph_from_coo`, `gnnc_K_prepare`, `gnnc_K_run` and the frees."""
+    name = kernel["name"]
+    params = [a for a in arguments if a.group in (abi.Group.PARAMS, abi.Group.RESULTS)]
+    values = [
+        f"({a.c_type(float_type)})args[{i}]" if a.pointer else f"*(const {a.c_type(float_type)} *)args[{i}]"
+        for i, a in enumerate(params)
+    ]
+    return "\n".join(
+        [
+            f"/* {name} on the graph of num_edges edges src[e] -> dst[e] with num_threads workers and",
+            " * dims in the kernel's dims order: args are its inputs, then its results, in declaration",
+            " * order. GNNC_OK, or an error code and no result written. */",
+            f"int {coo_prototype(kernel['coo'])}",
+            "{",
+            "    gnnc_graph g;",
+            f"    gnnc_{name}_plan p;",
+            "    int status = gnnc_graph_from_coo(&g, num_src, num_dst, num_edges, src, dst);",
+            "    if (status != GNNC_OK)",
+            "        return status;",
+            f"    status = gnnc_{name}_prepare(&p, &g, num_threads, dims);",
+            "    if (status == GNNC_OK) {",
+            f"        gnnc_{name}_run(&p{''.join(', ' + v for v in values)});",
+            f"        gnnc_{name}_free(&p);",
+            "    }",
+            "    gnnc_graph_free(&g);",
+            "    return status;",
+            "}",
+            "",
+        ]
+    )
+
+
+def coo_entries(metadata: dict) -> str | None:
+    """The C source of the COO entries of a shared object's kernels (metadata: its record, each
+    kernel with an entry naming it in "coo"); None where no kernel has one."""
+    kernels = [k for k in metadata["kernels"] if k.get("coo")]
+    if not kernels:
+        return None
+    lines = ["#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>", "", SHARED]
+    for k in kernels:
+        record = abi.AbiRecord.from_dict(k["abi"])
+        arguments = abi.kernel_arguments(record, [p["name"] for p in k["params"]], [r["name"] for r in k["results"]])
+        float_type = C_TYPES[k["dtype"]]
+        prototype = ", ".join(f"{a.c_type(float_type)}{'' if a.pointer else ' '}{a.name}" for a in arguments)
+        lines += [
+            f"void {k['symbol']}({prototype});",
+            kernel_helpers(k, arguments, float_type),
+            coo_entry(k, arguments, float_type),
+        ]
+    return "\n".join(lines)

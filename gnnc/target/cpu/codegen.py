@@ -230,9 +230,12 @@ def _references_openmp(object_bytes: bytes) -> bool:
     return re.search(rb"\0(GOMP_|omp_)", object_bytes) is not None
 
 
-def shared_object_bytes(object_bytes: bytes, *, extra_libs: tuple[str, ...] = ("gomp",)) -> bytes:
+def shared_object_bytes(
+    object_bytes: bytes, *, extra_libs: tuple[str, ...] = ("gomp",), c_source: str | None = None
+) -> bytes:
     """Links an object into a shared object with the system C compiler; returns its bytes,
-    the integrity trailer (`abi.with_integrity`) appended.
+    the integrity trailer (`abi.with_integrity`) appended. `c_source` (the kernels' COO
+    entries, `c_helpers.coo_entries`) is compiled into it.
 
     A missing libgomp is tolerated when the object calls no GOMP_ / omp_ symbol.
     """
@@ -241,9 +244,14 @@ def shared_object_bytes(object_bytes: bytes, *, extra_libs: tuple[str, ...] = ("
         obj = Path(tmp) / "kernels.o"
         obj.write_bytes(object_bytes)
         out = Path(tmp) / "kernels.so"
+        sources = []
+        if c_source is not None:
+            entries = Path(tmp) / "entries.c"
+            entries.write_text(c_source)
+            sources = ["-O2", "-std=c99", str(entries)]
         libs = list(extra_libs)
         while True:
-            cmd = [*cc, "-shared", "-fPIC", "-o", str(out), str(obj)]
+            cmd = [*cc, "-shared", "-fPIC", "-o", str(out), str(obj), *sources]
             if sys.platform.startswith("linux"):
                 cmd.append("-Wl,--as-needed")  # no NEEDED entry for an unused libgomp
             cmd += [f"-l{lib}" for lib in libs] + ["-lm"]
@@ -268,14 +276,18 @@ def shared_object_bytes(object_bytes: bytes, *, extra_libs: tuple[str, ...] = ("
 
 
 def link_shared_object(
-    object_bytes: bytes, out_path: str | os.PathLike, *, extra_libs: tuple[str, ...] = ("gomp",)
+    object_bytes: bytes,
+    out_path: str | os.PathLike,
+    *,
+    extra_libs: tuple[str, ...] = ("gomp",),
+    c_source: str | None = None,
 ) -> None:
     """Links an object into a shared object at `out_path` (`shared_object_bytes`).
 
     The result appears whole or not at all (temp file + rename), with the mode
     the linker would give it (0777 less the umask).
     """
-    data = shared_object_bytes(object_bytes, extra_libs=extra_libs)
+    data = shared_object_bytes(object_bytes, extra_libs=extra_libs, c_source=c_source)
     out_path = Path(out_path)
     # beside the result, so the rename is atomic
     partial = out_path.parent / f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"

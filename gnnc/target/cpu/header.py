@@ -16,8 +16,6 @@ from pathlib import Path
 from gnnc.ir import abi
 from gnnc.target.cpu import c_helpers
 
-_C_TYPES = {"f32": "float", "f64": "double"}
-
 #: The side a vertex input is read at decides its rows on a bipartite graph.
 _ROWS = {
     ("src",): ", num_src rows",
@@ -129,10 +127,17 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
     ]
     helpers = []
     for k in metadata["kernels"]:
-        float_type = _C_TYPES[k["dtype"]]
+        float_type = c_helpers.C_TYPES[k["dtype"]]
         record = abi.AbiRecord.from_dict(k["abi"])
         arguments = abi.kernel_arguments(record, [p["name"] for p in k["params"]], [r["name"] for r in k["results"]])
         lines += _prototype(k, record, arguments, float_type)
+        if k.get("coo"):
+            lines += [
+                f"/* {k['name']} in one call on COO edges: gnnc_graph_from_coo, prepare, run, free (the",
+                " * helpers below); args: its inputs, then its results, in declaration order. */",
+                f"int {c_helpers.coo_prototype(k['coo'])};",
+                "",
+            ]
         if record.grid is None:  # a cuda emulation's grid is sized by the Python runtime
             helpers.append(c_helpers.kernel_helpers(k, arguments, float_type))
     if helpers:
