@@ -481,7 +481,7 @@ class _ReadsRecorded:
 
 
 def test_the_run_check_reads_only_what_the_graph_class_holds():
-    """A new graph of a decided class skips `_check_runs` (`decision.class_hit`): that is sound
+    """A new graph of a decided class skips `check_runs` (`decision.class_hit`): that is sound
     only while the check reads nothing of a graph but what `graph_class` puts in the key (and
     the sizes its messages name). A check that reads more must go into `graph_class` too."""
     square, bipartite = _random_graph(31), gnnc.Graph.from_coo([0, 5], [1, 2], shape=(6, 3))
@@ -498,7 +498,7 @@ def test_the_run_check_reads_only_what_the_graph_class_holds():
             for dims in ({"F": 8}, {"F": 4}, {"K": 4, "N": 4}, {}):
                 recorded = _ReadsRecorded(graph)
                 try:
-                    decision._check_runs(kernel.name, kernel._abi, recorded, dims)
+                    decision.check_runs(kernel.name, kernel._abi, recorded, dims)
                 except gnnc.ArgumentError:
                     assert recorded.read <= key_reads | message_reads
                 else:

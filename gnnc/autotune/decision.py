@@ -269,17 +269,21 @@ def _default(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> Dec
 
 def graph_class(kernel: Any, graph: Any, dims: dict[str, int]) -> tuple | None:
     """What a class decision's key (`_class_key`) reads of `graph` for a call of `kernel` with
-    sizes `dims`: its class (`heuristic.default_class`) and what `_check_runs` reads; None
+    sizes `dims`: its class (`heuristic.default_class`) and what `check_runs` reads; None
     where the graph has no class (its default is made for it)."""
     cls = heuristic.default_class(kernel, graph, dims)
-    return None if cls is None else (cls, graph.bipartite, graph.has_relations, graph.edges_sorted)
+    if cls is None:
+        return None
+    # only a large graph's default may compile for sorted ids (`default_class`): a small one's
+    # key leaves them out, as a new block's check of its order costs what its call does
+    return (cls, graph.bipartite, graph.has_relations, cls[0] is True and graph.edges_sorted)
 
 
 def class_hit(kernel: Any, graph: Any, dims: dict[str, int], threads: int) -> ClassHit | None:
     """What a call of `kernel` without `schedule=` on a CPU graph decides (`_default`), where the
     kernel has decided for a graph of the same class (`graph_class`) at these sizes and threads
     before and the variant that runs is still there (`live`); None otherwise, and `decide`
-    then decides. The hit was checked (`_check_runs`) on a graph of the same `_class_key`,
+    then decides. The hit was checked (`check_runs`) on a graph of the same `_class_key`,
     which holds everything that check reads of a graph. A mini-batch block is a new graph
     every call, seen once: its call takes the hit without `decide`'s layers and its entry in
     the graph's plans (`class_call`, `runtime.module.Kernel._run_as_before`)."""
@@ -342,7 +346,7 @@ def _varies(kernel: Any) -> bool:
 
 
 def _class_key(threads: int, dims: dict[str, int], of_graph: tuple) -> tuple:
-    # the graph's part (`graph_class`): its class and what `_made` checks of it (`_check_runs`)
+    # the graph's part (`graph_class`): its class and what `_made` checks of it (`check_runs`)
     return (threads, tuple(dims.items()), *of_graph)
 
 
@@ -360,7 +364,7 @@ def _for_graph(hit: ClassHit, graph: Any, dims: dict[str, int], threads: int) ->
     made = hit[0]
     runner = made.kernel()
     assert runner is not None, "a live hit's kernel"
-    _check_runs(runner.name, runner._abi, graph, dims)
+    check_runs(runner.name, runner._abi, graph, dims)
     workspace, reason = class_call(hit, graph, dims, threads)
     # `replace` of the hit, field by field (dataclasses.replace costs twice the constructor)
     return Decision(
@@ -446,7 +450,7 @@ def _auto(kernel: Any, graph: Any, dims: dict[str, int], threads: int | None) ->
             runner = kernel
             continue
         try:
-            _check_runs(runner.name, runner._abi, graph, dims)
+            check_runs(runner.name, runner._abi, graph, dims)
             break
         except ArgumentError as exc:
             # a stale tuning entry (`specialize F 999` for a call with F = 4): the
@@ -474,7 +478,7 @@ def _made(
 ) -> Decision:
     """The decision to run `runner` with `threads` workers: checked against this call, with its plans and workspace."""
     record = runner._abi
-    _check_runs(runner.name, record, graph, dims)
+    check_runs(runner.name, record, graph, dims)
     grid = record.grid
     launches: tuple[int, ...] = ()
     if grid is not None:
@@ -517,7 +521,7 @@ def _graph_free(runner: Any, threads: int, dims: dict[str, int]) -> tuple[PlanSp
     return made
 
 
-def _check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, int]) -> None:
+def check_runs(name: str, record: abi.AbiRecord, graph: Any, dims: dict[str, int]) -> None:
     """Refuses a call the compiled kernel cannot run (prepare_call checked the arrays)."""
     if graph.bipartite and any(t.read_at_src for t in record.temps):
         raise ArgumentError(

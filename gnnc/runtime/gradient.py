@@ -55,6 +55,7 @@ import numpy as np
 from gnnc.autotune.decision import resolve_threads
 from gnnc.errors import ArgumentError
 from gnnc.graph import plans
+from gnnc.graph.coo import CooGraph
 from gnnc.graph.graph import Graph
 from gnnc.runtime import memory, products
 from gnnc.runtime.signature import NO_GRAPH, take_graph, vertex_rows
@@ -83,7 +84,7 @@ class HostArrays:
     #: kernel (`pair_products`); else `relation_products` gathers them per relation.
     pair_sums = True
 
-    def run(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None) -> Any:
+    def run(self, kernel: Any, graph: Graph | CooGraph, named: dict[str, Any], threads: int | None) -> Any:
         signature = getattr(kernel, "signature", None)
         if signature is not None and len(named) == len(signature.params):
             try:  # positionally: a warm call of a compiled kernel runs prepared (runtime/prepared.py)
@@ -321,8 +322,10 @@ class Gradient:
         **kwargs: Any,
     ) -> dict:
         graph = take_graph(graph, kwargs)
-        if not isinstance(graph, Graph):
+        if not isinstance(graph, (Graph, CooGraph)):
             raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
+        if isinstance(graph, CooGraph) and any(k[6] or k[8] or k[9] for k in self.kernels):
+            graph = graph.graph()  # relation products and sums read the edges' ends and types
         named = self._named(args, kwargs)
         gouts = self._gouts(gout, named)
         missing = [r for r, g in zip(self.results, self.gouts) if gouts[g] is None]
@@ -562,7 +565,7 @@ def _products_by_relation(
     return out.reshape((relations, *lead, k, n))
 
 
-def _destination_rows(named: dict, name: str, graph: Graph) -> Any:
+def _destination_rows(named: dict, name: str, graph: Graph | CooGraph) -> Any:
     """Input `name`'s rows of the forward graph's destinations: the leading num_dst (a view)."""
     if name not in named:
         raise ArgumentError(f"input '{name}' is missing")
@@ -590,7 +593,7 @@ def _read_by(kernel: Any, named: dict) -> dict:
     return {p.name: named[p.name] for p in signature.params if p.name in named}
 
 
-def _leading_rows(kernel: Any, graph: Graph, named: dict) -> dict:
+def _leading_rows(kernel: Any, graph: Graph | CooGraph, named: dict) -> dict:
     """The inputs with vertex tensors cut to the rows `kernel` reads on `graph` (see the module doc)."""
     signature = getattr(kernel, "signature", None)
     if signature is None:

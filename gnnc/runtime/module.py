@@ -23,6 +23,7 @@ import numpy as np
 
 from gnnc.autotune.decision import (
     Request,
+    check_runs,
     class_call,
     class_hit,
     decide,
@@ -35,6 +36,7 @@ from gnnc.autotune.decision import (
 )
 from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
+from gnnc.graph.coo import CooGraph
 from gnnc.graph.graph import Graph
 from gnnc.ir import abi
 from gnnc.ir.signature import KernelSignature
@@ -139,6 +141,8 @@ class Kernel:
         )
         self._arguments = arguments
         self._native = native.Function(library, record["symbol"], arguments)
+        #: its COO entry (`abi.COO_ENTRY_ARGUMENTS`), where it has one
+        self._coo = native.CooEntry.find(library, record["coo"]) if record.get("coo") else None
 
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.signature.params)
@@ -173,6 +177,12 @@ class Kernel:
         groups fixed by G and the graph alone, and merges their partial
         results in group order), so the option only states the guarantee.
         """
+        if isinstance(graph, CooGraph):  # edges not converted (a mini-batch block): one native call
+            if not graph.converted:
+                result = self._run_on_edges(graph, args, kwargs, threads, schedule, out, deterministic)
+                if result is not None:
+                    return result
+            graph = graph.graph()
         # a call of a shape this graph has seen runs as prepared (runtime/prepared.py)
         shape = given = None
         if out is None and deterministic is False and (schedule is None or isinstance(schedule, str)):
@@ -264,6 +274,53 @@ class Kernel:
         graph.plans[shape] = ready
         _log.debug("%s", reason)
         return ready(given)
+
+    def _run_on_edges(
+        self, graph: CooGraph, args: tuple, kwargs: dict, threads: Any, schedule: Any, out: Any, deterministic: Any
+    ) -> Any:
+        """A call on edges not converted to a Graph, by the COO entry of the variant a graph of
+        this class runs (`decision.class_hit`), with the argument layout of a call of this shape
+        before (`_run_as_before`'s checks): the in-CSR, the plans and the call in one native
+        function. None where any of that is missing, or where the variant's plans depend on
+        more than each destination's in-edges in id order (source partitions, a Hilbert edge
+        order: the C helpers cut them their own way, and the sums' order would differ from a
+        Graph's call); the caller then converts the edges and takes the checked way, which
+        also gives bad ids their error."""
+        if out is not None or deterministic is not False or schedule is not None or "graph" in kwargs:
+            return None
+        given = _positional(self._param_names, args, kwargs)
+        if given is None or threads is not None and not isinstance(threads, int):
+            return None
+        shape = call_key(self._serial, given, threads, None)
+        before = None if shape is None else self._layouts.get(_layout_key(self._leading, shape))
+        if before is None:
+            return None
+        call, dims, _ = before
+        if not call.accepts(given):
+            return None
+        results = result_shapes_on(self.signature, graph, given, dims)
+        if results is None:
+            return None
+        workers = resolve_threads(1 if native.forked_after_pool else threads)
+        runner: Kernel | None = self
+        if varies_by_class(self):
+            hit = class_hit(self, graph, dims, workers)
+            runner = None if hit is None else hit[0].kernel()
+        if runner is None or runner._coo is None:
+            return None
+        record = runner._abi
+        if record.partitions is not None or record.edge_order is not None:
+            return None
+        try:
+            check_runs(runner.name, record, graph, dims)
+        except ArgumentError:
+            return None
+        outputs = [memory.empty(r, self._dtype) for r in results]
+        sizes = np.array([dims[d] for d in record.dims] or [0], dtype=np.int64)
+        if runner._coo(graph.src, graph.dst, graph.num_src, graph.num_dst, workers, sizes, [*given, *outputs]):
+            return None
+        _log.debug("%s: ran by its COO entry on %s", runner.name, graph)
+        return pack_results(self.signature, outputs)
 
     def _run(self, graph: Graph, inputs: list, outputs: list, dims: dict[str, int], n_threads: int) -> None:
         """Runs this kernel exactly as compiled, with `n_threads` workers, on checked

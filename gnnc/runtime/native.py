@@ -253,6 +253,36 @@ class Function:
         self._function(*values)
 
 
+class CooEntry:
+    """One kernel's COO entry, `gnnc_K__coo` (`abi.COO_ENTRY_ARGUMENTS`): graph, plan and call
+    in one native call, for a graph the runtime has not converted (`gnnc.graph.coo.CooGraph`)."""
+
+    def __init__(self, function: Any):
+        self._function = function
+
+    @classmethod
+    def find(cls, library: ctypes.CDLL, symbol: str) -> CooEntry | None:
+        """The entry, or None where the object lacks it (linked by hand from `--emit obj`)."""
+        try:
+            function = library[symbol]
+        except AttributeError:
+            return None
+        function.argtypes = [ctypes.c_void_p if pointer else ctypes.c_int64 for _, pointer in abi.COO_ENTRY_ARGUMENTS]
+        function.restype = ctypes.c_int
+        return cls(function)
+
+    def __call__(
+        self, src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int, threads: int, dims: np.ndarray, arrays: list
+    ) -> int:
+        """Runs it: int64 C-contiguous `src` / `dst` and `dims`, the kernel's inputs then results
+        (C-contiguous, checked by the caller); 0, or an `abi.COO_ERRORS` code."""
+        pointers = sharedlib.addresses([src, dst, dims, *arrays])
+        args = (ctypes.c_void_p * len(arrays))(*pointers[3:])
+        if threads > 1:
+            note_pool_started()
+        return int(self._function(num_src, num_dst, src.shape[0], pointers[0], pointers[1], threads, pointers[2], args))
+
+
 # libgomp is not fork-safe. It keeps its worker threads in a pool and registers
 # no pthread_atfork handler; fork() copies the pool's bookkeeping but not its
 # threads, so a child whose parent had started the pool waits forever at its
