@@ -660,14 +660,15 @@ def test_literal_sizes_compile_load_and_differentiate():
 
 
 def test_an_eager_backward_runs_on_its_forwards_graph(monkeypatch):
-    """An eager call's backward takes the Graph its forward ran on: the edge_index is converted
-    once and not looked up again, and the gradients are the op's (as through the dispatcher)."""
+    """An eager call's backward takes the graph its forward ran on: the edge_index is looked
+    up once (`graphs.block_of`) and not again, and the gradients are the op's (as through the
+    dispatcher)."""
     op = gt.kernel(EXAMPLES / "sage_max.gnn", "sage_max")
     x = torch.rand(V, 3, requires_grad=True)
     edge_index = EDGE_INDEX.clone()  # a tensor no other test converted
     looked_up = []
-    original = graphs.graph_of
-    monkeypatch.setattr(graphs, "graph_of", lambda *a: looked_up.append(1) or original(*a))
+    original = graphs.block_of
+    monkeypatch.setattr(graphs, "block_of", lambda *a: looked_up.append(1) or original(*a))
     op(edge_index, x).sum().backward()
     assert len(looked_up) == 1
     eager = x.grad.clone()

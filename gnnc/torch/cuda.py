@@ -36,6 +36,7 @@ import torch
 from gnnc import api
 from gnnc.errors import ArgumentError, ToolchainError
 from gnnc.graph import plans
+from gnnc.graph.coo import CooGraph
 from gnnc.graph.graph import Graph
 from gnnc.runtime import cuda as cuda_runtime
 from gnnc.runtime.gradient import HostArrays
@@ -101,8 +102,9 @@ class TorchArrays(HostArrays):
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> DevicePointer:
         return DevicePointer(torch.empty(shape, dtype=_TORCH[np.dtype(dtype)], device=self.device))
 
-    def run(self, kernel: Any, graph: Graph, named: dict[str, Any], threads: int | None) -> Any:
-        """Launches `kernel` on the stream, borrowing the tensors; its results as tensors."""
+    def run(self, kernel: Any, graph: Graph | CooGraph, named: dict[str, Any], threads: int | None) -> Any:
+        """Launches `kernel` on the stream, borrowing the tensors; its results as tensors (a CUDA
+        call's graph is a Graph: `KernelOps._graph`)."""
         given = {k: _borrowed(v) for k, v in named.items()}
         with cuda_runtime.launching(self.stream, self._allocate):
             out = kernel(graph, **given)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from gnnc.errors import ArgumentError
+from gnnc.graph.coo import CooGraph
 from gnnc.graph.graph import Graph
 
 #: (num_src, num_dst) a graph was asked for; None: square, max id + 1 vertices.
@@ -46,6 +47,8 @@ class _Entry:
     #: For a user's tensor the graphs themselves; for a tensor made from a
     #: Graph a weak reference to it (the Graph keeps the tensor alive).
     graphs: dict[SizeKey, Graph | weakref.ref] = field(default_factory=dict)
+    #: The edges of a tensor used once so far, by sizes (`block_of`): converted on a second use.
+    blocks: dict[tuple[int, int], CooGraph] = field(default_factory=dict)
     #: Values made from the tensor by `derived` (gnnc.nn's edge lists, self-loop weights).
     derived: dict[Any, Any] = field(default_factory=dict)
 
@@ -143,6 +146,8 @@ def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
         return behind
     entry = _entry(edge_index)
     graph = entry.get(sizes)
+    if graph is None and sizes is not None and sizes in entry.blocks:  # a second use: converted now
+        graph = entry.graphs[sizes] = entry.blocks.pop(sizes).graph()
     if graph is None:
         if edge_index.device.type not in ("cpu", "cuda"):
             raise ArgumentError(f"edge_index is on {edge_index.device}; gnnc.torch runs CPU and CUDA tensors")
@@ -152,6 +157,43 @@ def graph_of(edge_index: torch.Tensor, sizes: SizeKey) -> Graph:
         if sizes is None:  # the same graph, asked for by its sizes
             entry.graphs.setdefault((graph.num_src, graph.num_dst), graph)
     return graph
+
+
+#: The largest graph `block_of` keeps as edges: past about this many edges or vertex ids the C
+#: helpers' CSR and plans (fresh allocations each call, no grouped fast path) cost more than
+#: `Graph.from_edge_index` and the runtime's plans (docs/design/training.md, "Nineteenth session").
+BLOCK_MAX_EDGES = 4096
+BLOCK_MAX_IDS = 8192
+
+
+def block_of(edge_index: torch.Tensor, sizes: tuple[int, int]) -> Graph | CooGraph:
+    """What an eager CPU call runs on: the tensor's Graph where it was converted (`graph_of`);
+    on its first use its edges alone, copied (a `CooGraph`: the kernel runs in one native call
+    that builds what it needs in C, `runtime.module.Kernel`), which a second use converts. A
+    mini-batch block is used once (its forward kernel; the backward reuses the same
+    CooGraph): it never becomes a Graph with plans in Python. A graph used again (full-batch
+    training) is converted on its second call and keeps its plans from then on. Anything
+    else (a handle, another device or integer type, a malformed tensor, more than
+    BLOCK_MAX_EDGES edges or BLOCK_MAX_IDS vertices a side) goes to `graph_of`, which converts
+    or says what is wrong."""
+    if (
+        type(edge_index) is torch.Tensor
+        and edge_index.dtype == torch.int64
+        and edge_index.device.type == "cpu"
+        and edge_index.dim() == 2
+        and edge_index.shape[0] == 2
+        and edge_index.shape[1] <= BLOCK_MAX_EDGES
+        and edge_index.layout == torch.strided
+        and 0 <= sizes[0] <= BLOCK_MAX_IDS
+        and 0 <= sizes[1] <= BLOCK_MAX_IDS
+        and graph_behind(edge_index) is None
+    ):
+        entry = _entry(edge_index)
+        if entry.get(sizes) is None and sizes not in entry.blocks:
+            block = CooGraph.from_edge_index(edge_index.detach().numpy(), *sizes)
+            entry.blocks[sizes] = block
+            return block
+    return graph_of(edge_index, sizes)
 
 
 def typed_graph(graph: Graph, edge_type: torch.Tensor, num_relations: int) -> Graph:
@@ -221,7 +263,7 @@ def share_conversions(copy: torch.Tensor, source: torch.Tensor) -> None:
     (the compiled graph owns its outputs) then does not cost a graph build each call. Each
     tensor's own in-place edits still drop what it sees."""
     entry, shared = _entry(copy), _entry(source)
-    entry.graphs, entry.derived = shared.graphs, shared.derived
+    entry.graphs, entry.blocks, entry.derived = shared.graphs, shared.blocks, shared.derived
 
 
 def graph_derived(graph: Graph, key: Any, make: Any) -> Any:
@@ -287,7 +329,10 @@ def edge_index_of(graph: Graph, device: torch.device | str = "cpu") -> torch.Ten
 
 
 __all__ = [
+    "BLOCK_MAX_EDGES",
+    "BLOCK_MAX_IDS",
     "as_graph",
+    "block_of",
     "derived",
     "edge_index_of",
     "edge_type_of",

@@ -51,6 +51,7 @@ import torch
 from gnnc import api
 from gnnc.autotune.threads import check_threads, max_threads
 from gnnc.errors import ArgumentError, CompileError, GnncError
+from gnnc.graph.coo import CooGraph
 from gnnc.graph.graph import Graph
 from gnnc.ir.signature import KernelSignature, TensorSig
 from gnnc.torch import cuda, graphs
@@ -330,6 +331,13 @@ class KernelOps:
         n, lead = len(self.params), self._lead
         return edge_index, num_src, num_dst, tuple(args[lead : lead + n]), args[lead + n :]
 
+    def _cpu_graph(self, args: tuple) -> Graph | CooGraph:
+        """What a CPU call runs on: `_graph`, or a tensor's edges on its first use (`graphs.block_of`)."""
+        if self.relational:
+            return self._graph(args)
+        edge_index, num_src, num_dst = args[:3]
+        return graphs.block_of(edge_index, (int(num_src), int(num_dst)))
+
     def _graph(self, args: tuple) -> Graph:
         """The checked Graph of a call's graph arguments (converted once per tensor)."""
         edge_index, num_src, num_dst = args[:3]
@@ -430,7 +438,7 @@ class KernelOps:
     def _call_arrays(self, args: tuple, kept: bool = False) -> tuple[Any, str, list[np.ndarray], int, tuple]:
         edge_index, num_src, num_dst, params, rest = self._split(args)
         call_device(self.name, [edge_index, *params])
-        graph = self._graph(args)
+        graph = self._cpu_graph(args)
         dtype = dtype_name(params, self.signature.dtype)
         convert = _kept_array if kept else _array
         return graph, dtype, [convert(t) for t in params], _threads(rest[-1] if rest else None), rest
