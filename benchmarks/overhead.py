@@ -69,17 +69,19 @@ def wall_medians(runs: dict[str, Any], reps: int) -> dict[str, float]:
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
-def paired(runs: dict[str, Any], reps: int, make_args: Any) -> dict[str, Any]:
-    """Interleaved timings of each callable in `runs` (order alternating): medians and pair ratios."""
+def paired(runs: dict[str, Any], reps: int, make_args: Any, clock: Any = time.thread_time) -> dict[str, Any]:
+    """Interleaved timings of each callable in `runs` (order alternating): medians and pair ratios.
+    Thread CPU time by default (steadier on a shared machine); `time.perf_counter` where other
+    threads do part of the work."""
     names = list(runs)
     times: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(reps):
         args = make_args(rep)
         order = names if rep % 2 == 0 else names[::-1]
         for name in order:
-            start = time.thread_time()
+            start = clock()
             runs[name](*args[name])
-            times[name].append(time.thread_time() - start)
+            times[name].append(clock() - start)
     first, second = names
     ratios = [a / b for a, b in zip(times[first], times[second]) if b > 0]
     return {
@@ -119,7 +121,8 @@ def small_block_calls(args: argparse.Namespace) -> None:
 
     runs = {"gnnc": gnnc_call, "pyg": pyg_call}
     print(f"# small block: {num_src} sources, {num_dst} destinations, {num_edges} edges, {features} features")
-    print(f"# forward + backward, thread CPU ms (median of {args.reps}, interleaved)")
+    clock = time.perf_counter if args.wall else time.thread_time
+    print(f"# forward + backward, {'wall' if args.wall else 'thread CPU'} ms (median of {args.reps}, interleaved)")
     print(f"{'edge_index':12s} {'gnnc':>8s} {'pyg':>8s} {'gnnc/pyg':>9s}")
     for case, source, new in (("same", blocks, False), ("new", blocks, True), ("new grouped", grouped, True)):
         for i in range(100):  # warm-up: compiles, caches
@@ -130,7 +133,7 @@ def small_block_calls(args: argparse.Namespace) -> None:
             # a new tensor per call and framework: each converts its own
             return {n: ((source[rep % 64].clone() if new else source[0]),) for n in runs}
 
-        got = paired(runs, args.reps, make)
+        got = paired(runs, args.reps, make, clock)
         ms = got["ms"]
         print(f"{case:12s} {ms['gnnc']:8.3f} {ms['pyg']:8.3f} {got['pair ratio']:9.2f}", flush=True)
 
@@ -225,6 +228,9 @@ def main() -> None:
     parser.add_argument("--block-reps", type=int, default=40, help="repetitions of the training steps")
     parser.add_argument("--scale", type=int, default=18, help="R-MAT scale of the sampled graph")
     parser.add_argument("--threads", type=int, default=1, help="torch's and gnnc's threads (CPU time is per thread)")
+    parser.add_argument(
+        "--wall", action="store_true", help="time the small-block calls by wall clock (other threads' work included)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {machine()}")
