@@ -189,7 +189,10 @@ def block_of(edge_index: torch.Tensor, sizes: tuple[int, int]) -> Graph | CooGra
         and graph_behind(edge_index) is None
     ):
         entry = _entry(edge_index)
-        if entry.get(sizes) is None and sizes not in entry.blocks:
+        graph = entry.get(sizes)
+        if graph is not None:  # converted before: the same tensor again
+            return graph
+        if sizes not in entry.blocks:
             block = CooGraph.from_edge_index(edge_index.detach().numpy(), *sizes)
             entry.blocks[sizes] = block
             return block
