@@ -235,15 +235,10 @@ class Kernel:
         same; None otherwise, for the checked way. Every mini-batch block is a new graph: this
         leaves out the check and the layout, and for a graph of a class decided before
         (`decision.class_hit`) the decision's layers too."""
-        before = self._layouts.get(_layout_key(self._leading, shape))
+        before = self._layout_for(shape, graph, given)
         if before is None:
             return None
-        call, dims, bindings = before
-        if not call.accepts(given):
-            return None
-        results = result_shapes_on(self.signature, graph, given, dims)
-        if results is None:
-            return None
+        call, dims, bindings, results = before
         asked = 1 if native.forked_after_pool else threads
         workers = resolve_threads(asked)
         found = None
@@ -275,6 +270,18 @@ class Kernel:
         _log.debug("%s", reason)
         return ready(given)
 
+    def _layout_for(self, shape: tuple, graph: Any, given: tuple) -> tuple | None:
+        """(layout, sizes, class bindings, result shapes) of a call of `shape` made before on
+        another graph, where `given` fits `graph`; None otherwise."""
+        before = self._layouts.get(_layout_key(self._leading, shape))
+        if before is None:
+            return None
+        call, dims, bindings = before
+        if not call.accepts(given):
+            return None
+        results = result_shapes_on(self.signature, graph, given, dims)
+        return None if results is None else (call, dims, bindings, results)
+
     def _run_on_edges(
         self, graph: CooGraph, args: tuple, kwargs: dict, threads: Any, schedule: Any, out: Any, deterministic: Any
     ) -> Any:
@@ -292,15 +299,10 @@ class Kernel:
         if given is None or threads is not None and not isinstance(threads, int):
             return None
         shape = call_key(self._serial, given, threads, None)
-        before = None if shape is None else self._layouts.get(_layout_key(self._leading, shape))
+        before = None if shape is None else self._layout_for(shape, graph, given)
         if before is None:
             return None
-        call, dims, _ = before
-        if not call.accepts(given):
-            return None
-        results = result_shapes_on(self.signature, graph, given, dims)
-        if results is None:
-            return None
+        _, dims, _, results = before
         workers = resolve_threads(1 if native.forked_after_pool else threads)
         runner: Kernel | None = self
         if varies_by_class(self):
