@@ -102,14 +102,15 @@ def test_a_coo_call_equals_the_graphs(name, schedule, monkeypatch):
         assert (kernel._coo is not None) == (record.grid is None and not record.edges_sorted)
         dims = {d: (record.sizes or {}).get(d, DIMS[d]) for d in record.dims}
         bipartite_ok = not sig.values_read_at_src and not any(t.read_at_src for t in record.temps)
-        shapes = [(40, 40, 150, 0), (40, 40, 90, 60), (0, 0, 0, 0)]  # plain, a hub, empty
+        # plain, grouped by destination (a sampler's order: the entry's CSR skips its scatter), a hub, empty
+        shapes = [(40, 40, 150, 0, False), (40, 40, 150, 0, True), (40, 40, 90, 60, False), (0, 0, 0, 0, False)]
         if bipartite_ok:
-            shapes += [(50, 20, 120, 30), (30, 30, 1, 0)]
-        for i, (s, d, e, hub) in enumerate(shapes):
+            shapes += [(50, 20, 120, 30, True), (50, 20, 120, 30, False), (30, 30, 1, 0, False)]
+        for i, (s, d, e, hub, grouped) in enumerate(shapes):
             inputs_of = {}
             for seed in (i, 100 + i):  # a graph of the block's class first: its layout and decision
                 edges = _edges(s, d, e, seed, hub)
-                if record.edges_sorted:  # the kernel runs on ids sorted by destination only
+                if record.edges_sorted or grouped:  # a kernel with `edges sorted` runs on such ids only
                     edges = edges[:, np.argsort(edges[1], kind="stable")]
                 graph = gnnc.Graph.from_edge_index(edges, shape=(s, d))
                 inputs = random_inputs(sig, graph, dims, sig.numpy_dtype, seed)

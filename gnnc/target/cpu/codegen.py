@@ -248,7 +248,7 @@ def shared_object_bytes(
         if c_source is not None:
             entries = Path(tmp) / "entries.c"
             entries.write_text(c_source)
-            sources = ["-O2", "-std=c99", str(entries)]
+            sources = ["-O2", "-std=c11", str(entries)]  # C11: the helpers' aligned allocations
         libs = list(extra_libs)
         while True:
             cmd = [*cc, "-shared", "-fPIC", "-o", str(out), str(obj), *sources]
