@@ -217,3 +217,47 @@ def test_header_declares_what_the_object_defines(name, schedule):
         defined_kinds = ["i64" if p.startswith("i64") else "ptr" for p in defined.split(", ")]
         declared_kinds = ["ptr" if "*" in line.split("/*")[0] else "i64" for line in declared]
         assert declared_kinds == defined_kinds
+
+
+@pytest.mark.skipif(shutil.which(CC) is None, reason=f"no C compiler ({CC})")
+def test_parameters_named_like_the_helpers_locals_compile(tmp_path):
+    """A kernel's parameters keep their names in `gnnc_K_run`, whose plan is `gnnc__plan`: a
+    parameter `p` (GENConv's kernels have one) once gave a header that did not compile. The
+    COO entry, declared in the header, is called from C and gives the reference's sums."""
+    source = "kernel k(p: f32[V, F], g: f32[V, F]) -> f32[V, F] { out[v] = sum(p[u] * g[u]) }\n"
+    module = gnnc.compile(source)
+    write_header(module.metadata, tmp_path / "kernels.h")
+    (tmp_path / "main.c").write_text(
+        "\n".join(
+            [
+                '#include "kernels.h"',
+                "#include <stdio.h>",
+                "int main(void)",
+                "{",
+                "    const int64_t src[] = {0, 1, 2, 2}, dst[] = {1, 2, 0, 1}, dims[] = {2};",
+                "    const float p[] = {1, 2, 3, 4, 5, 6}, g[] = {1, 1, 2, 2, 3, 3};",
+                "    float out[6];",
+                "    void *args[] = {(void *)p, (void *)g, out};",
+                "    int i, status = gnnc_k__coo(3, 3, 4, src, dst, 1, dims, args);",
+                "    for (i = 0; i < 6; i++)",
+                '        printf("%g\\n", out[i]);',
+                "    return status;",
+                "}",
+                "",
+            ]
+        )
+    )
+    build = subprocess.run(
+        [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "main.c", str(module.path),
+         f"-Wl,-rpath,{Path(module.path).parent}", "-o", "main"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    p = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    g = np.array([[1, 1], [2, 2], [3, 3]], np.float32)
+    graph = gnnc.Graph.from_edge_index(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), num_vertices=3)
+    want = gnnc.compile(source, target="reference").k(graph, p=p, g=g)
+    got = np.array([float(v) for v in run.stdout.split()], np.float32).reshape(3, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
