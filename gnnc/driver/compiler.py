@@ -402,7 +402,7 @@ def _emit_cpu(
     stop_after: str | None,
 ) -> CompileResult:
     """LLVM IR with the metadata record embedded, optimised to object code (CPU, cuda-emulation)."""
-    from gnnc.target.cpu import c_helpers, codegen
+    from gnnc.target.cpu import c_helpers, codegen, header
     from gnnc.target.llvm.translate import translate_module
 
     target = codegen.resolve_cpu(options.cpu)
@@ -422,7 +422,7 @@ def _emit_cpu(
     record("llvm-opt", lambda: opt_ir)
     record("emit-asm", lambda: asm)
     result.object_code = obj
-    result.c_source = c_helpers.coo_entries(result.metadata)
+    result.c_source = header.coo_entries(result.metadata)
     return result
 
 

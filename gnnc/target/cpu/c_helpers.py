@@ -10,9 +10,10 @@ and `gnnc_K_prepare` / `gnnc_K_run` / `gnnc_K_free`: the C counterpart of
 what `runtime/module.py` passes a kernel. A plan only has to be valid, not
 equal to the Python runtime's (see `SHARED`'s comments for what is computed).
 
-`coo_entries` writes, for the kernels that have one (`has_coo_entry`), an
+`coo_entry` writes, for a kernel that has one (`has_coo_entry`), an
 exported `gnnc_K__coo`: graph, plan, call and frees in one function, which
-the linker compiles into the shared object beside the kernels. The Python
+the linker compiles into the shared object beside the kernels, after the
+kernels' header (`header.coo_entries`). The Python
 runtime calls it for a graph it has not seen (a mini-batch block): one
 foreign call where building a `gnnc.Graph`, its plans and a prepared call in
 Python cost several times the kernel on a small block.
@@ -871,23 +872,3 @@ def coo_entry(kernel: dict, arguments: Sequence[abi.Argument], float_type: str) 
             "",
         ]
     )
-
-
-def coo_entries(metadata: dict) -> str | None:
-    """The C source of the COO entries of a shared object's kernels (metadata: its record, each
-    kernel with an entry naming it in "coo"); None where no kernel has one."""
-    kernels = [k for k in metadata["kernels"] if k.get("coo")]
-    if not kernels:
-        return None
-    lines = ["#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>", "", SHARED]
-    for k in kernels:
-        record = abi.AbiRecord.from_dict(k["abi"])
-        arguments = abi.kernel_arguments(record, [p["name"] for p in k["params"]], [r["name"] for r in k["results"]])
-        float_type = C_TYPES[k["dtype"]]
-        prototype = ", ".join(f"{a.c_type(float_type)}{'' if a.pointer else ' '}{a.name}" for a in arguments)
-        lines += [
-            f"void {k['symbol']}({prototype});",
-            kernel_helpers(k, arguments, float_type),
-            coo_entry(k, arguments, float_type),
-        ]
-    return "\n".join(lines)

@@ -235,7 +235,7 @@ def shared_object_bytes(
 ) -> bytes:
     """Links an object into a shared object with the system C compiler; returns its bytes,
     the integrity trailer (`abi.with_integrity`) appended. `c_source` (the kernels' COO
-    entries, `c_helpers.coo_entries`) is compiled into it.
+    entries, `header.coo_entries`) is compiled into it.
 
     A missing libgomp is tolerated when the object calls no GOMP_ / omp_ symbol.
     """

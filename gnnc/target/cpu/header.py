@@ -127,9 +127,7 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
     ]
     helpers = []
     for k in metadata["kernels"]:
-        float_type = c_helpers.C_TYPES[k["dtype"]]
-        record = abi.AbiRecord.from_dict(k["abi"])
-        arguments = abi.kernel_arguments(record, [p["name"] for p in k["params"]], [r["name"] for r in k["results"]])
+        record, arguments, float_type = _kernel_abi(k)
         lines += _prototype(k, record, arguments, float_type)
         if k.get("coo"):
             lines += [
@@ -144,6 +142,24 @@ def render_header(metadata: dict, guard: str = "GNNC_KERNELS_H") -> str:
         lines += [c_helpers.SHARED, *helpers]
     lines += ["#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
     return "\n".join(lines)
+
+
+def _kernel_abi(kernel: dict) -> tuple[abi.AbiRecord, tuple[abi.Argument, ...], str]:
+    """A kernel's (metadata record's) ABI record, arguments and C float type."""
+    record = abi.AbiRecord.from_dict(kernel["abi"])
+    names = [p["name"] for p in kernel["params"]], [r["name"] for r in kernel["results"]]
+    return record, abi.kernel_arguments(record, *names), c_helpers.C_TYPES[kernel["dtype"]]
+
+
+def coo_entries(metadata: dict) -> str | None:
+    """The C the linker compiles into a shared object beside its kernels: the header, then the
+    COO entry (`c_helpers.coo_entry`) of each kernel the metadata names one for ("coo"); None
+    where no kernel has one."""
+    kernels = [k for k in metadata["kernels"] if k.get("coo")]
+    if not kernels:
+        return None
+    entries = [c_helpers.coo_entry(k, *_kernel_abi(k)[1:]) for k in kernels]
+    return "\n".join([render_header(metadata, "GNNC_ENTRIES_H"), *entries])
 
 
 def write_header(metadata: dict, path: Path) -> None:
