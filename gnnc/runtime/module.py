@@ -319,7 +319,9 @@ class Kernel:
             return None
         outputs = [memory.empty(r, self._dtype) for r in results]
         sizes = np.array([dims[d] for d in record.dims] or [0], dtype=np.int64)
-        if runner._coo(graph.src, graph.dst, graph.num_src, graph.num_dst, workers, sizes, [*given, *outputs]):
+        status = runner._coo(graph.src, graph.dst, graph.num_src, graph.num_dst, workers, sizes, [*given, *outputs])
+        if status:
+            _log.debug("%s: its COO entry refused %s (%s)", runner.name, graph, abi.COO_ERRORS.get(status, status))
             return None
         _log.debug("%s: ran by its COO entry on %s", runner.name, graph)
         return pack_results(self.signature, outputs)
