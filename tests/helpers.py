@@ -37,6 +37,18 @@ def compiled_example(name: str, schedule: str):
         return exc
 
 
+def example_or_skip(name: str, schedule: str):
+    """`compiled_example`, the test skipped where the schedule is refused (a `specialize` naming a
+    dimension the kernel lacks is a SourceError; a schedule the kernel cannot take a CompileError)."""
+    try:
+        module = compiled_example(name, schedule)
+    except gnnc.SourceError as exc:
+        pytest.skip(f"refused: {exc}")
+    if isinstance(module, gnnc.CompileError):
+        pytest.skip(f"refused: {module}")
+    return module
+
+
 @functools.cache
 def reference_example(name: str):
     """examples/NAME.gnn for the numpy reference."""

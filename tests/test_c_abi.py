@@ -25,7 +25,7 @@ import gnnc
 from gnnc.driver import compiler
 from gnnc.ir import abi
 from gnnc.target.cpu.header import render_header, write_header
-from tests.helpers import EXAMPLES, assert_matches, compiled_example, reference_example
+from tests.helpers import EXAMPLES, assert_matches, example_or_skip, reference_example
 from tests.ir_snapshot import CPU_SCHEDULES
 from tests.strategies import random_inputs
 
@@ -166,12 +166,7 @@ def _parse(output: str) -> dict[tuple[str, str, str], np.ndarray]:
 @pytest.mark.skipif(shutil.which(CC) is None, reason=f"no C compiler ({CC})")
 @pytest.mark.parametrize("name,schedule", CASES)
 def test_c_caller_matches_the_reference(name, schedule, tmp_path):
-    try:
-        module = compiled_example(name, schedule)
-    except gnnc.SourceError as exc:  # `specialize` naming a dimension the kernel lacks
-        pytest.skip(f"refused: {exc}")
-    if isinstance(module, gnnc.CompileError):
-        pytest.skip(f"refused: {module}")
+    module = example_or_skip(name, schedule)
     write_header(module.metadata, tmp_path / "kernels.h")
     sorted_ids = any(k["abi"].get("edges_sorted") for k in module.metadata["kernels"])
     graphs = _graphs(sorted_ids)

@@ -26,7 +26,7 @@ from gnnc.errors import GraphError
 from gnnc.graph.coo import CooGraph
 from gnnc.runtime import module as runtime_module
 from gnnc.torch import graphs
-from tests.helpers import EXAMPLES, compiled_example, reference_example
+from tests.helpers import EXAMPLES, compiled_example, example_or_skip, reference_example
 from tests.ir_snapshot import CPU_SCHEDULES
 from tests.strategies import random_inputs
 
@@ -90,12 +90,7 @@ def _equal(got, want) -> None:
 
 @pytest.mark.parametrize("name,schedule", CASES)
 def test_a_coo_call_equals_the_graphs(name, schedule, monkeypatch):
-    try:
-        module = compiled_example(name, schedule)
-    except gnnc.SourceError as exc:  # `specialize` naming a dimension the kernel lacks
-        pytest.skip(f"refused: {exc}")
-    if isinstance(module, Exception):
-        pytest.skip(f"refused: {module}")
+    module = example_or_skip(name, schedule)
     calls = _ran_natively(monkeypatch)
     for kernel_name, kernel in module.kernels.items():
         sig, record = kernel.signature, kernel._abi
