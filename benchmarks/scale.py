@@ -29,7 +29,7 @@ its time is the sum of its phases: *sampling* (DGL's sampler and the feature
 rows' gather, the same batches for all), *conversion* (the framework's graph
 from the block: gnnc's `gnnc.nn.blocks` and its CSR build, PyG's edge_index;
 DGL takes its own block), *kernels* and *dense* (the training step, split by
-torch.profiler over the epoch's first `--profile-batches` batches: the message
+torch.profiler over `--profile-batches` batches spread over the epoch: the message
 passing is gnnc's ops, what DGL's `update_all`, `apply_edges` and
 `edge_softmax` run (with GAT's leaky ReLU and attention dropout on the edge
 scores), and what PyG's `propagate` and `edge_updater` run, with the
@@ -485,18 +485,22 @@ def minibatch(args: argparse.Namespace, graph_name: str) -> list[MiniBatchCell]:
                 phases[fw].step += time.perf_counter() - start
             progress.update(1)
         progress.close()
-        # the message passing's share of the step, from profiled batches
-        for fw in frameworks:
-            mp, step_total = 0.0, 0.0
-            for x, y, blocks in epoch[:profiled]:
+        # the message passing's share of the step, from batches spread over the epoch, the
+        # frameworks in turns (a share from the first two batches moved 2.8x-3.2x between runs)
+        mp = dict.fromkeys(frameworks, 0.0)
+        step_total = dict.fromkeys(frameworks, 0.0)
+        for i, b in enumerate(np.linspace(0, num_batches - 1, profiled).round().astype(int)):
+            x, y, blocks = epoch[b]
+            for fw in frameworks[i % len(frameworks) :] + frameworks[: i % len(frameworks)]:
                 converted = convert(fw, blocks)
                 scopes = {"pyg": pyg_scopes, "dgl": dgl_scopes}.get(fw, lambda _: contextlib.nullcontext())(nets[fw])
                 with scopes, profile(activities=[ProfilerActivity.CPU]) as prof:
                     start = time.perf_counter()
                     step(fw, x, y, converted)
-                    step_total += time.perf_counter() - start
-                mp += message_passing_seconds(prof, fw)
-            phases[fw].kernels_share = min(1.0, mp / step_total) if step_total else 0.0
+                    step_total[fw] += time.perf_counter() - start
+                mp[fw] += message_passing_seconds(prof, fw)
+        for fw in frameworks:
+            phases[fw].kernels_share = min(1.0, mp[fw] / step_total[fw]) if step_total[fw] else 0.0
             cells.append(
                 MiniBatchCell(
                     graph_name,
@@ -936,7 +940,7 @@ def main() -> None:
     parser.add_argument("--fanouts", default="15,10")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=0, help="batches per mini-batch epoch (0: 1%% of the vertices)")
-    parser.add_argument("--profile-batches", type=int, default=2)
+    parser.add_argument("--profile-batches", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=2, help="timed full-batch epochs (the best is kept)")
     parser.add_argument("--reserve-gib", type=float, default=3.0, help="memory left to the rest of the machine")
     parser.add_argument("--timeout", type=int, default=1800)
