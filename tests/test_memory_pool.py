@@ -62,6 +62,18 @@ def test_a_block_returns_when_its_last_view_dies(fresh_pool):
     assert not np.shares_memory(b, c)
 
 
+def test_a_block_freed_while_the_pool_is_busy_waits_for_it(fresh_pool):
+    a = memory.empty(MIB, np.uint8)
+    taken = memory.pool_stats()["taken"]
+    with memory._pool.lock:  # as a garbage collection inside the pool's own code would free it
+        del a  # must neither wait for the lock (a deadlock) nor touch the blocks under it
+        assert memory.pool_stats()["blocks"] == 0
+    b = memory.empty(MIB, np.uint8)  # the next call files it, and takes it
+    assert memory.pool_stats()["taken"] == taken + 1
+    del b
+    assert memory.pool_stats()["blocks"] == 1
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 1 << 40))
 def test_size_classes_hold_the_size_with_at_most_a_quarter_more(nbytes):

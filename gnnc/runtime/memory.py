@@ -21,6 +21,7 @@ never pooled.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import threading
@@ -60,53 +61,83 @@ def size_class(nbytes: int) -> int:
 
 
 class _Pool:
-    """Free blocks (uint8 arrays) in the order they were freed, `limit` bytes at most."""
+    """Free blocks (uint8 arrays) in the order they were freed, `limit` bytes at most.
+
+    A block comes back from a lease's `__del__`, which runs wherever the last reference
+    drops: on any thread, and possibly in the middle of this pool's own code on the same
+    thread (a garbage collection there). So `give` never waits for the lock: it appends to
+    `returned` (a deque: atomic) and files the blocks only if it gets the lock at once;
+    whoever holds it files them before letting go."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.blocks: list[np.ndarray] = []
-        self.held = 0
+        self.blocks: list[np.ndarray] = []  # guarded by `lock`
+        self.held = 0  # bytes in `blocks`
+        self.returned: collections.deque[np.ndarray] = collections.deque()
+        self.lock = threading.Lock()
         self.taken = 0  # counters, for tests and benchmarks
         self.made = 0
         #: fill a reused block with 0xFF bytes (NaN in floats): a kernel that reads a result
         #: before writing it then shows in a test (`set_pool_poison`)
         self.poison = False
-        # __del__ may run in the middle of a take or give on the same thread (a drop of the last
-        # reference anywhere): a re-entrant lock, and each step a single list operation
-        self.lock = threading.RLock()
 
     def take(self, nbytes: int) -> np.ndarray:
+        block = None
         with self.lock:
+            self._file()
             blocks = self.blocks
             for i in range(len(blocks) - 1, -1, -1):
                 if blocks[i].nbytes == nbytes:
                     block = blocks.pop(i)
                     self.held -= nbytes
                     self.taken += 1
-                    if self.poison:
-                        block.fill(0xFF)
-                    return block
-            self.made += 1
-        return np.empty(nbytes, dtype=np.uint8)
+                    break
+            else:
+                self.made += 1
+        self._settle()
+        if block is None:
+            return np.empty(nbytes, dtype=np.uint8)
+        if self.poison:
+            block.fill(0xFF)
+        return block
 
     def give(self, block: np.ndarray) -> None:
-        with self.lock:
-            if block.nbytes > self.limit:
-                return
-            self.blocks.append(block)
-            self.held += block.nbytes
-            self.trim()
+        if block.nbytes <= self.limit:
+            self.returned.append(block)
+            self._settle()
 
     def trim(self) -> None:
-        """Drops the oldest free blocks down to the limit."""
+        """Files the returned blocks and drops the oldest down to the limit."""
         with self.lock:
-            while self.held > self.limit and self.blocks:
-                self.held -= self.blocks.pop(0).nbytes
+            self._file()
+        self._settle()
 
     def clear(self) -> None:
         with self.lock:
+            self._file()
             self.blocks = []
             self.held = 0
+
+    def _settle(self) -> None:
+        # a block returned while another call held the lock: filed by the first to get it
+        while self.returned and self.lock.acquire(blocking=False):
+            try:
+                self._file()
+            finally:
+                self.lock.release()
+
+    def _file(self) -> None:
+        """Moves the returned blocks into `blocks`, then keeps to the limit (the lock held)."""
+        returned = self.returned
+        while returned:
+            try:
+                block = returned.popleft()
+            except IndexError:
+                break
+            self.blocks.append(block)
+            self.held += block.nbytes
+        while self.held > self.limit and self.blocks:
+            self.held -= self.blocks.pop(0).nbytes
 
 
 _pool = _Pool(_limit_from_environment())
