@@ -99,6 +99,7 @@ def compile_grad(
     *,
     wrt: list[str] | None = None,
     target: str = "cpu",
+    walks: bool | None = None,
     **options: Any,
 ) -> Gradient:
     """Gradient kernels of one kernel, generated, compiled (cached) and loaded.
@@ -108,7 +109,9 @@ def compile_grad(
     name for a kernel with several) to get a dict of gradients per input.
     `grad.forward(graph, ...)` runs the forward kernel keeping what the
     gradient can reuse: `(results, saved)`, then `grad(..., saved=saved)`.
-    `target="reference"` evaluates them with numpy.
+    `target="reference"` evaluates them with numpy. Kernels that walk one graph in turn
+    share one walk (`walks`, by default on every target but "cuda", where it is not measured
+    yet); `walks=False` keeps one kernel per gradient part.
     """
     from gnnc.driver import compiler
     from gnnc.errors import CompileError
@@ -122,7 +125,7 @@ def compile_grad(
         forward = program.kernel(kernel)
     except KeyError:
         raise CompileError(f"no kernel named {kernel} in {file}") from None
-    grad = gradient_program(forward, wrt)
+    grad = gradient_program(forward, wrt, walks=target != "cuda" if walks is None else walks)
     if not grad.kernels:
         raise CompileError(f"{kernel}: no input has a gradient kernel")
     module = compile(grad.source + grad.forward, target=target, **options)
@@ -135,7 +138,19 @@ def compile_grad(
         module,
         kernel,
         [
-            (k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs, k.via_pairs)
+            (
+                k.name,
+                k.wrt,
+                k.reverse,
+                k.reduce,
+                k.inputs,
+                k.factor,
+                k.relation,
+                k.square,
+                k.pairs,
+                k.via_pairs,
+                k.parts,
+            )
             for k in grad.kernels
         ],
         [p.name for p in forward.params],

@@ -5,7 +5,9 @@ reference) and the list of gradient kernels `frontend.grad` generated, in
 the order they run. A kernel's result is a part of a forward input's
 gradient or of an intermediate (`st0__`: a softmax's weights, an argmax's
 edge ids, a vertex value's adjoint) that later kernels take as an input;
-parts of one target are summed.
+parts of one target are summed. A kernel of several results (kernels that
+walk one graph in turn, sharing the walk: `_Builder.share_walks`) gives a
+part of each of its `parts`' targets at once.
 
 A weight's gradient (W of `a @ W`) comes as dense products: a kernel gives
 G, its adjoints summed per vertex ([V, .., N], the size of an input's
@@ -183,7 +185,17 @@ class Gradient:
         kernel: str,
         kernels: list[
             tuple[
-                str, str, bool, bool, tuple[str, ...], str, str, bool | None, str, tuple[tuple[str, str, str, str], ...]
+                str,
+                str,
+                bool,
+                bool,
+                tuple[str, ...],
+                str,
+                str,
+                bool | None,
+                str,
+                tuple[tuple[str, str, str, str], ...],
+                tuple[tuple[str, str], ...],
             ]
         ],
         params: list[str],
@@ -217,6 +229,8 @@ class Gradient:
         self.arrays = HOST
         #: large pair-sum arrays kept between calls, shared by this gradient's copies
         self._kept = _KeptArrays()
+        #: the inputs whose gradients `restricted_to` asked for (None: every one)
+        self.wanted: frozenset[str] | None = None
         #: `reads()`, once computed
         self._reads: frozenset[str] | None = None
         self._reads_known = False
@@ -232,13 +246,14 @@ class Gradient:
         intermediate one of those reads (the kernels run in order, so a reversed walk
         collects every input a later kernel needs)."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor, _, _, _, _ in reversed(self.kernels):
-            if wrt in needed:
+        for _, wrt, _, _, inputs, factor, _, _, _, _, parts in reversed(self.kernels):
+            if wrt in needed or any(w in needed for _, w in parts):
                 needed.update(inputs)
                 if factor.endswith("__"):  # an intermediate; an input factor is read, not differentiated
                     needed.add(factor)
         pruned = copy.copy(self)
-        pruned.kernels = [k for k in self.kernels if k[1] in needed]
+        pruned.kernels = [k for k in self.kernels if k[1] in needed or any(w in needed for _, w in k[10])]
+        pruned.wanted = frozenset(wanted)
         pruned.constant = [c for c in self.constant if c in wanted]
         pruned._reads_known = False
         return pruned
@@ -253,7 +268,7 @@ class Gradient:
             return self._reads
         modules = [self.module] + ([self.pair_module] if self.pair_module is not None else [])
         read = {*self.transposes, *self.relation_transposes}
-        for name, _, _, _, _, factor, _, _, pairs, via in self.kernels:
+        for name, _, _, _, _, factor, _, _, pairs, via, _ in self.kernels:
             kernels = [getattr(modules[0], name)]
             if pairs:
                 kernels.append(getattr(modules[-1], pairs))
@@ -377,8 +392,8 @@ class Gradient:
                     taken.append((key, out))
             return summed[pairs]
 
-        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs, via in self.kernels:
-            if saved and wrt in saved:
+        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs, via, parts in self.kernels:
+            if saved and all(w in saved for w in ([w for _, w in parts] if parts else [wrt])):
                 continue  # the forward pass computed it
             if on_square is not None and on_square != square:
                 continue  # a fused kernel on a bipartite graph, or its two parts on a square one
@@ -392,6 +407,14 @@ class Gradient:
             f = (values[factor] if factor.endswith("__") else named[factor]) if factor else None
             # a relation weight: a block per leading index (W: [R, .., K, N]) or one matrix ([R, K, N])
             blocks = len(arrays.shape(named[wrt])) - 3 if relation in ("u", "v") else 0
+            if parts:  # one walk of several kernels (`_Builder.share_walks`): plain parts, summed
+                kernel = getattr(self.module, name)
+                results = arrays.run(kernel, g, _leading_rows(kernel, g, call) if graph.bipartite else call, threads)
+                for result, target in parts:
+                    if not (saved and target in saved):
+                        value = results[result]
+                        values[target] = value if target not in values else arrays.add_parts(values[target], value)
+                continue
             if relation in ("u", "v") and pairs and by_pairs:
                 # its adjoints summed per (end, relation) pair, never written per edge, then one
                 # factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
@@ -424,7 +447,8 @@ class Gradient:
                 elif factor:
                     part = arrays.product(f, part, threads=workers)
             values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
-        grads = {k: v for k, v in values.items() if k in self.params}
+        # a shared walk may compute an input's part that was not asked for
+        grads = {k: v for k, v in values.items() if k in self.params and (self.wanted is None or k in self.wanted)}
         if graph.bipartite:
             for wrt, grad in grads.items():
                 given = arrays.shape(named[wrt]) if wrt in named else ()
