@@ -543,10 +543,11 @@ class _Builder:
         the other's place: no kernel between writes what the moved one reads or reads what
         it writes. It may read a member's result if that is a vertex value no other kernel
         adds a part to, read at `v` (`st5__[v]`: computed earlier in the same walk); an edge
-        value would be recomputed at each read in one kernel, and a stage exists so that
-        its rows are gathered once. Results per edge are grouped apart: a kernel writing
-        rows per vertex and per edge compiles to a loop for each, slower than two kernels
-        (GAT's dots and h's part: 4.1 ms against 2.5 on a 120K-edge block). Weight
+        value is recomputed in each in-edge loop of a kernel that reads it, and a stage
+        exists so that its rows are gathered once. Results per edge are grouped apart: a
+        walk has one vectorised row axis, and a vertex result's [H, F] rows make it F, where
+        an edge kernel of dots over F alone vectorises over H (GAT's dots and h's part in
+        one walk: 4.1 ms against 2.5 apart on a 120K-edge block). Weight
         products, relation and pair kernels and per-vertex partials stay alone (the runtime
         treats their results). Square and bipartite graphs run different kernels (a fused
         input gradient or its two parts), so each is grouped on its own; a group both form
