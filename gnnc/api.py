@@ -137,22 +137,7 @@ def compile_grad(
     return Gradient(
         module,
         kernel,
-        [
-            (
-                k.name,
-                k.wrt,
-                k.reverse,
-                k.reduce,
-                k.inputs,
-                k.factor,
-                k.relation,
-                k.square,
-                k.pairs,
-                k.via_pairs,
-                k.parts,
-            )
-            for k in grad.kernels
-        ],
+        [_runtime_kernel(k) for k in grad.kernels],
         [p.name for p in forward.params],
         grad.constant,
         grad.skipped,
@@ -164,3 +149,9 @@ def compile_grad(
         grad.relation_transposes,
         pair_module,
     )
+
+
+def _runtime_kernel(k: Any) -> tuple:
+    """A `GradKernel` as `runtime.gradient.Gradient` takes it (the runtime imports no compiler)."""
+    fields = (k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs, k.via_pairs)
+    return (*fields, k.parts, tuple(_runtime_kernel(m) for m in k.members))

@@ -142,6 +142,9 @@ class GradKernel:
     #: A kernel of several gradient kernels' walks (`_Builder.share_walks`): its results as
     #: (result name, what it computes a part of), `wrt` the first's; () for one result.
     parts: tuple[tuple[str, str], ...] = ()
+    #: The kernels a shared walk merges, each as it runs alone (its source is in the program
+    #: too): a gradient wanting some of its parts only runs those (`Gradient.restricted_to`).
+    members: tuple[GradKernel, ...] = ()
 
     @property
     def writes(self) -> tuple[str, ...]:
@@ -635,6 +638,7 @@ class _Builder:
             else:
                 return  # the shared groups run in different orders: leave the kernels be
         new_pieces, new_kernels = [], []
+        alone_pieces: dict[str, str] = {}  # the members' own kernels, for gradients wanting some parts
         for group, square in order:
             first = kernels[group[0]]
             if len(group) == 1:
@@ -665,9 +669,21 @@ class _Builder:
             signature += "".join(f", {n}: {self.vertex_inputs[n.removesuffix('_dst__')]}" for n in views)
             body = "\n    ".join(stmts)
             new_pieces.append(f"kernel {name}({signature}) -> ({', '.join(results)}) {{\n    {body}\n}}\n")
+            members = tuple(replace(kernels[i], square=kernels[i].square if square is None else square) for i in group)
+            alone_pieces.update({kernels[i].name: pieces[i] for i in group})
             new_kernels.append(
-                GradKernel(name, first.wrt, first.reverse, inputs=(*stages, *views), square=square, parts=tuple(parts))
+                GradKernel(
+                    name,
+                    first.wrt,
+                    first.reverse,
+                    inputs=(*stages, *views),
+                    square=square,
+                    parts=tuple(parts),
+                    members=members,
+                )
             )
+        named = {p.split("(", 1)[0] for p in new_pieces}
+        new_pieces += [p for n, p in alone_pieces.items() if f"kernel {n}" not in named]
         try:
             parse_and_check("\n".join(new_pieces), f"<gradient walks of {self.kernel.name}>")
         except SourceError:

@@ -183,21 +183,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[
-            tuple[
-                str,
-                str,
-                bool,
-                bool,
-                tuple[str, ...],
-                str,
-                str,
-                bool | None,
-                str,
-                tuple[tuple[str, str, str, str], ...],
-                tuple[tuple[str, str], ...],
-            ]
-        ],
+        kernels: list[tuple],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -213,6 +199,8 @@ class Gradient:
         #: the kernels that sum relation products' edge rows per pair (`pairs` of `kernels`)
         self.pair_module = pair_module
         self.name = kernel
+        #: per kernel, in the order they run: (name, wrt, reverse, reduce, inputs, factor, relation,
+        #: square, pairs, via_pairs, parts, members), as `lang.autodiff.GradKernel`'s fields
         self.kernels = kernels
         self.params = params
         self.constant = constant
@@ -244,15 +232,23 @@ class Gradient:
     def restricted_to(self, wanted: tuple[str, ...]) -> Gradient:
         """A copy that runs only the kernels computing a `wanted` input's gradient, or an
         intermediate one of those reads (the kernels run in order, so a reversed walk
-        collects every input a later kernel needs)."""
+        collects every input a later kernel needs). A shared walk runs where every part of
+        it is needed; where only some are, the kernels of those parts run instead (they
+        were compiled with it), so that no walk computes a gradient nobody asked for."""
         needed = set(wanted)
-        for _, wrt, _, _, inputs, factor, _, _, _, _, parts in reversed(self.kernels):
-            if wrt in needed or any(w in needed for _, w in parts):
+        # each shared walk as its members, in their order: where they run is where it runs
+        apart = [m for k in self.kernels for m in (k[11] or (k,))]
+        for _, wrt, _, _, inputs, factor, *_ in reversed(apart):
+            if wrt in needed:
                 needed.update(inputs)
                 if factor.endswith("__"):  # an intermediate; an input factor is read, not differentiated
                     needed.add(factor)
+        kept: list[tuple] = []
+        for k in self.kernels:
+            members = [m for m in k[11] or (k,) if m[1] in needed]
+            kept += [k] if len(members) == len(k[11] or (k,)) else members
         pruned = copy.copy(self)
-        pruned.kernels = [k for k in self.kernels if k[1] in needed or any(w in needed for _, w in k[10])]
+        pruned.kernels = kept
         pruned.wanted = frozenset(wanted)
         pruned.constant = [c for c in self.constant if c in wanted]
         pruned._reads_known = False
@@ -268,7 +264,7 @@ class Gradient:
             return self._reads
         modules = [self.module] + ([self.pair_module] if self.pair_module is not None else [])
         read = {*self.transposes, *self.relation_transposes}
-        for name, _, _, _, _, factor, _, _, pairs, via, _ in self.kernels:
+        for name, _, _, _, _, factor, _, _, pairs, via, *_ in self.kernels:
             kernels = [getattr(modules[0], name)]
             if pairs:
                 kernels.append(getattr(modules[-1], pairs))
@@ -392,7 +388,7 @@ class Gradient:
                     taken.append((key, out))
             return summed[pairs]
 
-        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs, via, parts in self.kernels:
+        for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs, via, parts, _ in self.kernels:
             if saved and all(w in saved for w in ([w for _, w in parts] if parts else [wrt])):
                 continue  # the forward pass computed it
             if on_square is not None and on_square != square:
