@@ -569,16 +569,16 @@ class _Builder:
                 writers[w] = writers.get(w, 0) + 1
 
         def alone(k: GradKernel) -> bool:
-            return bool(k.reduce or k.factor or k.relation or k.pairs or k.via_pairs or k.parts)
+            return bool(k.reduce or k.factor or k.relation or k.pairs or k.via_pairs)
 
         def reads(k: GradKernel) -> set[str]:
             return {*k.inputs, *([k.factor] if k.factor else [])}
 
         rtypes = [piece.split("{", 1)[0].rsplit(") -> ", 1)[1].strip() for piece in pieces]
-        at = {k.name: i for i, k in enumerate(kernels)}
 
-        def kind(k: GradKernel) -> tuple[bool, bool, bool]:
-            return (k.reverse, k.wrt in self.forward_stages, rtypes[at[k.name]].startswith(f"{self.dtype}[E"))
+        def kind(i: int) -> tuple[bool, bool, bool]:
+            k = kernels[i]
+            return (k.reverse, k.wrt in self.forward_stages, rtypes[i].startswith(f"{self.dtype}[E"))
 
         def writes(ids: list[int]) -> set[str]:
             return {w for i in ids for w in kernels[i].writes}
@@ -587,7 +587,7 @@ class _Builder:
             """How kernel j joins `group` across the kernels `between` them: "up" (it runs at
             the group's place), "down" (the group runs at its place), or "" (it cannot)."""
             k = kernels[j]
-            if any(alone(kernels[i]) or kind(kernels[i]) != kind(k) for i in group):
+            if any(alone(kernels[i]) or kind(i) != kind(j) for i in group):
                 return ""
             made = writes(group)
             if k.wrt in made or locals_[j] & {n for i in group for n in locals_[i]}:
@@ -645,7 +645,7 @@ class _Builder:
                 new_pieces.append(pieces[group[0]])
                 new_kernels.append(replace(first, square=first.square if square is None else square))
                 continue
-            made = {w for i in group for w in kernels[i].writes}
+            made = writes(list(group))
             # every name a member's signature or body has: a result must be none of them
             taken = set(re.findall(r"(\w+):", self.signature)) | set(self.stage_types) | set(self.vertex_inputs)
             taken |= {dst_view_name(n) for n in self.vertex_inputs} | {n for i in group for n in locals_[i]}

@@ -217,8 +217,6 @@ class Gradient:
         self.arrays = HOST
         #: large pair-sum arrays kept between calls, shared by this gradient's copies
         self._kept = _KeptArrays()
-        #: the inputs whose gradients `restricted_to` asked for (None: every one)
-        self.wanted: frozenset[str] | None = None
         #: `reads()`, once computed
         self._reads: frozenset[str] | None = None
         self._reads_known = False
@@ -245,11 +243,11 @@ class Gradient:
                     needed.add(factor)
         kept: list[tuple] = []
         for k in self.kernels:
-            members = [m for m in k[11] or (k,) if m[1] in needed]
-            kept += [k] if len(members) == len(k[11] or (k,)) else members
+            group = k[11] or (k,)
+            members = [m for m in group if m[1] in needed]
+            kept += [k] if len(members) == len(group) else members
         pruned = copy.copy(self)
         pruned.kernels = kept
-        pruned.wanted = frozenset(wanted)
         pruned.constant = [c for c in self.constant if c in wanted]
         pruned._reads_known = False
         return pruned
@@ -388,6 +386,10 @@ class Gradient:
                     taken.append((key, out))
             return summed[pairs]
 
+        def add(target: str, part: Any) -> None:
+            """A part of `target`'s gradient (or intermediate), summed with its earlier parts."""
+            values[target] = part if target not in values else arrays.add_parts(values[target], part)
+
         for name, wrt, reverse, reduce, inputs, factor, relation, on_square, pairs, via, parts, _ in self.kernels:
             if saved and all(w in saved for w in ([w for _, w in parts] if parts else [wrt])):
                 continue  # the forward pass computed it
@@ -399,18 +401,17 @@ class Gradient:
             call.update({n: arrays.cast(values[n], dtype) for n in inputs if n in values})
             # an input read at both ends by a reversed kernel: its reads at forward destinations
             call.update({n: _destination_rows(named, n[: -len(_DST)], graph) for n in inputs if n not in values})
-            # an intermediate's name ends in `__`; an input's part of values is its gradient
-            f = (values[factor] if factor.endswith("__") else named[factor]) if factor else None
-            # a relation weight: a block per leading index (W: [R, .., K, N]) or one matrix ([R, K, N])
-            blocks = len(arrays.shape(named[wrt])) - 3 if relation in ("u", "v") else 0
-            if parts:  # one walk of several kernels (`_Builder.share_walks`): plain parts, summed
+            if parts:  # one walk of several kernels (`_Builder.share_walks`): plain parts
                 kernel = getattr(self.module, name)
                 results = arrays.run(kernel, g, _leading_rows(kernel, g, call) if graph.bipartite else call, threads)
                 for result, target in parts:
                     if not (saved and target in saved):
-                        value = results[result]
-                        values[target] = value if target not in values else arrays.add_parts(values[target], value)
+                        add(target, results[result])
                 continue
+            # an intermediate's name ends in `__`; an input's part of values is its gradient
+            f = (values[factor] if factor.endswith("__") else named[factor]) if factor else None
+            # a relation weight: a block per leading index (W: [R, .., K, N]) or one matrix ([R, K, N])
+            blocks = len(arrays.shape(named[wrt])) - 3 if relation in ("u", "v") else 0
             if relation in ("u", "v") and pairs and by_pairs:
                 # its adjoints summed per (end, relation) pair, never written per edge, then one
                 # factor row a pair (`_Builder.pair_kernel`, `_pair_products`)
@@ -442,9 +443,8 @@ class Gradient:
                     part = arrays.relation_products(f, part, ends, graph, blocks, threads=workers)
                 elif factor:
                     part = arrays.product(f, part, threads=workers)
-            values[wrt] = part if wrt not in values else arrays.add_parts(values[wrt], part)
-        # a shared walk may compute an input's part that was not asked for
-        grads = {k: v for k, v in values.items() if k in self.params and (self.wanted is None or k in self.wanted)}
+            add(wrt, part)
+        grads = {k: v for k, v in values.items() if k in self.params}
         if graph.bipartite:
             for wrt, grad in grads.items():
                 given = arrays.shape(named[wrt]) if wrt in named else ()
