@@ -87,7 +87,9 @@ def projected(
     m_dst, b_dst = _folded(lin, att_dst)
     bias = None if b_src is None or b_dst is None else torch.cat([b_src, b_dst])
     a_src, a_dst = F.linear(x, torch.cat([m_src, m_dst]), bias).split([heads, heads], dim=1)
-    return lin(x).view(-1, heads, channels), a_src, a_dst
+    # contiguous once here: the op would copy each column slice in the forward and again in the
+    # backward, which keeps the slices it reads
+    return lin(x).view(-1, heads, channels), a_src.contiguous(), a_dst.contiguous()
 
 
 class GATConv(WarmUp, nn.Module):
@@ -196,8 +198,8 @@ class GATConv(WarmUp, nn.Module):
         res = self.res(x_dst) if self.res is not None and x_dst is not None else None
         # a block's x[:num_dst]: one product serves both sides
         prefix = bipartite and self.lin is not None and x_dst is not None and inputs.prefix_rows(x_dst, x_src)
-        # on the CPU, where the thin products are passes over memory; the scores come out as
-        # column slices, which the op copies (a device tensor's copy is the device's)
+        # on the CPU, where the thin products are passes over memory (the scores come out as
+        # column slices, made contiguous there: a device tensor's copy is the device's)
         if self.lin is not None and x_src.device.type == "cpu" and folds(self.lin, C) and (not bipartite or prefix):
             h_src, a_src, a_dst = projected(self.lin, x_src, self.att_src, self.att_dst)
             if not prefix:
