@@ -209,6 +209,20 @@ def test_attention_kernel_text():
     )
 
 
+@pytest.mark.parametrize("name", ["GATConv", "GATv2Conv"])
+def test_loop_score_in_the_kernel_where_every_destination_is_a_source(name):
+    """A square graph's or a block's loop score is computed by the kernel (`sl[v] = ...`, no
+    `sl` input and no torch ops per call); fewer sources than destinations, or loop edge
+    features, pass it in. The layers' outputs against PyG's are the tests above."""
+    layer = getattr(gnn, name)(4, 3, heads=2)
+    for kind in attention.LoopKind:
+        for edge in (False, True):
+            text = attention.source(layer._config(kind, False, False, edge))
+            inside = kind in (attention.LoopKind.SQUARE, attention.LoopKind.MORE_SOURCES) and not edge
+            assert ("sl[v] = " in text) == inside, (kind, edge, text)
+            assert ("sl: f32[V, H]" in text) == (kind != attention.LoopKind.NONE and not inside), (kind, edge, text)
+
+
 #: One configuration per layer with everything a copy must keep: dropout, self loops,
 #: edge features, a slope or beta, a residual.
 KEPT = {

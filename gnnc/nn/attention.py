@@ -10,9 +10,10 @@ weights are a result, and how self loops enter.
 Self loops (GAT and GATv2). PyG removes a graph's self loops and appends
 one loop (i, i) per vertex i < min(num_src, num_dst) on every call. gnnc
 keeps the user's edges (so the graph is built once per edge_index) and
-passes the loop as vertex tensors instead: the loop's score `sl[v]`
-(computed in torch from per-vertex values) and, for its message, the
-source row `h[v]`: on a bipartite graph with more sources than
+passes the loop as vertex values instead: the loop's score `sl[v]`
+(computed in the kernel from per-vertex inputs read at v where every
+destination is a source, `Config.loop_score`, else in torch and passed
+in) and, for its message, the source row `h[v]`: on a bipartite graph with more sources than
 destinations the destinations are the first sources (the block
 convention), and the gradient of `h` read at v adds into its leading rows;
 with fewer, a per-destination input `hl[v]` holds the rows, zero past the
@@ -93,6 +94,9 @@ class Config:
     loop_message: str = ""
     #: Inputs only the loops read (`hl: f32[V, H, F]`, the loop's message on a bipartite graph).
     loop_params: tuple[str, ...] = ()
+    #: The loop's score as a vertex expression the kernel computes (`sl[v] = ...`), where every
+    #: destination has a loop; empty: `sl` is an input, made in torch.
+    loop_score: str = ""
     #: Per-edge inputs appended to params when the layer has edge features (`ea: f32[E, H, F]`).
     edge_params: tuple[str, ...] = ()
     #: Whether an attention-dropout mask is an input.
@@ -122,7 +126,8 @@ def source(c: Config) -> str:
         else:
             body.append(f"out[v] = sum(softmax(s[e]){masked} * {c.message})")
     else:
-        params += [*c.loop_params, "sl: f32[V, H]"]
+        assert not c.loop_score or c.loops == "all", "a loop score read at v needs every destination's loop"
+        params += [*c.loop_params, *(() if c.loop_score else ("sl: f32[V, H]",))]
         if c.loops == "some":
             params.append("has: f32[V]")
         if c.mask:
@@ -130,6 +135,8 @@ def source(c: Config) -> str:
         if c.weights:
             results.append("alpha_loop: f32[V, H]")
         body = [f"s[e] = {c.score}"]
+        if c.loop_score:
+            body.insert(0, f"sl[v] = {c.loop_score}")
         shifted = "sl[v] + max((1 - self_loop(e)) * relu(s[e] - sl[v]))"
         if c.loops == "some":
             body.append(f"m[v] = detach(has[v] * ({shifted}) + (1 - has[v]) * max(s[e]))")
@@ -191,6 +198,15 @@ def loop_fields(kind: LoopKind, own_row: str) -> dict[str, Any]:
         "loop_message": "hl[v]",
         "loop_params": ("hl: f32[V, H, F]",),
     }
+
+
+def loop_score_in_kernel(kind: LoopKind, edge_features: bool) -> bool:
+    """Whether a GAT layer's kernel computes the loops' score (`Config.loop_score`) from inputs
+    read at v: where every destination is a source (a square graph, a block) and no loop edge
+    features enter it. In torch it was a slice of each input, their sum and the score of
+    [num_dst, H(, C)] per call, and in the backward a zero tensor of the inputs' rows per slice
+    to add into."""
+    return kind in (LoopKind.SQUARE, LoopKind.MORE_SOURCES) and not edge_features
 
 
 #: A kernel variant of a layer: (loop kind, dropout mask, attention weights returned, edge features).

@@ -13,8 +13,11 @@ literal. `edge_dim` adds `a_edge[e]` (`<lin_edge(edge_attr), att_edge>`,
 computed by torch) to the score; attention dropout in training mode
 multiplies the softmax by a mask input; `return_attention_weights` makes
 the weights a second result, `alpha`. With self loops (the default) the
-graph is kept as given and the loops enter as vertex tensors, the softmax
-written out over the in-edges and the loop (`gnnc.nn.attention`).
+graph is kept as given and the loops enter as vertex values, the softmax
+written out over the in-edges and the loop (`gnnc.nn.attention`); where
+every destination is a source (a square graph, a sampled block) and no edge
+features enter, the kernel computes the loop's score itself:
+`sl[v] = leaky_relu(a_src[v] + a_dst[v], 0.2)`.
 """
 
 from __future__ import annotations
@@ -182,6 +185,9 @@ class GATConv(WarmUp, nn.Module):
             mask=mask,
             weights=weights,
             **attention.loop_fields(kind, "h[v]"),
+            loop_score=(
+                f"leaky_relu(a_src[v] + a_dst[v], {self._slope})" if attention.loop_score_in_kernel(kind, edge) else ""
+            ),
         )
 
     def _project(
@@ -260,14 +266,15 @@ class GATConv(WarmUp, nn.Module):
         args: list[torch.Tensor] = [h_src, a_src, a_dst] + ([a_edge] if a_edge is not None else [])
         if lp is not None:
             n = lp.count
-            raw = a_src[:n] + a_dst[:n]
-            if a_edge is not None:
-                assert ea is not None and self.lin_edge is not None and self.att_edge is not None
-                loop_ea = attention.loop_attr(edges, ea, lp, self.fill_value)
-                raw = raw + scores(self.lin_edge, loop_ea, self.att_edge)
             if kind == LoopKind.FEWER_SOURCES:  # the loop's message, a row per destination
                 args.append(lp.pad(h_src[:n]))
-            args.append(lp.pad(F.leaky_relu(raw, self.negative_slope)))
+            if not attention.loop_score_in_kernel(kind, a_edge is not None):
+                raw = a_src[:n] + a_dst[:n]
+                if a_edge is not None:
+                    assert ea is not None and self.lin_edge is not None and self.att_edge is not None
+                    loop_ea = attention.loop_attr(edges, ea, lp, self.fill_value)
+                    raw = raw + scores(self.lin_edge, loop_ea, self.att_edge)
+                args.append(lp.pad(F.leaky_relu(raw, self.negative_slope)))
             if kind == LoopKind.FEWER_SOURCES:
                 args.append(lp.has(h_src.dtype))
         if drop:

@@ -120,6 +120,11 @@ class GATv2Conv(WarmUp, nn.Module):
             mask=mask,
             weights=weights,
             **attention.loop_fields(kind, "xl[v]"),
+            loop_score=(
+                f"dot(leaky_relu(xl[v] + xr[v], {self._slope}), att)"
+                if attention.loop_score_in_kernel(kind, edge)
+                else ""
+            ),
         )
 
     def forward(
@@ -170,13 +175,14 @@ class GATv2Conv(WarmUp, nn.Module):
             args.append(self.lin_edge(ea).view(-1, H, C))
         if lp is not None:
             n = lp.count
-            raw = xl[:n] + xr[:n]
-            if ea is not None:
-                assert self.lin_edge is not None
-                raw = raw + self.lin_edge(attention.loop_attr(edges, ea, lp, self.fill_value)).view(-1, H, C)
             if kind == LoopKind.FEWER_SOURCES:  # the loop's message, a row per destination
                 args.append(lp.pad(xl[:n]))
-            args.append(lp.pad((F.leaky_relu(raw, self.negative_slope) * att).sum(-1)))
+            if not attention.loop_score_in_kernel(kind, ea is not None):
+                raw = xl[:n] + xr[:n]
+                if ea is not None:
+                    assert self.lin_edge is not None
+                    raw = raw + self.lin_edge(attention.loop_attr(edges, ea, lp, self.fill_value)).view(-1, H, C)
+                args.append(lp.pad((F.leaky_relu(raw, self.negative_slope) * att).sum(-1)))
             if kind == LoopKind.FEWER_SOURCES:
                 args.append(lp.has(xl.dtype))
         if drop:
