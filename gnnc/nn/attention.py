@@ -13,9 +13,10 @@ keeps the user's edges (so the graph is built once per edge_index) and
 passes the loop as vertex values instead: the loop's score `sl[v]`
 (computed in the kernel from per-vertex inputs read at v where every
 destination is a source, `Config.loop_score`, else in torch and passed
-in) and, for its message, the source row `h[v]`: on a bipartite graph with more sources than
-destinations the destinations are the first sources (the block
-convention), and the gradient of `h` read at v adds into its leading rows;
+in) and, for its message, the source row `h[v]`: on a bipartite graph
+with more sources than destinations the destinations are the first
+sources (the block convention), and the gradient of `h` read at v adds
+into its leading rows;
 with fewer, a per-destination input `hl[v]` holds the rows, zero past the
 sources. Existing loops are left out by `1 - self_loop(e)` (no mask of E
 floats is made or read).
