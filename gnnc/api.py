@@ -151,7 +151,10 @@ def compile_grad(
     )
 
 
-def _runtime_kernel(k: Any) -> tuple:
-    """A `GradKernel` as `runtime.gradient.Gradient` takes it (the runtime imports no compiler)."""
+def _runtime_kernel(k: Any) -> Any:
+    """A `GradKernel` as `runtime.gradient.Gradient` takes it: a `GradStep` (the runtime
+    imports no compiler)."""
+    from gnnc.runtime.gradient import GradStep
+
     fields = (k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs, k.via_pairs)
-    return (*fields, k.parts, tuple(_runtime_kernel(m) for m in k.members))
+    return GradStep(*fields, k.parts, tuple(_runtime_kernel(m) for m in k.members))

@@ -50,7 +50,7 @@ import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,6 +74,36 @@ KEEP_PAIR_SUMS_BYTES = 16 << 20
 KEEP_PAIR_SUMS = 4
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
 _F32_EXACT = 2**24
+
+
+class GradStep(NamedTuple):
+    """One generated gradient kernel as the runtime runs it: `lang.autodiff.GradKernel`'s
+    fields, which `api.compile_grad` copies here (the runtime imports no compiler). The
+    fields' meanings are GradKernel's."""
+
+    name: str
+    #: A forward input (its gradient) or an intermediate (`st3__`) this kernel makes a part of.
+    wrt: str
+    #: It runs on the reversed graph.
+    reverse: bool
+    #: It gives a partial gradient per vertex, summed here down to the parameter's shape.
+    reduce: bool
+    #: Intermediates it reads.
+    inputs: tuple[str, ...]
+    #: A weight gradient as the dense product factor^T G; "" for none.
+    factor: str
+    #: A relation tensor's gradient: "sum", "u", "v"; "" for none.
+    relation: str
+    #: Square graphs only (True), bipartite only (False), every graph (None).
+    square: bool | None
+    #: The pair-sum kernel of a relation product; "".
+    pairs: str
+    #: (pair-sum kernel, transform kernel, weight, side) entries of an input's part.
+    via_pairs: tuple[tuple[str, str, str, str], ...]
+    #: A shared walk's results as (result name, what it is a part of); () for one result.
+    parts: tuple[tuple[str, str], ...]
+    #: The kernels a shared walk merges, each as it runs alone.
+    members: tuple[GradStep, ...]
 
 
 class HostArrays:
@@ -183,7 +213,7 @@ class Gradient:
         self,
         module: Any,
         kernel: str,
-        kernels: list[tuple],
+        kernels: list[GradStep],
         params: list[str],
         constant: list[str],
         skipped: list[str],
@@ -199,8 +229,7 @@ class Gradient:
         #: the kernels that sum relation products' edge rows per pair (`pairs` of `kernels`)
         self.pair_module = pair_module
         self.name = kernel
-        #: per kernel, in the order they run: (name, wrt, reverse, reduce, inputs, factor, relation,
-        #: square, pairs, via_pairs, parts, members), as `lang.autodiff.GradKernel`'s fields
+        #: the kernels, in the order they run
         self.kernels = kernels
         self.params = params
         self.constant = constant
@@ -235,16 +264,16 @@ class Gradient:
         were compiled with it), so that no walk computes a gradient nobody asked for."""
         needed = set(wanted)
         # each shared walk as its members, in their order: where they run is where it runs
-        apart = [m for k in self.kernels for m in (k[11] or (k,))]
-        for _, wrt, _, _, inputs, factor, *_ in reversed(apart):
-            if wrt in needed:
-                needed.update(inputs)
-                if factor.endswith("__"):  # an intermediate; an input factor is read, not differentiated
-                    needed.add(factor)
-        kept: list[tuple] = []
+        apart = [m for k in self.kernels for m in (k.members or (k,))]
+        for m in reversed(apart):
+            if m.wrt in needed:
+                needed.update(m.inputs)
+                if m.factor.endswith("__"):  # an intermediate; an input factor is read, not differentiated
+                    needed.add(m.factor)
+        kept: list[GradStep] = []
         for k in self.kernels:
-            group = k[11] or (k,)
-            members = [m for m in group if m[1] in needed]
+            group = k.members or (k,)
+            members = [m for m in group if m.wrt in needed]
             kept += [k] if len(members) == len(group) else members
         pruned = copy.copy(self)
         pruned.kernels = kept
@@ -262,11 +291,11 @@ class Gradient:
             return self._reads
         modules = [self.module] + ([self.pair_module] if self.pair_module is not None else [])
         read = {*self.transposes, *self.relation_transposes}
-        for name, _, _, _, _, factor, _, _, pairs, via, *_ in self.kernels:
-            kernels = [getattr(modules[0], name)]
-            if pairs:
-                kernels.append(getattr(modules[-1], pairs))
-            for sums, transform, weight, _ in via or ():
+        for step in self.kernels:
+            kernels = [getattr(modules[0], step.name)]
+            if step.pairs:
+                kernels.append(getattr(modules[-1], step.pairs))
+            for sums, transform, weight, _ in step.via_pairs:
                 kernels += [getattr(modules[-1], sums), getattr(modules[-1], transform)]
                 read.add(weight)
             for kernel in kernels:
@@ -279,8 +308,8 @@ class Gradient:
                     for p in signature.params
                     if p.domain != "V" or p.sides
                 )
-            if factor and not factor.endswith("__"):
-                read.add(factor)
+            if step.factor and not step.factor.endswith("__"):
+                read.add(step.factor)
         self._reads, self._reads_known = frozenset(read & set(self.params)), True
         return self._reads
 
@@ -333,7 +362,7 @@ class Gradient:
         graph = take_graph(graph, kwargs)
         if not isinstance(graph, (Graph, CooGraph)):
             raise ArgumentError(f"the first argument must be a gnnc.Graph, got {type(graph).__name__}")
-        if isinstance(graph, CooGraph) and any(k[6] or k[8] or k[9] for k in self.kernels):
+        if isinstance(graph, CooGraph) and any(k.relation or k.pairs or k.via_pairs for k in self.kernels):
             graph = graph.graph()  # relation products and sums read the edges' ends and types
         named = self._named(args, kwargs)
         gouts = self._gouts(gout, named)
