@@ -32,7 +32,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
 from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, products
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -84,45 +84,17 @@ def projected(
     its gradient another (dW) or an [N, in] term to add (dx); made together they pay one pass
     of each. h stays a product of its own: sliced from one product with the scores it would
     be strided, and the kernel's contiguous copy of it, with the gradient's concatenation,
-    cost more than the product saved (docs/design/training.md). Both products are one
-    `_Projections`, whose backward adds the scores' dx term into h's in place."""
+    cost more than the product saved (docs/design/training.md). Both are one `products`,
+    whose backward adds the scores' dx term into h's in place."""
     heads, channels = att_src.shape[-2], att_src.shape[-1]
     m_src, b_src = _folded(lin, att_src)
     m_dst, b_dst = _folded(lin, att_dst)
-    h, both = _Projections.apply(x, lin.weight, torch.cat([m_src, m_dst]))
-    if lin.bias is not None:
-        h = h + lin.bias
-    if b_src is not None and b_dst is not None:
-        both = both + torch.cat([b_src, b_dst])
+    bias = None if b_src is None or b_dst is None else torch.cat([b_src, b_dst])
+    h, both = products(x, (lin.weight, lin.bias), (torch.cat([m_src, m_dst]), bias))
     a_src, a_dst = both.split([heads, heads], dim=1)
     # contiguous once here: the op would copy each column slice in the forward and again in the
     # backward, which keeps the slices it reads
     return h.view(-1, heads, channels), a_src.contiguous(), a_dst.contiguous()
-
-
-class _Projections(torch.autograd.Function):
-    """`(x @ W.T, x @ M.T)` whose backward makes dx as one tensor: `dh @ W`, then `dm @ M` added
-    into it by `addmm_`. Autograd would make `dm @ M` a tensor of its own and add it: an
-    [N, in] result of a thin product (K = 2H), which torch's GEMM writes slowly, and a fresh
-    allocation faulted in. Measured: 52 -> 22 ms on mdual's second GAT layer
-    (docs/design/training.md)."""
-
-    @staticmethod
-    def forward(x: torch.Tensor, weight: torch.Tensor, folded: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return F.linear(x, weight), F.linear(x, folded)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.save_for_backward(*inputs)
-
-    @staticmethod
-    def backward(ctx: Any, dh: torch.Tensor, ds: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight, folded = ctx.saved_tensors
-        dh, ds = dh.reshape(-1, weight.shape[0]), ds.reshape(-1, folded.shape[0])
-        dx = dh.mm(weight).addmm_(ds, folded) if ctx.needs_input_grad[0] else None
-        dw = dh.t().mm(x) if ctx.needs_input_grad[1] else None
-        dm = ds.t().mm(x) if ctx.needs_input_grad[2] else None
-        return dx, dw, dm
 
 
 class GATConv(WarmUp, nn.Module):

@@ -29,7 +29,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
 from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, projections
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -127,6 +127,21 @@ class GATv2Conv(WarmUp, nn.Module):
             ),
         )
 
+    def _project(self, x_src: torch.Tensor, x_dst: torch.Tensor, bipartite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lin_l(x_src), lin_r(x_dst)) as [N, H, C]: one product where the weights are shared and
+        x_dst is x_src or its leading rows, both in one `projections` (one dx) where only the
+        input is shared."""
+        H, C = self.heads, self.out_channels
+        if not bipartite and not self.share_weights:
+            xl, xr = projections(x_src, self.lin_l, self.lin_r)
+            return xl.view(-1, H, C), xr.view(-1, H, C)
+        xl = self.lin_l(x_src).view(-1, H, C)
+        if self.share_weights and not bipartite:
+            return xl, xl
+        if self.share_weights and inputs.prefix_rows(x_dst, x_src):
+            return xl, xl[: x_dst.shape[0]]  # a block's x[:num_dst]: one product serves both
+        return xl, self.lin_r(x_dst).view(-1, H, C)
+
     def forward(
         self,
         x: Any,
@@ -144,13 +159,7 @@ class GATv2Conv(WarmUp, nn.Module):
             raise ArgumentError(f"{LAYER}: x must be [num_nodes, in_channels]")
         bipartite = not isinstance(x, torch.Tensor)
         res = self.res(x_dst) if self.res is not None else None
-        xl = self.lin_l(x_src).view(-1, H, C)
-        if self.share_weights and not bipartite:
-            xr = xl
-        elif self.share_weights and inputs.prefix_rows(x_dst, x_src):
-            xr = xl[: x_dst.shape[0]]  # a block's x[:num_dst]: one product serves both
-        else:
-            xr = self.lin_r(x_dst).view(-1, H, C)
+        xl, xr = self._project(x_src, x_dst, bipartite)
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, None, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]

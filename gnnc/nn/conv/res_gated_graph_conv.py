@@ -30,7 +30,7 @@ from gnnc.nn import inputs
 from gnnc.nn.conv.sg_conv import check_out_channels
 from gnnc.nn.init import zeros
 from gnnc.nn.kernels import kernel
-from gnnc.nn.linear import Linear, add_bias, add_product
+from gnnc.nn.linear import Linear, add_bias, add_product, projections
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -139,7 +139,10 @@ class ResGatedGraphConv(WarmUp, nn.Module):
                 f"edge_attr {'given' if edge_attr is not None else 'not given'})"
             )
         if edge_attr is None:
-            k, q, val = self.lin_key(x_dst), self.lin_query(x_src), self.lin_value(x_src)
+            if x_src is x_dst:  # one input: one dx in the backward (`projections`)
+                k, q, val = projections(x_src, self.lin_key, self.lin_query, self.lin_value)
+            else:
+                k, q, val = self.lin_key(x_dst), self.lin_query(x_src), self.lin_value(x_src)
             out = self._kernel(adj.index, k, q, val, size=sizes)
         else:
             edge_attr = inputs.edge_features(edge_attr, adj.num_edges, self.edge_dim, LAYER)

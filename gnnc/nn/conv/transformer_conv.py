@@ -26,7 +26,7 @@ from torch import nn
 from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
 from gnnc.nn.attention import LoopKind
-from gnnc.nn.linear import Linear
+from gnnc.nn.linear import Linear, projections
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -117,9 +117,16 @@ class TransformerConv(WarmUp, nn.Module):
         num_src, num_dst = inputs.sizes(adj, x_src, x_dst, None, bipartite)
         edges = adj.edge_index
         num_edges = edges.shape[1]
-        query = self.lin_query(x_dst).view(-1, H, C)
-        key = self.lin_key(x_src).view(-1, H, C)
-        value = self.lin_value(x_src).view(-1, H, C)
+        skip = None
+        if not bipartite:  # one input: one dx in the backward (`projections`)
+            lins = [self.lin_query, self.lin_key, self.lin_value] + ([self.lin_skip] if self.root_weight else [])
+            made = projections(x_src, *lins)
+            query, key, value = (t.view(-1, H, C) for t in made[:3])
+            skip = made[3] if self.root_weight else None
+        else:
+            query = self.lin_query(x_dst).view(-1, H, C)
+            key = self.lin_key(x_src).view(-1, H, C)
+            value = self.lin_value(x_src).view(-1, H, C)
         ea = None
         if self.lin_edge is not None:
             features = inputs.edge_attributes(adj, edge_attr)
@@ -139,7 +146,7 @@ class TransformerConv(WarmUp, nn.Module):
         out = result.out if weights else result
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if self.root_weight:
-            x_r = self.lin_skip(x_dst)
+            x_r = self.lin_skip(x_dst) if skip is None else skip
             if self.lin_beta is not None:
                 beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
                 out = beta * x_r + (1 - beta) * out
