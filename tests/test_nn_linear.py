@@ -1,0 +1,94 @@
+"""gnnc.nn.linear's products of one input: the values and gradients of plain `F.linear`s.
+
+`products` and `projections` compute dx as one tensor (the later terms added
+in place); these check that it is the sum autograd would make, for every
+combination of biases and of which inputs need a gradient, double backward
+included, and that `projections` falls back to the layers themselves where
+it does not apply (a lazy layer, which its first call sizes).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gnnc.nn.linear import Linear, products, projections
+
+
+def _inputs(biases: tuple[bool, ...], dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, list]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 5, generator=g, dtype=dtype)
+    transforms = []
+    for i, has_bias in enumerate(biases):
+        w = torch.randn(3 + i, 5, generator=g, dtype=dtype)
+        b = torch.randn(3 + i, generator=g, dtype=dtype) if has_bias else None
+        transforms.append((w, b))
+    return x, transforms
+
+
+@pytest.mark.parametrize("biases", [(False,), (True, False), (False, True, True), (True, True, False, True)])
+def test_products_match_plain_linears_forward_and_backward(biases):
+    x, transforms = _inputs(biases)
+    leaves = [x, *[t for w, b in transforms for t in (w, b) if t is not None]]
+    for t in leaves:
+        t.requires_grad_(True)
+    got = products(x, *transforms)
+    want = [F.linear(x, w, b) for w, b in transforms]
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    seeds = [torch.randn_like(t) for t in want]
+    loss_got = sum((a * s).sum() for a, s in zip(got, seeds))
+    loss_want = sum((a * s).sum() for a, s in zip(want, seeds))
+    for a, b in zip(torch.autograd.grad(loss_got, leaves), torch.autograd.grad(loss_want, leaves)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("needs", list(itertools.product((False, True), repeat=3)))
+def test_products_give_gradients_only_where_asked(needs):
+    x, transforms = _inputs((True, False))
+    (w1, b1), (w2, _) = transforms
+    for t, need in zip((x, w1, w2), needs):
+        t.requires_grad_(need)
+    b1.requires_grad_(True)
+    outs = products(x, (w1, b1), (w2, None))
+    (outs[0].sum() + 2 * outs[1].sum()).backward()
+    for t, need in zip((x, w1, w2), needs):
+        assert (t.grad is not None) == need
+    torch.testing.assert_close(b1.grad, torch.full((3,), 9.0, dtype=x.dtype))  # 9 rows of ones
+    if needs[0]:
+        torch.testing.assert_close(
+            x.grad, torch.ones(9, 3, dtype=x.dtype) @ w1 + 2 * torch.ones(9, 4, dtype=x.dtype) @ w2
+        )
+
+
+def test_products_gradcheck_and_double_backward():
+    x, transforms = _inputs((True, False, True))
+    flat = [x] + [t for w, b in transforms for t in (w, b) if t is not None]
+    for t in flat:
+        t.requires_grad_(True)
+
+    def f(x, w1, b1, w2, w3, b3):
+        return products(x, (w1, b1), (w2, None), (w3, b3))
+
+    assert torch.autograd.gradcheck(f, tuple(flat))
+    assert torch.autograd.gradgradcheck(f, tuple(flat))
+
+
+def test_projections_are_the_layers_outputs_and_size_a_lazy_layer():
+    torch.manual_seed(0)
+    x = torch.randn(7, 6, requires_grad=True)
+    lins = [Linear(6, 4), Linear(6, 3, bias=False), Linear(-1, 2)]
+    assert lins[2].lazy
+    got = projections(x, *lins)  # a lazy layer: each layer called, which sizes it
+    assert not lins[2].lazy and lins[2].weight.shape == (2, 6)
+    for out, lin in zip(got, lins):
+        torch.testing.assert_close(out, lin(x))
+    got = projections(x, *lins)  # sized now: one products
+    grads = torch.autograd.grad(sum(o.sum() for o in got), [x, *(lin.weight for lin in lins)])
+    want = torch.autograd.grad(sum(lin(x).sum() for lin in lins), [x, *(lin.weight for lin in lins)])
+    for a, b in zip(grads, want):
+        torch.testing.assert_close(a, b)
