@@ -92,3 +92,27 @@ def test_projections_are_the_layers_outputs_and_size_a_lazy_layer():
     want = torch.autograd.grad(sum(lin(x).sum() for lin in lins), [x, *(lin.weight for lin in lins)])
     for a, b in zip(grads, want):
         torch.testing.assert_close(a, b)
+
+
+def test_products_under_autocast_are_plain_linears_under_autocast():
+    """Under torch.autocast the products run in its type and so do their gradients, which come
+    back in the inputs' float32, as torch's linear gives them (its saved x and W are cast);
+    without the casts the backward's products of bfloat16 and float32 fail."""
+    x, transforms = _inputs((True, False), torch.float32)
+    leaves = [x, transforms[0][0], transforms[0][1], transforms[1][0]]
+    results = []
+    for make in (lambda: products(x, *transforms), lambda: [F.linear(x, w, b) for w, b in transforms]):
+        for t in leaves:
+            t.requires_grad_(True)
+            t.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outs = make()
+        sum(o.float().square().sum() for o in outs).backward()
+        results.append(([o.dtype for o in outs], [o.detach() for o in outs], [t.grad for t in leaves]))
+    (dtypes, outs, grads), (want_dtypes, want_outs, want_grads) = results
+    assert dtypes == want_dtypes == [torch.bfloat16] * 2
+    for a, b in zip(outs, want_outs):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(grads, want_grads):  # dx's terms are added in bfloat16 in another order
+        assert a.dtype == b.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=1e-2)

@@ -202,7 +202,11 @@ class _Products(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, *weights = ctx.saved_tensors
-        grads = tuple(g.reshape(-1, w.shape[0]) for g, w in zip(grads, weights))
+        # under torch.autocast the products ran in its type, and so do their gradients (as
+        # torch's linear, which saves x and W cast): the engine casts each back to its input's
+        dtype = grads[0].dtype
+        x, weights = x.to(dtype), [w.to(dtype) for w in weights]
+        grads = tuple(g.to(dtype).reshape(-1, w.shape[0]) for g, w in zip(grads, weights))
         dx = None
         if ctx.needs_input_grad[0]:
             dx = grads[0].mm(weights[0])
