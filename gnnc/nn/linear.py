@@ -176,9 +176,8 @@ def products(x: torch.Tensor, *transforms: tuple[torch.Tensor, torch.Tensor | No
     """`x @ W.T + b` for each (W, b) (b may be None) of one [N, in] input, as one autograd
     Function (`_Products`) whose backward makes dx as one tensor: the first product `g @ W`,
     and each other's added into it by `addmm_`. Autograd would make every term a fresh
-    [N, in] tensor of its own and add it: its pages faulted in and a pass to add it. Two
-    terms of [65536, 64] took 14.3 ms so and 7.5 ms in place; four of [258569, 64] 129 and
-    67 ms (docs/design/training.md)."""
+    [N, in] tensor of its own and add it: its pages faulted in and a pass to add it, about
+    twice the time (measurements: docs/design/training.md, "GATConv's scores")."""
     flat: list[torch.Tensor | None] = []
     for weight, bias in transforms:
         flat += [weight, bias]
