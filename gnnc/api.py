@@ -156,5 +156,6 @@ def _runtime_kernel(k: Any) -> Any:
     imports no compiler)."""
     from gnnc.runtime.gradient import GradStep
 
-    fields = (k.name, k.wrt, k.reverse, k.reduce, k.inputs, k.factor, k.relation, k.square, k.pairs, k.via_pairs)
-    return GradStep(*fields, k.parts, tuple(_runtime_kernel(m) for m in k.members))
+    # by name: the two field lists may differ in order, never silently in meaning
+    same = {f: getattr(k, f) for f in GradStep._fields if f != "members"}
+    return GradStep(**same, members=tuple(_runtime_kernel(m) for m in k.members))
