@@ -392,6 +392,20 @@ def test_a_schedule_pass_refuses_what_it_cannot_apply(pass_name, source, schedul
         apply_alone(pass_name, source, schedule)
 
 
+def test_a_dot_along_a_row_of_exactly_one_slice_is_no_obstacle():
+    # with F specialised to the width the row is one slice: nothing is split, so
+    # the default `vectorize 16; specialize F 16` applies to a kernel with a dot over F
+    module = apply_alone("vectorize-rows", DOT_ALONG_F, "specialize F 4\nvectorize 4")
+    assert "vectorize" not in schedule_keys(module)
+    with pytest.raises(gnnc.CompileError, match="vectorize 4: the kernel reduces"):
+        apply_alone("vectorize-rows", DOT_ALONG_F, "specialize F 8\nvectorize 4")
+    graph = gnnc.Graph.from_coo(np.array([0, 1, 2, 2, 3]), np.array([1, 2, 0, 3, 3]), num_vertices=4)
+    x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    compiled = gnnc.compile(DOT_ALONG_F, schedule="specialize F 4\nvectorize 4").k
+    want = gnnc.compile(DOT_ALONG_F, target="reference").k(graph, x=x)
+    assert_matches(compiled(graph, x=x), want, graph, np.float32)
+
+
 def test_hilbert_and_a_destination_order_are_refused_together():
     # the schedule checker refuses the pair; hilbert-edge-order alone refuses it too (its FileCheck test)
     with pytest.raises(gnnc.SourceError, match="'order edges hilbert' cannot be combined with 'sort degree'"):

@@ -28,6 +28,7 @@ from gnnc.ir.directives import check_directive_option
 from gnnc.ir.loop_structure import (
     SweepKind,
     ancestors,
+    axis_loops,
     check_row_split,
     constant_index,
     give_schedule,
@@ -162,6 +163,11 @@ class VectorizeRowsPass(ModulePass):
                     continue
                 width = cast(IntegerAttr, attr).value.data
                 dim = row_dim(for_dst)
+                loops = axis_loops(for_dst.body.block, dim)
+                if loops and constant_index(loops[0].extent) == width:
+                    # the row is one slice (a specialised extent): nothing is split, so a dot
+                    # along it (a gradient's edge-score adjoint) is no obstacle
+                    continue
                 extent = check_row_split(f"vectorize {width}", for_dst.body.block, dim, "row slicing", "slices")
                 if any(isinstance(a, loop.ForPartitionOp) for a in [phase, *ancestors(for_dst, fn.body.block)]):
                     _check_partitioned_accumulators(fn, for_dst, width, dim)
