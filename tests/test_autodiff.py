@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -778,9 +779,10 @@ kernel att(h: f64[V, H, F], a: f64[V, H], b: f64[V, H]) -> f64[V, H, F] {
 
 
 def test_a_per_edge_dot_several_kernels_read_is_staged_once():
-    """The scores' adjoint `dot(gout__[v], h[u])` is read by the a and b kernels (one on the
-    reversed graph) and a vertex stage: one [E, H] stage computes it, the others read it by
-    edge, and the gradients stay the reference's on square and bipartite graphs."""
+    """The scores' adjoint `dot(gout__[v], h[u])` is read by a vertex stage and the scores'
+    own adjoint (b's and, on the reversed graph, a's, `share_edge_adjoints`): one [E, H] stage
+    computes it, the others read it by edge, and the gradients stay the reference's on
+    square and bipartite graphs."""
     from gnnc.lang.autodiff import gradient_program
 
     grad = gradient_program(parse_and_check(EXPLICIT_ATTENTION).kernel("att"), walks=False)
@@ -789,10 +791,14 @@ def test_a_per_edge_dot_several_kernels_read_is_staged_once():
     assert len(dots) == 1 and "-> f64[E, H] {" in pieces[dots[0]]
     stage = next(k.wrt for k in grad.kernels if k.name == dots[0])
     readers = [k for k in grad.kernels if stage in k.inputs]
-    assert len(readers) >= 2 and any(k.reverse for k in readers)
+    assert len(readers) >= 2
     assert all(f"{stage}[e]" in pieces[k.name] for k in readers)
     order = [k.name for k in grad.kernels]
     assert all(order.index(dots[0]) < order.index(k.name) for k in readers)
+    _check_attention_gradients(EXPLICIT_ATTENTION)
+
+
+def _check_attention_gradients(source: str) -> None:
     rng = np.random.default_rng(5)
     for graph in (
         gnnc.Graph.from_coo(rng.integers(0, 12, 60), rng.integers(0, 12, 60), num_vertices=12),
@@ -800,10 +806,67 @@ def test_a_per_edge_dot_several_kernels_read_is_staged_once():
     ):
         args = {"h": rng.normal(size=(12, 2, 3)), "a": rng.normal(size=(12, 2)), "b": rng.normal(size=(12, 2))}
         gout = rng.normal(size=(graph.num_dst, 2, 3))
-        got = compile_grad(EXPLICIT_ATTENTION, "att")(graph, gout=gout, **args)
-        want = compile_grad(EXPLICIT_ATTENTION, "att", target="reference")(graph, gout=gout, **args)
+        got = compile_grad(source, "att")(graph, gout=gout, **args)
+        want = compile_grad(source, "att", target="reference")(graph, gout=gout, **args)
         for k in args:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
+
+
+def test_an_edge_adjoint_summed_at_both_ends_is_staged_once():
+    """The scores' adjoint flows to a[u] and b[v]: b's gradient sums it over in-edges, a's over
+    out-edges (the reversed graph). One [E, H] stage computes it; both read `sum(stN__[e])`,
+    and neither recomputes the exp or gathers rows for it."""
+    from gnnc.lang.autodiff import gradient_program
+
+    grad = gradient_program(parse_and_check(EXPLICIT_ATTENTION).kernel("att"), walks=False)
+    pieces = {p.split("(", 1)[0]: p for p in grad.source.split("kernel ")[1:]}
+    grads = {k.wrt: k for k in grad.kernels if not k.wrt.endswith("__")}
+    staged = {m for w in ("a", "b") for m in re.findall(r"sum\((st\d+__)\[e\]\)", pieces[grads[w].name])}
+    assert len(staged) == 1
+    (stage,) = staged
+    assert grads["a"].reverse and not grads["b"].reverse
+    for w in ("a", "b"):
+        body = pieces[grads[w].name].split("{", 1)[1]
+        assert f"sum({stage}[e])" in body and "exp(" not in body
+    writer = next(k for k in grad.kernels if k.wrt == stage)
+    assert "-> f64[E, H] {" in pieces[writer.name] and not writer.reverse
+    assert stage not in grad.saved  # it reads the incoming gradient: the backward computes it
+    shared = gradient_program(parse_and_check(EXPLICIT_ATTENTION).kernel("att"))
+    walk = next(k for k in shared.kernels if stage in k.writes)
+    assert "b" in walk.writes  # written in the walk that sums it for b
+    _check_attention_gradients(EXPLICIT_ATTENTION)
+
+
+def test_an_exp_several_gradient_kernels_recompute_is_written_by_the_training_forward():
+    """The softmax written out (`p[e] = exp(s[e] - m[v])`): the softmax adjoint's sum, the score
+    adjoint and h's gradient (reversed) each recomputed the exp and its score's gathers. It is
+    an [E, H] intermediate the training forward writes (the compiler computing the exp once
+    for p and for it); no gradient kernel computes an exp of an edge then."""
+    from gnnc.lang.autodiff import gradient_program
+
+    grad = gradient_program(parse_and_check(EXPLICIT_ATTENTION).kernel("att"), walks=False)
+    pieces = {p.split("(", 1)[0]: p for p in grad.source.split("kernel ")[1:]}
+    staged = [k for k in grad.kernels if k.wrt in grad.saved and "-> f64[E, H] {" in pieces[k.name]]
+    assert len(staged) == 1
+    stage = staged[0].wrt
+    assert f"{stage}[e] = exp(((leaky_relu((a[u] + b[v]), 0.2)) - m[v]))" in grad.forward
+    backward = [k for k in grad.kernels if k.wrt not in grad.saved]
+    readers = [k for k in backward if stage in k.inputs]
+    assert len(readers) >= 3 and any(k.reverse for k in readers)
+    for k in backward:
+        body = pieces[k.name].split("{", 1)[1]
+        assert not re.search(r"exp\(.*\[u\]", body), k.name
+    _check_attention_gradients(EXPLICIT_ATTENTION)
+
+
+def test_a_per_feature_adjoint_at_both_ends_is_not_staged():
+    """`relu(x[u] + x[v])`'s adjoint at both ends is a row per edge ([F], as x's): staged it would be an
+    E x F array; each walk recomputes it instead."""
+    from gnnc.lang.autodiff import gradient_program
+
+    source = "kernel pr(x: f64[V, F]) -> f64[V, F] { out[v] = sum(relu(x[u] + x[v])) }"
+    grad = gradient_program(parse_and_check(source).kernel("pr"), walks=False)
+    assert not any(k.wrt.endswith("__") for k in grad.kernels)
 
 
 def test_a_per_edge_dot_one_kernel_reads_is_not_staged():

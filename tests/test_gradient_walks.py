@@ -74,19 +74,24 @@ def _grads(i: int) -> tuple:
     return kernel_signature(kernel), walks, kernels
 
 
-def test_a_block_gat_gradient_is_three_walks_not_eight():
-    """After the softmax's stages (which training takes from the forward pass): the score
-    adjoints' dots (an edge stage, gathered once), one walk of the block for h's destination
-    part, the softmax adjoint, a_dst and the loop scores, and one of its reverse for h and a_src."""
+def test_a_block_gat_gradient_is_four_walks_not_nine():
+    """After the softmax's stages and its exp (`st11`, which training takes from the forward
+    pass): the score adjoints' dots (an edge stage, gathered once), one walk of the block
+    for h's destination part and the softmax adjoint, one for the score adjoint (an edge
+    stage, `st10`) and the gradients summing it at the destination (a_dst, the loop
+    scores), and one of the reverse for h and a_src (which sums the same stage). The score
+    adjoint's [H] rows do not share the walk of h's [H, F] rows (one vectorised row axis a
+    walk)."""
     kernel = parse_and_check(_gat(LoopKind.MORE_SOURCES)).kernel("gat_conv")
     shared, apart = gradient_program(kernel), gradient_program(kernel, walks=False)
     on_blocks = [k for k in shared.kernels if k.square is not True]
-    assert [k.reverse for k in on_blocks] == [False, False, False, True]
-    assert set(on_blocks[0].writes) == set(shared.saved) == {"st0__", "st1__", "st2__", "st3__"}
+    assert [k.reverse for k in on_blocks] == [False, False, False, False, True]
+    assert set(on_blocks[0].writes) == set(shared.saved) == {"st0__", "st1__", "st2__", "st3__", "st11__"}
     assert on_blocks[1].writes == ("st9__",)
-    assert set(on_blocks[2].writes) == {"h", "st5__", "st7__", "a_dst", "sl"}
-    assert set(on_blocks[3].writes) == {"h", "a_src"}
-    assert len([k for k in apart.kernels if k.square is not True and k.wrt not in apart.saved]) == 8
+    assert set(on_blocks[2].writes) == {"h", "st5__", "st7__"}
+    assert set(on_blocks[3].writes) == {"st10__", "a_dst", "sl"}
+    assert set(on_blocks[4].writes) == {"h", "a_src"} and "st10__" in on_blocks[4].inputs
+    assert len([k for k in apart.kernels if k.square is not True and k.wrt not in apart.saved]) == 9
 
 
 def test_a_walk_reads_its_own_results_only_where_it_computes_them():

@@ -75,7 +75,7 @@ operation of the language is differentiated.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -205,6 +205,26 @@ def swap_uv(src: str) -> str:
     return re.sub(r"\[u\]|\[v\]|\(u\)|\(v\)|\(u,|\(v,|deg_in|deg_out", lambda m: table[m.group(0)], src)
 
 
+def _unviewed(text: str, vertex_inputs: Iterable[str]) -> str:
+    """A reversed kernel's text with its destination views (`_Builder._destination_views`)
+    read as the inputs they view."""
+    for n in vertex_inputs:
+        text = text.replace(f"{dst_view_name(n)}[u]", f"{n}[u]")
+    return text
+
+
+def _sum_operands(text: str) -> list[str]:
+    """The operands of the in-edge sums `sum(...)` in a statement's text."""
+    found = []
+    for m in re.finditer(r"(?<!\w)sum\(", text):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        found.append(text[m.end() : i - 1])
+    return found
+
+
 def _reduce_to(adj: str, have: tuple, want: tuple) -> str:
     """Sums the trailing axes broadcasting added (leading-axes rule), one `dot` per axis."""
     for _ in range(len(have) - len(want)):
@@ -277,9 +297,10 @@ class _Builder:
     intermediate: a *stage* kernel on the forward graph writes it to a V or
     E tensor (`st0__`), and later kernels read it like an input. The
     edge-sized ones are softmax weights, of the softmax's own shape (gat's
-    [E, H]), and a per-edge dot of two rows that several kernels would each
-    gather (`share_edge_dots`); edge values are recomputed, never saved per
-    feature.
+    [E, H]), and edge values several kernels would each compute: a per-edge
+    dot of two rows (`share_edge_dots`), an adjoint summed at both ends
+    (`share_edge_adjoints`), an exp of the forward's (`share_edge_exps`).
+    Other edge values are recomputed, and none is saved per feature.
     """
 
     def __init__(self, kernel: ast.Kernel):
@@ -497,23 +518,153 @@ class _Builder:
         for (text, shape), names in readers.items():
             at = {k.name: i for i, k in enumerate(self.kernels)}
             found = sorted(at[n] for n in names)
-            kinds = [self.kernels[i].square for i in found]
-            if sum(s is not False for s in kinds) < 2 or sum(s is not True for s in kinds) < 2:
+            if not self._two_on_every_graph(found):
                 continue
-            name = self.stage(text, "e", shape)
-            # the stage's kernel runs before its first reader
-            piece, kernel = self.pieces.pop(), self.kernels.pop()
-            self.pieces.insert(found[0], piece)
-            self.kernels.insert(found[0], kernel)
-            for i in (j + 1 for j in found):
-                k = self.kernels[i]
-                head, body = self.pieces[i].split("{", 1)
-                read = swap_uv(text) if k.reverse else text
-                signature, rtype = head.rsplit(") -> ", 1)
-                self.pieces[i] = f"{signature}, {name}: {self.stage_types[name]}) -> {rtype}{{" + body.replace(
-                    read, f"{name}[e]"
-                )
-                self.kernels[i] = replace(k, inputs=(*k.inputs, name))
+            name = self._stage_before(text, shape, found[0])
+            self._read_stage(found, name, text, f"{name}[e]")
+
+    def share_edge_exps(self) -> None:
+        """An edge-level `exp` of the forward kernel that several gradient kernels recompute
+        becomes an edge intermediate that the training forward writes beside its results.
+
+        GATConv's softmax is written out (`p[e] = exp(s[e] - m[v])`): its gradient
+        recomputes the exp, its score's gather and leaky_relu, in the softmax adjoint's
+        sum, in the score adjoint and, on the reversed graph, in h's gradient. The
+        training forward computes the exp anyway (the compiler computes it once for both
+        uses) and writes it per edge, one number per head: the gradients read it by edge
+        id. Only rows smaller than a vertex input's (never per feature), and only where
+        at least two readers run on every graph (the forward stages, which the training
+        forward gives, not counted). Where the result does not check, the kernels stay.
+        """
+
+        rows = [tuple(p.type.shape) for p in self.kernel.params if p.type.domain == "V"]
+        candidates: dict[str, tuple] = {}
+        for d in self.kernel.body:
+            for node in _walk(d.value):
+                if not (isinstance(node, ast.Call) and node.func == "exp"):
+                    continue
+                shape = tuple(node.shape or ())
+                if not any(len(row) > len(shape) and tuple(row[: len(shape)]) == shape for row in rows):
+                    continue
+                count = len(self.kernels)
+                text = self.text(node)
+                if len(self.kernels) == count and re.search(r"\[u\]|\[e\]|\(e\)", text):
+                    candidates.setdefault(text, shape)
+        snapshot = self._snapshot()
+        for text, shape in candidates.items():
+            if not set(re.findall(r"\b\w+__\b", text)) <= set(self.forward_stages):
+                continue  # only an intermediate the training forward gives is worth its writes
+            found = []
+            for i, (piece, k) in enumerate(zip(self.pieces, self.kernels)):
+                if k.pairs or k.via_pairs or k.wrt in self.forward_stages:
+                    continue
+                if (swap_uv(text) if k.reverse else text) in _unviewed(piece.split("{", 1)[1], self.vertex_inputs):
+                    found.append(i)
+            if not self._two_on_every_graph(found):
+                continue
+            name = self._stage_before(text, shape, found[0])
+            self._read_stage(found, name, text, f"{name}[e]")
+        self._keep_if_checked(snapshot)
+
+    def _two_on_every_graph(self, found: list[int]) -> bool:
+        """Whether at least two of kernels `found` run on square graphs and two on bipartite
+        ones (a fused kernel for square graphs and its two parts never run together)."""
+        kinds = [self.kernels[i].square for i in found]
+        return sum(s is not False for s in kinds) >= 2 and sum(s is not True for s in kinds) >= 2
+
+    def _snapshot(self) -> tuple:
+        return (
+            list(self.pieces),
+            list(self.kernels),
+            dict(self.stages),
+            dict(self.stage_types),
+            dict(self.forward_stages),
+        )
+
+    def _keep_if_checked(self, snapshot: tuple) -> None:
+        """Keeps the kernels as they are if they check, else goes back to `snapshot`."""
+        from gnnc.lang import parse_and_check
+
+        if snapshot[0] == self.pieces:
+            return
+        try:
+            parse_and_check("\n".join(self.pieces), f"<gradient of {self.kernel.name}>")
+        except SourceError:
+            self.pieces, self.kernels, self.stages, self.stage_types, self.forward_stages = snapshot
+
+    def _stage_before(self, text: str, shape: tuple, first: int) -> str:
+        """An edge intermediate `out[e] = text` whose kernel runs before kernel `first` (its first
+        reader: what it reads is complete there); "" where it is an intermediate already."""
+        count = len(self.kernels)
+        name = self.stage(text, "e", shape)
+        if len(self.kernels) == count:
+            return ""
+        self.pieces.insert(first, self.pieces.pop())
+        self.kernels.insert(first, self.kernels.pop())
+        return name
+
+    def _read_stage(self, found: list[int], name: str, text: str, read: str) -> None:
+        """Kernels `found` (their places before stage `name`'s kernel went in front of them)
+        read `read` where they computed `text` (as the forward graph reads it; u and v
+        swapped on the reversed graph). Their signatures and inputs are made again from
+        what they read now: the staged value's own reads may be gone. Nothing where
+        `name` is "" (`_stage_before`)."""
+        for i in (j + 1 for j in found) if name else ():
+            k = self.kernels[i]
+            head, body = self.pieces[i].split("{", 1)
+            views: tuple[str, ...] = ()
+            old, new = (swap_uv(text), swap_uv(read)) if k.reverse else (text, read)
+            body = _unviewed(body, self.vertex_inputs).replace(old, new)
+            if k.reverse:
+                body, views = self._destination_views(body)
+            inputs = sorted(set(_STAGE.findall(body)), key=lambda n: int(n[2:-2]))
+            signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
+            signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
+            rtype = head.rsplit(") -> ", 1)[1]
+            self.pieces[i] = f"kernel {k.name}({signature}) -> {rtype}{{{body}"
+            self.kernels[i] = replace(k, inputs=(*inputs, *map(dst_view_name, views)))
+
+    def share_edge_adjoints(self) -> None:
+        """An edge value that a kernel on the forward graph sums over in-edges and one on the
+        reversed graph sums over out-edges (the adjoint of an edge score `a_src[u] + a_dst[v]`,
+        which flows to both ends) becomes one edge intermediate: the sums read it by edge id.
+
+        Each reader otherwise recomputes it per edge: GAT's score adjoint is a softmax's
+        exp, its leaky_relu's slope and the score's dot, gathered and computed by a_dst's
+        gradient on the forward graph and again by a_src's on the reversed. Staged, it is
+        written in a_dst's own walk (`share_walks`) and read by edge id on the reversed
+        graph (docs/design/training.md, "Edge values computed once"). Only rows smaller
+        than a vertex input's row (one number per head where h has [H, F]: never a
+        per-feature E x F array), and only where at least two readers run on every graph,
+        as `share_edge_dots`. Where the result does not check, the kernels stay as they were.
+        """
+
+        rows = [tuple(p.type.shape) for p in self.kernel.params if p.type.domain == "V"]
+        rows += [tuple(r.type.shape) for r in self.kernel.results if r.type.domain == "V"]
+        readers: dict[tuple[str, tuple], dict[str, None]] = {}
+        for piece, k in zip(self.pieces, self.kernels):
+            if k.pairs or k.via_pairs or k.reduce or k.factor or k.relation:
+                continue
+            head, body = piece.split("{", 1)
+            rtype = head.rsplit(") -> ", 1)[1].strip()
+            if not rtype.startswith(f"{self.dtype}[V"):
+                continue
+            shape = tuple(d.strip() for d in rtype.split("[", 1)[1].rstrip("]").split(",")[1:])
+            if not any(len(row) > len(shape) and tuple(map(str, row[: len(shape)])) == shape for row in rows):
+                continue
+            last = body.strip().removesuffix("}").strip().split("\n")[-1].strip()
+            for operand in _sum_operands(last):
+                text = swap_uv(_unviewed(operand, self.vertex_inputs)) if k.reverse else operand
+                readers.setdefault((text, tuple(int(d) if d.isdigit() else d for d in shape)), {})[k.name] = None
+        snapshot = self._snapshot()
+        for (text, shape), names in readers.items():
+            at = {k.name: i for i, k in enumerate(self.kernels)}
+            found = sorted(at[n] for n in names)
+            if len({self.kernels[i].reverse for i in found}) < 2 or not self._two_on_every_graph(found):
+                continue
+            name = self._stage_before(text, shape, found[0])
+            self._read_stage(found, name, f"sum({text})", f"sum({name}[e])")
+        self._keep_if_checked(snapshot)
 
     def drop_unread_stages(self) -> None:
         """Drops the intermediates no gradient reads, with their kernels: differentiating one
@@ -542,15 +693,17 @@ class _Builder:
         score's gradients) and two of the reversed graph, each reading the CSR and the
         [V, H] values again, and each call costs the runtime's checks. A kernel joins an
         earlier group of its kind (the graph, forward or reversed; a stage the training
-        forward computes or not; rows per vertex or per edge) where one of them can run at
+        forward computes or not) where one of them can run at
         the other's place: no kernel between writes what the moved one reads or reads what
-        it writes. It may read a member's result if that is a vertex value no other kernel
-        adds a part to, read at `v` (`st5__[v]`: computed earlier in the same walk); an edge
-        value is recomputed in each in-edge loop of a kernel that reads it, and a stage
-        exists so that its rows are gathered once. Results per edge are grouped apart: a
-        walk has one vectorised row axis, and a vertex result's [H, F] rows make it F, where
-        an edge kernel of dots over F alone vectorises over H (GAT's dots and h's part in
-        one walk: 4.1 ms against 2.5 apart on a 120K-edge block). Weight
+        it writes. It may read a member's result if one kernel writes it, read at its own
+        index (`st5__[v]`: computed earlier in the same walk; `st11__[e]`). An edge value is
+        recomputed in each in-edge loop of a kernel that reads it, so an edge result joins
+        vertex results only where it gathers no row wider than its own (a score adjoint
+        over [H] values, not a dot over h's [H, F] rows, whose gathers a stage exists to do
+        once), and only where every row of the walk is the same: a walk has one vectorised
+        row axis, and a vertex result's [H, F] rows make it F, where an edge kernel of [H]
+        values alone vectorises over H (GAT's dots and h's part in one walk: 4.1 ms
+        against 2.5 apart on a 120K-edge block). Weight
         products, relation and pair kernels and per-vertex partials stay alone (the runtime
         treats their results). Square and bipartite graphs run different kernels (a fused
         input gradient or its two parts), so each is grouped on its own; a group both form
@@ -576,9 +729,32 @@ class _Builder:
 
         rtypes = [piece.split("{", 1)[0].rsplit(") -> ", 1)[1].strip() for piece in pieces]
 
-        def kind(i: int) -> tuple[bool, bool, bool]:
+        def kind(i: int) -> tuple[bool, bool]:
             k = kernels[i]
-            return (k.reverse, k.wrt in self.forward_stages, rtypes[i].startswith(f"{self.dtype}[E"))
+            return (k.reverse, k.wrt in self.forward_stages)
+
+        def per_edge(i: int) -> bool:
+            return rtypes[i].startswith(f"{self.dtype}[E")
+
+        def row(i: int) -> str:
+            return rtypes[i].split(",", 1)[1] if "," in rtypes[i] else ""
+
+        types = {**self.input_types, **self.stage_types}
+        types.update({dst_view_name(n): t for n, t in self.vertex_inputs.items()})
+
+        def gathers_wider(i: int) -> bool:
+            """Whether kernel i reads a row wider than its own (a dot over h's [H, F] for [H])."""
+            names = set(re.findall(r"\b(\w+)\[", "\n".join(bodies[i]))) & set(types)
+            return any((types[n].split(",", 1)[1] if "," in types[n] else "") != row(i) for n in names)
+
+        def rows_fit(j: int, group: list[int]) -> bool:
+            """Results per edge and per vertex share a walk only where every row is the same and
+            the edge values gather nothing wider: a walk's members read an edge result in each
+            in-edge loop that needs it, recomputing it there."""
+            if all(per_edge(i) == per_edge(j) for i in group):
+                return True
+            members = [*group, j]
+            return all(row(i) == row(j) and not (per_edge(i) and gathers_wider(i)) for i in members)
 
         def writes(ids: list[int]) -> set[str]:
             return {w for i in ids for w in kernels[i].writes}
@@ -587,16 +763,17 @@ class _Builder:
             """How kernel j joins `group` across the kernels `between` them: "up" (it runs at
             the group's place), "down" (the group runs at its place), or "" (it cannot)."""
             k = kernels[j]
-            if any(alone(kernels[i]) or kind(i) != kind(j) for i in group):
+            if any(alone(kernels[i]) or kind(i) != kind(j) for i in group) or not rows_fit(j, group):
                 return ""
             made = writes(group)
             if k.wrt in made or locals_[j] & {n for i in group for n in locals_[i]}:
                 return ""
             text = "\n".join(bodies[j])
-            for name in reads(k) & made:  # a vertex value of one writer, read at v
-                if self.stage_types[name].startswith(f"{self.dtype}[E") or writers[name] != 1:
+            for name in reads(k) & made:  # a value of one writer, read at v (at e: per edge)
+                at = "e" if self.stage_types[name].startswith(f"{self.dtype}[E") else "v"
+                if writers[name] != 1:
                     return ""
-                if any(index != "v" for index in re.findall(rf"\b{re.escape(name)}\[(\w+)\]", text)):
+                if any(index != at for index in re.findall(rf"\b{re.escape(name)}\[(\w+)\]", text)):
                     return ""
             if not any(writes([i]) & reads(k) or k.wrt in reads(kernels[i]) for i in between):
                 return "up"
@@ -1314,6 +1491,8 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None, walks: bo
         )
     builder.resolve_pair_inputs()
     builder.share_edge_dots()
+    builder.share_edge_adjoints()
+    builder.share_edge_exps()
     builder.drop_unread_stages()
     if walks:
         builder.share_walks()
