@@ -213,6 +213,17 @@ def _unviewed(text: str, vertex_inputs: Iterable[str]) -> str:
     return text
 
 
+def _narrower(shape: tuple, rows: Iterable[tuple]) -> bool:
+    """Whether `shape` is a proper prefix of one of `rows` (vertex rows): an edge value of
+    that shape is smaller than a row gathered per edge, never one per feature."""
+    return any(len(row) > len(shape) and tuple(row[: len(shape)]) == shape for row in rows)
+
+
+def _row(type_text: str) -> str:
+    """The row of a tensor type's text, after its leading axis (`f32[V, H, F]`: " H, F]")."""
+    return type_text.split(",", 1)[1] if "," in type_text else ""
+
+
 def _sum_operands(text: str) -> list[str]:
     """The operands of the in-edge sums `sum(...)` in a statement's text."""
     found = []
@@ -371,14 +382,21 @@ class _Builder:
         square: bool | None = None,
         pairs: str = "",
     ) -> None:
+        stmt, signature, inputs = self._signature(stmt, reverse)
+        self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
+        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation, square, pairs))
+
+    def _signature(self, stmt: str, reverse: bool) -> tuple[str, str, tuple[str, ...]]:
+        """A generated kernel's statement (destination views named, `_destination_views`,
+        where it runs on the reversed graph), signature, and the intermediates and views it
+        reads (`GradKernel.inputs`)."""
         inputs = tuple(sorted(set(_STAGE.findall(stmt)), key=lambda n: int(n[2:-2])))
         signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
         if reverse:
             stmt, views = self._destination_views(stmt)
             signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
             inputs += tuple(dst_view_name(n) for n in views)
-        self.pieces.append(f"kernel {name}({signature}) -> {rtype} {{\n    {stmt}\n}}\n")
-        self.kernels.append(GradKernel(name, wrt, reverse, reduce, inputs, factor, relation, square, pairs))
+        return stmt, signature, inputs
 
     def pair_kernel(self, name: str, rtype: str, adjoint: str, side: str) -> str:
         """The kernel summing a relation product's edge adjoints per (end, relation) pair
@@ -544,7 +562,7 @@ class _Builder:
                 if not (isinstance(node, ast.Call) and node.func == "exp"):
                     continue
                 shape = tuple(node.shape or ())
-                if not any(len(row) > len(shape) and tuple(row[: len(shape)]) == shape for row in rows):
+                if not _narrower(shape, rows):
                     continue
                 count = len(self.kernels)
                 text = self.text(node)
@@ -612,17 +630,11 @@ class _Builder:
         for i in (j + 1 for j in found) if name else ():
             k = self.kernels[i]
             head, body = self.pieces[i].split("{", 1)
-            views: tuple[str, ...] = ()
             old, new = (swap_uv(text), swap_uv(read)) if k.reverse else (text, read)
-            body = _unviewed(body, self.vertex_inputs).replace(old, new)
-            if k.reverse:
-                body, views = self._destination_views(body)
-            inputs = sorted(set(_STAGE.findall(body)), key=lambda n: int(n[2:-2]))
-            signature = self.signature + "".join(f", {n}: {self.stage_types[n]}" for n in inputs)
-            signature += "".join(f", {dst_view_name(n)}: {self.vertex_inputs[n]}" for n in views)
+            body, signature, inputs = self._signature(_unviewed(body, self.vertex_inputs).replace(old, new), k.reverse)
             rtype = head.rsplit(") -> ", 1)[1]
             self.pieces[i] = f"kernel {k.name}({signature}) -> {rtype}{{{body}"
-            self.kernels[i] = replace(k, inputs=(*inputs, *map(dst_view_name, views)))
+            self.kernels[i] = replace(k, inputs=inputs)
 
     def share_edge_adjoints(self) -> None:
         """An edge value that a kernel on the forward graph sums over in-edges and one on the
@@ -649,13 +661,14 @@ class _Builder:
             rtype = head.rsplit(") -> ", 1)[1].strip()
             if not rtype.startswith(f"{self.dtype}[V"):
                 continue
-            shape = tuple(d.strip() for d in rtype.split("[", 1)[1].rstrip("]").split(",")[1:])
-            if not any(len(row) > len(shape) and tuple(map(str, row[: len(shape)])) == shape for row in rows):
+            dims = rtype.split("[", 1)[1].rstrip("]").split(",")[1:]
+            shape = tuple(int(d) if d.strip().isdigit() else d.strip() for d in dims)
+            if not _narrower(shape, rows):
                 continue
             last = body.strip().removesuffix("}").strip().split("\n")[-1].strip()
             for operand in _sum_operands(last):
                 text = swap_uv(_unviewed(operand, self.vertex_inputs)) if k.reverse else operand
-                readers.setdefault((text, tuple(int(d) if d.isdigit() else d for d in shape)), {})[k.name] = None
+                readers.setdefault((text, shape), {})[k.name] = None
         snapshot = self._snapshot()
         for (text, shape), names in readers.items():
             at = {k.name: i for i, k in enumerate(self.kernels)}
@@ -737,7 +750,7 @@ class _Builder:
             return rtypes[i].startswith(f"{self.dtype}[E")
 
         def row(i: int) -> str:
-            return rtypes[i].split(",", 1)[1] if "," in rtypes[i] else ""
+            return _row(rtypes[i])
 
         types = {**self.input_types, **self.stage_types}
         types.update({dst_view_name(n): t for n, t in self.vertex_inputs.items()})
@@ -745,7 +758,7 @@ class _Builder:
         def gathers_wider(i: int) -> bool:
             """Whether kernel i reads a row wider than its own (a dot over h's [H, F] for [H])."""
             names = set(re.findall(r"\b(\w+)\[", "\n".join(bodies[i]))) & set(types)
-            return any((types[n].split(",", 1)[1] if "," in types[n] else "") != row(i) for n in names)
+            return any(_row(types[n]) != row(i) for n in names)
 
         def rows_fit(j: int, group: list[int]) -> bool:
             """Results per edge and per vertex share a walk only where every row is the same and
