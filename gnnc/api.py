@@ -148,6 +148,9 @@ def compile_grad(
         grad.saved,
         grad.relation_transposes,
         pair_module,
+        grad.in_csr_order,
+        [p.name for p in forward.params if p.type.domain == "E"]
+        + [r.name for r in forward.results if r.type.domain == "E"],
     )
 
 

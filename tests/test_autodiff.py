@@ -10,6 +10,7 @@ import pytest
 
 import gnnc
 from gnnc.api import compile_grad
+from gnnc.graph.coo import CooGraph
 from gnnc.lang import parse_and_check
 from gnnc.lang.parser import CALL_FUNCTIONS
 from tests.helpers import numeric_grad, slow_except
@@ -867,6 +868,71 @@ def test_a_per_feature_adjoint_at_both_ends_is_not_staged():
     source = "kernel pr(x: f64[V, F]) -> f64[V, F] { out[v] = sum(relu(x[u] + x[v])) }"
     grad = gradient_program(parse_and_check(source).kernel("pr"), walks=False)
     assert not any(k.wrt.endswith("__") for k in grad.kernels)
+
+
+EDGE_ATTENTION = """
+kernel ea(h: f64[V, H, F], el: f64[V, H], er: f64[V, H], w: f64[E, H]) -> (out: f64[V, H, F], alpha: f64[E, H]) {
+    alpha[e] = softmax(leaky_relu(el[u] + er[v] + w[e], 0.2))
+    out[v]   = sum(alpha[e] * h[u])
+}
+"""
+
+
+@pytest.mark.parametrize("order", ["by source", "random"])
+def test_per_edge_intermediates_run_on_the_edges_in_csr_order(order, monkeypatch):
+    """A gradient keeping per-edge intermediates (the softmax's weights, the score's adjoint)
+    runs on the graph's edges numbered by destination (`plans.in_csr_numbering`), its edge
+    input, edge result and their gradients renumbered both ways: the same gradients as the
+    reference, which runs on the user's numbering, and as with the renumbering off."""
+    from gnnc.runtime import gradient
+    from gnnc.runtime.gradient import HostArrays
+
+    monkeypatch.setattr(gradient, "RENUMBER_MIN_EDGES", 0)
+    rng = np.random.default_rng(11)
+    for shape, e in (((14, 14), 90), ((14, 6), 50)):
+        src, dst = rng.integers(0, shape[0], e), rng.integers(0, shape[1], e)
+        src[:6], dst[:6] = 3, 2  # duplicates
+        order_ = np.lexsort((dst, src)) if order == "by source" else rng.permutation(e)
+        graph = gnnc.Graph.from_coo(src[order_], dst[order_], shape=shape)
+        assert not graph.edges_sorted
+        args = {
+            "h": rng.normal(size=(shape[0], 2, 3)),
+            "el": rng.normal(size=(shape[0], 2)),
+            "er": rng.normal(size=(shape[1], 2)),
+            "w": rng.normal(size=(e, 2)),
+        }
+        gout = {"out": rng.normal(size=(shape[1], 2, 3)), "alpha": rng.normal(size=(e, 2))}
+        grad = compile_grad(EDGE_ATTENTION, "ea")
+        assert grad.in_csr_order
+        out, saved = grad.forward(graph, **args)
+        assert ("in_csr_numbering",) in graph.plans
+        reference = compile_grad(EDGE_ATTENTION, "ea", target="reference")
+        want_out = gnnc.compile(EDGE_ATTENTION, target="reference").ea(graph, **args)
+        np.testing.assert_allclose(out["alpha"], want_out["alpha"], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(out["out"], want_out["out"], rtol=1e-12, atol=1e-14)
+        want = reference(graph, gout=gout, **args)
+        got = grad(graph, gout=gout, saved=saved, **args)
+        with monkeypatch.context() as m:
+            m.setattr(HostArrays, "renumbers_edges", False)
+            plain = grad(graph, gout=gout, **args)
+        # the edges alone decide: a CooGraph's forward saves for a Graph's backward
+        coo = CooGraph(src[order_], dst[order_], *shape)
+        out_coo, saved_coo = grad.forward(coo, **args)
+        from_coo = grad(graph, gout=gout, saved=saved_coo, **args)
+        for k in args:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(plain[k], want[k], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(from_coo[k], want[k], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(out_coo["alpha"], want_out["alpha"], rtol=1e-12, atol=1e-14)
+        # a wrong edge count is refused by the kernel, not cut to the graph's edges
+        with pytest.raises(gnnc.ArgumentError):
+            grad(graph, gout=gout, **{**args, "w": rng.normal(size=(e + 1, 2))})
+        # below RENUMBER_MIN_EDGES (the L2 holds the edge rows) the user's numbering stays
+        monkeypatch.setattr(gradient, "RENUMBER_MIN_EDGES", e + 1)
+        small = gnnc.Graph.from_coo(src[order_], dst[order_], shape=shape)
+        grad.forward(small, **args)
+        assert ("in_csr_numbering",) not in small.plans
+        monkeypatch.setattr(gradient, "RENUMBER_MIN_EDGES", 0)
 
 
 def test_a_per_edge_dot_one_kernel_reads_is_not_staged():

@@ -1022,6 +1022,26 @@ def relation_edges_by_end(graph: Any, side: str) -> tuple[np.ndarray, np.ndarray
     return _cached(graph, ("relation_edges_by_end", side), compute)
 
 
+def in_csr_numbering(graph: Any) -> tuple[Any, np.ndarray]:
+    """The graph with its edges numbered in in-CSR order (`edges_sorted` holds) and `perm`: its
+    edge i is the graph's edge `perm[i]` (`in_eid`). Unlike `Graph.sorted_by_destination` it
+    shares the graph's in-CSR arrays: a gradient whose intermediates are per edge runs on it,
+    so that those are written and read by position, not scattered by the user's edge ids
+    (`runtime.gradient.Gradient`). Built once per graph; on a sorted graph, the graph."""
+
+    def compute() -> tuple[Any, np.ndarray]:
+        if graph.edges_sorted:
+            return graph, _identity(graph.num_edges)
+        view = type(graph).from_csc(graph.in_indptr, graph.in_src, shape=(graph.num_src, graph.num_dst))
+        perm = _readonly(graph.in_eid)
+        if graph.edge_type is not None:
+            view._set_relations(_readonly(graph.edge_type[perm]), graph.num_relations, checked=True)
+        view.types = graph.types  # the same vertex ids
+        return view, perm
+
+    return _cached(graph, ("in_csr_numbering",), compute)
+
+
 def relation_degrees(graph: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """Per edge id, as floats of ``dtype`` ("f32" / "f64"): the edges sharing its (destination,
     relation) pair (``deg_in(v, rel(e))``, R-GCN's c_{v,r}) and its (source, relation) pair

@@ -178,6 +178,10 @@ class GradProgram:
     #: Apart from `source`: they take only the inputs their adjoint reads, so a schedule
     #: written for the forward kernel's sizes (`specialize K 5`) may name sizes they lack.
     pair_source: str = ""
+    #: Some intermediate is per edge (a softmax's weights, a score's adjoint) and the kernel
+    #: never reads `edge_id(e)`: edge ids are the program's own business, so the runtime may
+    #: run it on the graph's edges numbered in in-CSR order (`Gradient.in_csr_order`).
+    in_csr_order: bool = False
 
 
 def _fmt_type(t: ast.TensorType) -> str:
@@ -696,6 +700,11 @@ class _Builder:
         self.pieces = [self.pieces[i] for i in keep]
         self.kernels = [self.kernels[i] for i in keep]
         self.forward_stages = {n: stmt for n, stmt in self.forward_stages.items() if n in read}
+
+    def edge_stages(self) -> bool:
+        """Whether a kernel writes a per-edge intermediate ([E, ..])."""
+        written = {w for k in self.kernels for w in k.writes if w in self.stage_types}
+        return any(self.stage_types[w].startswith(f"{self.dtype}[E") for w in written)
 
     def share_walks(self) -> None:
         """Kernels that walk the same graph one after another become one kernel of several
@@ -1533,6 +1542,7 @@ def gradient_program(kernel: ast.Kernel, wrt: list[str] | None = None, walks: bo
         forward,
         checked,
         "\n".join(builder.pair_pieces[n] for n in _pair_piece_names(builder.kernels)),
+        builder.edge_stages() and not any(isinstance(n, ast.EdgeId) for d in kernel.body for n in _walk(d.value)),
     )
 
 

@@ -72,6 +72,12 @@ _DST = "_dst__"
 KEEP_PAIR_SUMS_BYTES = 16 << 20
 #: Kept pair-sum arrays per gradient, the least recently used dropped first.
 KEEP_PAIR_SUMS = 4
+#: A gradient renumbers a graph's edges (`Gradient.in_csr_order`) from this many edges up:
+#: below, its per-edge intermediates sit in the L2 cache, where the scatter costs little.
+#: The rule reads the edges alone, never the graph's kind, so that a forward on a
+#: `CooGraph` (gnnc.torch's first call on a small block) and a backward on the same
+#: edges as a `Graph` agree on the numbering of what one saves for the other.
+RENUMBER_MIN_EDGES = 1 << 14
 #: Edge ids are exact in float32 below this (argmax gradients compare them as floats).
 _F32_EXACT = 2**24
 
@@ -115,6 +121,9 @@ class HostArrays:
     #: Whether relation products sum their edge rows per pair with the gradient's `pairs`
     #: kernel (`pair_products`); else `relation_products` gathers them per relation.
     pair_sums = True
+    #: Whether a gradient with per-edge intermediates runs on the graph's edges numbered in
+    #: in-CSR order (`Gradient.in_csr_order`), its edge rows renumbered by `edge_rows`.
+    renumbers_edges = True
 
     def run(self, kernel: Any, graph: Graph | CooGraph, named: dict[str, Any], threads: int | None) -> Any:
         signature = getattr(kernel, "signature", None)
@@ -153,6 +162,16 @@ class HostArrays:
 
     def add_parts(self, total: Any, part: Any) -> Any:
         return _add_parts(total, part)
+
+    def edge_rows(self, a: Any, perm: np.ndarray) -> Any:
+        """`a`'s rows in the order `perm` (row i is `a[perm[i]]`)."""
+        return np.asarray(a)[perm]
+
+    def edge_rows_back(self, a: Any, perm: np.ndarray) -> Any:
+        """`edge_rows` undone: row `perm[i]` is `a[i]`."""
+        out = np.empty_like(a)
+        out[perm] = a
+        return out
 
     def padded(self, a: Any, rows: int) -> Any:
         """`a` with zero rows appended up to `rows`."""
@@ -224,6 +243,8 @@ class Gradient:
         saved: list[str] | None = None,
         relation_transposes: list[str] | None = None,
         pair_module: Any = None,
+        in_csr_order: bool = False,
+        edge_tensors: list[str] | None = None,
     ):
         self.module = module
         #: the kernels that sum relation products' edge rows per pair (`pairs` of `kernels`)
@@ -246,6 +267,13 @@ class Gradient:
         self.arrays = HOST
         #: large pair-sum arrays kept between calls, shared by this gradient's copies
         self._kept = _KeptArrays()
+        #: the program keeps per-edge intermediates and never reads edge ids: it runs on the
+        #: graph's edges numbered in in-CSR order (`plans.in_csr_numbering`), where the kernels
+        #: write and read those rows by position (GATConv's backward on edges in PyG's order,
+        #: by source, took 1.6x as long as on edges by destination: docs/design/training.md)
+        self.in_csr_order = in_csr_order
+        #: the forward inputs and results with one row per edge (renumbered with the edges)
+        self.edge_tensors = edge_tensors or []
         #: `reads()`, once computed
         self._reads: frozenset[str] | None = None
         self._reads_known = False
@@ -335,9 +363,33 @@ class Gradient:
             raise ArgumentError(
                 f"{self.name}: its gradient reuses nothing from the forward pass; run the kernel itself"
             )
+        graph, perm = self._numbered(graph, named, [p for p in self.params if p in self.edge_tensors])
         out = self.arrays.run(getattr(self.module, f"{self.name}__forward"), graph, named, threads)
         saved = {n: out.pop(n) for n in self.saved}
+        if perm is not None:  # the saved intermediates stay in the numbering the gradient runs on
+            for r in self.results:
+                if r in self.edge_tensors:
+                    out[r] = self.arrays.edge_rows_back(out[r], perm)
         return (out[self.results[0]] if len(self.results) == 1 else out), saved
+
+    def _numbered(self, graph: Any, named: dict, names: list[str]) -> tuple[Any, np.ndarray | None]:
+        """The graph the kernels run on and, where that numbers the edges in in-CSR order
+        (`in_csr_order`), the renumbering, the edge tensors `names` in `named` renumbered with it.
+
+        A tensor of the wrong row count stays as it is, for the kernel to refuse."""
+        if not (self.in_csr_order and self.arrays.renumbers_edges and isinstance(graph, (Graph, CooGraph))):
+            return graph, None
+        if graph.num_edges < RENUMBER_MIN_EDGES or graph.edges_sorted:
+            return graph, None
+        if isinstance(graph, CooGraph):
+            graph = graph.graph()
+        view, perm = plans.in_csr_numbering(graph)
+        for n in names:
+            if named.get(n) is not None:
+                shape = self.arrays.shape(named[n])
+                if shape and shape[0] == graph.num_edges:
+                    named[n] = self.arrays.edge_rows(named[n], perm)
+        return view, perm
 
     def _named(self, args: tuple, kwargs: dict) -> dict:
         if len(args) > len(self.params):
@@ -373,6 +425,10 @@ class Gradient:
             )
         named.update(gouts)
         arrays = self.arrays
+        # an edge result's gout is renumbered as the result is (`gouts` name them by result)
+        edges = [p for p in self.params if p in self.edge_tensors]
+        edges += [g for r, g in zip(self.results, self.gouts) if r in self.edge_tensors]
+        graph, perm = self._numbered(graph, named, edges)
         for w in self.transposes:  # `a @ W` backwards is `adj @ W^T`
             if w not in named:
                 raise ArgumentError(f"{self.name}: input '{w}' is missing")
@@ -479,6 +535,10 @@ class Gradient:
                 given = arrays.shape(named[wrt]) if wrt in named else ()
                 if given and arrays.shape(grad) and arrays.shape(grad)[0] < given[0]:
                     grads[wrt] = arrays.padded(grad, given[0])
+        if perm is not None:
+            for wrt in grads:
+                if wrt in self.edge_tensors:
+                    grads[wrt] = arrays.edge_rows_back(grads[wrt], perm)
         for name in self.constant:
             grads[name] = arrays.zeros_like(named[name])
         for key, array in taken:  # no kernel of this call reads them any more

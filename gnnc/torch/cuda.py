@@ -95,6 +95,9 @@ class TorchArrays(HostArrays):
     #: relation products gather the edge kernel's rows per relation (`relation_products`): the
     #: pair kernels' path (`pair_products`) has no device implementation yet
     pair_sums = False
+    #: edge intermediates stay in the user's numbering on the GPU: renumbering there (a device
+    #: copy of the permutation, gathers) is not measured yet
+    renumbers_edges = False
 
     def __init__(self, device: torch.device, stream: int | None):
         self.device, self.stream = device, stream
