@@ -285,7 +285,10 @@ def test_tune_honours_its_budget(gcn, four_elt):
     start = time.perf_counter()
     result = tune.tune(gcn, four_elt, {"F": 32}, budget=budget)
     elapsed = time.perf_counter() - start
-    assert elapsed <= budget * 1.1 + 0.5, f"{elapsed:.1f}s for a {budget}s budget"
+    # the search starts a compile where its estimate (the longest so far) fits: under load the
+    # last one may take longer than that, and the budget is kept up to that one compile
+    longest = max((m.compile_seconds for m in result.measured.values()), default=0.0)
+    assert elapsed <= budget * 1.1 + 0.5 + longest, f"{elapsed:.1f}s for a {budget}s budget"
     assert result.elapsed <= elapsed
     assert result.rounds >= 1
 
