@@ -15,7 +15,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gnnc.nn import linear
 from gnnc.nn.linear import Linear, products, projections
+
+
+@pytest.fixture(autouse=True, params=["torch's results", "numpy's results"])
+def results_from(request, monkeypatch):
+    """Every test twice: products' results from torch's allocator, and from numpy's
+    (`linear._result`, which takes results of FRESH_RESULT_BYTES or more: all of them here)."""
+    if request.param == "numpy's results":
+        monkeypatch.setattr(linear, "FRESH_RESULT_BYTES", 0)
+    return request.param
 
 
 def _inputs(biases: tuple[bool, ...], dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, list]:
@@ -116,3 +126,36 @@ def test_products_under_autocast_are_plain_linears_under_autocast():
     for a, b in zip(grads, want_grads):  # dx's terms are added in bfloat16 in another order
         assert a.dtype == b.dtype == torch.float32
         torch.testing.assert_close(a, b, rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_linear_layers_large_results_come_from_numpy(bias, dtype, results_from, monkeypatch):
+    """A Linear's [N, out] result and its dx come from numpy's allocator where they are large
+    (`linear._fresh`): the same values and gradients as torch's linear, with grad on or off;
+    under a backward of create_graph=True the dx is torch's (an `out=` product records nothing)."""
+    from gnnc.runtime import memory
+
+    made = []
+    empty = memory.empty
+    monkeypatch.setattr(memory, "empty", lambda *a, **k: made.append(a[0]) or empty(*a, **k))
+    torch.manual_seed(0)
+    lin = Linear(5, 4, bias=bias).to(dtype)
+    x = torch.randn(11, 5, dtype=dtype, requires_grad=True)
+    out = lin(x)
+    want = F.linear(x, lin.weight, lin.bias)
+    torch.testing.assert_close(out, want)
+    seed = torch.randn_like(want)
+    leaves = [x, lin.weight] + ([lin.bias] if bias else [])
+    got_grads = torch.autograd.grad((out * seed).sum(), leaves)
+    for a, b in zip(got_grads, torch.autograd.grad((want * seed).sum(), leaves)):
+        torch.testing.assert_close(a, b)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), want)
+    fresh = results_from == "numpy's results"
+    assert made == ([(11, 4), (11, 5), (11, 4)] if fresh else [])
+    dx = torch.autograd.grad((lin(x) * seed).sum(), x, create_graph=True)[0]
+    (second,) = torch.autograd.grad(dx.square().sum(), lin.weight)
+    want_dx = torch.autograd.grad((F.linear(x, lin.weight, lin.bias) * seed).sum(), x, create_graph=True)[0]
+    (want_second,) = torch.autograd.grad(want_dx.square().sum(), lin.weight)
+    torch.testing.assert_close(second, want_second)

@@ -21,12 +21,15 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
 from gnnc.errors import ArgumentError
+from gnnc.runtime import memory
+from gnnc.torch.kernels import eager
 
 #: The initialisers PyG's Linear names.
 WEIGHT_INITIALIZERS = ("glorot", "uniform", "kaiming_uniform", None)
@@ -101,6 +104,10 @@ class Linear(nn.Module):
                 _uniform(self.bias, 1.0 / math.sqrt(fan))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2 and x.dtype == self.weight.dtype and _fresh(x.shape[0], self.out_channels, x):
+            if torch.is_grad_enabled():  # the product and its dx into numpy's memory (`_Products`)
+                return products(x, (self.weight, self.bias))[0]
+            return _linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
     def _size(self, in_channels: int) -> None:
@@ -172,6 +179,48 @@ def projections(x: torch.Tensor, *lins: Linear) -> tuple[torch.Tensor, ...]:
     return products(x, *((lin.weight, lin.bias) for lin in lins))
 
 
+#: A product's CPU result of at least this many bytes comes from `_result` (numpy's allocator):
+#: glibc serves smaller blocks from its heap (its mmap threshold grows up to 32 MiB), reused.
+FRESH_RESULT_BYTES = 32 << 20
+_NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _fresh(rows: int, cols: int, like: torch.Tensor) -> bool:
+    """Whether a [rows, cols] product's result of `like`'s type comes from `_result`: a
+    full-batch layer's [N, out] is tens of MB, and torch's allocator takes a fresh mapping for
+    it whose 4 KiB pages fault in one by one on first touch (glibc's defaults), where numpy's
+    asks for huge pages: an [258569, 64] product 20.4 -> 8.0 ms (docs/design/training.md,
+    "Products' results from numpy"). Not for a small result, another device or type, under
+    autocast (whose products run in its type), nor where ops are recorded (torch.compile, jit
+    and functorch see torch's ops, not numpy; functorch needs a Function's `setup_context`)."""
+    return (
+        like.dtype in _NUMPY_TYPES
+        and like.device.type == "cpu"
+        and rows * cols * like.element_size() >= FRESH_RESULT_BYTES
+        and not torch.is_autocast_enabled("cpu")
+        and eager()
+    )
+
+
+def _result(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor | None:
+    """An uninitialised [rows, cols] tensor from numpy's allocator where `_fresh` says so and
+    nothing is recorded for autograd (an `out=` product cannot be: a backward of
+    `create_graph=True` runs with grad on); else None."""
+    if torch.is_grad_enabled() or not _fresh(rows, cols, like):
+        return None
+    return torch.from_numpy(memory.empty((rows, cols), _NUMPY_TYPES[like.dtype]))
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` into a `_result` where there is one (x [N, in], no autograd)."""
+    out = _result(x.shape[0], weight.shape[0], x) if x.dim() == 2 and weight.dtype == x.dtype else None
+    if out is None:
+        return F.linear(x, weight, bias)
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t(), out=out)
+
+
 def products(x: torch.Tensor, *transforms: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, ...]:
     """`x @ W.T + b` for each (W, b) (b may be None) of one [N, in] input, as one autograd
     Function (`_Products`) whose backward makes dx as one tensor: the first product `g @ W`,
@@ -195,7 +244,7 @@ class _Products(torch.autograd.Function):
         ctx.save_for_backward(x, *flat[0::2])
         made = []
         for i in range(0, len(flat), 2):
-            made.append(F.linear(x, flat[i], flat[i + 1]))
+            made.append(_linear(x, flat[i], flat[i + 1]))
         return tuple(made)
 
     @staticmethod
@@ -208,7 +257,8 @@ class _Products(torch.autograd.Function):
         grads = tuple(g.to(dtype).reshape(-1, w.shape[0]) for g, w in zip(grads, weights))
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = grads[0].mm(weights[0])
+            dx = _result(grads[0].shape[0], weights[0].shape[1], grads[0])
+            dx = grads[0].mm(weights[0]) if dx is None else torch.mm(grads[0], weights[0], out=dx)
             for g, w in zip(grads[1:], weights[1:]):
                 dx.addmm_(g, w)
         result: list[torch.Tensor | None] = [dx]
