@@ -159,3 +159,38 @@ def test_a_linear_layers_large_results_come_from_numpy(bias, dtype, results_from
     want_dx = torch.autograd.grad((F.linear(x, lin.weight, lin.bias) * seed).sum(), x, create_graph=True)[0]
     (want_second,) = torch.autograd.grad(want_dx.square().sum(), lin.weight)
     torch.testing.assert_close(second, want_second)
+
+
+def test_the_dense_products_pass_opcheck():
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.float64):
+        x, w, b = (torch.randn(*s, generator=g, dtype=dtype) for s in ((6, 5), (3, 5), (3,)))
+        for bias in (b, None):
+            torch.library.opcheck(torch.ops.gnnc.dense_product.default, (x, w, bias))
+            torch.testing.assert_close(torch.ops.gnnc.dense_product(x, w, bias), F.linear(x, w, bias))
+        grads = [torch.randn(6, 3, generator=g, dtype=dtype), torch.randn(6, 2, generator=g, dtype=dtype)]
+        weights = [w, torch.randn(2, 5, generator=g, dtype=dtype)]
+        torch.library.opcheck(torch.ops.gnnc.dense_input_grad.default, (grads, weights))
+        want = grads[0] @ weights[0] + grads[1] @ weights[1]
+        torch.testing.assert_close(torch.ops.gnnc.dense_input_grad(grads, weights), want)
+
+
+def test_a_compiled_linear_calls_the_dense_product(results_from, monkeypatch):
+    """Under torch.compile the product and its dx are `gnnc::dense_product` calls (the op runs,
+    so its results are numpy's): the compiled model keeps what the eager one gains."""
+    from gnnc.runtime import memory
+
+    made = []
+    empty = memory.empty
+    monkeypatch.setattr(memory, "empty", lambda *a, **k: made.append(a[0]) or empty(*a, **k))
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    lin = Linear(5, 4)
+    x = torch.randn(13, 5, requires_grad=True)
+    out = torch.compile(lin, backend="aot_eager", fullgraph=True)(x)
+    want = F.linear(x, lin.weight, lin.bias)
+    torch.testing.assert_close(out, want)
+    leaves = [x, lin.weight, lin.bias]
+    for a, b in zip(torch.autograd.grad(out.sum(), leaves), torch.autograd.grad(want.sum(), leaves)):
+        torch.testing.assert_close(a, b)
+    assert ((13, 4) in made and (13, 5) in made) == (results_from == "numpy's results")

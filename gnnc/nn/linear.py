@@ -29,7 +29,6 @@ from torch.nn.parameter import UninitializedParameter
 
 from gnnc.errors import ArgumentError
 from gnnc.runtime import memory
-from gnnc.torch.kernels import eager
 
 #: The initialisers PyG's Linear names.
 WEIGHT_INITIALIZERS = ("glorot", "uniform", "kaiming_uniform", None)
@@ -183,42 +182,89 @@ def projections(x: torch.Tensor, *lins: Linear) -> tuple[torch.Tensor, ...]:
 #: glibc serves smaller blocks from its heap (its mmap threshold grows up to 32 MiB), reused.
 FRESH_RESULT_BYTES = 32 << 20
 _NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64}
+_jit_tracing = torch.jit.is_tracing  # type: ignore[attr-defined]
 
 
 def _fresh(rows: int, cols: int, like: torch.Tensor) -> bool:
-    """Whether a [rows, cols] product's result of `like`'s type comes from `_result`: a
-    full-batch layer's [N, out] is tens of MB, and torch's allocator takes a fresh mapping for
-    it whose 4 KiB pages fault in one by one on first touch (glibc's defaults), where numpy's
-    asks for huge pages: an [258569, 64] product 20.4 -> 8.0 ms (docs/design/training.md,
-    "Products' results from numpy"). Not for a small result, another device or type, under
-    autocast (whose products run in its type), nor where ops are recorded (torch.compile, jit
-    and functorch see torch's ops, not numpy; functorch needs a Function's `setup_context`)."""
+    """Whether a [rows, cols] product's result of `like`'s type is made by `dense_product`,
+    in numpy's memory: a full-batch layer's [N, out] is tens of MB, and torch's allocator
+    takes a fresh mapping for it whose 4 KiB pages fault in one by one on first touch (glibc's
+    defaults), where numpy's asks for huge pages: an [258569, 64] product 20.4 -> 8.0 ms
+    (docs/design/training.md, "Products' results from numpy"). Not for a small result,
+    another device or type, under autocast (whose products run in its type), nor where torch's
+    own ops must be recorded (jit, export, functorch); torch.compile calls the op."""
     return (
         like.dtype in _NUMPY_TYPES
         and like.device.type == "cpu"
         and rows * cols * like.element_size() >= FRESH_RESULT_BYTES
         and not torch.is_autocast_enabled("cpu")
-        and eager()
+        and not (_jit_tracing() or torch.compiler.is_exporting() or torch._C._are_functorch_transforms_active())
     )
 
 
-def _result(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor | None:
-    """An uninitialised [rows, cols] tensor from numpy's allocator where `_fresh` says so and
-    nothing is recorded for autograd (an `out=` product cannot be: a backward of
-    `create_graph=True` runs with grad on); else None."""
-    if torch.is_grad_enabled() or not _fresh(rows, cols, like):
-        return None
-    return torch.from_numpy(memory.empty((rows, cols), _NUMPY_TYPES[like.dtype]))
-
-
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` into a `_result` where there is one (x [N, in], no autograd)."""
-    out = _result(x.shape[0], weight.shape[0], x) if x.dim() == 2 and weight.dtype == x.dtype else None
-    if out is None:
-        return F.linear(x, weight, bias)
+@torch.library.custom_op("gnnc::dense_product", mutates_args=())
+def dense_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`x @ weight.T + bias` (bias may be None) for CPU float tensors, its result in numpy's
+    memory (`_fresh`). An op without autograd: `_Products` calls it in its forward and
+    backward, where nothing is recorded; torch.compile sees one call."""
+    out = torch.from_numpy(memory.empty((x.shape[0], weight.shape[0]), _NUMPY_TYPES[x.dtype]))
     if bias is None:
         return torch.mm(x, weight.t(), out=out)
     return torch.addmm(bias, x, weight.t(), out=out)
+
+
+@dense_product.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+@torch.library.custom_op("gnnc::dense_input_grad", mutates_args=())
+def dense_input_grad(grads: list[torch.Tensor], weights: list[torch.Tensor]) -> torch.Tensor:
+    """`sum(g @ W for g, W in zip(grads, weights))`: the input's gradient of products
+    `x @ W.T`, in numpy's memory (`_fresh`), the first product written and the others added
+    into it. One op, so that torch.compile does not make the additions out of place (a fresh
+    [N, in] copy each)."""
+    dx = torch.from_numpy(memory.empty((grads[0].shape[0], weights[0].shape[1]), _NUMPY_TYPES[grads[0].dtype]))
+    torch.mm(grads[0], weights[0], out=dx)
+    for g, w in zip(grads[1:], weights[1:]):
+        dx.addmm_(g, w)
+    return dx
+
+
+@dense_input_grad.register_fake
+def _(grads: list[torch.Tensor], weights: list[torch.Tensor]) -> torch.Tensor:
+    return grads[0].new_empty((grads[0].shape[0], weights[0].shape[1]))
+
+
+def _input_grad(grads: tuple[torch.Tensor, ...], weights: list[torch.Tensor]) -> torch.Tensor:
+    """`dense_input_grad`'s sum, by that op where `_fresh` says so and nothing is recorded (a
+    backward of `create_graph=True` runs with grad on), else by torch."""
+    rows, cols = grads[0].shape[0], weights[0].shape[1]
+    if (
+        not torch.is_grad_enabled()
+        and all(t.dtype == grads[0].dtype for t in (*grads, *weights))
+        and _fresh(rows, cols, grads[0])
+    ):
+        return dense_input_grad(list(grads), weights)
+    dx = grads[0].mm(weights[0])
+    for g, w in zip(grads[1:], weights[1:]):
+        dx.addmm_(g, w)
+    return dx
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, recorded: bool = True) -> torch.Tensor:
+    """`F.linear(x, weight, bias)`, by `dense_product` where `_fresh` says so and nothing is
+    recorded for autograd: never in a Function's forward (`recorded=False`: dynamo traces it
+    with the caller's grad mode on), not in a backward of `create_graph=True` (grad on)."""
+    if (
+        x.dim() == 2
+        and weight.dtype == x.dtype
+        and (bias is None or bias.dtype == x.dtype)
+        and not (recorded and torch.is_grad_enabled())
+        and _fresh(x.shape[0], weight.shape[0], x)
+    ):
+        return dense_product(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def products(x: torch.Tensor, *transforms: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, ...]:
@@ -244,7 +290,7 @@ class _Products(torch.autograd.Function):
         ctx.save_for_backward(x, *flat[0::2])
         made = []
         for i in range(0, len(flat), 2):
-            made.append(_linear(x, flat[i], flat[i + 1]))
+            made.append(_linear(x, flat[i], flat[i + 1], recorded=False))
         return tuple(made)
 
     @staticmethod
@@ -257,10 +303,7 @@ class _Products(torch.autograd.Function):
         grads = tuple(g.to(dtype).reshape(-1, w.shape[0]) for g, w in zip(grads, weights))
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = _result(grads[0].shape[0], weights[0].shape[1], grads[0])
-            dx = grads[0].mm(weights[0]) if dx is None else torch.mm(grads[0], weights[0], out=dx)
-            for g, w in zip(grads[1:], weights[1:]):
-                dx.addmm_(g, w)
+            dx = _input_grad(grads, weights)
         result: list[torch.Tensor | None] = [dx]
         for i, (g, has_bias) in enumerate(zip(grads, ctx.biases)):
             result.append(g.t().mm(x) if ctx.needs_input_grad[1 + 2 * i] else None)
