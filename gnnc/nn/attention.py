@@ -71,6 +71,7 @@ import torch.nn.functional as F
 from gnnc.errors import ArgumentError
 from gnnc.nn import derived, self_loops
 from gnnc.nn.kernels import kernel, literal
+from gnnc.nn.linear import add_bias
 from gnnc.torch.kernels import Kernel
 
 #: The reductions PyG's `fill_value` may name for a loop's edge attributes.
@@ -378,6 +379,23 @@ def dropout_masks(
     drawn = F.dropout(like.new_ones(num_edges + lp.count, heads), p=p, training=True)
     mask = drawn[edge_rank] * lp.keep.view(-1, 1)
     return mask, lp.pad(drawn[loop_rank])
+
+
+def heads_out(
+    out: torch.Tensor, res: torch.Tensor | None, bias: torch.Tensor | None, heads: int, channels: int, concat: bool
+) -> torch.Tensor:
+    """A GAT-family layer's output from its kernel's [N, heads, channels] result: the heads
+    concatenated ([N, heads * channels]) or averaged ([N, channels]), plus the residual and
+    the bias. Both are added into the kernel's fresh result, which no backward reads (a
+    tensor less), and before the reshape: added in place into a view, autograd would copy
+    the base back in the backward (docs/design/training.md, "Products' results from numpy")."""
+    shape = (-1, heads, channels) if concat else (-1, channels)
+    out = out if concat else out.mean(dim=1)
+    if res is not None:
+        out = add_bias(out, res.view(shape))
+    if bias is not None:
+        out = add_bias(out, bias.view(shape[1:]))
+    return out.reshape(-1, heads * channels) if concat else out
 
 
 def returned_weights(result: Any, adj: Any, lp: Loops | None, ranks: Any, num_src: Any, num_dst: Any) -> Any:

@@ -103,11 +103,14 @@ class Linear(nn.Module):
                 _uniform(self.bias, 1.0 / math.sqrt(fan))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and x.dtype == self.weight.dtype and _fresh(x.shape[0], self.out_channels, x):
-            if torch.is_grad_enabled():  # the product and its dx into numpy's memory (`_Products`)
-                return products(x, (self.weight, self.bias))[0]
-            return _linear(x, self.weight, self.bias)
-        return F.linear(x, self.weight, self.bias)
+        if (
+            torch.is_grad_enabled()
+            and x.dim() == 2
+            and x.dtype == self.weight.dtype
+            and _fresh(x.shape[0], self.out_channels, x)
+        ):  # the product and its dx into numpy's memory (`_Products`)
+            return products(x, (self.weight, self.bias))[0]
+        return _linear(x, self.weight, self.bias)
 
     def _size(self, in_channels: int) -> None:
         # the placeholder's device and dtype: those the layer was moved to
@@ -225,10 +228,7 @@ def dense_input_grad(grads: list[torch.Tensor], weights: list[torch.Tensor]) -> 
     into it. One op, so that torch.compile does not make the additions out of place (a fresh
     [N, in] copy each)."""
     dx = torch.from_numpy(memory.empty((grads[0].shape[0], weights[0].shape[1]), _NUMPY_TYPES[grads[0].dtype]))
-    torch.mm(grads[0], weights[0], out=dx)
-    for g, w in zip(grads[1:], weights[1:]):
-        dx.addmm_(g, w)
-    return dx
+    return _sum_products(grads, weights, torch.mm(grads[0], weights[0], out=dx))
 
 
 @dense_input_grad.register_fake
@@ -246,10 +246,14 @@ def _input_grad(grads: tuple[torch.Tensor, ...], weights: list[torch.Tensor]) ->
         and _fresh(rows, cols, grads[0])
     ):
         return dense_input_grad(list(grads), weights)
-    dx = grads[0].mm(weights[0])
+    return _sum_products(grads, weights, grads[0].mm(weights[0]))
+
+
+def _sum_products(grads: Any, weights: Any, first: torch.Tensor) -> torch.Tensor:
+    """`first` (`grads[0] @ weights[0]`) with the other products `g @ W` added into it."""
     for g, w in zip(grads[1:], weights[1:]):
-        dx.addmm_(g, w)
-    return dx
+        first.addmm_(g, w)
+    return first
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, recorded: bool = True) -> torch.Tensor:

@@ -363,7 +363,7 @@ class Gradient:
             raise ArgumentError(
                 f"{self.name}: its gradient reuses nothing from the forward pass; run the kernel itself"
             )
-        graph, perm = self._numbered(graph, named, [p for p in self.params if p in self.edge_tensors])
+        graph, perm = self._numbered(graph, named)
         out = self.arrays.run(getattr(self.module, f"{self.name}__forward"), graph, named, threads)
         saved = {n: out.pop(n) for n in self.saved}
         if perm is not None:  # the saved intermediates stay in the numbering the gradient runs on
@@ -372,9 +372,10 @@ class Gradient:
                     out[r] = self.arrays.edge_rows_back(out[r], perm)
         return (out[self.results[0]] if len(self.results) == 1 else out), saved
 
-    def _numbered(self, graph: Any, named: dict, names: list[str]) -> tuple[Any, np.ndarray | None]:
+    def _numbered(self, graph: Any, named: dict, gouts: bool = False) -> tuple[Any, np.ndarray | None]:
         """The graph the kernels run on and, where that numbers the edges in in-CSR order
-        (`in_csr_order`), the renumbering, the edge tensors `names` in `named` renumbered with it.
+        (`in_csr_order`), the renumbering, the edge inputs in `named` renumbered with it (and,
+        with `gouts`, the gouts of edge results, renumbered as those results are).
 
         A tensor of the wrong row count stays as it is, for the kernel to refuse."""
         if not (self.in_csr_order and self.arrays.renumbers_edges and isinstance(graph, (Graph, CooGraph))):
@@ -384,6 +385,9 @@ class Gradient:
         if isinstance(graph, CooGraph):
             graph = graph.graph()
         view, perm = plans.in_csr_numbering(graph)
+        names = [p for p in self.params if p in self.edge_tensors]
+        if gouts:
+            names += [g for r, g in zip(self.results, self.gouts) if r in self.edge_tensors]
         for n in names:
             if named.get(n) is not None:
                 shape = self.arrays.shape(named[n])
@@ -425,10 +429,7 @@ class Gradient:
             )
         named.update(gouts)
         arrays = self.arrays
-        # an edge result's gout is renumbered as the result is (`gouts` name them by result)
-        edges = [p for p in self.params if p in self.edge_tensors]
-        edges += [g for r, g in zip(self.results, self.gouts) if r in self.edge_tensors]
-        graph, perm = self._numbered(graph, named, edges)
+        graph, perm = self._numbered(graph, named, gouts=True)
         for w in self.transposes:  # `a @ W` backwards is `adj @ W^T`
             if w not in named:
                 raise ArgumentError(f"{self.name}: input '{w}' is missing")

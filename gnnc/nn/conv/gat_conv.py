@@ -32,7 +32,7 @@ from gnnc.errors import ArgumentError
 from gnnc.nn import attention, inputs
 from gnnc.nn.attention import LoopKind
 from gnnc.nn.init import glorot, zeros
-from gnnc.nn.linear import Linear, add_bias, products
+from gnnc.nn.linear import Linear, products
 from gnnc.nn.message_passing import check_options
 from gnnc.nn.precompile import WarmUp
 
@@ -288,15 +288,7 @@ class GATConv(WarmUp, nn.Module):
             kernel = self._kernels[key] = attention.compiled(self._config(*key))
         result = kernel(edges, *args, size=(num_src, num_dst))
         out = result.out if weights else result
-        # added into the kernel's fresh result, which no backward reads (a [num_dst, H * C] tensor
-        # less); before the reshape: in place on a view, autograd would copy the base back
-        shape = (-1, H, C) if self.concat else (-1, C)
-        out = out if self.concat else out.mean(dim=1)
-        if res is not None:
-            out = add_bias(out, res.view(shape))
-        if self.bias is not None:
-            out = add_bias(out, self.bias.view(shape[1:]))
-        out = out.reshape(-1, H * C) if self.concat else out
+        out = attention.heads_out(out, res, self.bias, H, C, self.concat)
         if not weights:
             return out
         return out, attention.returned_weights(result, adj, lp, ranks, num_src, num_dst)
